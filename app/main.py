@@ -1,0 +1,18 @@
+"""Entry point: headless commands (trace, ...) or the desktop window."""
+
+from __future__ import annotations
+
+import sys
+
+HEADLESS = ("trace", "step", "export")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in HEADLESS:
+        from app import cli
+
+        return cli.main(argv)
+    from app.gui import main as gui_main
+
+    return gui_main(argv)

@@ -1,0 +1,532 @@
+"""Run a user's script and capture every autograd graph it builds (worker side, imports torch).
+
+``Tensor.backward``, ``torch.autograd.backward`` and ``torch.autograd.grad`` are wrapped
+while the script runs. Each call is snapshotted *before* the real call (the engine frees
+saved tensors as it goes) and completed after it (leaf ``.grad``, retained grads, results,
+the error if it raised). A TorchFunctionMode writes the script line and the current
+``nn.Module`` into each new node's ``metadata``; graphs never backwarded are captured from
+the script's namespace when it ends. Calls in a loop whose graph has the same structure as
+an earlier call keep a summary only, except the first few and the last.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import sys
+import time
+import traceback
+import types
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from core.names import NameTable
+from core.snapshot import Snapshotter, label_nodes, values_of
+from core.trace import CallInfo, ErrorInfo, Trace
+
+log = logging.getLogger(__name__)
+
+KEEP_FIRST = 3  # full snapshots kept for the first calls of each repeated structure
+DEVICE_ENV = "BACKPROP_STUDIO_DEVICE"
+
+_ORIG_TENSOR_BACKWARD = torch.Tensor.backward
+_ORIG_BACKWARD = torch.autograd.backward
+_ORIG_GRAD = torch.autograd.grad
+
+
+class _CreationMode(TorchFunctionMode):
+    """Tags each new grad_fn with the script line and module that created it."""
+
+    def __init__(self, capture: "Capture"):
+        super().__init__()
+        self.capture = capture
+
+    def __torch_function__(self, func, types_, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if self.capture.tagging:
+            if isinstance(out, torch.Tensor):
+                self.capture.tag(out)
+            elif isinstance(out, (tuple, list)):
+                for o in out:
+                    if isinstance(o, torch.Tensor):
+                        self.capture.tag(o)
+        return out
+
+
+class Capture:
+    """One script run with its captured calls. ``run()`` returns the Trace."""
+
+    def __init__(
+        self,
+        script: str,
+        device: str = "cpu",
+        mode: str = "auto",
+        on_event: Callable[[dict], None] | None = None,
+        keep_first: int = KEEP_FIRST,
+        call_hook: Callable[..., Any] | None = None,
+    ):
+        self.script = str(Path(script).resolve())
+        self.device = device
+        self.mode = mode
+        self.on_event = on_event or (lambda event: None)
+        self.keep_first = keep_first
+        self.call_hook = call_hook
+        self.names = NameTable(self.script)
+        self.calls: list[CallInfo] = []
+        self.call_count = 0
+        self.tagging = True
+        self._depth = 0
+        self._structures: dict[str, tuple[str, int]] = {}  # hash -> (first call id, count)
+        self._pending: int | None = None  # index into calls of the last full repeated call
+        self._module_stack: list[int] = []
+        self.namespace: dict = {}
+        self.started = 0.0
+
+    # -- creation tagging -------------------------------------------------------------------
+    def tag(self, t: torch.Tensor) -> None:
+        fn = t.grad_fn
+        if fn is None:
+            return
+        md = fn.metadata
+        if "bps_line" not in md:
+            md["bps_line"] = self.names.user_line(sys._getframe(2))
+            if self._module_stack:
+                md["bps_module"] = self._module_stack[-1]
+
+    def _pre_forward(self, module, args):
+        self._module_stack.append(id(module))
+
+    def _post_forward(self, module, args, output):
+        if self._module_stack and self._module_stack[-1] == id(module):
+            self._module_stack.pop()
+
+    # -- wrapped entry points -----------------------------------------------------------------
+    def _tensor_backward(self, tensor, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        def real():
+            return _ORIG_TENSOR_BACKWARD(tensor, gradient, retain_graph, create_graph, inputs=inputs)
+
+        if self._depth:
+            return real()
+        return self._record("Tensor.backward", [tensor], real, retain_graph, create_graph, inputs)
+
+    def _autograd_backward(self, *args, **kwargs):
+        def real():
+            return _ORIG_BACKWARD(*args, **kwargs)
+
+        if self._depth:
+            return real()
+        bound = _bind(_ORIG_BACKWARD, args, kwargs)
+        return self._record(
+            "autograd.backward",
+            _as_list(bound.get("tensors")),
+            real,
+            bound.get("retain_graph"),
+            bound.get("create_graph", False),
+            bound.get("inputs"),
+        )
+
+    def _autograd_grad(self, *args, **kwargs):
+        def real():
+            return _ORIG_GRAD(*args, **kwargs)
+
+        if self._depth:
+            return real()
+        bound = _bind(_ORIG_GRAD, args, kwargs)
+        return self._record(
+            "autograd.grad",
+            _as_list(bound.get("outputs")),
+            real,
+            bound.get("retain_graph"),
+            bound.get("create_graph", False),
+            bound.get("inputs"),
+        )
+
+    # -- one captured call ---------------------------------------------------------------------
+    def _record(self, api, roots, real, retain_graph, create_graph, inputs):
+        index = self.call_count
+        self.call_count += 1
+        line = self.names.user_line(sys._getframe(2))
+        self._depth += 1
+        self.tagging = False
+        t0 = time.perf_counter()
+        try:
+            snap, nodes, ids, structure, root_ids, input_ids = self._before(roots, inputs, index)
+            self.on_event({"type": "call", "index": index, "api": api, "line": line, "nodes": len(nodes),
+                           "t": time.perf_counter() - self.started})
+            error = None
+            result = None
+            try:
+                if self.call_hook is not None:
+                    result = self.call_hook(index=index, api=api, roots=roots, real=real)
+                else:
+                    result = real()
+            except BaseException as exc:  # recorded, then re-raised so the script sees it
+                error = _error_info(exc, line, self.names)
+                raise
+            finally:
+                self._after(api, index, line, snap, nodes, ids, structure, root_ids, input_ids, result,
+                            error, retain_graph, create_graph, t0)
+            return result
+        finally:
+            self.tagging = True
+            self._depth -= 1
+
+    def _before(self, roots, inputs, index):
+        self.names.refresh(self.names.user_frames(sys._getframe(3)))
+        snap = Snapshotter(self.names.name_of, self.names.module_paths)
+        root_nodes = []
+        root_tensor_ids = []
+        for t in roots:
+            if not isinstance(t, torch.Tensor):
+                continue
+            root_tensor_ids.append(snap.tensor_id(t))
+            node = t.grad_fn
+            if node is None and t.requires_grad:
+                node = torch.autograd.graph.get_gradient_edge(t).node
+            if node is not None:
+                root_nodes.append(node)
+        nodes, ids, structure = snap.walk(root_nodes)
+        # Named tensors whose grad_fn lies in this graph label their nodes.
+        for _, t in self.names.named_tensors():
+            fn = t.grad_fn
+            if fn is not None and id(fn) in ids:
+                snap.tensor_id(t)
+        input_ids = [snap.tensor_id(t) for t in _as_list(inputs) if isinstance(t, torch.Tensor)]
+        for node in _iter_nodes(root_nodes):
+            try:
+                node.metadata["bps_seen"] = index
+            except Exception:
+                pass
+        roots_ids = [ids[id(n)] for n in root_nodes]
+        return snap, nodes, ids, structure, roots_ids, input_ids
+
+    def _after(self, api, index, line, snap, nodes, ids, structure, root_ids, input_ids, result, error,
+               retain_graph, create_graph, t0):
+        tensors = snap.finish_tensors(ids, read_grads=True)
+        nodes = label_nodes(nodes, tensors)
+        leaf_grads = {}
+        options: dict = {"retain_graph": bool(retain_graph) if retain_graph is not None else bool(create_graph),
+                         "create_graph": bool(create_graph)}
+        if api == "autograd.grad" and result is not None:
+            by_id = {t.id: t for t in tensors}
+            results = []
+            for tid, g in zip(input_ids, _as_list(result)):
+                vals = values_of(g) if isinstance(g, torch.Tensor) else None
+                results.append({"tensor": tid, "values": vals.__dict__ if vals else None})
+                name = by_id[tid].name if tid in by_id else None
+                if name and vals is not None:
+                    leaf_grads[name] = vals
+            options["results"] = results
+        else:
+            for t in tensors:
+                if t.name and t.grad is not None and (t.is_leaf or t.retains_grad):
+                    leaf_grads[t.name] = t.grad.values
+        if input_ids:
+            options["inputs"] = input_ids
+        edge_count = sum(1 for n in nodes for e in n.next if e is not None)
+        call = CallInfo(
+            id=f"c{index}",
+            index=index,
+            api=api,
+            line=line,
+            roots=root_ids,
+            nodes=nodes,
+            tensors=tensors,
+            error=error,
+            storages=snap.finish_storages(tensors),
+            options=options,
+            structure=structure,
+            node_count=len(nodes),
+            edge_count=edge_count,
+            leaf_grads=leaf_grads,
+            duration_s=time.perf_counter() - t0,
+        )
+        self._store(call)
+        self.on_event({"type": "call_done", "index": index, "error": error is not None,
+                       "t": time.perf_counter() - self.started})
+
+    def _store(self, call: CallInfo) -> None:
+        first = self._structures.get(call.structure)
+        if first is None:
+            self._structures[call.structure] = (call.id, 1)
+            self.calls.append(call)
+            return
+        first_id, count = first
+        self._structures[call.structure] = (first_id, count + 1)
+        call = replace(call, same_as=first_id)
+        if self._pending is not None:
+            self.calls[self._pending] = summary_of(self.calls[self._pending])
+            self._pending = None
+        self.calls.append(call)
+        if count + 1 > self.keep_first:
+            self._pending = len(self.calls) - 1
+
+    # -- running ---------------------------------------------------------------------------------
+    def install(self) -> None:
+        torch.Tensor.backward = lambda t, *a, **k: self._tensor_backward(t, *a, **k)
+        torch.autograd.backward = self._autograd_backward
+        torch.autograd.grad = self._autograd_grad
+        self._hooks = [
+            torch.nn.modules.module.register_module_forward_pre_hook(self._pre_forward),
+            _register_post_hook(self._post_forward),
+        ]
+        self._mode = _CreationMode(self)
+        self._mode.__enter__()
+        sys.settrace(self.names.tracer)
+
+    def uninstall(self) -> None:
+        sys.settrace(None)
+        try:
+            self._mode.__exit__(None, None, None)
+        except Exception:
+            log.exception("leaving the creation mode failed")
+        for h in self._hooks:
+            h.remove()
+        torch.Tensor.backward = _ORIG_TENSOR_BACKWARD
+        torch.autograd.backward = _ORIG_BACKWARD
+        torch.autograd.grad = _ORIG_GRAD
+
+    def run(self) -> Trace:
+        self.started = time.perf_counter()
+        error = None
+        try:
+            source = Path(self.script).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            err = ErrorInfo(type=type(exc).__name__, message=f"cannot read {self.script}: {exc}", kind="load",
+                            file=self.script)
+            return self._trace([], err, "")
+        try:
+            code = compile(source, self.script, "exec")
+        except SyntaxError as exc:
+            err = ErrorInfo(type="SyntaxError", message=exc.msg or str(exc), line=exc.lineno, kind="syntax",
+                            traceback="".join(traceback.format_exception_only(type(exc), exc)), file=self.script)
+            return self._trace([], err, source)
+        module = types.ModuleType("__main__")
+        module.__file__ = self.script
+        module.__builtins__ = __builtins__
+        self.namespace = module.__dict__
+        self.names.globals = self.namespace
+        saved_main, saved_argv, saved_path0 = sys.modules.get("__main__"), sys.argv, sys.path[:1]
+        sys.modules["__main__"] = module
+        sys.argv = [self.script]
+        sys.path.insert(0, str(Path(self.script).parent))
+        os.environ[DEVICE_ENV] = self.device
+        self.install()
+        try:
+            try:
+                exec(code, self.namespace)
+                if self.mode in ("auto", "model"):
+                    self._run_model()
+            except SystemExit as exc:
+                if exc.code not in (None, 0):
+                    error = ErrorInfo(type="SystemExit", message=f"the script called sys.exit({exc.code!r})",
+                                      line=_script_line(exc, self.names), kind="exit", file=self.script,
+                                      traceback=_format_tb(exc, self.names))
+            except KeyboardInterrupt as exc:
+                error = ErrorInfo(type="KeyboardInterrupt", message="the run was cancelled", kind="cancelled",
+                                  line=_script_line(exc, self.names), file=self.script)
+            except BaseException as exc:
+                error = _error_info(exc, None, self.names)
+        finally:
+            self.uninstall()
+            sys.modules["__main__"] = saved_main
+            sys.argv = saved_argv
+            if sys.path[:1] != saved_path0:
+                sys.path.pop(0)
+        self._capture_unreached()
+        return self._trace(self.calls, error, source)
+
+    def _run_model(self) -> None:
+        """A model file: forward ``example_input``, sum the outputs and backward."""
+        ns = self.namespace
+        if self.call_count or (self.mode == "auto" and not _is_model_file(ns)):
+            return
+        if self.mode == "model" and not _is_model_file(ns):
+            raise ValueError("a model file defines `model` (an nn.Module) and `example_input`, "
+                             "or a `build()` that returns both")
+        if callable(ns.get("build")) and not isinstance(ns.get("model"), torch.nn.Module):
+            model, example_input = ns["build"]()
+        else:
+            model, example_input = ns["model"], ns["example_input"]
+        model = model.to(self.device)
+        inputs = example_input if isinstance(example_input, (tuple, list)) else (example_input,)
+        inputs = tuple(x.to(self.device) if isinstance(x, torch.Tensor) else x for x in inputs)
+        ns.update(model=model, example_input=inputs[0] if len(inputs) == 1 else inputs)
+        self.model_mode = True
+        output = model(*inputs)
+        outs = output if isinstance(output, (tuple, list)) else (output,)
+        loss = sum(o.sum() for o in outs if isinstance(o, torch.Tensor))
+        ns.update(output=output, loss=loss)
+        loss.backward()
+
+    def _capture_unreached(self) -> None:
+        """Graphs left in the namespace that no captured call ran backward through."""
+        self.names.refresh([])
+        candidates = []
+        for _, t in self.names.named_tensors():
+            fn = t.grad_fn
+            if fn is not None and "bps_seen" not in _safe_metadata(fn):
+                candidates.append(fn)
+        if not candidates:
+            return
+        children = set()
+        for node in _iter_nodes(candidates):
+            for fn, _ in node.next_functions:
+                if fn is not None:
+                    children.add(id(fn))
+        roots, seen = [], set()
+        for fn in candidates:
+            if id(fn) not in children and id(fn) not in seen:
+                seen.add(id(fn))
+                roots.append(fn)
+        snap = Snapshotter(self.names.name_of, self.names.module_paths)
+        nodes, ids, structure = snap.walk(roots)
+        for _, t in self.names.named_tensors():
+            if t.grad_fn is not None and id(t.grad_fn) in ids:
+                snap.tensor_id(t)
+        tensors = snap.finish_tensors(ids)
+        nodes = label_nodes(nodes, tensors)
+        index = self.call_count
+        self.calls.append(CallInfo(
+            id=f"c{index}", index=index, api="unreached", line=None, roots=[ids[id(r)] for r in roots],
+            nodes=nodes, tensors=tensors, storages=snap.finish_storages(tensors), structure=structure,
+            node_count=len(nodes), edge_count=sum(1 for n in nodes for e in n.next if e is not None),
+        ))
+
+    def _named_tensor_snapshot(self):
+        snap = Snapshotter(self.names.name_of, self.names.module_paths)
+        for _, t in self.names.named_tensors():
+            snap.tensor_id(t)
+        tensors = snap.finish_tensors(None)
+        return tensors, snap.finish_storages(tensors)
+
+    def _trace(self, calls, error, source) -> Trace:
+        tensors, storages = ([], [])
+        if self.namespace:
+            self.names.refresh([])
+            tensors, storages = self._named_tensor_snapshot()
+        return Trace(
+            calls=list(calls),
+            error=error,
+            script=self.script,
+            source=source,
+            device=self.device,
+            mode="model" if getattr(self, "model_mode", False) else "script",
+            duration_s=time.perf_counter() - self.started,
+            torch_version=torch.__version__,
+            call_count=self.call_count,
+            tensors=tensors,
+            storages=storages,
+        )
+
+
+def summary_of(call: CallInfo) -> CallInfo:
+    """Drop a repeated call's graph, keeping its counts, grads, line and error."""
+    return replace(call, nodes=[], tensors=[], storages=[], roots=[], snapshot="summary")
+
+
+def capture_script(path: str, device: str = "cpu", mode: str = "auto", on_event=None, **kwargs) -> Trace:
+    """Run ``path`` in this process and return its Trace (the worker calls this)."""
+    return Capture(path, device=device, mode=mode, on_event=on_event, **kwargs).run()
+
+
+# -- helpers ----------------------------------------------------------------------------------------
+
+
+def _is_model_file(ns: dict) -> bool:
+    if callable(ns.get("build")) and not isinstance(ns.get("build"), type):
+        return True
+    return isinstance(ns.get("model"), torch.nn.Module) and "example_input" in ns
+
+
+def _register_post_hook(fn):
+    try:
+        return torch.nn.modules.module.register_module_forward_hook(fn, always_call=True)
+    except TypeError:
+        return torch.nn.modules.module.register_module_forward_hook(fn)
+
+
+def _bind(func, args, kwargs) -> dict:
+    try:
+        return dict(inspect.signature(func).bind(*args, **kwargs).arguments)
+    except TypeError:
+        return {}
+
+
+def _as_list(value) -> list:
+    if value is None:
+        return []
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, torch.autograd.graph.GradientEdge):
+        return []
+    try:
+        return list(value)
+    except TypeError:
+        return [value]
+
+
+def _safe_metadata(node) -> dict:
+    try:
+        return node.metadata
+    except Exception:
+        return {}
+
+
+def _iter_nodes(roots):
+    seen = set()
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        yield node
+        for fn, _ in node.next_functions:
+            if fn is not None and id(fn) not in seen:
+                stack.append(fn)
+
+
+def _script_line(exc: BaseException, names: NameTable) -> int | None:
+    line = None
+    for frame, lineno in traceback.walk_tb(exc.__traceback__):
+        if names.is_user_file(frame.f_code.co_filename) and frame.f_code.co_filename == names.script_path:
+            line = lineno
+    return line
+
+
+def _format_tb(exc: BaseException, names: NameTable) -> str:
+    """The traceback from the script's first frame on, without the capture's own frames."""
+    tb = exc.__traceback__
+    while tb is not None and not names.is_user_file(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    lines = traceback.format_exception(type(exc), exc, tb)
+    here = str(Path(__file__).resolve())
+    out, skip = [], False
+    for chunk in lines:
+        if chunk.lstrip().startswith(f'File "{here}"'):
+            skip = True
+            continue
+        if skip and not chunk.lstrip().startswith("File "):
+            skip = False
+            continue
+        skip = False
+        out.append(chunk)
+    return "".join(out)
+
+
+def _error_info(exc: BaseException, line: int | None, names: NameTable) -> ErrorInfo:
+    kind = "syntax" if isinstance(exc, SyntaxError) else "exception"
+    return ErrorInfo(
+        type=type(exc).__name__,
+        message=str(exc),
+        line=_script_line(exc, names) or line,
+        traceback=_format_tb(exc, names),
+        kind=kind,
+        file=names.script_path,
+    )

@@ -1,0 +1,404 @@
+"""The parent's handle on a worker process (Qt-free: the GUI wraps it, the CLI uses it as is).
+
+A worker serves one run: each run gets a fresh interpreter, so a script that patches
+torch, leaks memory or crashes cannot affect the next one. To hide torch's import time a
+spare worker is started ahead and takes the next run. Messages are read on background
+threads and handed to ``on_message``; a dead worker becomes one ``died`` message with the
+exit code or signal, the faulthandler text and the script line found in it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from core.trace import ErrorInfo, Trace, TraceFormatError
+
+log = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parents[1]
+OUTPUT_TAIL = 64 * 1024
+DEFAULT_TIMEOUT = 600.0
+
+
+class WorkerProcess:
+    """One worker interpreter and the threads that read its pipes."""
+
+    _ids = itertools.count()
+
+    def __init__(self, on_message: Callable[[dict], None], python: str | None = None):
+        self.on_message = on_message
+        self.python = python or sys.executable
+        self.id = next(self._ids)
+        self.fault_path = Path(tempfile.gettempdir()) / f"backprop-studio-fault-{os.getpid()}-{self.id}.txt"
+        self.proc: subprocess.Popen | None = None
+        self.hello: dict | None = None
+        self.ready = threading.Event()
+        self.output_tail = bytearray()
+        self.output_bytes = 0
+        self.exiting: dict | None = None
+        self._lock = threading.Lock()
+        self.finished = threading.Event()
+        self._output_done = threading.Event()
+
+    def start(self) -> None:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        env["PYTHONUNBUFFERED"] = "1"
+        env["PYTHONFAULTHANDLER"] = "1"
+        self.proc = subprocess.Popen(
+            [self.python, "-m", "core.worker", "--fault-file", str(self.fault_path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=str(ROOT),
+            env=env,
+        )
+        threading.Thread(target=self._read_protocol, name=f"worker-{self.id}-proto", daemon=True).start()
+        threading.Thread(target=self._read_output, name=f"worker-{self.id}-output", daemon=True).start()
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def send(self, msg: dict) -> bool:
+        if not self.alive:
+            return False
+        try:
+            self.proc.stdin.write((json.dumps(msg) + "\n").encode())
+            self.proc.stdin.flush()
+            return True
+        except (BrokenPipeError, OSError, ValueError):
+            return False
+
+    def dump_stacks(self) -> None:
+        """Ask faulthandler in the worker to write every thread's stack to the fault file."""
+        if self.alive and hasattr(signal, "SIGUSR1"):
+            try:
+                self.proc.send_signal(signal.SIGUSR1)
+            except OSError:
+                pass
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                self.proc.kill()
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        if self.alive:
+            self.send({"cmd": "quit"})
+            try:
+                self.proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.kill()
+
+    def fault_text(self) -> str:
+        try:
+            return self.fault_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+
+    def _read_protocol(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            try:
+                msg = json.loads(raw)
+            except json.JSONDecodeError:
+                log.warning("worker %s sent a line that is not JSON", self.id)
+                continue
+            kind = msg.get("type")
+            if kind == "hello":
+                self.hello = msg
+                self.ready.set()
+            elif kind == "exiting":
+                self.exiting = msg
+            self._deliver(msg)
+        code = self.proc.wait()
+        # Let the output reader drain what the worker printed last.
+        self._output_done.wait(timeout=2)
+        self.ready.set()
+        self._deliver({"type": "exit", "code": code})
+        self.finished.set()
+
+    def _read_output(self) -> None:
+        assert self.proc is not None and self.proc.stderr is not None
+        fd = self.proc.stderr.fileno()
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            with self._lock:
+                self.output_bytes += len(chunk)
+                self.output_tail += chunk
+                if len(self.output_tail) > OUTPUT_TAIL:
+                    del self.output_tail[: len(self.output_tail) - OUTPUT_TAIL]
+            self._deliver({"type": "output", "text": chunk.decode("utf-8", errors="replace")})
+        self._output_done.set()
+
+    def _deliver(self, msg: dict) -> None:
+        msg["worker"] = self.id
+        try:
+            self.on_message(msg)
+        except Exception:
+            log.exception("a worker message handler failed")
+
+
+def death_error(code: int, fault: str, exiting: dict | None, script: str | None, reason: str = "") -> ErrorInfo:
+    """The structured error for a worker that vanished mid-run."""
+    line = None
+    if exiting is not None:
+        line = exiting.get("line")
+        message = f"the script called os._exit({exiting.get('code')}): the worker exited with code {code}"
+        kind, etype = "exit", "WorkerExited"
+    elif code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = "unknown signal"
+        message = f"the worker died with signal {-code} ({name})"
+        kind, etype = "crash", "WorkerDied"
+    else:
+        message = f"the worker exited with code {code} before the run finished"
+        kind, etype = "exit", "WorkerExited"
+    if reason:
+        message = f"{reason}; {message}"
+        kind = "timeout" if "time limit" in reason else "cancelled" if "cancel" in reason else kind
+    if line is None and script:
+        line = script_line_in_fault(fault, script)
+    return ErrorInfo(type=etype, message=message, line=line, kind=kind, fault=fault.strip(), file=script)
+
+
+def script_line_in_fault(fault: str, script: str) -> int | None:
+    """The innermost line of ``script`` in a faulthandler dump (which lists innermost first)."""
+    pattern = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
+    target = str(Path(script).resolve())
+    for m in pattern.finditer(fault):
+        if m.group("file") == target or m.group("file") == script:
+            return int(m.group("line"))
+    return None
+
+
+class RunResult:
+    """What a finished run produced: the trace (possibly only an error) and the output."""
+
+    def __init__(self, trace: Trace, output: str, output_bytes: int, elapsed: float):
+        self.trace = trace
+        self.output = output
+        self.output_bytes = output_bytes
+        self.elapsed = elapsed
+
+
+class WorkerClient:
+    """Runs scripts in worker processes and reports every event to ``on_event``.
+
+    States: ``starting`` (no worker ready yet), ``ready``, ``running``, ``closed``.
+    Events are dicts with a ``type``: ``state``, ``hello``, ``output``, ``call``,
+    ``call_done``, ``finished`` (with ``result``: a RunResult) and the raw worker messages.
+    ``on_event`` is called on background threads.
+    """
+
+    def __init__(self, on_event: Callable[[dict], None] | None = None, python: str | None = None,
+                 prestart: bool = True):
+        self.on_event = on_event or (lambda e: None)
+        self.python = python
+        self.prestart = prestart
+        self.state = "starting"
+        self.devices: list[dict] = [{"id": "cpu", "name": "CPU", "kind": "cpu"}]
+        self.torch_version = ""
+        self._spare: WorkerProcess | None = None
+        self._active: WorkerProcess | None = None
+        self._run: dict | None = None
+        self._lock = threading.RLock()
+        self._run_ids = itertools.count(1)
+        if prestart:
+            self._spare = self._new_worker()
+
+    # -- public --------------------------------------------------------------------------------
+    def run(self, path: str, device: str = "cpu", mode: str = "auto", timeout: float = DEFAULT_TIMEOUT) -> int:
+        """Start running ``path``; returns the run id. A run in progress is cancelled first."""
+        with self._lock:
+            if self._run is not None:
+                self._finish_dead_run(reason="the run was cancelled: a new run started")
+            worker = self._spare or self._new_worker()
+            self._spare = None
+            run_id = next(self._run_ids)
+            self._active = worker
+            self._run = {"id": run_id, "path": str(path), "device": device, "start": time.monotonic(),
+                         "worker": worker, "timeout": timeout, "done": False}
+            self._set_state("running")
+        threading.Thread(target=self._launch, args=(worker, run_id, path, device, mode, timeout),
+                         name=f"run-{run_id}", daemon=True).start()
+        return run_id
+
+    def cancel(self) -> None:
+        """Stop the current run: interrupt the script, and kill the worker if it does not stop."""
+        with self._lock:
+            run = self._run
+        if run is None:
+            return
+        worker = run["worker"]
+        worker.send({"cmd": "cancel"})
+        threading.Timer(1.0, self._kill_if_running, args=(run["id"], "the run was cancelled")).start()
+
+    def close(self) -> None:
+        with self._lock:
+            workers = [w for w in (self._spare, self._active) if w is not None]
+            self._spare = self._active = None
+            self._run = None
+            self._set_state("closed")
+        for w in workers:
+            w.close()
+
+    @property
+    def running(self) -> bool:
+        return self._run is not None
+
+    # -- internals ---------------------------------------------------------------------------
+    def _new_worker(self) -> WorkerProcess:
+        holder: dict = {}
+
+        def on_message(msg: dict) -> None:
+            self._on_worker_message(holder["w"], msg)
+
+        w = WorkerProcess(on_message, python=self.python)
+        holder["w"] = w
+        w.start()
+        return w
+
+    def _set_state(self, state: str) -> None:
+        self.state = state
+        self.on_event({"type": "state", "state": state})
+
+    def _launch(self, worker: WorkerProcess, run_id: int, path: str, device: str, mode: str, timeout: float):
+        worker.ready.wait(timeout=120)
+        with self._lock:
+            if self._run is None or self._run["id"] != run_id:
+                return
+        if not worker.send({"cmd": "run", "run": run_id, "path": str(Path(path).resolve()), "device": device,
+                            "mode": mode}):
+            return  # the exit message reports the death
+        if self.prestart:
+            with self._lock:
+                if self._spare is None and self.state != "closed":
+                    self._spare = self._new_worker()
+        if timeout:
+            threading.Timer(timeout, self._timed_out, args=(run_id, timeout)).start()
+
+    def _timed_out(self, run_id: int, timeout: float) -> None:
+        with self._lock:
+            run = self._run
+        if run is None or run["id"] != run_id:
+            return
+        run["worker"].dump_stacks()
+        time.sleep(0.3)
+        self._kill_if_running(run_id, f"the run passed its time limit of {timeout:g} s")
+
+    def _kill_if_running(self, run_id: int, reason: str) -> None:
+        with self._lock:
+            run = self._run
+            if run is None or run["id"] != run_id:
+                return
+            run["reason"] = reason
+        run["worker"].kill()
+
+    def _on_worker_message(self, worker: WorkerProcess, msg: dict) -> None:
+        kind = msg.get("type")
+        if kind == "hello":
+            self.devices = msg.get("devices", self.devices)
+            self.torch_version = msg.get("torch", "")
+            with self._lock:
+                if self.state == "starting":
+                    self._set_state("ready")
+            self.on_event(msg)
+            return
+        with self._lock:
+            run = self._run
+            current = run is not None and run["worker"] is worker
+        if not current:
+            return  # a spare's exit, or an old worker's last words
+        if kind == "trace":
+            self._finish_with_trace(worker, run, msg)
+        elif kind == "exit":
+            self._finish_dead_run(code=msg.get("code"), run=run)
+        else:
+            self.on_event(msg)
+
+    def _finish_with_trace(self, worker: WorkerProcess, run: dict, msg: dict) -> None:
+        try:
+            trace = Trace.from_dict(msg["trace"])
+        except TraceFormatError as exc:
+            trace = Trace(calls=[], error=ErrorInfo(type="TraceFormatError", message=str(exc), kind="load"))
+        with worker._lock:
+            output = worker.output_tail.decode("utf-8", errors="replace")
+        self._complete(run, trace, output, worker.output_bytes)
+        # The worker has served its run; it stays for a moment in case later commands need it.
+        threading.Thread(target=worker.close, daemon=True).start()
+
+    def _finish_dead_run(self, code: int | None = None, run: dict | None = None, reason: str = "") -> None:
+        with self._lock:
+            run = run or self._run
+            if run is None or run.get("done"):
+                return
+        worker: WorkerProcess = run["worker"]
+        if code is None:
+            worker.kill()
+            worker.finished.wait(timeout=5)
+            code = worker.proc.returncode if worker.proc is not None else -9
+        reason = reason or run.get("reason", "")
+        err = death_error(code if code is not None else -9, worker.fault_text(), worker.exiting, run["path"], reason)
+        trace = Trace(calls=[], error=err, script=run["path"], device=run["device"])
+        with worker._lock:
+            output = worker.output_tail.decode("utf-8", errors="replace")
+        self._complete(run, trace, output, worker.output_bytes)
+
+    def _complete(self, run: dict, trace: Trace, output: str, output_bytes: int) -> None:
+        with self._lock:
+            if run.get("done"):
+                return
+            run["done"] = True
+            if self._run is run:
+                self._run = None
+                self._active = None
+            elapsed = time.monotonic() - run["start"]
+            if self.state != "closed":
+                self._set_state("ready")
+        from dataclasses import replace
+
+        trace = replace(trace, output=output)
+        self.on_event({"type": "finished", "run": run["id"], "result": RunResult(trace, output, output_bytes, elapsed)})
+
+
+def run_capture(path: str, device: str = "cpu", mode: str = "auto", timeout: float = DEFAULT_TIMEOUT,
+                on_event: Callable[[dict], None] | None = None) -> RunResult:
+    """Run one script in a fresh worker and wait for its result (the CLI and tests use this)."""
+    done = threading.Event()
+    box: dict = {}
+
+    def handle(event: dict) -> None:
+        if on_event is not None:
+            on_event(event)
+        if event.get("type") == "finished":
+            box["result"] = event["result"]
+            done.set()
+
+    client = WorkerClient(handle, prestart=False)
+    try:
+        client.run(path, device=device, mode=mode, timeout=timeout)
+        done.wait()
+        return box["result"]
+    finally:
+        client.close()

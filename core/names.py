@@ -1,0 +1,148 @@
+"""Script variable names for tensors, found in the user's frames, globals and modules.
+
+Names are keyed by the tensor's C++ impl pointer (``Tensor._cdata``): a saved input
+unpacks as a new Python object over the same impl, so it still finds its name. Locals of
+functions that already returned are remembered by a ``sys.settrace`` hook limited to the
+user's files (line events are switched off, so it costs one call per user frame).
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+from pathlib import Path
+from types import FrameType
+
+import torch
+
+MAX_LIST_ITEMS = 64
+
+
+class NameTable:
+    def __init__(self, script_path: str):
+        self.script_path = str(Path(script_path).resolve())
+        self.script_dir = str(Path(script_path).resolve().parent)
+        self.globals: dict = {}
+        self.remembered: dict[int, tuple[weakref.ref, str]] = {}
+        self._names: dict[int, str] = {}
+        self._tensors: list[tuple[str, torch.Tensor]] = []
+        self.module_paths: dict[int, str] = {}
+        self._user_files: dict[str, bool] = {}
+
+    # -- which frames are the user's ------------------------------------------------------
+    def is_user_file(self, filename: str) -> bool:
+        known = self._user_files.get(filename)
+        if known is None:
+            known = filename == self.script_path
+            if not known and not filename.startswith("<"):
+                try:
+                    resolved = str(Path(filename).resolve())
+                except OSError:
+                    resolved = filename
+                known = resolved == self.script_path or (
+                    resolved.startswith(self.script_dir + "/")
+                    and "site-packages" not in resolved
+                    and Path(resolved).parent == Path(self.script_dir)
+                )
+            self._user_files[filename] = known
+        return known
+
+    def user_frames(self, start: FrameType | None = None) -> list[FrameType]:
+        frames = []
+        f = start or sys._getframe(1)
+        while f is not None:
+            if self.is_user_file(f.f_code.co_filename):
+                frames.append(f)
+            f = f.f_back
+        return frames
+
+    def user_line(self, start: FrameType | None = None) -> int | None:
+        f = start or sys._getframe(1)
+        while f is not None:
+            if self.is_user_file(f.f_code.co_filename):
+                return f.f_lineno
+            f = f.f_back
+        return None
+
+    # -- settrace: remember locals of returning user functions -----------------------------
+    def tracer(self, frame, event, arg):
+        if event == "call" and frame.f_code.co_name != "<module>" and self.is_user_file(frame.f_code.co_filename):
+            frame.f_trace_lines = False
+            return self._local_tracer
+        return None
+
+    def _local_tracer(self, frame, event, arg):
+        if event == "return":
+            for name, value in frame.f_locals.items():
+                if isinstance(value, torch.Tensor) and name != "self" and not name.startswith("__"):
+                    try:
+                        self.remembered[value._cdata] = (weakref.ref(value), name)
+                    except TypeError:
+                        pass
+        return self._local_tracer
+
+    # -- building the table ----------------------------------------------------------------
+    def refresh(self, frames: list[FrameType] | None = None) -> None:
+        """Rebuild the name table from live frames (innermost first), globals and memory."""
+        names: dict[int, str] = {}
+        tensors: list[tuple[str, torch.Tensor]] = []
+        modules: list[tuple[str, torch.nn.Module]] = []
+
+        def add(name: str, value) -> None:
+            if isinstance(value, torch.Tensor):
+                key = value._cdata
+                if key not in names:
+                    names[key] = name
+                    tensors.append((name, value))
+            elif isinstance(value, torch.nn.Module):
+                if all(m is not value for _, m in modules):
+                    modules.append((name, value))
+            elif isinstance(value, (list, tuple)) and 0 < len(value) <= MAX_LIST_ITEMS:
+                for i, item in enumerate(value):
+                    if isinstance(item, torch.Tensor):
+                        add(f"{name}[{i}]", item)
+
+        scopes = [f.f_locals for f in (frames or []) if f.f_code.co_name != "<module>"]
+        scopes.append(self.globals)
+        for scope in scopes:
+            for name, value in list(scope.items()):
+                if name == "self" or name.startswith("__"):
+                    continue
+                add(name, value)
+        for key, (ref, name) in list(self.remembered.items()):
+            t = ref()
+            if t is None:
+                del self.remembered[key]
+            elif key not in names:
+                names[key] = name
+                tensors.append((name, t))
+        self._add_module_names(modules, names, tensors)
+        self._names = names
+        self._tensors = tensors
+
+    def _add_module_names(self, modules, names, tensors) -> None:
+        paths: dict[int, str] = {}
+        single = len(modules) == 1
+        for var, module in modules:
+            has_children = any(True for _ in module.children())
+            prefix = "" if single and has_children else f"{var}."
+            for path, sub in module.named_modules():
+                full = (prefix + path).rstrip(".") if path else var
+                paths.setdefault(id(sub), full)
+            for pname, p in module.named_parameters():
+                key = p._cdata
+                if key not in names:
+                    names[key] = prefix + pname
+                    tensors.append((prefix + pname, p))
+            for bname, b in module.named_buffers():
+                key = b._cdata
+                if key not in names:
+                    names[key] = prefix + bname
+                    tensors.append((prefix + bname, b))
+        self.module_paths = paths
+
+    def name_of(self, t: torch.Tensor) -> str | None:
+        return self._names.get(t._cdata)
+
+    def named_tensors(self) -> list[tuple[str, torch.Tensor]]:
+        return list(self._tensors)

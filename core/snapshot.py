@@ -1,0 +1,355 @@
+"""Snapshot a live grad_fn DAG into trace dataclasses (runs in the worker, imports torch).
+
+The walk uses an explicit stack and a visited map, never recursion, so a 200-step unrolled
+RNN or a 50,000-node graph does not hit Python's recursion limit. Which ``_saved_*``
+attributes a node type has is cached per type: calling ``dir()`` on every node costs as
+much as the computation on small tensors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import replace
+from typing import Any, Callable
+
+import torch
+
+from core.trace import Edge, GradInfo, NodeInfo, Saved, Stale, StorageInfo, TensorInfo, Values
+
+FULL_VALUES = 1000
+SAMPLE_VALUES = 24
+
+_saved_attrs_cache: dict[type, tuple[str, ...]] = {}
+
+
+def saved_attr_names(node) -> tuple[str, ...]:
+    cls = type(node)
+    names = _saved_attrs_cache.get(cls)
+    if names is None:
+        names = tuple(a for a in dir(node) if a.startswith("_saved_"))
+        _saved_attrs_cache[cls] = names
+    return names
+
+
+def node_kind(node) -> str:
+    name = node.name()
+    if name == "torch::autograd::AccumulateGrad" or name == "AccumulateGrad":
+        return "accumulate_grad"
+    if isinstance(node, torch.autograd.function.BackwardCFunction):
+        return "custom"
+    return "backward"
+
+
+def node_name(node) -> str:
+    name = node.name()
+    if name.startswith("torch::autograd::"):
+        name = name[len("torch::autograd::"):]
+    return name
+
+
+def _json_number(x: Any) -> Any:
+    if isinstance(x, float):
+        if math.isnan(x):
+            return "nan"
+        if math.isinf(x):
+            return "inf" if x > 0 else "-inf"
+    if isinstance(x, complex):
+        return str(x)
+    return x
+
+
+def values_of(t: torch.Tensor) -> Values:
+    """A bounded preview: every value up to FULL_VALUES elements, else a sample and stats."""
+    numel = t.numel()
+    try:
+        flat = t.detach()
+        if flat.device.type != "cpu":
+            flat = flat.cpu()
+        flat = flat.reshape(-1)
+        if flat.is_complex() or flat.dtype in (torch.bfloat16, torch.float16):
+            flat = flat.to(torch.complex64 if flat.is_complex() else torch.float32)
+        if numel <= FULL_VALUES:
+            return Values(numel=numel, data=[_json_number(v) for v in flat.tolist()])
+        sample = [_json_number(v) for v in flat[:SAMPLE_VALUES].tolist()]
+        stats = flat.double() if not flat.is_complex() and flat.dtype != torch.bool else None
+        if stats is None:
+            return Values(numel=numel, sample=sample)
+        return Values(
+            numel=numel,
+            sample=sample,
+            min=_json_number(stats.min().item()),
+            max=_json_number(stats.max().item()),
+            mean=_json_number(stats.mean().item()),
+        )
+    except Exception:  # sparse, meta, nested or otherwise unreadable tensors
+        return Values(numel=numel)
+
+
+def dtype_name(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _saved_value(value: Any) -> Any:
+    if isinstance(value, (bool, int, str)) or value is None:
+        return value
+    if isinstance(value, float):
+        return _json_number(value)
+    if isinstance(value, (torch.Size, tuple, list)):
+        return [_saved_value(v) for v in value]
+    if isinstance(value, (torch.dtype, torch.device)):
+        return str(value)
+    return repr(value)
+
+
+class Snapshotter:
+    """Collects nodes, tensors and storages of one snapshot; tensor ids are shared across it."""
+
+    def __init__(self, names: Callable[[torch.Tensor], str | None], module_paths: dict[int, str] | None = None):
+        self.names = names
+        self.module_paths = module_paths or {}
+        self.tensors: dict[int, dict] = {}  # key -> raw fields
+        self.objects: dict[str, torch.Tensor] = {}  # tensor id -> live tensor (for grads after the call)
+        self.by_key: dict[int, str] = {}
+        self.by_layout: dict[tuple, str] = {}
+        self.storages: dict[tuple, str] = {}
+        self.storage_nbytes: dict[str, tuple[int, str]] = {}
+
+    # -- tensors --------------------------------------------------------------------------
+    def storage_id(self, t: torch.Tensor) -> str | None:
+        try:
+            st = t.untyped_storage()
+            ptr, nbytes = st.data_ptr(), st.nbytes()
+        except Exception:
+            return None
+        if ptr == 0:
+            return None
+        key = (str(t.device), ptr, nbytes)
+        sid = self.storages.get(key)
+        if sid is None:
+            sid = f"s{len(self.storages)}"
+            self.storages[key] = sid
+            self.storage_nbytes[sid] = (nbytes, str(t.device))
+        return sid
+
+    def tensor_id(self, t: torch.Tensor, saved: bool = False) -> str:
+        key = t._cdata
+        tid = self.by_key.get(key)
+        if tid is not None:
+            return tid
+        layout = None
+        try:
+            layout = (
+                str(t.device),
+                t.untyped_storage().data_ptr(),
+                t.storage_offset(),
+                tuple(t.shape),
+                tuple(t.stride()),
+                t.dtype,
+            )
+        except Exception:
+            pass
+        if saved and layout is not None and layout[1] != 0 and layout in self.by_layout:
+            # A saved output unpacks as a new tensor object over the same data: same tensor.
+            return self.by_layout[layout]
+        tid = f"t{len(self.tensors)}"
+        self.by_key[key] = tid
+        if layout is not None and layout[1] != 0:
+            self.by_layout.setdefault(layout, tid)
+        self.objects[tid] = t
+        self.tensors[key] = self._describe(t, tid)
+        base = getattr(t, "_base", None)
+        if base is not None:
+            self.tensors[key]["base"] = self.tensor_id(base)
+        return tid
+
+    def _describe(self, t: torch.Tensor, tid: str) -> dict:
+        try:
+            stride = list(t.stride())
+            offset = t.storage_offset()
+        except Exception:
+            stride, offset = [], 0
+        try:
+            nbytes = t.untyped_storage().nbytes()
+        except Exception:
+            nbytes = 0
+        grad_fn = t.grad_fn
+        return dict(
+            id=tid,
+            name=self.names(t),
+            shape=list(t.shape),
+            dtype=dtype_name(t.dtype),
+            device=str(t.device),
+            requires_grad=t.requires_grad,
+            is_leaf=t.is_leaf,
+            retains_grad=t.retains_grad if not t.is_leaf else False,
+            stride=stride,
+            storage_offset=offset,
+            storage=self.storage_id(t),
+            version=t._version,
+            values=values_of(t),
+            is_view=t._is_view(),
+            grad_fn_name=node_name(grad_fn) if grad_fn is not None else None,
+            element_size=t.element_size(),
+            nbytes=nbytes,
+            _grad_fn=grad_fn,
+        )
+
+    def finish_tensors(self, node_ids: dict[int, str] | None = None, read_grads: bool = True) -> list[TensorInfo]:
+        out = []
+        for raw in self.tensors.values():
+            raw = dict(raw)
+            fn = raw.pop("_grad_fn")
+            if node_ids is not None and fn is not None:
+                raw["grad_fn"] = node_ids.get(id(fn))
+            t = self.objects[raw["id"]]
+            if read_grads and (t.is_leaf or t.retains_grad):
+                g = t.grad
+                if g is not None:
+                    raw["grad"] = GradInfo(shape=list(g.shape), values=values_of(g))
+                raw["version"] = t._version
+            out.append(TensorInfo(**raw))
+        return out
+
+    def finish_storages(self, tensors: list[TensorInfo]) -> list[StorageInfo]:
+        members: dict[str, list[str]] = {}
+        for t in tensors:
+            if t.storage is not None:
+                members.setdefault(t.storage, []).append(t.id)
+        return [
+            StorageInfo(id=sid, nbytes=nb, device=dev, tensors=members.get(sid, []))
+            for sid, (nb, dev) in self.storage_nbytes.items()
+        ]
+
+    # -- graphs ---------------------------------------------------------------------------
+    def walk(self, roots: list) -> tuple[list[NodeInfo], dict[int, str], str]:
+        """Snapshot every node reachable from ``roots``; returns nodes, id map and a structure hash."""
+        ids: dict[int, str] = {}
+        order: list = []
+        keep: list = []  # keeps node wrappers alive during the walk so id() stays unique
+        stack = [r for r in reversed(roots) if r is not None]
+        while stack:
+            node = stack.pop()
+            if id(node) in ids:
+                continue
+            ids[id(node)] = f"n{len(ids)}"
+            order.append(node)
+            keep.append(node)
+            for fn, _ in reversed(node.next_functions):
+                if fn is not None and id(fn) not in ids:
+                    stack.append(fn)
+        digest = hashlib.sha1()
+        nodes = []
+        for node in order:
+            info = self._node_info(node, ids)
+            nodes.append(info)
+            digest.update(info.name.encode())
+            for e in info.next:
+                digest.update((f"|{e.node}:{e.input_nr}" if e else "|-").encode())
+            digest.update(b";")
+        return nodes, ids, digest.hexdigest()
+
+    def _node_info(self, node, ids: dict[int, str]) -> NodeInfo:
+        kind = node_kind(node)
+        nxt = [Edge(ids[id(fn)], nr) if fn is not None else None for fn, nr in node.next_functions]
+        saved: list[Saved] = []
+        stale = None
+        variable = None
+        if kind == "accumulate_grad":
+            variable = self.tensor_id(node.variable)
+        else:
+            for attr in saved_attr_names(node):
+                name = attr[len("_saved_"):]
+                try:
+                    value = getattr(node, attr)
+                except RuntimeError as exc:
+                    msg = str(exc)
+                    if "modified by an inplace operation" in msg:
+                        stale = stale or _stale_from(name, msg)
+                        saved.append(Saved(name=name, freed=False, value="stale"))
+                    else:
+                        saved.append(Saved(name=name, freed=True))
+                    continue
+                except Exception:
+                    continue
+                if isinstance(value, torch.Tensor):
+                    saved.append(Saved(name=name, tensor=self.tensor_id(value, saved=True)))
+                elif isinstance(value, (list, tuple)) and value and all(isinstance(v, torch.Tensor) for v in value):
+                    for i, v in enumerate(value):
+                        saved.append(Saved(name=f"{name}[{i}]", tensor=self.tensor_id(v, saved=True)))
+                else:
+                    saved.append(Saved(name=name, value=_saved_value(value)))
+        meta = _metadata(node)
+        line = meta.get("bps_line")
+        module = self.module_paths.get(meta.get("bps_module")) if meta.get("bps_module") is not None else None
+        return NodeInfo(
+            id=ids[id(node)],
+            name=node_name(node),
+            kind=kind,
+            next=nxt,
+            saved=saved,
+            variable=variable,
+            line=line,
+            module=module,
+            stale=stale,
+        )
+
+
+def _metadata(node) -> dict:
+    try:
+        return node.metadata
+    except Exception:
+        return {}
+
+
+def _stale_from(name: str, message: str) -> Stale:
+    """Parse 'is at version 1; expected version 0 instead' from the engine's message."""
+    import re
+
+    now = re.search(r"is at version (\d+)", message)
+    then = re.search(r"expected version (\d+)", message)
+    return Stale(
+        saved=name,
+        saved_version=int(then.group(1)) if then else None,
+        version=int(now.group(1)) if now else None,
+        message=message.split("Hint:")[0].strip(),
+    )
+
+
+def inherit_origin(nodes: list[NodeInfo]) -> list[NodeInfo]:
+    """Nodes made inside C++ ops (the TBackward0 of a Linear) take their consumer's line and module."""
+    line: dict[str, int | None] = {n.id: n.line for n in nodes}
+    module: dict[str, str | None] = {n.id: n.module for n in nodes}
+    for n in nodes:  # walk order lists a node before its inputs
+        for e in n.next:
+            if e is None:
+                continue
+            if line.get(e.node) is None and line[n.id] is not None:
+                line[e.node] = line[n.id]
+                if module.get(e.node) is None:
+                    module[e.node] = module[n.id]
+    return [
+        n if n.kind == "accumulate_grad" or (n.line == line[n.id] and n.module == module[n.id])
+        else replace(n, line=line[n.id], module=module[n.id])
+        for n in nodes
+    ]
+
+
+def label_nodes(nodes: list[NodeInfo], tensors: list[TensorInfo]) -> list[NodeInfo]:
+    """Give each node the script name of the tensor whose grad_fn it is."""
+    by_node: dict[str, TensorInfo] = {}
+    for t in tensors:
+        if t.grad_fn is not None and (t.name or t.grad_fn not in by_node):
+            if t.grad_fn not in by_node or (t.name and not by_node[t.grad_fn].name):
+                by_node[t.grad_fn] = t
+    names = {t.id: t.name for t in tensors}
+    nodes = inherit_origin(nodes)
+    out = []
+    for n in nodes:
+        t = by_node.get(n.id)
+        if t is not None:
+            n = replace(n, tensor=t.id, label=t.name)
+        elif n.variable is not None:
+            n = replace(n, label=names.get(n.variable))
+        out.append(n)
+    return out

@@ -1,0 +1,389 @@
+"""The trace model: plain, frozen dataclasses with string ids and a JSON round trip.
+
+A trace is what the worker process sends to the GUI, what the exporters read and what
+``main.py trace --json`` writes. It holds no torch objects, so the GUI never needs torch.
+The key names are the public format described in ``docs/trace-format.md``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+FORMAT = "backprop-studio-trace"
+VERSION = 1
+
+API_NAMES = ("Tensor.backward", "autograd.backward", "autograd.grad", "unreached", "model")
+NODE_KINDS = ("backward", "accumulate_grad", "custom", "other")
+
+
+class TraceFormatError(ValueError):
+    """A trace file or message that cannot be read; the message names the field."""
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    type: str
+    message: str
+    line: int | None = None
+    traceback: str = ""
+    # "exception" (the script raised), "exit" (sys.exit / os._exit), "crash" (signal),
+    # "timeout", "cancelled", "syntax", "load" (bad file).
+    kind: str = "exception"
+    file: str | None = None
+    fault: str = ""
+
+
+@dataclass(frozen=True)
+class Values:
+    numel: int
+    data: list | None = None  # flat list when numel <= 1,000
+    sample: list | None = None  # first elements otherwise
+    min: float | None = None
+    max: float | None = None
+    mean: float | None = None
+
+
+@dataclass(frozen=True)
+class GradInfo:
+    shape: list[int]
+    values: Values
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    id: str
+    name: str | None
+    shape: list[int]
+    dtype: str
+    device: str
+    requires_grad: bool
+    is_leaf: bool
+    retains_grad: bool
+    stride: list[int]
+    storage_offset: int
+    storage: str | None
+    version: int
+    values: Values
+    grad: GradInfo | None = None
+    base: str | None = None  # tensor id of the view's base, when the base is in the trace
+    is_view: bool = False
+    grad_fn: str | None = None  # node id, when the node is in the same call
+    grad_fn_name: str | None = None
+    element_size: int = 4
+    nbytes: int = 0
+
+
+@dataclass(frozen=True)
+class Edge:
+    node: str
+    input_nr: int
+
+
+@dataclass(frozen=True)
+class Saved:
+    name: str
+    tensor: str | None = None  # tensor id
+    value: Any = None  # a scalar, a list of ints, a string
+    freed: bool = False  # the saved tensor was already released when captured
+
+
+@dataclass(frozen=True)
+class Stale:
+    saved: str
+    saved_version: int | None
+    version: int | None
+    message: str = ""
+    op_line: int | None = None
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    id: str
+    name: str
+    kind: str
+    next: list[Edge | None]
+    saved: list[Saved] = field(default_factory=list)
+    variable: str | None = None  # tensor id, for AccumulateGrad
+    tensor: str | None = None  # the named tensor whose grad_fn this node is
+    label: str | None = None  # the script's name for that tensor
+    line: int | None = None  # script line of the op that created the node
+    module: str | None = None  # nn.Module path the node was created in
+    stale: Stale | None = None
+
+
+@dataclass(frozen=True)
+class StorageInfo:
+    id: str
+    nbytes: int
+    device: str
+    tensors: list[str]
+
+
+@dataclass(frozen=True)
+class CallInfo:
+    id: str
+    index: int
+    api: str
+    line: int | None
+    roots: list[str]
+    nodes: list[NodeInfo]
+    tensors: list[TensorInfo]
+    error: ErrorInfo | None = None
+    storages: list[StorageInfo] = field(default_factory=list)
+    options: dict = field(default_factory=dict)
+    # Loops: calls whose graph has the same structure as an earlier one keep only a summary
+    # and name that call in ``same_as``; ``snapshot`` is "full" or "summary".
+    snapshot: str = "full"
+    same_as: str | None = None
+    structure: str = ""
+    node_count: int = 0
+    edge_count: int = 0
+    leaf_grads: dict = field(default_factory=dict)  # leaf name -> Values after the call
+    duration_s: float = 0.0
+
+    def node(self, node_id: str) -> NodeInfo | None:
+        return self.node_map().get(node_id)
+
+    def tensor(self, tensor_id: str | None) -> TensorInfo | None:
+        if tensor_id is None:
+            return None
+        return self.tensor_map().get(tensor_id)
+
+    def node_map(self) -> dict[str, NodeInfo]:
+        cache = self.__dict__.get("_node_map")
+        if cache is None:
+            cache = {n.id: n for n in self.nodes}
+            object.__setattr__(self, "_node_map", cache)
+        return cache
+
+    def tensor_map(self) -> dict[str, TensorInfo]:
+        cache = self.__dict__.get("_tensor_map")
+        if cache is None:
+            cache = {t.id: t for t in self.tensors}
+            object.__setattr__(self, "_tensor_map", cache)
+        return cache
+
+    @property
+    def title(self) -> str:
+        where = f"line {self.line}" if self.line else "no line"
+        return f"#{self.index} {self.api} ({where})"
+
+
+@dataclass(frozen=True)
+class MemorySample:
+    t: float
+    device: str
+    allocated: int = 0
+    reserved: int = 0
+    rss: int = 0
+    saved_bytes: int = 0
+    phase: str = "forward"
+    max_allocated: int = 0
+
+
+@dataclass(frozen=True)
+class Trace:
+    calls: list[CallInfo]
+    error: ErrorInfo | None = None
+    script: str = ""
+    source: str = ""
+    device: str = "cpu"
+    mode: str = "script"
+    output: str = ""
+    duration_s: float = 0.0
+    torch_version: str = ""
+    call_count: int = 0  # all backward calls, including ones not stored in ``calls``
+    tensors: list[TensorInfo] = field(default_factory=list)
+    storages: list[StorageInfo] = field(default_factory=list)
+    memory: list[MemorySample] = field(default_factory=list)
+    format: str = FORMAT
+    version: int = VERSION
+
+    def to_dict(self) -> dict:
+        return _strip_private(asdict(self))
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent, separators=(",", ":") if indent is None else None)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_json(), encoding="utf-8")
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "Trace":
+        return trace_from_dict(data)
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "trace") -> "Trace":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise TraceFormatError(
+                f"{source}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
+                "the file may be truncated"
+            ) from None
+        return trace_from_dict(data, source)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Trace":
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise TraceFormatError(f"{path}: cannot read: {exc}") from None
+        return cls.from_json(text, str(path))
+
+
+def _strip_private(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _strip_private(v) for k, v in obj.items() if not k.startswith("_")}
+    if isinstance(obj, list):
+        return [_strip_private(v) for v in obj]
+    return obj
+
+
+# -- reading -------------------------------------------------------------------------------
+
+
+class _Reader:
+    """Builds dataclasses from dicts, naming the path of any field that is wrong."""
+
+    def __init__(self, source: str):
+        self.source = source
+
+    def fail(self, path: str, what: str) -> None:
+        raise TraceFormatError(f"{self.source}: field '{path}': {what}")
+
+    def build(self, cls, data: Any, path: str):
+        if not isinstance(data, dict):
+            self.fail(path, f"expected an object, got {type(data).__name__}")
+        kwargs = {}
+        for f in fields(cls):
+            if f.name not in data:
+                if f.default is not MISSING or f.default_factory is not MISSING:
+                    continue
+                self.fail(f"{path}.{f.name}" if path else f.name, "missing")
+            kwargs[f.name] = data[f.name]
+        return kwargs
+
+    def obj(self, cls, data: Any, path: str, nested: dict[str, Any] | None = None):
+        kwargs = self.build(cls, data, path)
+        for key, conv in (nested or {}).items():
+            if key in kwargs and kwargs[key] is not None:
+                kwargs[key] = conv(kwargs[key], f"{path}.{key}")
+        try:
+            return cls(**kwargs)
+        except TypeError as exc:
+            self.fail(path, str(exc))
+
+    def lst(self, conv, data: Any, path: str) -> list:
+        if not isinstance(data, list):
+            self.fail(path, f"expected a list, got {type(data).__name__}")
+        return [conv(item, f"{path}[{i}]") for i, item in enumerate(data)]
+
+    # converters
+    def values(self, d, p):
+        return self.obj(Values, d, p)
+
+    def grad(self, d, p):
+        return self.obj(GradInfo, d, p, {"values": self.values})
+
+    def tensor(self, d, p):
+        t = self.obj(TensorInfo, d, p, {"values": self.values, "grad": self.grad})
+        if not isinstance(t.id, str):
+            self.fail(f"{p}.id", "expected a string id")
+        return t
+
+    def error(self, d, p):
+        return self.obj(ErrorInfo, d, p)
+
+    def edge(self, d, p):
+        if d is None:
+            return None
+        return self.obj(Edge, d, p)
+
+    def saved(self, d, p):
+        return self.obj(Saved, d, p)
+
+    def stale(self, d, p):
+        return self.obj(Stale, d, p)
+
+    def node(self, d, p):
+        n = self.obj(
+            NodeInfo,
+            d,
+            p,
+            {
+                "next": lambda v, q: self.lst(self.edge, v, q),
+                "saved": lambda v, q: self.lst(self.saved, v, q),
+                "stale": self.stale,
+            },
+        )
+        if not isinstance(n.id, str):
+            self.fail(f"{p}.id", "expected a string id")
+        return n
+
+    def storage(self, d, p):
+        return self.obj(StorageInfo, d, p)
+
+    def call(self, d, p):
+        c = self.obj(
+            CallInfo,
+            d,
+            p,
+            {
+                "nodes": lambda v, q: self.lst(self.node, v, q),
+                "tensors": lambda v, q: self.lst(self.tensor, v, q),
+                "storages": lambda v, q: self.lst(self.storage, v, q),
+                "error": self.error,
+                "leaf_grads": self.value_map,
+            },
+        )
+        ids = {n.id for n in c.nodes}
+        for i, root in enumerate(c.roots):
+            if root not in ids:
+                self.fail(f"{p}.roots[{i}]", f"node '{root}' is not in the call's nodes")
+        for i, n in enumerate(c.nodes):
+            for j, e in enumerate(n.next):
+                if e is not None and e.node not in ids:
+                    self.fail(f"{p}.nodes[{i}].next[{j}]", f"node '{e.node}' is not in the call's nodes")
+        return c
+
+    def value_map(self, d, p):
+        if not isinstance(d, dict):
+            self.fail(p, f"expected an object, got {type(d).__name__}")
+        return {k: self.values(v, f"{p}.{k}") for k, v in d.items()}
+
+    def memory(self, d, p):
+        return self.obj(MemorySample, d, p)
+
+
+def trace_from_dict(data: Any, source: str = "trace") -> Trace:
+    """Build a Trace from decoded JSON, raising TraceFormatError that names the bad field."""
+    r = _Reader(source)
+    if not isinstance(data, dict):
+        r.fail("", f"expected a JSON object at the top level, got {type(data).__name__}")
+    if data.get("format") != FORMAT:
+        r.fail("format", f"expected '{FORMAT}', got {data.get('format')!r}: not a Backprop Studio trace")
+    version = data.get("version")
+    if not isinstance(version, int):
+        r.fail("version", f"expected an integer, got {version!r}")
+    if version > VERSION:
+        raise TraceFormatError(
+            f"{source}: trace version {version} is newer than this Backprop Studio reads "
+            f"(version {VERSION}); update Backprop Studio to open it"
+        )
+    return r.obj(
+        Trace,
+        data,
+        "",
+        {
+            "calls": lambda v, q: r.lst(r.call, v, q.lstrip(".")),
+            "error": r.error,
+            "tensors": lambda v, q: r.lst(r.tensor, v, q.lstrip(".")),
+            "storages": lambda v, q: r.lst(r.storage, v, q.lstrip(".")),
+            "memory": lambda v, q: r.lst(r.memory, v, q.lstrip(".")),
+        },
+    )

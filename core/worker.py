@@ -1,0 +1,188 @@
+"""The worker process: owns torch, runs one user script, talks to its parent in JSON lines.
+
+Started by ``core.client`` as ``python -m core.worker --fault-file PATH``. The protocol
+channel is a duplicate of the original stdout; file descriptors 1 and 2 are then pointed
+at the stderr pipe, so whatever the script prints (from Python or from C) can never
+corrupt the protocol. Commands arrive on stdin and are read on a thread, so a running
+script can be cancelled (KeyboardInterrupt in the main thread) and, later, stepped.
+
+Messages sent: ``hello`` (pid, torch version, devices), ``started``, ``call`` and
+``call_done`` (progress), ``exiting`` (the script called ``os._exit``), ``trace`` (the
+result, in the trace format) and ``bye``.
+"""
+
+from __future__ import annotations
+
+import _thread
+import argparse
+import faulthandler
+import json
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+
+
+class Channel:
+    """Writes one JSON message per line on the protocol descriptor, from any thread."""
+
+    def __init__(self, fd: int):
+        self._file = os.fdopen(fd, "w", encoding="utf-8", buffering=1 << 16)
+        self._lock = threading.Lock()
+
+    def send(self, msg: dict) -> None:
+        text = json.dumps(msg, separators=(",", ":"))
+        with self._lock:
+            self._file.write(text + "\n")
+            self._file.flush()
+
+
+def list_devices() -> list[dict]:
+    import torch
+
+    devices = [{"id": "cpu", "name": "CPU", "kind": "cpu"}]
+    try:
+        if torch.cuda.is_available():
+            for i in range(torch.cuda.device_count()):
+                p = torch.cuda.get_device_properties(i)
+                devices.append({
+                    "id": f"cuda:{i}", "name": p.name, "kind": "cuda",
+                    "capability": f"{p.major}.{p.minor}", "total_memory": p.total_memory,
+                })
+    except Exception as exc:  # a broken driver must not stop the CPU from working
+        devices.append({"id": "cuda", "name": f"CUDA unavailable: {exc}", "kind": "error"})
+    try:
+        if torch.backends.mps.is_available():
+            devices.append({"id": "mps", "name": "Apple MPS", "kind": "mps"})
+    except Exception:
+        pass
+    return devices
+
+
+def check_device(device: str) -> str | None:
+    """None when ``device`` can be used, else a sentence saying why not."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except Exception as exc:
+        return f"'{device}' is not a device name: {exc}"
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            return f"{device} was asked for, but CUDA is not available on this machine"
+        if (dev.index or 0) >= torch.cuda.device_count():
+            return f"{device} was asked for, but this machine has {torch.cuda.device_count()} CUDA device(s)"
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        return "MPS was asked for, but it is not available on this machine"
+    return None
+
+
+class Worker:
+    def __init__(self, channel: Channel):
+        self.channel = channel
+        self.commands: queue.Queue = queue.Queue()
+        self.running = False
+
+    def read_commands(self) -> None:
+        for line in sys.stdin:
+            try:
+                cmd = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if cmd.get("cmd") == "cancel":
+                if self.running:
+                    _thread.interrupt_main()
+                continue
+            self.commands.put(cmd)
+        self.commands.put({"cmd": "quit"})
+
+    def serve(self) -> None:
+        threading.Thread(target=self.read_commands, name="commands", daemon=True).start()
+        while True:
+            cmd = self.commands.get()
+            kind = cmd.get("cmd")
+            if kind == "quit":
+                self.channel.send({"type": "bye"})
+                return
+            if kind == "devices":
+                self.channel.send({"type": "devices", "devices": list_devices()})
+            elif kind == "run":
+                self.run(cmd)
+
+    def run(self, cmd: dict) -> None:
+        from core.capture import capture_script
+        from core.trace import ErrorInfo, Trace
+
+        run_id = cmd.get("run")
+        device = cmd.get("device") or "cpu"
+        self.channel.send({"type": "started", "run": run_id, "t": time.time()})
+        problem = check_device(device)
+        if problem:
+            err = ErrorInfo(type="DeviceError", message=problem, kind="device")
+            trace = Trace(calls=[], error=err, script=cmd.get("path", ""), device=device)
+        else:
+            def on_event(event: dict) -> None:
+                event["run"] = run_id
+                self.channel.send(event)
+
+            self.running = True
+            try:
+                trace = capture_script(cmd["path"], device=device, mode=cmd.get("mode", "auto"), on_event=on_event)
+            except KeyboardInterrupt:
+                err = ErrorInfo(type="KeyboardInterrupt", message="the run was cancelled", kind="cancelled")
+                trace = Trace(calls=[], error=err, script=cmd.get("path", ""), device=device)
+            finally:
+                self.running = False
+            sys.stdout.flush()
+            sys.stderr.flush()
+        self.channel.send({"type": "trace", "run": run_id, "trace": trace.to_dict()})
+
+
+def _patch_exit(channel: Channel) -> None:
+    """Tell the parent where ``os._exit`` was called before the process vanishes."""
+    real_exit = os._exit
+
+    def _exit(code: int = 0) -> None:
+        line = None
+        try:
+            frame = sys._getframe(1)
+            while frame is not None and frame.f_code.co_filename.endswith(("worker.py", "capture.py")):
+                frame = frame.f_back
+            line = frame.f_lineno if frame is not None else None
+            file = frame.f_code.co_filename if frame is not None else None
+            channel.send({"type": "exiting", "code": code, "line": line, "file": file})
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            real_exit(code)
+
+    os._exit = _exit
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="core.worker")
+    parser.add_argument("--fault-file", default=None)
+    args = parser.parse_args(argv)
+
+    channel = Channel(os.dup(1))
+    os.dup2(2, 1)
+    sys.stdout = os.fdopen(1, "w", encoding="utf-8", buffering=1, closefd=False)
+    if args.fault_file:
+        fault = open(args.fault_file, "w", encoding="utf-8")
+        faulthandler.enable(file=fault, all_threads=True)
+        if hasattr(signal, "SIGUSR1"):
+            # The parent sends SIGUSR1 before killing a hung run: the dump names the line.
+            faulthandler.register(signal.SIGUSR1, file=fault, all_threads=True, chain=False)
+    _patch_exit(channel)
+    import torch
+
+    channel.send({"type": "hello", "pid": os.getpid(), "torch": torch.__version__, "devices": list_devices(),
+                  "python": sys.version.split()[0]})
+    Worker(channel).serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

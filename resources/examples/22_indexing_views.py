@@ -1,0 +1,29 @@
+# Basic indexing returns views, clone() and advanced indexing copy
+# Slices and integer indices (x[0], x[:, 1], x[::2]) share x's storage: writing to them changes x.
+# clone() allocates new storage. Indexing with a tensor or list of indices (advanced indexing) and
+# boolean masks also copy, so writing to the result leaves x unchanged.
+import torch
+
+x = torch.arange(12.0).view(3, 4)
+
+
+def shares_storage(tensor):
+    return tensor.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+
+
+first_row = x[0]
+second_column = x[:, 1]
+every_other_row = x[::2]
+cloned = x.clone()
+picked_rows = x[[0, 2]]
+masked = x[x > 5]
+
+for name, tensor in [("x[0]", first_row), ("x[:, 1]", second_column), ("x[::2]", every_other_row),
+                     ("x.clone()", cloned), ("x[[0, 2]]", picked_rows), ("x[x > 5]", masked)]:
+    print(f"{name:<10} shares storage with x: {shares_storage(tensor)!s:<5}  is a view: {tensor._base is not None}")
+
+first_row[0] = 100.0
+cloned[0, 1] = 200.0
+picked_rows[0, 2] = 300.0
+print("after writing to first_row, cloned and picked_rows:")
+print(x)  # only x[0, 0] changed
