@@ -155,7 +155,8 @@ class Capture:
         self.tagging = False
         t0 = time.perf_counter()
         try:
-            snap, nodes, ids, structure, root_ids, input_ids = self._before(roots, inputs, index)
+            with torch._C.DisableTorchFunction():
+                snap, nodes, ids, structure, root_ids, input_ids = self._before(roots, inputs, index)
             self.on_event({"type": "call", "index": index, "api": api, "line": line, "nodes": len(nodes),
                            "t": time.perf_counter() - self.started})
             error = None
@@ -169,7 +170,8 @@ class Capture:
                 error = _error_info(exc, line, self.names)
                 raise
             finally:
-                self._after(api, index, line, snap, nodes, ids, structure, root_ids, input_ids, result,
+                with torch._C.DisableTorchFunction():
+                    self._after(api, index, line, snap, nodes, ids, structure, root_ids, input_ids, result,
                             error, retain_graph, create_graph, t0)
             return result
         finally:
@@ -360,7 +362,12 @@ class Capture:
         self.model_mode = True
         output = model(*inputs)
         outs = output if isinstance(output, (tuple, list)) else (output,)
-        loss = sum(o.sum() for o in outs if isinstance(o, torch.Tensor))
+        sums = [o.sum() for o in outs if isinstance(o, torch.Tensor) and o.is_floating_point()]
+        if not sums:
+            raise ValueError("the model's output holds no floating-point tensor to take a loss of")
+        loss = sums[0]
+        for s in sums[1:]:
+            loss = loss + s
         ns.update(output=output, loss=loss)
         loss.backward()
 
@@ -400,7 +407,7 @@ class Capture:
 
     def _named_tensor_snapshot(self):
         snap = Snapshotter(self.names.name_of, self.names.module_paths)
-        for _, t in self.names.named_tensors():
+        for _, t in self.names.named_tensors(bound_only=True):
             snap.tensor_id(t)
         tensors = snap.finish_tensors(None)
         return tensors, snap.finish_storages(tensors)

@@ -26,6 +26,7 @@ class NameTable:
         self.remembered: dict[int, tuple[weakref.ref, str]] = {}
         self._names: dict[int, str] = {}
         self._tensors: list[tuple[str, torch.Tensor]] = []
+        self._bound = 0
         self.module_paths: dict[int, str] = {}
         self._user_files: dict[str, bool] = {}
 
@@ -66,7 +67,8 @@ class NameTable:
 
     # -- settrace: remember locals of returning user functions -----------------------------
     def tracer(self, frame, event, arg):
-        if event == "call" and frame.f_code.co_name != "<module>" and self.is_user_file(frame.f_code.co_filename):
+        # Comprehensions and generator expressions (<genexpr>, <listcomp>) hold loop variables only.
+        if event == "call" and not frame.f_code.co_name.startswith("<") and self.is_user_file(frame.f_code.co_filename):
             frame.f_trace_lines = False
             return self._local_tracer
         return None
@@ -109,14 +111,16 @@ class NameTable:
                 if name == "self" or name.startswith("__"):
                     continue
                 add(name, value)
+        self._bound = len(tensors)
+        self._add_module_names(modules, names, tensors)
         for key, (ref, name) in list(self.remembered.items()):
             t = ref()
             if t is None:
                 del self.remembered[key]
             elif key not in names:
                 names[key] = name
-                tensors.append((name, t))
-        self._add_module_names(modules, names, tensors)
+                tensors.insert(self._bound, (name, t))
+                self._bound += 1
         self._names = names
         self._tensors = tensors
 
@@ -144,5 +148,6 @@ class NameTable:
     def name_of(self, t: torch.Tensor) -> str | None:
         return self._names.get(t._cdata)
 
-    def named_tensors(self) -> list[tuple[str, torch.Tensor]]:
-        return list(self._tensors)
+    def named_tensors(self, bound_only: bool = False) -> list[tuple[str, torch.Tensor]]:
+        """Tensors with a name; ``bound_only`` leaves out module parameters and buffers."""
+        return list(self._tensors[: self._bound] if bound_only else self._tensors)

@@ -19,6 +19,7 @@ from core.trace import Edge, GradInfo, NodeInfo, Saved, Stale, StorageInfo, Tens
 
 FULL_VALUES = 1000
 SAMPLE_VALUES = 24
+VALUE_BUDGET = 12_000
 
 _saved_attrs_cache: dict[type, tuple[str, ...]] = {}
 
@@ -59,29 +60,39 @@ def _json_number(x: Any) -> Any:
     return x
 
 
-def values_of(t: torch.Tensor) -> Values:
-    """A bounded preview: every value up to FULL_VALUES elements, else a sample and stats."""
+def _plain_list(flat: torch.Tensor) -> list:
+    if flat.is_complex():
+        return [str(v) for v in flat.tolist()]
+    if flat.dtype == torch.float32 or flat.dtype == torch.float16 or flat.dtype == torch.bfloat16:
+        # Shortest decimal that round-trips at float32 precision: '0.1', not '0.10000000149011612'.
+        text = flat.float().numpy().astype(str)
+        return [_json_number(float(v)) for v in text]
+    if flat.is_floating_point() and not bool(torch.isfinite(flat).all()):
+        return [_json_number(v) for v in flat.tolist()]
+    return flat.tolist()
+
+
+def values_of(t: torch.Tensor, full_limit: int = FULL_VALUES) -> Values:
+    """A bounded preview: every value up to ``full_limit`` elements, else a sample and stats."""
     numel = t.numel()
     try:
         flat = t.detach()
         if flat.device.type != "cpu":
             flat = flat.cpu()
         flat = flat.reshape(-1)
-        if flat.is_complex() or flat.dtype in (torch.bfloat16, torch.float16):
-            flat = flat.to(torch.complex64 if flat.is_complex() else torch.float32)
-        if numel <= FULL_VALUES:
-            return Values(numel=numel, data=[_json_number(v) for v in flat.tolist()])
-        sample = [_json_number(v) for v in flat[:SAMPLE_VALUES].tolist()]
-        stats = flat.double() if not flat.is_complex() and flat.dtype != torch.bool else None
-        if stats is None:
+        if flat.dtype in (torch.bfloat16, torch.float16) or flat.dtype.is_floating_point and flat.element_size() < 2:
+            flat = flat.float()
+        if numel <= full_limit:
+            return Values(numel=numel, data=_plain_list(flat))
+        sample = _plain_list(flat[:SAMPLE_VALUES if full_limit else 8])
+        if flat.is_complex() or flat.dtype == torch.bool or numel == 0:
             return Values(numel=numel, sample=sample)
-        return Values(
-            numel=numel,
-            sample=sample,
-            min=_json_number(stats.min().item()),
-            max=_json_number(stats.max().item()),
-            mean=_json_number(stats.mean().item()),
-        )
+        if not flat.is_floating_point():
+            flat = flat.double()
+        lo, hi = torch.aminmax(flat)
+        lo, hi, mean = _plain_list(torch.stack((lo, hi, flat.mean())))
+        return Values(numel=numel, sample=sample, min=_json_number(lo), max=_json_number(hi),
+                      mean=_json_number(mean))
     except Exception:  # sparse, meta, nested or otherwise unreadable tensors
         return Values(numel=numel)
 
@@ -114,22 +125,26 @@ class Snapshotter:
         self.by_layout: dict[tuple, str] = {}
         self.storages: dict[tuple, str] = {}
         self.storage_nbytes: dict[str, tuple[int, str]] = {}
+        # Big graphs: once this many values are stored, further tensors keep a sample and stats.
+        self.value_budget = VALUE_BUDGET
 
     # -- tensors --------------------------------------------------------------------------
     def storage_id(self, t: torch.Tensor) -> str | None:
         try:
             st = t.untyped_storage()
-            ptr, nbytes = st.data_ptr(), st.nbytes()
+            return self._storage_key(str(t.device), st.data_ptr(), st.nbytes())
         except Exception:
             return None
+
+    def _storage_key(self, device: str, ptr: int, nbytes: int) -> str | None:
         if ptr == 0:
             return None
-        key = (str(t.device), ptr, nbytes)
+        key = (device, ptr, nbytes)
         sid = self.storages.get(key)
         if sid is None:
             sid = f"s{len(self.storages)}"
             self.storages[key] = sid
-            self.storage_nbytes[sid] = (nbytes, str(t.device))
+            self.storage_nbytes[sid] = (nbytes, device)
         return sid
 
     def tensor_id(self, t: torch.Tensor, saved: bool = False) -> str:
@@ -137,63 +152,56 @@ class Snapshotter:
         tid = self.by_key.get(key)
         if tid is not None:
             return tid
-        layout = None
+        device = str(t.device)
         try:
-            layout = (
-                str(t.device),
-                t.untyped_storage().data_ptr(),
-                t.storage_offset(),
-                tuple(t.shape),
-                tuple(t.stride()),
-                t.dtype,
-            )
-        except Exception:
-            pass
-        if saved and layout is not None and layout[1] != 0 and layout in self.by_layout:
+            st = t.untyped_storage()
+            ptr, nbytes = st.data_ptr(), st.nbytes()
+            offset, stride = t.storage_offset(), t.stride()
+        except Exception:  # sparse, nested and other storage-less tensors
+            ptr, nbytes, offset, stride = 0, 0, 0, ()
+        layout = (device, ptr, offset, tuple(t.shape), stride, t.dtype)
+        if saved and ptr != 0 and layout in self.by_layout:
             # A saved output unpacks as a new tensor object over the same data: same tensor.
             return self.by_layout[layout]
         tid = f"t{len(self.tensors)}"
         self.by_key[key] = tid
-        if layout is not None and layout[1] != 0:
+        if ptr != 0:
             self.by_layout.setdefault(layout, tid)
         self.objects[tid] = t
-        self.tensors[key] = self._describe(t, tid)
-        base = getattr(t, "_base", None)
-        if base is not None:
-            self.tensors[key]["base"] = self.tensor_id(base)
-        return tid
-
-    def _describe(self, t: torch.Tensor, tid: str) -> dict:
-        try:
-            stride = list(t.stride())
-            offset = t.storage_offset()
-        except Exception:
-            stride, offset = [], 0
-        try:
-            nbytes = t.untyped_storage().nbytes()
-        except Exception:
-            nbytes = 0
         grad_fn = t.grad_fn
-        return dict(
+        is_leaf = t.is_leaf
+        raw = dict(
             id=tid,
             name=self.names(t),
             shape=list(t.shape),
             dtype=dtype_name(t.dtype),
-            device=str(t.device),
+            device=device,
             requires_grad=t.requires_grad,
-            is_leaf=t.is_leaf,
-            retains_grad=t.retains_grad if not t.is_leaf else False,
-            stride=stride,
+            is_leaf=is_leaf,
+            retains_grad=False if is_leaf else t.retains_grad,
+            stride=list(stride),
             storage_offset=offset,
-            storage=self.storage_id(t),
+            storage=self._storage_key(device, ptr, nbytes),
             version=t._version,
-            values=values_of(t),
+            values=self._values(t),
             is_view=t._is_view(),
             grad_fn_name=node_name(grad_fn) if grad_fn is not None else None,
             element_size=t.element_size(),
             nbytes=nbytes,
             _grad_fn=grad_fn,
         )
+        self.tensors[key] = raw
+        base = t._base
+        if base is not None:
+            raw["base"] = self.tensor_id(base)
+        return tid
+
+    def _values(self, t: torch.Tensor) -> Values:
+        numel = t.numel()
+        if numel <= FULL_VALUES and numel <= self.value_budget:
+            self.value_budget -= numel
+            return values_of(t)
+        return values_of(t, full_limit=0)
 
     def finish_tensors(self, node_ids: dict[int, str] | None = None, read_grads: bool = True) -> list[TensorInfo]:
         out = []
@@ -206,7 +214,7 @@ class Snapshotter:
             if read_grads and (t.is_leaf or t.retains_grad):
                 g = t.grad
                 if g is not None:
-                    raw["grad"] = GradInfo(shape=list(g.shape), values=values_of(g))
+                    raw["grad"] = GradInfo(shape=list(g.shape), values=self._values(g))
                 raw["version"] = t._version
             out.append(TensorInfo(**raw))
         return out

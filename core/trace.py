@@ -236,9 +236,17 @@ class Trace:
         return cls.from_json(text, str(path))
 
 
+# Optional keys written only when set: keeps 5,000-node traces small.
+_SPARSE_KEYS = frozenset(("sample", "min", "max", "mean", "tensor", "value", "freed"))
+
+
 def _strip_private(obj: Any) -> Any:
     if isinstance(obj, dict):
-        return {k: _strip_private(v) for k, v in obj.items() if not k.startswith("_")}
+        return {
+            k: _strip_private(v)
+            for k, v in obj.items()
+            if not k.startswith("_") and not (k in _SPARSE_KEYS and (v is None or (k == "freed" and v is False)))
+        }
     if isinstance(obj, list):
         return [_strip_private(v) for v in obj]
     return obj

@@ -41,8 +41,7 @@ describe("permuted.reshape(-1)", reshaped)  # new storage: reshape had to copy
 compact = permuted.contiguous()
 describe("permuted.contiguous()", compact)  # new storage, stride (3, 1)
 
-same = x.contiguous()
-print("x.contiguous() is x:", same is x)  # already contiguous: no copy
+print("x.contiguous() is x:", x.contiguous() is x)  # already contiguous: no copy
 
 row[0] = 100.0  # writes through the view into x's storage
 print("after row[0] = 100: x[1, 0] =", x[1, 0].item(), " reshaped[1] =", reshaped[1].item())

@@ -7,8 +7,9 @@ import torch
 x = torch.arange(12.0).view(3, 4)
 
 
-def shares_storage(tensor):
-    return tensor.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+def describe(name, tensor):
+    shares = tensor.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    print(f"{name:<10} shares storage with x: {shares!s:<5}  is a view: {tensor._base is not None}")
 
 
 first_row = x[0]
@@ -18,9 +19,12 @@ cloned = x.clone()
 picked_rows = x[[0, 2]]
 masked = x[x > 5]
 
-for name, tensor in [("x[0]", first_row), ("x[:, 1]", second_column), ("x[::2]", every_other_row),
-                     ("x.clone()", cloned), ("x[[0, 2]]", picked_rows), ("x[x > 5]", masked)]:
-    print(f"{name:<10} shares storage with x: {shares_storage(tensor)!s:<5}  is a view: {tensor._base is not None}")
+describe("x[0]", first_row)
+describe("x[:, 1]", second_column)
+describe("x[::2]", every_other_row)
+describe("x.clone()", cloned)
+describe("x[[0, 2]]", picked_rows)
+describe("x[x > 5]", masked)
 
 first_row[0] = 100.0
 cloned[0, 1] = 200.0

@@ -1,0 +1,122 @@
+"""Start the desktop app: ``python main.py [SCRIPT] [--screenshot OUT.png]``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import threading
+import traceback
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="backprop-studio",
+        description="See PyTorch's autograd: open a script, watch its graphs. "
+        "Headless commands: 'trace SCRIPT' (see 'trace --help').",
+    )
+    parser.add_argument("script", nargs="?", help="a PyTorch script or model file (default: a bundled example)")
+    parser.add_argument("--device", default=None, help="cpu, cuda:N or mps")
+    parser.add_argument("--screenshot", metavar="OUT.png",
+                        help="run the script, save a picture of the whole window once the graph is shown, exit")
+    parser.add_argument("--timeout", type=float, default=600.0, help="time limit of a run in seconds (default 600)")
+    parser.add_argument("--size", default="1400x860", help="window size, WIDTHxHEIGHT (default 1400x860)")
+    return parser.parse_args(argv)
+
+
+def _install_excepthooks(window_ref: list) -> None:
+    """One place shows unexpected errors: the Problems panel (or stderr before the window exists)."""
+
+    def show(exc_type, exc, tb) -> None:
+        text = "".join(traceback.format_exception(exc_type, exc, tb))
+        log.error("unexpected error: %s", text)
+        window = window_ref[0] if window_ref else None
+        if window is not None:
+            from core.trace import ErrorInfo
+
+            window.problems.show_error(ErrorInfo(type=exc_type.__name__, message=str(exc), traceback=text,
+                                                 kind="internal"), title="Backprop Studio hit an error")
+        else:
+            sys.stderr.write(text)
+
+    sys.excepthook = show
+    threading.excepthook = lambda args: show(args.exc_type, args.exc_value, args.exc_traceback)
+
+
+def main(argv: list[str]) -> int:
+    args = _parse(argv)
+    try:
+        from PySide6.QtCore import QTimer
+        from PySide6.QtWidgets import QApplication
+    except ImportError as exc:  # a broken Qt install: say so instead of a traceback
+        sys.stderr.write(f"backprop-studio: cannot load Qt (PySide6): {exc}\n")
+        return 2
+    from app.resources import DEFAULT_EXAMPLE, icon
+    from app.window import MainWindow
+
+    script = args.script or str(DEFAULT_EXAMPLE)
+    if args.screenshot and not Path(script).is_file():
+        sys.stderr.write(f"backprop-studio: {script}: no such file\n")
+        return 2
+    app = QApplication.instance() or QApplication([sys.argv[0]])
+    app.setApplicationName("Backprop Studio")
+    app.setOrganizationName("Backprop Studio")
+    app.setWindowIcon(icon("app"))
+    window_ref: list = []
+    _install_excepthooks(window_ref)
+    window = MainWindow(timeout=args.timeout)
+    window_ref.append(window)
+    try:
+        width, height = (int(v) for v in args.size.lower().split("x"))
+        window.resize(width, height)
+    except ValueError:
+        pass
+    if args.device:
+        window.device_box.addItem(args.device, args.device)
+        window.device_box.setCurrentIndex(window.device_box.findData(args.device))
+    status = {"code": 0}
+    if args.screenshot:
+        out = Path(args.screenshot)
+
+        def shoot() -> None:
+            if status.get("shot"):
+                return
+            status["shot"] = True
+            # Let the last paint land before grabbing.
+            QTimer.singleShot(300, grab)
+
+        def grab() -> None:
+            window.graph.fit()
+            app.processEvents()
+            pixmap = window.grab()
+            out.parent.mkdir(parents=True, exist_ok=True)
+            if not pixmap.save(str(out)):
+                sys.stderr.write(f"backprop-studio: cannot write {out}\n")
+                status["code"] = 2
+            elif window.last_error is not None:
+                e = window.last_error
+                where = f" at line {e.line}" if e.line else ""
+                sys.stderr.write(f"backprop-studio: the script failed{where}: {e.type}: {e.message}\n")
+                status["code"] = 1
+            else:
+                print(f"screenshot written to {out}")
+            window.close()
+            app.quit()
+
+        def give_up() -> None:
+            sys.stderr.write("backprop-studio: no result in time for the screenshot\n")
+            status["code"] = 3
+            window.close()
+            app.quit()
+
+        window.sig_trace_shown.connect(shoot)
+        QTimer.singleShot(int((args.timeout + 60) * 1000), give_up)
+    window.show()
+    if not window.open_script(script):
+        if args.screenshot:
+            return 2
+    code = app.exec()
+    return status["code"] if args.screenshot else code

@@ -1,0 +1,561 @@
+"""The main window: open a script, run it in the worker, show its graphs, inspect everything.
+
+Selection is one shared state: a node or tensor picked in the graph, the inspector, the
+source, the calls list or the problems list is shown everywhere through ``select_node``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from PySide6.QtCore import QByteArray, QSettings, QSize, Qt, QTimer, QFileSystemWatcher, Signal
+from PySide6.QtGui import QAction, QActionGroup, QDragEnterEvent, QDropEvent, QKeySequence
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDockWidget,
+    QFileDialog,
+    QLabel,
+    QLineEdit,
+    QMainWindow,
+    QMessageBox,
+    QProgressBar,
+    QToolButton,
+    QMenu,
+    QWidget,
+)
+
+from app.resources import example_scripts, icon
+from app.worker_handle import WorkerHandle
+from core.trace import CallInfo, Trace
+from widgets.calls_panel import CallsPanel
+from widgets.graph_view import GraphView
+from widgets.inspector import InspectorPanel
+from widgets.output_panel import OutputPanel
+from widgets.problems_panel import ProblemsPanel
+from widgets.source_view import SourcePanel
+
+log = logging.getLogger(__name__)
+
+MAX_RECENT = 10
+
+
+def settings() -> QSettings:
+    import os
+
+    path = os.environ.get("BACKPROP_STUDIO_SETTINGS")
+    if path:
+        return QSettings(path, QSettings.Format.IniFormat)
+    return QSettings("Backprop Studio", "Backprop Studio")
+
+
+class MainWindow(QMainWindow):
+    sig_trace_shown = Signal()
+    """A run's result is on screen (graph laid out and drawn, or its error shown)."""
+
+    def __init__(self, handle: WorkerHandle | None = None, timeout: float = 600.0):
+        super().__init__()
+        self.setWindowTitle("Backprop Studio")
+        self.setWindowIcon(icon("app"))
+        self.setAcceptDrops(True)
+        self.resize(1400, 860)
+        self.timeout = timeout
+        self.script_path: str | None = None
+        self.trace: Trace | None = None
+        self.call: CallInfo | None = None
+        self.last_error = None
+        self._run_started = 0.0
+        self._selected_node: str | None = None
+        self.handle = handle or WorkerHandle(self)
+        self._build_views()
+        self._build_actions()
+        self._build_toolbar()
+        self._build_menus()
+        self._build_status()
+        self._connect()
+        self._watcher = QFileSystemWatcher(self)
+        self._watcher.fileChanged.connect(self._on_file_changed)
+        self._rerun_timer = QTimer(self, singleShot=True, interval=400)
+        self._rerun_timer.timeout.connect(self.run_script)
+        self._restore_settings()
+        self._update_actions()
+
+    # -- construction ---------------------------------------------------------------------------------
+    def _build_views(self) -> None:
+        self.graph = GraphView(self)
+        self.setCentralWidget(self.graph)
+        self.calls = CallsPanel(self)
+        self.inspector = InspectorPanel(self)
+        self.source = SourcePanel(self)
+        self.output = OutputPanel(self)
+        self.problems = ProblemsPanel(self)
+        self.docks: dict[str, QDockWidget] = {}
+        self._dock("calls", "Calls", self.calls, Qt.DockWidgetArea.LeftDockWidgetArea)
+        self._dock("inspector", "Inspector", self.inspector, Qt.DockWidgetArea.RightDockWidgetArea)
+        bottom = Qt.DockWidgetArea.BottomDockWidgetArea
+        self._dock("source", "Source", self.source, bottom)
+        self._dock("output", "Output", self.output, bottom)
+        self._dock("problems", "Problems", self.problems, bottom)
+        self.tabifyDockWidget(self.docks["source"], self.docks["output"])
+        self.tabifyDockWidget(self.docks["output"], self.docks["problems"])
+        self.docks["source"].raise_()
+        self.resizeDocks([self.docks["calls"], self.docks["inspector"]], [230, 360], Qt.Orientation.Horizontal)
+        self.resizeDocks([self.docks["source"]], [230], Qt.Orientation.Vertical)
+
+    def _dock(self, key: str, title: str, widget: QWidget, area) -> None:
+        dock = QDockWidget(title, self)
+        dock.setObjectName(f"dock_{key}")
+        dock.setWidget(widget)
+        self.addDockWidget(area, dock)
+        self.docks[key] = dock
+
+    def _action(self, text: str, slot, shortcut=None, tip: str = "", icon_name: str | None = None,
+                checkable: bool = False) -> QAction:
+        action = QAction(text, self)
+        if shortcut:
+            action.setShortcut(QKeySequence(shortcut))
+        if icon_name:
+            action.setIcon(icon(icon_name))
+        keys = f" ({action.shortcut().toString(QKeySequence.SequenceFormat.NativeText)})" if shortcut else ""
+        action.setToolTip(f"{tip or text.replace('&', '')}{keys}")
+        action.setStatusTip(tip or text.replace("&", ""))
+        action.setCheckable(checkable)
+        if checkable:
+            action.toggled.connect(slot)
+        else:
+            action.triggered.connect(slot)
+        self.addAction(action)
+        return action
+
+    def _build_actions(self) -> None:
+        self.act_open = self._action("&Open…", self.open_dialog, QKeySequence.StandardKey.Open,
+                                     "Open a PyTorch script or model file", "open")
+        self.act_run = self._action("&Run", self.run_script, "Ctrl+R", "Run the script again", "run")
+        self.act_stop = self._action("&Stop", self.stop, "Shift+F5", "Stop the running script", "stop")
+        self.act_rerun_on_change = self._action("Re-run When the File &Changes", self._set_watch, None,
+                                                "Run again whenever the script is saved", checkable=True)
+        self.act_fit = self._action("&Fit to Window", lambda: self.graph.fit(), "Ctrl+0", "Fit the graph to the window",
+                                    "fit")
+        self.act_zoom_in = self._action("Zoom &In", lambda: self.graph.zoom_by(1.25), QKeySequence.StandardKey.ZoomIn,
+                                        "Zoom in")
+        self.act_zoom_out = self._action("Zoom &Out", lambda: self.graph.zoom_by(0.8),
+                                         QKeySequence.StandardKey.ZoomOut, "Zoom out")
+        self.act_find = self._action("&Find…", self.focus_search, QKeySequence.StandardKey.Find,
+                                     "Find a node by op or variable name")
+        self.act_saved = self._action("Show &Saved Tensors", self.graph.set_show_saved, "Ctrl+Shift+S",
+                                      "Draw each node's saved tensors", "saved", checkable=True)
+        self.act_shapes = self._action("Show S&hapes on Edges", self.graph.set_show_shapes, "Ctrl+Shift+H",
+                                       "Write tensor shapes on the edges", "shapes", checkable=True)
+        self.act_quit = self._action("&Quit", self.close, QKeySequence.StandardKey.Quit, "Quit Backprop Studio")
+        self.act_about = self._action("&About Backprop Studio", self.about, None, "About")
+
+    def _build_toolbar(self) -> None:
+        bar = self.addToolBar("Main")
+        bar.setObjectName("toolbar_main")
+        bar.setMovable(False)
+        bar.setIconSize(QSize(18, 18))
+        bar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        bar.addAction(self.act_open)
+        self.examples_button = QToolButton(self)
+        self.examples_button.setText("Examples")
+        self.examples_button.setIcon(icon("examples"))
+        self.examples_button.setToolTip("Open a bundled example")
+        self.examples_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.examples_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.examples_menu = self._examples_menu()
+        self.examples_button.setMenu(self.examples_menu)
+        bar.addWidget(self.examples_button)
+        bar.addSeparator()
+        bar.addWidget(QLabel(" Device: "))
+        self.device_box = QComboBox(self)
+        self.device_box.setToolTip("The device the script runs on (reported by the worker)")
+        self.device_box.setMinimumContentsLength(12)
+        self.device_box.addItem("CPU", "cpu")
+        bar.addWidget(self.device_box)
+        bar.addAction(self.act_run)
+        bar.addAction(self.act_stop)
+        bar.addSeparator()
+        bar.addAction(self.act_saved)
+        bar.addAction(self.act_shapes)
+        bar.addAction(self.act_fit)
+        spacer = QWidget(self)
+        spacer.setSizePolicy(spacer.sizePolicy().horizontalPolicy().Expanding,
+                             spacer.sizePolicy().verticalPolicy().Preferred)
+        bar.addWidget(spacer)
+        self.search_box = QLineEdit(self)
+        self.search_box.setPlaceholderText("Find node or variable (Ctrl+F)")
+        self.search_box.setClearButtonEnabled(True)
+        self.search_box.setFixedWidth(240)
+        self.search_box.returnPressed.connect(self._search)
+        bar.addWidget(self.search_box)
+
+    def _examples_menu(self) -> QMenu:
+        menu = QMenu("Open &Example", self)
+        for path, title in example_scripts():
+            action = menu.addAction(f"{path.stem.split('_', 1)[0]}  {title}")
+            action.setToolTip(str(path))
+            action.triggered.connect(lambda _=False, p=str(path): self.open_script(p))
+        return menu
+
+    def _build_menus(self) -> None:
+        file_menu = self.menuBar().addMenu("&File")
+        file_menu.addAction(self.act_open)
+        file_menu.addMenu(self._examples_menu())
+        self.recent_menu = file_menu.addMenu("Open &Recent")
+        file_menu.addSeparator()
+        file_menu.addAction(self.act_quit)
+        view = self.menuBar().addMenu("&View")
+        for action in (self.act_fit, self.act_zoom_in, self.act_zoom_out, self.act_find):
+            view.addAction(action)
+        view.addSeparator()
+        view.addAction(self.act_saved)
+        view.addAction(self.act_shapes)
+        view.addSeparator()
+        theme_menu = view.addMenu("&Theme")
+        group = QActionGroup(self)
+        for name in ("light", "dark"):
+            act = theme_menu.addAction(name.title())
+            act.setCheckable(True)
+            act.setChecked(name == "light")
+            act.triggered.connect(lambda _=False, n=name: self.graph.set_theme(n))
+            group.addAction(act)
+        view.addSeparator()
+        for dock in self.docks.values():
+            view.addAction(dock.toggleViewAction())
+        run = self.menuBar().addMenu("&Run")
+        run.addAction(self.act_run)
+        run.addAction(self.act_stop)
+        run.addAction(self.act_rerun_on_change)
+        help_menu = self.menuBar().addMenu("&Help")
+        help_menu.addAction(self.act_about)
+
+    def _build_status(self) -> None:
+        bar = self.statusBar()
+        self.state_label = QLabel("Starting the worker…")
+        self.busy = QProgressBar(self)
+        self.busy.setRange(0, 0)
+        self.busy.setFixedWidth(120)
+        self.busy.setMaximumHeight(14)
+        self.busy.hide()
+        self.counts_label = QLabel("")
+        self.zoom_label = QLabel("")
+        bar.addWidget(self.state_label, 1)
+        bar.addPermanentWidget(self.busy)
+        bar.addPermanentWidget(self.counts_label)
+        bar.addPermanentWidget(self.zoom_label)
+        self._elapsed_timer = QTimer(self, interval=100)
+        self._elapsed_timer.timeout.connect(self._tick)
+
+    def _connect(self) -> None:
+        h = self.handle
+        h.sig_devices.connect(self.set_devices)
+        h.sig_state.connect(lambda s: self._update_actions())
+        h.sig_output.connect(self.output.append)
+        h.sig_progress.connect(self._on_progress)
+        h.sig_finished.connect(self._on_finished)
+        self.calls.sig_call_selected.connect(self.show_call)
+        self.graph.sig_node_selected.connect(self.select_node)
+        self.graph.sig_scene_ready.connect(self._on_scene_ready)
+        self.inspector.sig_node_selected.connect(self.select_node)
+        self.inspector.sig_tensor_selected.connect(self.select_tensor)
+        self.inspector.sig_line_selected.connect(self.select_line)
+        self.source.sig_line_clicked.connect(self.select_line)
+        self.problems.sig_line_activated.connect(self.select_line)
+        self.problems.sig_call_selected.connect(self._select_call_from_elsewhere)
+        self.problems.sig_node_selected.connect(self.select_node)
+        if h.devices:
+            self.set_devices(h.devices)
+
+    # -- opening and running ---------------------------------------------------------------------------
+    def open_dialog(self) -> None:
+        start = str(Path(self.script_path).parent) if self.script_path else str(Path.home())
+        path, _ = QFileDialog.getOpenFileName(self, "Open a PyTorch script", start, "Python scripts (*.py)")
+        if path:
+            self.open_script(path)
+
+    def open_script(self, path: str, run: bool = True) -> bool:
+        p = Path(path)
+        if not p.is_file():
+            self._show_problem(f"{path}: no such file")
+            return False
+        try:
+            text = p.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            self._show_problem(f"{path}: cannot read the file: {exc}")
+            return False
+        if self.script_path:
+            self._watcher.removePath(self.script_path)
+        self.script_path = str(p.resolve())
+        self._watcher.addPath(self.script_path)
+        self.setWindowTitle(f"{p.name} — Backprop Studio")
+        self.source.set_source(text, self.script_path)
+        self._add_recent(self.script_path)
+        if run:
+            self.run_script()
+        return True
+
+    def run_script(self) -> None:
+        if not self.script_path:
+            return
+        try:
+            self.source.set_source(Path(self.script_path).read_text(encoding="utf-8"), self.script_path)
+        except (OSError, UnicodeDecodeError):
+            pass
+        self.output.clear()
+        device = self.device_box.currentData() or "cpu"
+        self.handle.run(self.script_path, device=device, timeout=self.timeout)
+        self._run_started = time.monotonic()
+        self._elapsed_timer.start()
+        self.busy.show()
+        self._tick()
+        self._update_actions()
+
+    def stop(self) -> None:
+        if self.handle.running:
+            self.state_label.setText("Stopping…")
+            self.handle.cancel()
+
+    def _tick(self) -> None:
+        elapsed = time.monotonic() - self._run_started
+        device = self.device_box.currentData() or "cpu"
+        self.state_label.setText(f"Running {Path(self.script_path or '').name} on {device}… {elapsed:.1f} s")
+
+    def _on_progress(self, event: dict) -> None:
+        if event.get("type") == "call":
+            self.counts_label.setText(f"backward call #{event.get('index')} at line {event.get('line')}")
+
+    def _on_finished(self, result) -> None:
+        self._elapsed_timer.stop()
+        self.busy.hide()
+        trace: Trace = result.trace
+        self._update_actions()
+        if trace.error is not None:
+            self.last_error = trace.error
+        else:
+            self.last_error = None
+        keep_previous = not trace.calls and self.trace is not None and trace.error is not None
+        if keep_previous:
+            # The failed run built no graph: the previous graph stays on screen beside the error.
+            self.problems.show_error(trace.error, title=f"Run of {Path(trace.script or '').name} failed")
+            self._raise_problems()
+            self.state_label.setText(f"Failed after {result.elapsed:.1f} s: {trace.error.type}: "
+                                     f"{_first_line(trace.error.message)} — showing the previous result")
+            self.sig_trace_shown.emit()
+            return
+        self.show_trace(trace)
+        status = f"Finished in {result.elapsed:.1f} s on {trace.device}"
+        if trace.error is not None:
+            status = f"Failed after {result.elapsed:.1f} s: {trace.error.type}: {_first_line(trace.error.message)}"
+            self._raise_problems()
+        self.state_label.setText(status)
+
+    def show_trace(self, trace: Trace) -> None:
+        """Show a trace: calls list, problems, and the first call's graph."""
+        self.trace = trace
+        self.calls.set_trace(trace)
+        self.problems.set_trace(trace)
+        if trace.error is not None:
+            self.problems.show_error(trace.error)
+        nodes = sum(c.node_count for c in trace.calls)
+        self.counts_label.setText(f"{len(trace.calls)} graph(s), {trace.call_count} backward call(s), {nodes} nodes")
+        first = next((c for c in trace.calls if c.snapshot == "full" and c.nodes), None)
+        if first is None:
+            self.call = None
+            self.graph.set_call(None)
+            self.inspector.clear()
+            self.sig_trace_shown.emit()
+            return
+        self.calls.select_call(first.id)
+        self.show_call(first.id)
+
+    def show_call(self, call_id: str) -> None:
+        if self.trace is None:
+            return
+        call = next((c for c in self.trace.calls if c.id == call_id), None)
+        if call is None:
+            return
+        if call.snapshot == "summary" and call.same_as:
+            # A repeated call keeps only its summary: show the graph it repeats.
+            self.inspector.clear()
+            same = next((c for c in self.trace.calls if c.id == call.same_as), None)
+            if same is not None and same is not self.call:
+                self.call = same
+                self.graph.set_call(same)
+            return
+        self.call = call
+        self._selected_node = None
+        self.inspector.clear()
+        self.source.clear_highlight()
+        self.graph.set_call(call)
+
+    def _on_scene_ready(self) -> None:
+        self._update_zoom_label()
+        if self.call is not None and self._selected_node is None and self.call.roots:
+            self.select_node(self.call.roots[0], center=False)
+        self.sig_trace_shown.emit()
+
+    def _select_call_from_elsewhere(self, call_id: str) -> None:
+        self.calls.select_call(call_id)
+        self.show_call(call_id)
+
+    # -- selection -----------------------------------------------------------------------------------
+    def select_node(self, node_id: str, center: bool = True) -> None:
+        if self.call is None or self.call.node(node_id) is None:
+            return
+        self._selected_node = node_id
+        node = self.call.node(node_id)
+        self.graph.select_node(node_id, center=center)
+        self.inspector.show_node(self.call, node_id)
+        if node.line:
+            self.source.highlight_lines([node.line])
+        else:
+            self.source.clear_highlight()
+
+    def select_tensor(self, tensor_id: str) -> None:
+        if self.call is None:
+            return
+        tensor = self.call.tensor(tensor_id)
+        if tensor is None and self.trace is not None:
+            tensor = next((t for t in self.trace.tensors if t.id == tensor_id), None)
+        if tensor is None:
+            return
+        self.inspector.show_tensor(self.call, tensor_id)
+
+    def select_line(self, line: int) -> None:
+        """Select the nodes a script line created (the first one is centred)."""
+        if self.call is None:
+            self.source.highlight_lines([line])
+            return
+        nodes = [n for n in self.call.nodes if n.line == line]
+        self.source.highlight_lines([line])
+        if nodes:
+            self.graph.highlight_nodes([n.id for n in nodes])
+            self._selected_node = nodes[0].id
+            self.graph.select_node(nodes[0].id, center=True)
+            self.inspector.show_node(self.call, nodes[0].id)
+            self.state_label.setText(f"Line {line} created {len(nodes)} node(s)")
+        else:
+            self.state_label.setText(f"Line {line} created no node of this graph")
+
+    def focus_search(self) -> None:
+        self.search_box.setFocus()
+        self.search_box.selectAll()
+
+    def _search(self) -> None:
+        text = self.search_box.text().strip()
+        if not text:
+            return
+        matches = self.graph.search(text)
+        if matches:
+            self.select_node(matches[0])
+            self.state_label.setText(f"{len(matches)} match(es) for '{text}'")
+        else:
+            self.state_label.setText(f"No node matches '{text}'")
+
+    # -- devices, settings, files --------------------------------------------------------------------
+    def set_devices(self, devices: list) -> None:
+        current = self.device_box.currentData() or settings().value("device", "cpu")
+        self.device_box.clear()
+        for d in devices:
+            if d.get("kind") == "error":
+                continue
+            label = d["name"] if d["id"] == "cpu" else f"{d['id']} — {d['name']}"
+            self.device_box.addItem(label, d["id"])
+        index = self.device_box.findData(current)
+        self.device_box.setCurrentIndex(max(index, 0))
+        self._update_actions()
+
+    def _update_actions(self) -> None:
+        running = self.handle.running
+        self.act_run.setEnabled(bool(self.script_path))
+        self.act_stop.setEnabled(running)
+        if not running and self.handle.client.state == "starting":
+            self.state_label.setText("Starting the worker…")
+        elif not running and self.state_label.text().startswith("Starting"):
+            self.state_label.setText("Ready")
+
+    def _update_zoom_label(self) -> None:
+        self.zoom_label.setText(f"zoom {self.graph.zoom_percent():.0f} %")
+
+    def _set_watch(self, on: bool) -> None:
+        settings().setValue("rerun_on_change", on)
+
+    def _on_file_changed(self, path: str) -> None:
+        # Editors replace files on save: watch the new file under the same path again.
+        if Path(path).exists() and path not in self._watcher.files():
+            self._watcher.addPath(path)
+        if self.act_rerun_on_change.isChecked() and path == self.script_path:
+            self._rerun_timer.start()
+
+    def _add_recent(self, path: str) -> None:
+        s = settings()
+        recent = [p for p in (s.value("recent", []) or []) if p != path]
+        recent.insert(0, path)
+        s.setValue("recent", recent[:MAX_RECENT])
+        self._fill_recent()
+
+    def _fill_recent(self) -> None:
+        self.recent_menu.clear()
+        recent = settings().value("recent", []) or []
+        if isinstance(recent, str):
+            recent = [recent]
+        for path in recent:
+            action = self.recent_menu.addAction(path)
+            action.triggered.connect(lambda _=False, p=path: self.open_script(p))
+        self.recent_menu.setEnabled(bool(recent))
+
+    def _restore_settings(self) -> None:
+        s = settings()
+        geometry = s.value("geometry")
+        if isinstance(geometry, QByteArray):
+            self.restoreGeometry(geometry)
+        state = s.value("window_state")
+        if isinstance(state, QByteArray):
+            self.restoreState(state)
+        self.act_rerun_on_change.setChecked(str(s.value("rerun_on_change", "false")).lower() == "true")
+        self._fill_recent()
+
+    def closeEvent(self, event) -> None:
+        s = settings()
+        s.setValue("geometry", self.saveGeometry())
+        s.setValue("window_state", self.saveState())
+        s.setValue("device", self.device_box.currentData() or "cpu")
+        self.handle.close()
+        super().closeEvent(event)
+
+    # -- drag and drop ---------------------------------------------------------------------------------
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        if any(u.toLocalFile().endswith(".py") for u in event.mimeData().urls()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        for url in event.mimeData().urls():
+            if url.toLocalFile().endswith(".py"):
+                self.open_script(url.toLocalFile())
+                event.acceptProposedAction()
+                return
+
+    # -- messages ------------------------------------------------------------------------------------------
+    def _show_problem(self, message: str) -> None:
+        from core.trace import ErrorInfo
+
+        self.problems.show_error(ErrorInfo(type="OpenError", message=message, kind="load"))
+        self._raise_problems()
+        self.state_label.setText(message)
+
+    def _raise_problems(self) -> None:
+        self.docks["problems"].show()
+        self.docks["problems"].raise_()
+
+    def about(self) -> None:
+        QMessageBox.about(
+            self,
+            "About Backprop Studio",
+            "<b>Backprop Studio</b><br>See PyTorch's autograd: every grad_fn graph a script builds, "
+            "every tensor's state, and backward step by step.",
+        )
+
+
+def _first_line(text: str) -> str:
+    return (text or "").strip().splitlines()[0] if (text or "").strip() else ""

@@ -1,0 +1,87 @@
+"""The GUI's handle on the worker: ``core.client.WorkerClient`` events as Qt signals.
+
+The client reads worker messages on background threads; each is re-emitted here as a
+signal, which Qt queues onto the GUI thread (qtconsole's pattern). Handlers are found by
+message type (``_handle_<type>``).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from PySide6.QtCore import QObject, Signal
+
+from core.client import WorkerClient
+
+log = logging.getLogger(__name__)
+
+
+class WorkerHandle(QObject):
+    sig_state = Signal(str)
+    """The worker's state changed: starting, ready, running, closed."""
+    sig_devices = Signal(list)
+    """The worker reported the devices it can use (list of dicts with id, name, kind)."""
+    sig_started = Signal(int)
+    """A run started in the worker (run id)."""
+    sig_output = Signal(str)
+    """The script printed text."""
+    sig_progress = Signal(dict)
+    """A backward call started or finished (index, api, line, nodes)."""
+    sig_finished = Signal(object)
+    """A run finished: a core.client.RunResult with the trace (or only an error)."""
+    sig_event = Signal(dict)
+    """Any worker message, as received (internal: carried to the GUI thread)."""
+
+    def __init__(self, parent=None, prestart: bool = True):
+        super().__init__(parent)
+        self.sig_event.connect(self._dispatch)
+        self.client = WorkerClient(self.sig_event.emit, prestart=prestart)
+        self.current_run: int | None = None
+
+    # -- commands --------------------------------------------------------------------------------
+    def run(self, path: str, device: str = "cpu", mode: str = "auto", timeout: float = 600.0) -> int:
+        self.current_run = self.client.run(path, device=device, mode=mode, timeout=timeout)
+        return self.current_run
+
+    def cancel(self) -> None:
+        self.client.cancel()
+
+    def close(self) -> None:
+        self.client.close()
+
+    @property
+    def running(self) -> bool:
+        return self.client.running
+
+    @property
+    def devices(self) -> list[dict]:
+        return self.client.devices
+
+    # -- messages, on the GUI thread --------------------------------------------------------------
+    def _dispatch(self, event: dict) -> None:
+        handler = getattr(self, f"_handle_{event.get('type')}", None)
+        if handler is not None:
+            handler(event)
+
+    def _handle_state(self, event: dict) -> None:
+        self.sig_state.emit(event["state"])
+
+    def _handle_hello(self, event: dict) -> None:
+        self.sig_devices.emit(event.get("devices", []))
+
+    def _handle_started(self, event: dict) -> None:
+        self.sig_started.emit(int(event.get("run", 0)))
+
+    def _handle_output(self, event: dict) -> None:
+        self.sig_output.emit(event.get("text", ""))
+
+    def _handle_call(self, event: dict) -> None:
+        self.sig_progress.emit(event)
+
+    def _handle_call_done(self, event: dict) -> None:
+        self.sig_progress.emit(event)
+
+    def _handle_finished(self, event: dict) -> None:
+        if event.get("run") == self.current_run:
+            self.current_run = None
+        self.sig_finished.emit(event["result"])

@@ -1,0 +1,95 @@
+"""Capture overhead, trace size and JSON round-trip time on the ~5,000-node example.
+
+Run: python bench/bench_capture.py [--repeat N]. Prints ratios measured in this one run.
+Both runs use one thread, in this process, after a warm-up, so the ratio compares the same
+work: the script's own run time against the same script under capture.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from core.capture import capture_script  # noqa: E402
+from core.trace import Trace  # noqa: E402
+
+SCRIPT = ROOT / "resources" / "examples" / "50_big_residual_mlp.py"
+LOOP = ROOT / "resources" / "examples" / "11_linear_regression_scratch.py"
+
+
+def _quiet(fn):
+    devnull = open(os.devnull, "w")
+    saved = sys.stdout
+    sys.stdout = devnull
+    try:
+        return fn()
+    finally:
+        sys.stdout = saved
+        devnull.close()
+
+
+def bare(script: Path) -> float:
+    t0 = time.perf_counter()
+    _quiet(lambda: runpy.run_path(str(script), run_name="__main__"))
+    return time.perf_counter() - t0
+
+
+def captured(script: Path) -> tuple[float, Trace]:
+    t0 = time.perf_counter()
+    trace = _quiet(lambda: capture_script(str(script)))
+    return time.perf_counter() - t0, trace
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    bare(SCRIPT)  # warm-up: first-call costs of the kernels
+    captured(SCRIPT)
+    bare_times, cap_times = [], []
+    trace = None
+    for _ in range(args.repeat):
+        bare_times.append(bare(SCRIPT))
+        t, trace = captured(SCRIPT)
+        cap_times.append(t)
+    b, c = statistics.median(bare_times), statistics.median(cap_times)
+    nodes = trace.calls[0].node_count
+    print(f"script: {SCRIPT.name} ({nodes} autograd nodes), torch {torch.__version__}, 1 thread")
+    print(f"bare run          {b:.3f} s (median of {args.repeat})")
+    print(f"captured run      {c:.3f} s (median of {args.repeat})")
+    print(f"capture overhead  {c / b:.2f}x   (target <= 1.5x; torchlens ~14x a forward pass)")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.json"
+        t0 = time.perf_counter()
+        trace.save(path)
+        t1 = time.perf_counter()
+        again = Trace.load(path)
+        t2 = time.perf_counter()
+        size = path.stat().st_size
+    assert again.calls[0].node_count == nodes
+    print(f"trace size        {size / 1e6:.2f} MB   (target < 5 MB)")
+    print(f"JSON write + read {t1 - t0:.3f} s + {t2 - t1:.3f} s = {t2 - t0:.3f} s   (target < 1 s)")
+
+    t, loop = captured(LOOP)
+    size = len(loop.to_json())
+    full = sum(1 for c in loop.calls if c.snapshot == "full")
+    print(f"training loop     {LOOP.name}: {loop.call_count} backward calls, {full} full snapshots, "
+          f"trace {size / 1e6:.3f} MB (target < 5 MB), captured in {t:.2f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,563 @@
+"""Layout of a call's grad_fn graph: root (the loss) on top, leaves below. Qt-free.
+
+Module groups (``NodeInfo.module`` paths, like Model Explorer's namespaces) are laid out as
+a compound graph: an expanded group is laid out on its own and then placed as one box in
+its parent's layout, so group rectangles never cut through other nodes; edges cross a
+group's border at ports on its top and bottom rows. A collapsed group is one box
+(``group:<path>``) with its edges merged. Only groups whose nodes form a convex part of the
+graph (no path leaves the group and comes back) get a box: a ModuleList whose residual
+additions live in the parent would otherwise be a box drawn over unrelated nodes.
+Sizes are estimated from character counts (7 px a character at an 11 px font).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import weakref
+from dataclasses import dataclass, field
+
+from core.layout_layered import layered
+from core.trace import CallInfo, NodeInfo
+
+log = logging.getLogger(__name__)
+
+CHAR_W = 7.0
+SMALL_CHAR_W = 5.8
+LINE_H = 15.0
+PAD_X = 12.0
+PAD_Y = 8.0
+MIN_W = 64.0
+SAVED_H = 17.0
+SAVED_GAP = 8.0
+GROUP_PAD = 12.0
+GROUP_LABEL = 22.0
+GROUP_BOTTOM = 12.0
+MARGIN = 24.0
+
+
+@dataclass(frozen=True)
+class NodeBox:
+    """A drawn box; x, y is the top-left corner. ``layer`` is the row counted from the top."""
+
+    id: str
+    x: float
+    y: float
+    w: float
+    h: float
+    layer: int
+    label: str
+    kind: str  # a NodeInfo kind, or "group" for a collapsed group
+
+
+@dataclass(frozen=True)
+class EdgePath:
+    """An edge from a node to one of its next_functions; points run from src to dst."""
+
+    src: str
+    dst: str
+    input_nr: int
+    points: list[tuple[float, float]]
+    slot: int = 0  # index in the source's ``next`` list
+    count: int = 1  # trace edges merged into this one (collapsed groups)
+
+
+@dataclass(frozen=True)
+class GroupBox:
+    path: str
+    x: float
+    y: float
+    w: float
+    h: float
+    collapsed: bool
+    count: int  # trace nodes inside
+    label: str = ""  # the path relative to the enclosing drawn group
+    depth: int = 0  # nesting depth among drawn groups
+
+
+@dataclass(frozen=True)
+class SavedBox:
+    """A tensor saved for backward, drawn beside its node."""
+
+    node: str
+    name: str
+    tensor: str | None
+    x: float
+    y: float
+    w: float
+    h: float
+    label: str
+    state: str = "saved"  # "saved", "freed" or "stale"
+
+
+@dataclass(frozen=True)
+class Layout:
+    nodes: dict[str, NodeBox]
+    edges: list[EdgePath]
+    groups: list[GroupBox]
+    width: float
+    height: float
+    saved: list[SavedBox] = field(default_factory=list)
+    members: dict[str, str] = field(default_factory=dict)  # trace node id -> drawn box id
+    engine: str = "layered"
+    crossings: int = 0
+
+
+def format_shape(shape) -> str:
+    if shape is None:
+        return ""
+    return "scalar" if len(shape) == 0 else "[" + ", ".join(str(s) for s in shape) + "]"
+
+
+def node_label(call: CallInfo, node: NodeInfo) -> str:
+    """``MulBackward0`` (with the script's tensor name below when known); leaves: name and shape."""
+    if node.kind == "accumulate_grad":
+        t = call.tensor(node.variable)
+        name = (t.name if t is not None and t.name else None) or node.label or "leaf"
+        shape = format_shape(t.shape) if t is not None else ""
+        return f"{name}\n{shape}" if shape else name
+    return f"{node.name}\n{node.label}" if node.label else node.name
+
+
+def group_id(path: str) -> str:
+    return "group:" + path
+
+
+def text_size(label: str, kind: str) -> tuple[float, float]:
+    lines = label.split("\n")
+    w = max(MIN_W, max(len(s) for s in lines) * CHAR_W + 2 * PAD_X)
+    h = len(lines) * LINE_H + 2 * PAD_Y
+    if kind == "accumulate_grad":
+        w += h * 0.5  # rounded ends
+    return w, h
+
+
+# -- groups ---------------------------------------------------------------------------------
+
+
+class GroupInfo:
+    """Module groups of a call: paths, nesting, which are drawn, and their node counts."""
+
+    def __init__(self, call: CallInfo):
+        nodes = call.nodes
+        paths = {n.module for n in nodes if n.module}
+        self.module: dict[str, str | None] = {}
+        by_module: dict[str | None, list[int]] = {}
+        for i, n in enumerate(nodes):
+            mod = n.module or None
+            if mod is None and n.kind == "accumulate_grad":
+                mod = _owner_module(call, n, paths)
+            self.module[n.id] = mod
+            by_module.setdefault(mod, []).append(i)
+        self.ancestors: dict[str | None, tuple[str, ...]] = {None: ()}
+        members: dict[str, list[int]] = {}
+        for mod, idx in by_module.items():
+            if mod is None:
+                continue
+            parts = mod.split(".")
+            chain = tuple(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+            for i, g in enumerate(chain):
+                self.ancestors.setdefault(g, chain[: i + 1])
+                members.setdefault(g, []).extend(idx)
+        self.count: dict[str, int] = {g: len(m) for g, m in members.items()}
+        self.drawn = self._convex(call, members)
+        # nearest drawn ancestor of every group (None: the top level)
+        self.dparent: dict[str, str | None] = {}
+        for g in self.count:
+            parent = None
+            for a in self.ancestors[g][:-1]:
+                if a in self.drawn:
+                    parent = a
+            self.dparent[g] = parent
+
+    def node_groups(self, node_id: str) -> tuple[str, ...]:
+        return self.ancestors[self.module[node_id]]
+
+    def _convex(self, call: CallInfo, members: dict[str, list[int]]) -> set[str]:
+        index = {n.id: i for i, n in enumerate(call.nodes)}
+        succ = [[index[e.node] for e in n.next if e is not None] for n in call.nodes]
+        anc = [self.ancestors[m] for m in self.module.values()]
+        depth = _depths(succ)
+        drawn = set()
+        budget = 400_000
+        for g, mem_i in members.items():
+            dmax = max(depth[v] for v in mem_i)
+            stack = [w for u in mem_i for w in succ[u] if depth[w] < dmax and g not in anc[w]]
+            seen: set[int] = set()
+            convex = True
+            while stack and convex and budget > 0:
+                w = stack.pop()
+                if w in seen:
+                    continue
+                seen.add(w)
+                budget -= 1
+                for x in succ[w]:
+                    if g in anc[x]:
+                        convex = False
+                        break
+                    if depth[x] < dmax and x not in seen:
+                        stack.append(x)
+            if convex:
+                drawn.add(g)
+        if budget <= 0:
+            log.info("group check stopped early on %d nodes; remaining groups assumed convex", len(call.nodes))
+        return drawn
+
+
+def _owner_module(call: CallInfo, node: NodeInfo, paths: set[str]) -> str | None:
+    """A parameter's module from its name (``layers.3.fc.weight`` -> ``layers.3.fc``)."""
+    t = call.tensor(node.variable)
+    name = t.name if t is not None and t.name else node.label
+    if not name or "." not in name:
+        return None
+    owner = name.rsplit(".", 1)[0]
+    return owner if owner in paths else None
+
+
+def _depths(succ: list[list[int]]) -> list[int]:
+    """Longest-path depth from the roots (Kahn's algorithm, no recursion)."""
+    indeg = [0] * len(succ)
+    for vs in succ:
+        for v in vs:
+            indeg[v] += 1
+    depth = [0] * len(succ)
+    stack = [v for v, d in enumerate(indeg) if d == 0]
+    while stack:
+        v = stack.pop()
+        dv = depth[v] + 1
+        for u in succ[v]:
+            if depth[u] < dv:
+                depth[u] = dv
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                stack.append(u)
+    return depth
+
+
+_info_cache: dict[int, tuple[weakref.ref, GroupInfo]] = {}
+
+
+def group_info(call: CallInfo) -> GroupInfo:
+    """Cached per call object; a call is immutable."""
+    hit = _info_cache.get(id(call))
+    if hit is not None and hit[0]() is call:
+        return hit[1]
+    info = GroupInfo(call)
+    if len(_info_cache) > 16:
+        _info_cache.clear()
+    _info_cache[id(call)] = (weakref.ref(call), info)
+    return info
+
+
+def default_collapsed(call: CallInfo, threshold: int = 2000) -> frozenset[str]:
+    """Groups to collapse so that about ``threshold`` boxes show, opening whole levels at a time."""
+    if len(call.nodes) <= threshold:
+        return frozenset()
+    info = group_info(call)
+    direct: dict[str | None, int] = {}
+    children: dict[str | None, list[str]] = {}
+    for g in info.drawn:
+        children.setdefault(info.dparent[g], []).append(g)
+    for n in call.nodes:
+        drawn = [g for g in info.node_groups(n.id) if g in info.drawn]
+        key = drawn[-1] if drawn else None
+        direct[key] = direct.get(key, 0) + 1
+    frontier = sorted(children.get(None, []))
+    shown = direct.get(None, 0) + len(frontier)
+    while frontier:
+        after = shown + sum(direct.get(g, 0) + len(children.get(g, [])) - 1 for g in frontier)
+        if after > threshold:
+            break
+        shown = after
+        frontier = sorted(c for g in frontier for c in children.get(g, []))
+    return frozenset(frontier)
+
+
+# -- the visible graph ------------------------------------------------------------------------
+
+
+@dataclass
+class Visible:
+    """What is drawn: boxes, merged edges and the container (drawn group) of each box."""
+
+    ids: list[str]
+    kind: dict[str, str]
+    label: dict[str, str]
+    size: dict[str, tuple[float, float]]
+    container: dict[str, str | None]
+    edges: list[tuple[str, str, int, int, int]]  # src, dst, input_nr, slot, count
+    members: dict[str, str]
+    groups: list[str]  # expanded drawn groups, parents before children
+    collapsed: dict[str, int]  # collapsed group path -> trace nodes inside
+    saved: dict[str, list[tuple[str, str | None, str, str]]]  # node -> (name, tensor, label, state)
+
+
+def build_visible(call: CallInfo, collapsed: frozenset[str], show_saved: bool) -> Visible:
+    info = group_info(call)
+    members: dict[str, str] = {}
+    container: dict[str, str | None] = {}
+    kind: dict[str, str] = {}
+    label: dict[str, str] = {}
+    coll: dict[str, int] = {}
+    ids: list[str] = []
+    for n in call.nodes:
+        groups = info.node_groups(n.id)
+        vid, outer = n.id, None
+        for i, g in enumerate(groups):
+            if g in collapsed:
+                vid, outer = group_id(g), g
+                groups = groups[:i]
+                break
+        members[n.id] = vid
+        if vid in kind:
+            continue
+        ids.append(vid)
+        drawn = [g for g in groups if g in info.drawn]
+        container[vid] = drawn[-1] if drawn else None
+        if outer is None:
+            kind[vid] = n.kind
+            label[vid] = node_label(call, n)
+        else:
+            kind[vid] = "group"
+            coll[outer] = info.count[outer]
+            label[vid] = f"{outer}\n{info.count[outer]:,} nodes"
+    edges: list[tuple[str, str, int, int, int]] = []
+    merged: dict[tuple[str, str], int] = {}
+    for n in call.nodes:
+        u = members[n.id]
+        for slot, e in enumerate(n.next):
+            if e is None:
+                continue
+            v = members[e.node]
+            if u == v:
+                continue
+            if kind[u] == "group" or kind[v] == "group":
+                k = merged.get((u, v))
+                if k is not None:
+                    s, d, nr, sl, c = edges[k]
+                    edges[k] = (s, d, nr, sl, c + 1)
+                    continue
+                merged[(u, v)] = len(edges)
+            edges.append((u, v, e.input_nr, slot, 1))
+    used: set[str] = set()
+    for c in container.values():
+        while c is not None and c not in used:
+            used.add(c)
+            c = info.dparent[c]
+    groups = sorted(used, key=lambda g: (g.count("."), g))
+    saved = _saved_boxes(call, kind) if show_saved else {}
+    size = {v: text_size(label[v], kind[v]) for v in ids}
+    return Visible(ids, kind, label, size, container, edges, members, groups, coll, saved)
+
+
+def _saved_boxes(call: CallInfo, kind: dict[str, str]) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for n in call.nodes:
+        if n.id not in kind or kind[n.id] == "group":
+            continue
+        boxes = []
+        for s in n.saved:
+            if s.tensor is not None:
+                t = call.tensor(s.tensor)
+                boxes.append((s.name, s.tensor, f"{s.name} {format_shape(t.shape) if t else ''}".strip(), "saved"))
+            elif s.freed:
+                boxes.append((s.name, None, f"{s.name} freed", "freed"))
+            elif s.value == "stale":
+                boxes.append((s.name, None, f"{s.name} stale", "stale"))
+        if boxes:
+            out[n.id] = boxes
+    return out
+
+
+# -- the compound layered layout --------------------------------------------------------------
+
+
+def layout_call(
+    call: CallInfo,
+    *,
+    collapsed: frozenset[str] = frozenset(),
+    show_saved: bool = False,
+    engine: str = "auto",
+) -> Layout:
+    """Lay out ``call``; ``engine`` is "auto"/"layered" (built in) or "dot" (Graphviz, if installed)."""
+    start = time.perf_counter()
+    vis = build_visible(call, frozenset(collapsed), show_saved)
+    if engine == "dot":
+        from core.layout_dot import dot_available, layout_dot
+
+        if dot_available():
+            return layout_dot(call, vis)
+        log.warning("Graphviz dot is not installed; using the built-in layout")
+    out = _compound(call, vis)
+    log.debug("layout of %d boxes in %.3f s", len(vis.ids), time.perf_counter() - start)
+    return out
+
+
+def _footprint(vis: Visible, v: str) -> tuple[tuple[float, float], tuple[float, float, float] | None]:
+    w, h = vis.size[v]
+    boxes = vis.saved.get(v)
+    if not boxes:
+        return (w, h), None
+    sw = max(len(b[2]) * SMALL_CHAR_W + 12 for b in boxes)
+    sh = len(boxes) * (SAVED_H + 3) - 3
+    fw = w + SAVED_GAP + sw
+    return (fw, max(h, sh)), (w / 2 - fw / 2, w, h)
+
+
+def _is_port(x, side: str) -> bool:
+    return isinstance(x, tuple) and x[0] == side
+
+
+def _compound(call: CallInfo, vis: Visible) -> Layout:
+    info = group_info(call)
+    containers: list[str | None] = [None] + vis.groups
+    chain: dict[str | None, tuple[str | None, ...]] = {None: (None,)}
+    for g in vis.groups:
+        chain[g] = chain[info.dparent[g]] + (g,)
+
+    def item_in(c, x):
+        cx = vis.container[x]
+        return x if cx == c else ("block", chain[cx][len(chain[c])])
+
+    # Local edges per container and, for each visible edge, its segments in order.
+    local: dict[str | None, dict[tuple, int]] = {c: {} for c in containers}
+    segments: list[list[tuple]] = []
+    for u, v, _nr, _slot, _c in vis.edges:
+        cu, cv = chain[vis.container[u]], chain[vis.container[v]]
+        k = 0
+        while k < min(len(cu), len(cv)) and cu[k] == cv[k]:
+            k += 1
+        lca = cu[k - 1]
+        segs = []
+        for g in reversed(cu[k:]):
+            a = item_in(g, u)
+            segs.append((g, a, ("out", v) if isinstance(a, tuple) else None, ("out", v), None))
+        a, b = item_in(lca, u), item_in(lca, v)
+        segs.append((lca, a, ("out", v) if isinstance(a, tuple) else None, b, ("in", u) if isinstance(b, tuple) else None))
+        for g in cv[k:]:
+            b = item_in(g, v)
+            segs.append((g, ("in", u), None, b, ("in", u) if isinstance(b, tuple) else None))
+        for key in segs:
+            local[key[0]].setdefault(key[1:], len(local[key[0]]))
+        segments.append(segs)
+
+    members_of: dict[str | None, list[str]] = {c: [] for c in containers}
+    for x in vis.ids:
+        members_of[vis.container[x]].append(x)
+    child_blocks: dict[str | None, list] = {c: [] for c in containers}
+    for g in vis.groups:
+        child_blocks[info.dparent[g]].append(("block", g))
+    blocks: dict[str, dict] = {}  # drawn group -> size, ports, local result
+    memo: dict[tuple, object] = {}
+    fast = len(vis.ids) > 1500
+    results: dict[str | None, tuple] = {}
+    crossings = 0
+    for c in reversed(containers):
+        items: list = list(members_of[c]) + child_blocks[c]
+        ports_in = sorted({k[0] for k in local[c] if _is_port(k[0], "in")}, key=str)
+        ports_out = sorted({k[2] for k in local[c] if _is_port(k[2], "out")}, key=str)
+        if c is None:
+            ports_in, ports_out = [], []
+        order = items + ports_in + ports_out
+        index = {x: i for i, x in enumerate(order)}
+        sizes, anchors = [], []
+        for x in order:
+            if isinstance(x, tuple):
+                sizes.append(blocks[x[1]]["size"] if x[0] == "block" else (0.0, 0.0))
+                anchors.append(None)
+            else:
+                s, a = _footprint(vis, x)
+                sizes.append(s)
+                anchors.append(a)
+        keys = sorted(local[c], key=local[c].get)
+        edges, so, do = [], [], []
+        for a, ap, b, bp in keys:
+            edges.append((index[a], index[b]))
+            so.append(blocks[a[1]]["ports"][ap] if ap is not None else None)
+            do.append(blocks[b[1]]["ports"][bp] if bp is not None else None)
+        # Repeated blocks (the layers of a network) share one layout.
+        args = (tuple(sizes), tuple(edges), tuple(index[p] for p in ports_in), tuple(index[p] for p in ports_out))
+        key = args + (tuple(so), tuple(do), tuple(anchors))
+        res = memo.get(key)
+        if res is None:
+            res = memo[key] = layered(
+                *args[:2], sources=args[2], sinks=args[3], src_off=so, dst_off=do, anchors=anchors, fast=fast
+            )
+        crossings += res.crossings
+        results[c] = (order, index, keys, res)
+        if c is not None:
+            text = c if info.dparent[c] is None else c[len(info.dparent[c]) + 1 :]
+            bw = max(res.width + 2 * GROUP_PAD, len(text) * CHAR_W + 2 * GROUP_PAD)
+            bh = res.height + GROUP_LABEL + GROUP_BOTTOM
+            dx = (bw - res.width) / 2
+            ports = {p: res.xs[index[p]] + dx - bw / 2 for p in ports_in + ports_out}
+            blocks[c] = {"size": (bw, bh), "ports": ports, "dx": dx, "label": text}
+
+    # Place containers top-down: content offset of each.
+    offset: dict[str | None, tuple[float, float]] = {None: (MARGIN, MARGIN)}
+    rect: dict[str, tuple[float, float, float, float]] = {}
+    for c in containers:
+        order, index, keys, res = results[c]
+        ox, oy = offset[c]
+        for x in order:
+            if isinstance(x, tuple) and x[0] == "block":
+                bw, bh = blocks[x[1]]["size"]
+                cx, cy = ox + res.xs[index[x]], oy + res.ys[index[x]]
+                rect[x[1]] = (cx - bw / 2, cy - bh / 2, bw, bh)
+                offset[x[1]] = (cx - bw / 2 + blocks[x[1]]["dx"], cy - bh / 2 + GROUP_LABEL)
+
+    nodes_xywh: dict[str, tuple[float, float, float, float]] = {}
+    saved_boxes: list[SavedBox] = []
+    for c in containers:
+        order, index, keys, res = results[c]
+        ox, oy = offset[c]
+        for x in order:
+            if isinstance(x, tuple):
+                continue
+            (fw, fh), _ = _footprint(vis, x)
+            w, h = vis.size[x]
+            left = ox + res.xs[index[x]] - fw / 2
+            cy = oy + res.ys[index[x]]
+            nodes_xywh[x] = (left, cy - h / 2, w, h)
+            boxes = vis.saved.get(x, [])
+            sy = cy - (len(boxes) * (SAVED_H + 3) - 3) / 2
+            for name, tensor, text, state in boxes:
+                sw = len(text) * SMALL_CHAR_W + 12
+                saved_boxes.append(SavedBox(x, name, tensor, left + w + SAVED_GAP, sy, sw, SAVED_H, text, state))
+                sy += SAVED_H + 3
+
+    rows = sorted({round(y + h / 2, 1) for (_, y, _, h) in nodes_xywh.values()})
+    row_of = {y: i for i, y in enumerate(rows)}
+    nodes = {
+        v: NodeBox(v, x, y, w, h, row_of[round(y + h / 2, 1)], vis.label[v], vis.kind[v])
+        for v in vis.ids
+        for (x, y, w, h) in (nodes_xywh[v],)
+    }
+
+    edges: list[EdgePath] = []
+    for (u, v, nr, slot, count), segs in zip(vis.edges, segments):
+        pts: list[tuple[float, float]] = []
+        for c, a, ap, b, bp in segs:
+            order, index, keys, res = results[c]
+            ox, oy = offset[c]
+            route = [(x + ox, y + oy) for x, y in res.routes[local[c][(a, ap, b, bp)]]]
+            if c is not None and a[0] == "in":
+                route.insert(0, (route[0][0], rect[c][1]))
+            if c is not None and b[0] == "out":
+                route.append((route[-1][0], rect[c][1] + rect[c][3]))
+            for p in route:
+                if not pts or abs(pts[-1][0] - p[0]) > 0.01 or abs(pts[-1][1] - p[1]) > 0.01:
+                    pts.append(p)
+        edges.append(EdgePath(u, v, nr, pts, slot, count))
+
+    groups = [
+        GroupBox(g, *rect[g], False, info.count[g], blocks[g]["label"], len(chain[g]) - 2) for g in vis.groups
+    ]
+    for path, count in vis.collapsed.items():
+        x, y, w, h = nodes_xywh[group_id(path)]
+        depth = len(chain[vis.container[group_id(path)]]) - 1
+        groups.append(GroupBox(path, x, y, w, h, True, count, path, depth))
+    _, _, _, root = results[None]
+    width = root.width + 2 * MARGIN
+    height = root.height + 2 * MARGIN
+    return Layout(nodes, edges, groups, width, height, saved_boxes, vis.members, "layered", crossings)

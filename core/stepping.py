@@ -1,0 +1,363 @@
+"""Step one real backward call node by node (runs in the worker process, imports torch).
+
+Design: the real autograd engine runs on the thread that called backward (the script's thread),
+and every node of the graph gets a pre-hook that reports the node and blocks until a controller
+on another thread releases it, plus a post hook that records what the node produced. Because
+the engine itself runs, the order is the engine's own, the user's tensor and node hooks still
+fire, ``retain_graph``/``create_graph`` behave as usual and saved tensors are freed exactly when
+the engine frees them. Calling nodes directly instead (a manual executor) bypasses hooks, so
+``retain_grad()`` stays None, never frees saved tensors, and must re-implement the engine's
+shape reduction, dtype casts and custom-Function rules.
+
+On torch 2.13 ``register_prehook``/``register_hook`` work on AccumulateGrad nodes as on any
+other node (the post hook runs after ``.grad`` is updated, and does not stop AccumulateGrad
+from stealing the incoming gradient), so leaves are steps too. A node whose ``apply`` fails
+(a stale saved tensor, a graph already freed) has already passed its pre-hook: its step
+carries the error.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Callable, Iterable
+
+import torch
+
+from core.snapshot import FULL_VALUES, node_kind, node_name, values_of
+
+log = logging.getLogger(__name__)
+
+STATES = ("idle", "paused", "running", "finished", "stopped", "failed")
+_RESTING = frozenset(("paused", "finished", "stopped", "failed"))
+# Values kept in full across all step records of one call; later tensors keep a sample and stats,
+# so stepping a 5,000-node graph does not hold every gradient as Python floats.
+VALUE_BUDGET = 200_000
+
+
+class StepperStopped(BaseException):
+    """Raised in the script's thread by ``BackwardStepper.stop()``.
+
+    A BaseException, like KeyboardInterrupt, so a script's ``except Exception`` around
+    ``backward()`` does not swallow the user's Stop.
+    """
+
+
+def root_nodes(roots: Iterable) -> list:
+    """The graph nodes of backward roots: a tensor's grad_fn, or its AccumulateGrad for a leaf."""
+    out = []
+    for r in roots:
+        if isinstance(r, torch.autograd.graph.GradientEdge):
+            node = r.node
+        elif isinstance(r, torch.Tensor):
+            node = r.grad_fn
+            if node is None and r.requires_grad:
+                node = torch.autograd.graph.get_gradient_edge(r).node
+        else:
+            node = r if hasattr(r, "next_functions") else None
+        if node is not None:
+            out.append(node)
+    return out
+
+
+def number_nodes(roots: list) -> tuple[list, dict[int, str]]:
+    """Nodes in DFS preorder with ids "n0", "n1", ... exactly as ``Snapshotter.walk`` numbers them.
+
+    The returned list keeps the node wrappers alive, so the ``id()`` keys stay valid while it lives.
+    """
+    ids: dict[int, str] = {}
+    order: list = []
+    stack = [r for r in reversed(roots) if r is not None]
+    while stack:
+        node = stack.pop()
+        if id(node) in ids:
+            continue
+        ids[id(node)] = f"n{len(ids)}"
+        order.append(node)
+        for fn, _ in reversed(node.next_functions):
+            if fn is not None and id(fn) not in ids:
+                stack.append(fn)
+    return order, ids
+
+
+class BackwardStepper:
+    """Runs one real backward call with a pause before every node.
+
+    ``run()`` is called on the script's thread in place of ``real()``; ``step``, ``run_to``,
+    ``resume``, ``pause``, ``stop`` and ``wait_paused`` are called from other threads.
+    ``names`` gives a tensor's script name (keys of ``leaf_grads``; without a name the key is the
+    id of the node that owns the tensor). ``watch`` lists tensors whose retained grads to report
+    (non-leaves with ``retain_grad()``; the roots are always watched). ``on_step`` gets each
+    completed step record, ``on_pause`` each pending record; both run on the script's thread.
+    """
+
+    def __init__(
+        self,
+        roots: list,
+        real: Callable[[], Any],
+        names: Callable[[torch.Tensor], str | None] | None = None,
+        on_step: Callable[[dict], None] | None = None,
+        on_pause: Callable[[dict], None] | None = None,
+        watch: Iterable[torch.Tensor] = (),
+        value_budget: int = VALUE_BUDGET,
+    ):
+        self.roots = list(roots)
+        self.real = real
+        self.names = names or (lambda t: None)
+        self.on_step = on_step
+        self.on_pause = on_pause
+        self.watch = [t for t in watch if isinstance(t, torch.Tensor)]
+        self.value_budget = value_budget
+        self.steps: list[dict] = []
+        self.state = "idle"
+        self.error: BaseException | None = None
+        self.node_ids: dict[int, str] = {}
+        self._nodes: list = []
+        self._cond = threading.Condition()
+        self._budget = 0  # nodes allowed to run without pausing
+        self._free = False
+        self._target: str | None = None
+        self._stop = False
+        self._pending: dict | None = None
+        self._open: list[dict] = []  # started, not finished; more than one only under reentrant backward
+        self._retained: dict[str, list[torch.Tensor]] = {}
+
+    # -- controller side (other threads) -----------------------------------------------------
+    def step(self, count: int = 1) -> None:
+        """Let ``count`` more nodes execute, then pause before the next one."""
+        with self._cond:
+            self._budget += max(0, count)
+            self._release()
+
+    def run_to(self, node_id: str) -> None:
+        """Run until ``node_id`` is the next node to execute, or to the end if it never runs."""
+        with self._cond:
+            if self.state == "paused" and self._pending and self._pending["node"] == node_id:
+                return
+            self._target = node_id
+            self._release()
+
+    def resume(self) -> None:
+        """Continue to the end without pausing."""
+        with self._cond:
+            self._free = True
+            self._release()
+
+    def pause(self) -> None:
+        """Pause before the next node (after ``resume`` or ``run_to``)."""
+        with self._cond:
+            self._free = False
+            self._target = None
+            self._budget = 0
+
+    def stop(self) -> None:
+        """Abort: the next pre-hook raises StepperStopped, backward unwinds, ``run()`` re-raises it."""
+        with self._cond:
+            self._stop = True
+            self._release()
+
+    def wait_paused(self, timeout: float | None = None) -> dict | None:
+        """Block until paused before a node (returns its pending record) or done (returns None).
+
+        Also returns None on timeout; ``state`` tells which.
+        """
+        with self._cond:
+            self._cond.wait_for(lambda: self.state in _RESTING, timeout)
+            return dict(self._pending) if self.state == "paused" and self._pending else None
+
+    @property
+    def pending(self) -> dict | None:
+        """The record of the node about to run while paused."""
+        with self._cond:
+            return dict(self._pending) if self._pending else None
+
+    def _release(self) -> None:
+        if self.state == "paused":
+            self.state = "running"
+        self._cond.notify_all()
+
+    # -- script side --------------------------------------------------------------------------
+    def run(self) -> Any:
+        """Install the hooks, run ``real()`` and return its result; re-raises its error."""
+        with self._cond:
+            if self.state != "idle":
+                raise RuntimeError("a BackwardStepper runs one backward call")
+            self.state = "running"
+        self._nodes, self.node_ids = number_nodes(root_nodes(self.roots))
+        self._find_retained()
+        final = "failed"
+        try:
+            handles = []
+            try:
+                for node in self._nodes:
+                    nid = self.node_ids[id(node)]
+                    handles.append(node.register_prehook(self._pre_hook(nid, node)))
+                    handles.append(node.register_hook(self._post_hook(nid, node)))
+                result = self.real()
+            finally:
+                # Hooks live on the nodes, and AccumulateGrad nodes outlive this graph: a blocking
+                # hook left behind would pause (hang) the next backward that reaches the same leaf.
+                for h in handles:
+                    h.remove()
+        except StepperStopped as exc:
+            final = "stopped"
+            self.error = exc
+            raise
+        except BaseException as exc:
+            self.error = exc
+            self._fail_open(exc)
+            raise
+        else:
+            final = "finished"
+            if self._open:
+                log.warning("%d node(s) started but never finished", len(self._open))
+                self._open.clear()
+            return result
+        finally:
+            with self._cond:
+                self.state = final
+                self._pending = None
+                self._cond.notify_all()
+
+    def _find_retained(self) -> None:
+        seen = set()
+        for t in [*self.roots, *self.watch]:
+            if not isinstance(t, torch.Tensor) or id(t) in seen or t.is_leaf or not t.retains_grad:
+                continue
+            seen.add(id(t))
+            nid = self.node_ids.get(id(t.grad_fn))
+            if nid is not None:
+                self._retained.setdefault(nid, []).append(t)
+
+    def _pre_hook(self, nid: str, node) -> Callable:
+        name = node_name(node)
+
+        def hook(grad_outputs):
+            record = {"index": len(self.steps), "node": nid, "name": name,
+                      "grad_outputs": [self._values(g) for g in grad_outputs]}
+            self._gate(nid, record)
+            self._open.append(record)
+
+        return hook
+
+    def _gate(self, nid: str, record: dict) -> None:
+        """Return when this node may run; raise StepperStopped when stopped."""
+        with self._cond:
+            if self._stop:
+                raise StepperStopped(f"stopped before {nid}")
+            if self._free:
+                return
+            if self._target is not None:
+                if self._target != nid:
+                    return
+                self._target = None
+            elif self._budget > 0:
+                self._budget -= 1
+                return
+            self._pending = record
+            self.state = "paused"
+            self._cond.notify_all()
+        if self.on_pause is not None:
+            self._callback(self.on_pause, dict(record))
+        with self._cond:
+            while self.state == "paused" and not self._stop:
+                self._cond.wait()
+            self._pending = None
+            if self._stop:
+                raise StepperStopped(f"stopped before {nid}")
+            if not self._free and self._target is None and self._budget > 0:
+                self._budget -= 1  # this node is the first of the granted steps
+            self.state = "running"
+
+    def _post_hook(self, nid: str, node) -> Callable:
+        accumulate = node_kind(node) == "accumulate_grad"
+
+        def hook(grad_inputs, grad_outputs):
+            record = self._take_open(nid)
+            record["grad_inputs"] = [self._values(g) for g in grad_inputs]
+            leaf_grads = {}
+            if accumulate:
+                var = node.variable
+                if var.grad is not None:
+                    leaf_grads[self._key(var, nid)] = self._values(var.grad)
+            for t in self._retained.get(nid, ()):
+                if t.grad is not None:
+                    leaf_grads[self._key(t, nid)] = self._values(t.grad)
+            record["leaf_grads"] = leaf_grads
+            record["error"] = None
+            self._finish(record)
+
+        return hook
+
+    def _take_open(self, nid: str) -> dict:
+        for i in range(len(self._open) - 1, -1, -1):
+            if self._open[i]["node"] == nid:
+                return self._open.pop(i)
+        return {"index": len(self.steps), "node": nid, "name": "", "grad_outputs": []}
+
+    def _fail_open(self, exc: BaseException) -> None:
+        """The nodes whose apply raised: their steps carry the error."""
+        error = {"type": type(exc).__name__, "message": str(exc)}
+        while self._open:
+            record = self._open.pop()
+            record.update(grad_inputs=[], leaf_grads={}, error=error)
+            self._finish(record)
+
+    def _finish(self, record: dict) -> None:
+        record["index"] = len(self.steps)
+        self.steps.append(record)
+        if self.on_step is not None:
+            self._callback(self.on_step, record)
+
+    def _callback(self, fn: Callable[[dict], None], record: dict) -> None:
+        # An exception escaping a hook would cancel the user's backward: log it instead.
+        try:
+            fn(record)
+        except Exception:
+            log.exception("stepping callback %r failed", fn)
+
+    def _key(self, t: torch.Tensor, nid: str) -> str:
+        try:
+            name = self.names(t)
+        except Exception:
+            name = None
+        return name or nid
+
+    def _values(self, g) -> dict | None:
+        if not isinstance(g, torch.Tensor):
+            return None
+        n = g.numel()
+        if n <= FULL_VALUES and n <= self.value_budget:
+            self.value_budget -= n
+            return dict(vars(values_of(g)))
+        return dict(vars(values_of(g, full_limit=0)))
+
+
+def step_all(roots: list, real: Callable[[], Any], **kwargs) -> tuple[Any, list[dict]]:
+    """Run ``real()`` to the end through a stepper, on this thread; returns (result, steps).
+
+    On failure the error is re-raised; pass ``on_step=list.append`` to keep the steps then.
+    """
+    stepper = BackwardStepper(roots, real, **kwargs)
+    stepper.resume()
+    result = stepper.run()
+    return result, stepper.steps
+
+
+def engine_order(roots: list, real: Callable[[], Any], order: list[str] | None = None) -> list[str]:
+    """Node ids (numbered as ``number_nodes``) in the order the engine starts them, via plain hooks.
+
+    Appends to ``order`` when given, so the partial order survives a failing ``real()``.
+    """
+    order = [] if order is None else order
+    nodes, ids = number_nodes(root_nodes(roots))
+    handles = []
+    try:
+        for node in nodes:
+            nid = ids[id(node)]
+            handles.append(node.register_prehook(lambda grads, nid=nid: order.append(nid)))
+        real()
+    finally:
+        for h in handles:
+            h.remove()
+    return order

@@ -1,0 +1,515 @@
+"""What capturing each bundled example must produce (measured on torch 2.13.0, CPU).
+
+Plain data, no tests and no torch import. Keys of each example's entry:
+
+``calls``
+    The captured backward calls, in order. For training loops (``same_graph_every_call`` is True)
+    only the first call is listed, since every epoch builds the same graph; ``call_count`` gives
+    how many calls the script makes in all. Each call has:
+
+    - ``api``: "Tensor.backward" or "autograd.grad";
+    - ``root``: the name of the node the call starts from;
+    - ``node_names``: every node reachable from the root, as a sorted list (a multiset). For the big
+      graphs, ``node_count`` and ``node_counts`` (name -> count) replace it;
+    - ``line``: the script line of the call;
+    - ``leaf_grads``: ``.grad`` of the leaves in that graph right after the call (None where unset),
+      by variable name; floats or nested lists. When ``grad_tol`` is present, compare with that
+      absolute tolerance; otherwise the values are exact;
+    - ``outputs``: for "autograd.grad", the returned gradients;
+    - ``leaf_grad_norms``: instead of ``leaf_grads`` for the big graphs, the norm of one leaf's grad;
+    - ``retained_grads``: ``.grad`` of named non-leaf tensors after the call;
+    - ``raised``: the exception type, when this call raised.
+
+    Node names are ``grad_fn.name()`` with the C++ namespace removed: torch 2.13 reports leaves as
+    "torch::autograd::AccumulateGrad", listed here as "AccumulateGrad". Leaves are named by the
+    script's variable; a parameter of a module held in a global is named
+    ``<global>.<name in named_parameters()>``, e.g. "model.fc1.weight".
+
+``call_count``
+    Number of backward / autograd.grad calls the script makes when run as a script.
+
+``error``
+    None, or ``{"type", "message", "line"}``: the exception the script ends with, a fragment of its
+    message and the script line that raised it.
+
+``final``
+    Values after the script has run, as ``(expected, absolute tolerance)``.
+
+``values``
+    Exact values of global tensors at the end of the script (``tolist()``).
+
+``shares_numpy_memory``
+    Whether a global tensor uses the memory of the NumPy array ``array``.
+
+``tensors``
+    Tensor anatomy at the end of the script, by global variable name: shape, stride,
+    storage_offset, contiguous, is_view (``_base is not None``), version (``_version``) and the other
+    globals sharing its storage.
+
+``memory``
+    For the leak examples, at the end of the script: ``graphs_in_losses`` (elements of ``losses``
+    that still hold a grad_fn), and ``saved_storages`` / ``saved_bytes``: the distinct storages of
+    saved tensors still readable in graphs reachable from the globals (lists included), leaving out
+    the storages of parameters and of global tensors.
+
+``model``
+    For model files: where ``model`` / ``example_input`` come from ("globals" or "build"), and the
+    graph of ``model(example_input)`` before any loss (root, sorted node names), the output shape
+    and the parameter names. Opened as a model, the app's own call (api "model") contains these
+    nodes plus those of its loss. Run as a script, these files make no backward call.
+"""
+
+EXPECTATIONS = {
+    "01_multiply.py": {
+        "calls": [
+            {
+                "api": "Tensor.backward",
+                "root": "MulBackward0",
+                "node_names": ["AccumulateGrad", "AccumulateGrad", "MulBackward0"],
+                "line": 15,
+                "leaf_grads": {"a": 3.0, "b": 2.0},
+            }
+        ],
+        "call_count": 1,
+        "error": None,
+    },
+    "02_polynomial.py": {
+        "calls": [
+            {
+                "api": "Tensor.backward",
+                "root": "AddBackward0",
+                "node_names": ["AccumulateGrad", "AddBackward0", "AddBackward0", "MulBackward0", "PowBackward0"],
+                "line": 12,
+                "leaf_grads": {"x": 8.0},
+            }
+        ],
+        "call_count": 1,
+        "error": None,
+    },
+    "03_second_order.py": {
+        "calls": [
+            {
+                "api": "autograd.grad",
+                "root": "PowBackward0",
+                "node_names": ["AccumulateGrad", "PowBackward0"],
+                "line": 11,
+                "leaf_grads": {"x": None},
+                "outputs": [12.0],
+            },
+            {
+                "api": "autograd.grad",
+                "root": "MulBackward0",
+                "node_names": ["AccumulateGrad", "MulBackward0", "MulBackward1", "PowBackward0"],
+                "line": 15,
+                "leaf_grads": {"x": None},
+                "outputs": [12.0],
+            },
+        ],
+        "call_count": 2,
+        "error": None,
+    },
+    "04_non_scalar.py": {
+        "calls": [
+            {
+                "api": "Tensor.backward",
+                "root": "MulBackward0",
+                "node_names": ["AccumulateGrad", "MulBackward0"],
+                "line": 12,
+                "leaf_grads": {"x": [2.0, 2.0, 2.0]},
+            }
+        ],
+        "call_count": 1,
+        "error": None,
+    },
+    "05_breaking_the_graph.py": {
+        "calls": [
+            {
+                "api": "Tensor.backward",
+                "root": "AddBackward0",
+                "node_names": ["AccumulateGrad", "AddBackward0", "AddBackward0", "AddBackward0", "PowBackward0"],
+                "line": 21,
+                "leaf_grads": {"x": 12.0},
+            }
+        ],
+        "call_count": 1,
+        "error": None,
+    },
+    "06_retain_grad.py": {
+        "calls": [
+            {
+                "api": "Tensor.backward",
+                "root": "MulBackward0",
+                "node_names": ["AccumulateGrad", "AddBackward0", "MulBackward0", "MulBackward0"],
+                "line": 13,
+                "leaf_grads": {"x": 15.0},
+                "retained_grads": {"hidden": 3.0, "other_hidden": None},
+            }
+        ],
+        "call_count": 1,
+        "error": None,
+    },
+    "07_grad_accumulation.py": {
+        "calls": [
+            {
+                "api": "Tensor.backward",
+                "root": "PowBackward0",
+                "node_names": ["AccumulateGrad", "PowBackward0"],
+                "line": 10,
+                "leaf_grads": {"x": 4.0},
+            },
+            {
+                "api": "Tensor.backward",
+                "root": "PowBackward0",
+                "node_names": ["AccumulateGrad", "PowBackward0"],
+                "line": 14,
+                "leaf_grads": {"x": 8.0},
+            },
+            {
+                "api": "Tensor.backward",
+                "root": "PowBackward0",
+                "node_names": ["AccumulateGrad", "PowBackward0"],
+                "line": 21,
+                "leaf_grads": {"x": 4.0},
+            },
+        ],
+        "call_count": 3,
+        "error": None,
+    },
+    "08_inplace_error.py": {
+        "calls": [
+            {
+                "api": "Tensor.backward",
+                "root": "SumBackward0",
+                "node_names": ["AccumulateGrad", "MulBackward0", "SigmoidBackward0", "SumBackward0"],
+                "line": 14,
+                "leaf_grads": {"a": None},
+                "raised": "RuntimeError",
+            }
+        ],
+        "call_count": 1,
+        "error": {"type": "RuntimeError", "message": "modified by an inplace operation", "line": 14},
+    },
+    "09_backward_twice.py": {
+        "calls": [
+            {
+                "api": "Tensor.backward",
+                "root": "MulBackward0",
+                "node_names": ["AccumulateGrad", "AccumulateGrad", "MulBackward0"],
+                "line": 11,
+                "leaf_grads": {"w": 2.0, "x": 5.0},
+            },
+            {
+                "api": "Tensor.backward",
+                "root": "MulBackward0",
+                "node_names": ["AccumulateGrad", "AccumulateGrad", "MulBackward0"],
+                "line": 15,
+                "leaf_grads": {"w": 2.0, "x": 5.0},
+                "raised": "RuntimeError",
+            },
+        ],
+        "call_count": 2,
+        "error": {
+            "type": "RuntimeError",
+            "message": "Trying to backward through the graph a second time",
+            "line": 15,
+        },
+    },
+    "10_straight_through.py": {
+        "calls": [
+            {
+                "api": "Tensor.backward",
+                "root": "SumBackward0",
+                "node_names": ["AccumulateGrad", "RoundSTEBackward", "SumBackward0"],
+                "line": 22,
+                "leaf_grads": {"x": [1.0, 1.0, 1.0, 1.0]},
+            },
+            {
+                "api": "autograd.grad",
+                "root": "SumBackward0",
+                "node_names": ["AccumulateGrad", "RoundBackward0", "SumBackward0"],
+                "line": 26,
+                "leaf_grads": {"x": [1.0, 1.0, 1.0, 1.0]},
+                "outputs": [[0.0, 0.0, 0.0, 0.0]],
+            },
+        ],
+        "call_count": 2,
+        "error": None,
+    },
+    "11_linear_regression_scratch.py": {
+        "calls": [
+            {
+                "api": "Tensor.backward",
+                "root": "MeanBackward0",
+                "node_names": [
+                    "AccumulateGrad", "AccumulateGrad", "AddBackward0", "MeanBackward0",
+                    "MulBackward0", "PowBackward0", "SubBackward0",
+                ],
+                "line": 19,
+                "leaf_grads": {"b": [-2.00743], "w": [-1.36018]},
+                "grad_tol": 1e-4,
+            }
+        ],
+        "call_count": 200,
+        "same_graph_every_call": True,
+        "error": None,
+        "final": {"w": (2.0, 0.05), "b": (1.0, 0.05), "loss": (0.0105, 0.002)},
+    },
+    "12_linear_regression_nn.py": {
+        "calls": [
+            {
+                "api": "Tensor.backward",
+                "root": "MseLossBackward0",
+                "node_names": ["AccumulateGrad", "AccumulateGrad", "AddmmBackward0", "MseLossBackward0", "TBackward0"],
+                "line": 21,
+                "leaf_grads": {"model.bias": [-1.91718], "model.weight": [[-1.52945]]},
+                "grad_tol": 1e-4,
+            }
+        ],
+        "call_count": 200,
+        "same_graph_every_call": True,
+        "error": None,
+        "final": {"model.weight": (2.0, 0.05), "model.bias": (1.0, 0.05), "loss": (0.0105, 0.002)},
+    },
+    "13_mlp_classifier.py": {
+        "calls": [
+            {
+                "api": "Tensor.backward",
+                "root": "NllLossBackward0",
+                "node_names": [
+                    "AccumulateGrad", "AccumulateGrad", "AccumulateGrad", "AccumulateGrad",
+                    "AddmmBackward0", "AddmmBackward0", "LogSoftmaxBackward0", "NllLossBackward0",
+                    "ReluBackward0", "TBackward0", "TBackward0",
+                ],
+                "line": 34,
+                # Only the smallest gradient is listed; the others have shapes
+                # model.fc1.weight [16, 4], model.fc1.bias [16], model.fc2.weight [3, 16].
+                "leaf_grads": {"model.fc2.bias": [-0.0772816, 0.0789037, -0.00162206]},
+                "grad_tol": 1e-4,
+            }
+        ],
+        "call_count": 10,
+        "same_graph_every_call": True,
+        "error": None,
+        "final": {"loss": (0.1695, 0.01), "accuracy": (0.983, 0.02)},
+    },
+    "20_views_and_strides.py": {
+        "calls": [],
+        "call_count": 0,
+        "error": None,
+        "tensors": {
+            "x": {"shape": [3, 4], "stride": [4, 1], "storage_offset": 0, "contiguous": True, "is_view": True,
+                  "version": 1, "shares_storage_with": ["flat", "permuted", "row", "transposed"]},
+            "transposed": {"shape": [4, 3], "stride": [1, 4], "storage_offset": 0, "contiguous": False,
+                           "is_view": True, "version": 1, "shares_storage_with": ["flat", "permuted", "row", "x"]},
+            "row": {"shape": [4], "stride": [1], "storage_offset": 4, "contiguous": True, "is_view": True,
+                    "version": 1, "shares_storage_with": ["flat", "permuted", "transposed", "x"]},
+            "flat": {"shape": [12], "stride": [1], "storage_offset": 0, "contiguous": True, "is_view": True,
+                     "version": 1, "shares_storage_with": ["permuted", "row", "transposed", "x"]},
+            "permuted": {"shape": [4, 3], "stride": [1, 4], "storage_offset": 0, "contiguous": False,
+                         "is_view": True, "version": 1, "shares_storage_with": ["flat", "row", "transposed", "x"]},
+            "reshaped": {"shape": [12], "stride": [1], "storage_offset": 0, "contiguous": True, "is_view": False,
+                         "version": 0, "shares_storage_with": []},
+            "compact": {"shape": [4, 3], "stride": [3, 1], "storage_offset": 0, "contiguous": True,
+                        "is_view": False, "version": 0, "shares_storage_with": []},
+        },
+    },
+    "21_contiguous_copy.py": {
+        "calls": [],
+        "call_count": 0,
+        "error": None,
+        "tensors": {
+            "x": {"shape": [3, 4], "stride": [4, 1], "storage_offset": 0, "contiguous": True, "is_view": True,
+                  "version": 1, "shares_storage_with": ["transposed"]},
+            "transposed": {"shape": [4, 3], "stride": [1, 4], "storage_offset": 0, "contiguous": False,
+                           "is_view": True, "version": 1, "shares_storage_with": ["x"]},
+            "transposed_copy": {"shape": [4, 3], "stride": [3, 1], "storage_offset": 0, "contiguous": True,
+                                "is_view": False, "version": 0, "shares_storage_with": []},
+        },
+    },
+    "22_indexing_views.py": {
+        "calls": [],
+        "call_count": 0,
+        "error": None,
+        "tensors": {
+            "x": {"shape": [3, 4], "stride": [4, 1], "storage_offset": 0, "contiguous": True, "is_view": True,
+                  "version": 1, "shares_storage_with": ["every_other_row", "first_row", "second_column"]},
+            "first_row": {"shape": [4], "stride": [1], "storage_offset": 0, "contiguous": True, "is_view": True,
+                          "version": 1, "shares_storage_with": ["every_other_row", "second_column", "x"]},
+            "second_column": {"shape": [3], "stride": [4], "storage_offset": 1, "contiguous": False,
+                              "is_view": True, "version": 1,
+                              "shares_storage_with": ["every_other_row", "first_row", "x"]},
+            "every_other_row": {"shape": [2, 4], "stride": [8, 1], "storage_offset": 0, "contiguous": False,
+                                "is_view": True, "version": 1,
+                                "shares_storage_with": ["first_row", "second_column", "x"]},
+            "cloned": {"shape": [3, 4], "stride": [4, 1], "storage_offset": 0, "contiguous": True,
+                       "is_view": False, "version": 1, "shares_storage_with": []},
+            "picked_rows": {"shape": [2, 4], "stride": [4, 1], "storage_offset": 0, "contiguous": True,
+                            "is_view": False, "version": 1, "shares_storage_with": []},
+            "masked": {"shape": [6], "stride": [1], "storage_offset": 0, "contiguous": True, "is_view": False,
+                       "version": 0, "shares_storage_with": []},
+        },
+    },
+    "23_numpy_sharing.py": {
+        "calls": [],
+        "call_count": 0,
+        "error": None,
+        "tensors": {
+            "shared": {"shape": [3], "stride": [1], "storage_offset": 0, "contiguous": True, "is_view": False,
+                       "version": 1, "shares_storage_with": []},
+            "copied": {"shape": [3], "stride": [1], "storage_offset": 0, "contiguous": True, "is_view": False,
+                       "version": 0, "shares_storage_with": []},
+        },
+        # shared.data_ptr() == array.ctypes.data == back_to_numpy.ctypes.data; copied has its own memory.
+        "shares_numpy_memory": {"shared": True, "copied": False},
+        "values": {"shared": [100.0, -5.0, 3.0], "copied": [1.0, 2.0, 3.0]},
+    },
+    "24_detach_shares.py": {
+        "calls": [],
+        "call_count": 0,
+        "error": None,
+        "tensors": {
+            "x": {"shape": [3], "stride": [1], "storage_offset": 0, "contiguous": True, "is_view": False,
+                  "version": 1, "shares_storage_with": ["detached"], "requires_grad": True},
+            "detached": {"shape": [3], "stride": [1], "storage_offset": 0, "contiguous": True, "is_view": False,
+                         "version": 1, "shares_storage_with": ["x"], "requires_grad": False},
+        },
+    },
+    "25_inplace_safe_and_unsafe.py": {
+        "calls": [
+            {
+                "api": "Tensor.backward",
+                "root": "SumBackward0",
+                "node_names": ["AccumulateGrad", "AddBackward0", "MulBackward0", "SumBackward0"],
+                "line": 12,
+                "leaf_grads": {"x": [2.0, 2.0, 2.0]},
+            },
+            {
+                "api": "Tensor.backward",
+                "root": "SumBackward0",
+                "node_names": ["AccumulateGrad", "AddBackward0", "ExpBackward0", "SumBackward0"],
+                "line": 17,
+                "leaf_grads": {"x": [2.0, 2.0, 2.0]},
+                "raised": "RuntimeError",
+            },
+        ],
+        "call_count": 2,
+        "error": {"type": "RuntimeError", "message": "modified by an inplace operation", "line": 17},
+    },
+    "30_graph_leak.py": {
+        "calls": [
+            {
+                "api": "Tensor.backward",
+                "root": "MseLossBackward0",
+                "node_names": [
+                    "AccumulateGrad", "AccumulateGrad", "AccumulateGrad", "AccumulateGrad", "AccumulateGrad",
+                    "AccumulateGrad", "AddmmBackward0", "AddmmBackward0", "AddmmBackward0", "MseLossBackward0",
+                    "ReluBackward0", "ReluBackward0", "TBackward0", "TBackward0", "TBackward0",
+                ],
+                "line": 25,
+                "leaf_grads": {"model.4.bias": [-0.036797]},
+                "grad_tol": 1e-4,
+            }
+        ],
+        "call_count": 20,
+        "same_graph_every_call": True,
+        "error": None,
+        # 20 validation graphs, each keeping two 256x256 ReLU outputs and the 256x1 prediction.
+        "memory": {"graphs_in_losses": 20, "saved_storages": 60, "saved_bytes": 10_506_240},
+    },
+    "31_graph_leak_fixed.py": {
+        "calls": [
+            {
+                "api": "Tensor.backward",
+                "root": "MseLossBackward0",
+                "node_names": [
+                    "AccumulateGrad", "AccumulateGrad", "AccumulateGrad", "AccumulateGrad", "AccumulateGrad",
+                    "AccumulateGrad", "AddmmBackward0", "AddmmBackward0", "AddmmBackward0", "MseLossBackward0",
+                    "ReluBackward0", "ReluBackward0", "TBackward0", "TBackward0", "TBackward0",
+                ],
+                "line": 23,
+                "leaf_grads": {"model.4.bias": [-0.036797]},
+                "grad_tol": 1e-4,
+            }
+        ],
+        "call_count": 20,
+        "same_graph_every_call": True,
+        "error": None,
+        # Only the last validation graph, still held by the global `loss`.
+        "memory": {"graphs_in_losses": 0, "saved_storages": 3, "saved_bytes": 525_312},
+    },
+    "40_model_small_cnn.py": {
+        "calls": [],
+        "call_count": 0,
+        "error": None,
+        "model": {
+            "source": "globals",
+            "root": "AddmmBackward0",
+            "node_names": [
+                "AccumulateGrad", "AccumulateGrad", "AccumulateGrad", "AccumulateGrad", "AccumulateGrad",
+                "AccumulateGrad", "AddmmBackward0", "ConvolutionBackward0", "ConvolutionBackward0",
+                "MaxPool2DWithIndicesBackward0", "MaxPool2DWithIndicesBackward0", "ReluBackward0",
+                "ReluBackward0", "TBackward0", "ViewBackward0",
+            ],
+            "output_shape": [2, 10],
+            "parameters": [
+                "conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias", "classifier.weight", "classifier.bias",
+            ],
+        },
+    },
+    "41_model_build.py": {
+        "calls": [],
+        "call_count": 0,
+        "error": None,
+        "model": {
+            "source": "build",
+            "root": "AddmmBackward0",
+            "node_names": [
+                "AccumulateGrad", "AccumulateGrad", "AccumulateGrad", "AccumulateGrad", "AccumulateGrad",
+                "AccumulateGrad", "AddmmBackward0", "AddmmBackward0", "NativeLayerNormBackward0", "TBackward0",
+                "TBackward0", "TanhBackward0",
+            ],
+            "output_shape": [5, 4],
+            "parameters": [
+                "encoder.0.weight", "encoder.0.bias", "encoder.1.weight", "encoder.1.bias", "head.weight", "head.bias",
+            ],
+        },
+    },
+    "50_big_residual_mlp.py": {
+        "calls": [
+            {
+                "api": "Tensor.backward",
+                "root": "MeanBackward0",
+                "node_count": 4802,
+                "node_counts": {
+                    "AccumulateGrad": 1600, "AddBackward0": 800, "AddmmBackward0": 800, "MeanBackward0": 1,
+                    "PowBackward0": 1, "ReluBackward0": 800, "TBackward0": 800,
+                },
+                "line": 42,
+                "leaf_grad_norms": {"model.blocks.0.fc.weight": 0.580351},
+                "grad_tol": 1e-4,
+            }
+        ],
+        "call_count": 1,
+        "error": None,
+        "final": {"loss": (1.04418, 1e-4)},
+    },
+    "51_huge_residual_mlp.py": {
+        "calls": [
+            {
+                "api": "Tensor.backward",
+                "root": "MeanBackward0",
+                "node_count": 50000,
+                "node_counts": {
+                    "AccumulateGrad": 16666, "AddBackward0": 8333, "AddmmBackward0": 8333, "MeanBackward0": 1,
+                    "PowBackward0": 1, "ReluBackward0": 8333, "TBackward0": 8333,
+                },
+                "line": 42,
+                "leaf_grad_norms": {"model.blocks.0.fc.weight": 0.649795},
+                "grad_tol": 1e-4,
+            }
+        ],
+        "call_count": 1,
+        "error": None,
+        "final": {"loss": (1.06101, 1e-4)},
+    },
+}

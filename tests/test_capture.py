@@ -1,0 +1,156 @@
+"""Capture details: names, lines, saved tensors, unreached graphs, loops, storage and views."""
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from core.capture import capture_script  # noqa: E402
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "resources" / "examples"
+
+
+def _capture(tmp_path, source: str, **kwargs):
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(source))
+    return capture_script(str(script), **kwargs)
+
+
+def test_function_locals_and_parameters_are_named(tmp_path):
+    trace = _capture(tmp_path, """\
+        import torch
+        from torch import nn
+        torch.manual_seed(0)
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc1 = nn.Linear(3, 4)
+                self.fc2 = nn.Linear(4, 1)
+            def forward(self, x):
+                hidden = torch.relu(self.fc1(x))
+                return self.fc2(hidden)
+        model = Net()
+        def compute(inputs):
+            prediction = model(inputs)
+            return prediction.pow(2).mean()
+        loss = compute(torch.randn(2, 3))
+        loss.backward()
+        """)
+    call = trace.calls[0]
+    labels = {n.name: n.label for n in call.nodes if n.label}
+    assert labels["MeanBackward0"] == "loss"
+    assert labels["ReluBackward0"] == "hidden"
+    assert labels["AddmmBackward0"] in ("prediction", "hidden")
+    leaves = {n.label for n in call.nodes if n.kind == "accumulate_grad"}
+    assert leaves == {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}
+    modules = {n.module for n in call.nodes if n.name == "AddmmBackward0"}
+    assert modules == {"fc1", "fc2"}
+    relu = next(n for n in call.nodes if n.name == "ReluBackward0")
+    assert relu.line == 10
+
+
+def test_gradients_match_autograd_grad(tmp_path):
+    trace = _capture(tmp_path, """\
+        import torch
+        torch.manual_seed(1)
+        w = torch.randn(3, 2, requires_grad=True)
+        b = torch.randn(2, requires_grad=True)
+        x = torch.randn(4, 3)
+        y = (x @ w + b).tanh()
+        loss = (y * y).sum()
+        loss.backward()
+        """)
+    torch.manual_seed(1)
+    w = torch.randn(3, 2, requires_grad=True)
+    b = torch.randn(2, requires_grad=True)
+    x = torch.randn(4, 3)
+    loss = ((x @ w + b).tanh() ** 2).sum()
+    gw, gb = torch.autograd.grad(loss, (w, b))
+    grads = trace.calls[0].leaf_grads
+    assert torch.allclose(torch.tensor(grads["w"].data).reshape(3, 2), gw, atol=1e-6)
+    assert torch.allclose(torch.tensor(grads["b"].data), gb, atol=1e-6)
+    call = trace.calls[0]
+    tanh = next(n for n in call.nodes if n.name == "TanhBackward0")
+    saved = {s.name: call.tensor(s.tensor) for s in tanh.saved if s.tensor}
+    assert saved["result"].shape == [4, 2]
+    assert saved["result"].name == "y"
+
+
+def test_unreached_graph_and_custom_function(tmp_path):
+    trace = _capture(tmp_path, """\
+        import torch
+        class Clip(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x.clamp(-1, 1)
+            @staticmethod
+            def backward(ctx, g):
+                return g
+        a = torch.tensor([0.5, 2.0], requires_grad=True)
+        out = Clip.apply(a * 3)
+        never = (a + 1).exp().sum()
+        """)
+    assert trace.call_count == 0
+    (call,) = trace.calls
+    assert call.api == "unreached"
+    roots = sorted(call.node(r).name for r in call.roots)
+    assert roots == ["ClipBackward", "SumBackward0"]
+    clip = next(n for n in call.nodes if n.name == "ClipBackward")
+    assert clip.kind == "custom" and clip.label == "out"
+
+
+def test_training_loop_stays_small():
+    trace = capture_script(str(EXAMPLES / "11_linear_regression_scratch.py"))
+    assert trace.call_count == 200
+    assert len(trace.calls) == 200
+    assert [c.index for c in trace.calls if c.snapshot == "full"] == [0, 1, 2, 199]
+    assert len(trace.to_json()) < 5_000_000
+    last = trace.calls[-1]
+    assert last.nodes and abs(last.leaf_grads["w"].data[0]) < 0.05
+
+
+def test_views_share_storage_and_versions(tmp_path):
+    trace = _capture(tmp_path, """\
+        import torch
+        x = torch.arange(12.0).view(3, 4)
+        t = x.t()
+        row = x[1]
+        flat = x.view(-1)
+        d = x.detach()
+        c = x.clone()
+        row.mul_(2)
+        """)
+    by = {t.name: t for t in trace.tensors}
+    assert by["t"].stride == [1, 4] and by["row"].storage_offset == 4 and by["flat"].stride == [1]
+    assert len({by[n].storage for n in ("x", "t", "row", "flat", "d")}) == 1
+    assert by["c"].storage != by["x"].storage
+    assert by["d"].version == by["x"].version == 1 and by["c"].version == 0
+    assert by["t"].base == by["x"].base
+    storage = next(s for s in trace.storages if s.id == by["x"].storage)
+    assert storage.nbytes == 48 and set(storage.tensors) >= {by[n].id for n in ("x", "t", "row", "flat", "d")}
+
+
+def test_stale_saved_tensor_is_reported_before_backward():
+    trace = capture_script(str(EXAMPLES / "08_inplace_error.py"))
+    call = trace.calls[0]
+    stale = [n for n in call.nodes if n.stale]
+    assert [n.name for n in stale] == ["SigmoidBackward0"]
+    assert (stale[0].stale.saved, stale[0].stale.saved_version, stale[0].stale.version) == ("result", 0, 1)
+    assert call.error.type == "RuntimeError"
+
+
+def test_create_graph_and_second_order(tmp_path):
+    trace = _capture(tmp_path, """\
+        import torch
+        x = torch.tensor(2.0, requires_grad=True)
+        y = x ** 3
+        (g,) = torch.autograd.grad(y, x, create_graph=True)
+        (h,) = torch.autograd.grad(g, x)
+        """)
+    first, second = trace.calls
+    assert first.options["create_graph"] is True
+    assert first.leaf_grads["x"].data == [12.0]
+    assert second.leaf_grads["x"].data == [12.0]
+    assert second.node(second.roots[0]).label == "g"

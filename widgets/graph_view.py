@@ -1,0 +1,639 @@
+"""GraphView: one call's grad_fn graph, from the loss at the top to the leaves below.
+
+It takes plain data (a CallInfo) and knows nothing of processes. Layout runs on a worker
+thread and the scene is built when the result arrives (``sig_scene_ready``); pass
+``sync=True`` to lay out and build at once (tests, exports). Zoomed far out, the per-node
+items are hidden and one overview picture is drawn instead, so big graphs pan smoothly.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+
+from PySide6.QtCore import QObject, QPointF, QRectF, Qt, QThreadPool, Signal
+from PySide6.QtGui import QBrush, QKeySequence, QPainter, QShortcut, QTransform
+from PySide6.QtWidgets import QGraphicsScene, QGraphicsSimpleTextItem, QGraphicsView, QWidget
+
+from core.layout import Layout, default_collapsed, format_shape, group_info, layout_call, node_label
+from core.trace import CallInfo
+from widgets.graph_items import EdgeItem, GroupBoxItem, NodeItem, NodeStyle, SavedItem, color, font
+from widgets.minimap import Legend, Minimap, OverviewItem
+from widgets.theme import Theme, get_theme
+
+log = logging.getLogger(__name__)
+
+OVERVIEW_LOD = 0.2  # below this zoom a big graph is drawn as one overview picture
+SMALL_SCENE = 1500  # scenes with fewer items always draw their own items
+MAX_FIT = 1.5
+MAX_ZOOM = 4.0
+EXPAND_ONE_LEVEL = 400  # expanding a group bigger than this keeps its subgroups collapsed
+KIND_NAMES = {"backward": "backward op", "accumulate_grad": "leaf (AccumulateGrad)", "custom": "custom Function"}
+
+
+class _Bridge(QObject):
+    sig_done = Signal(int, object)
+    """A layout finished (generation, (collapsed, layout))."""
+    sig_failed = Signal(int, str)
+    """A layout raised (generation, message)."""
+
+
+def _compute(call: CallInfo, collapsed, show_saved: bool, engine: str):
+    if collapsed is None:
+        collapsed = default_collapsed(call)
+    return frozenset(collapsed), layout_call(call, collapsed=frozenset(collapsed), show_saved=show_saved, engine=engine)
+
+
+def node_style(call: CallInfo, node_id: str) -> NodeStyle:
+    if node_id.startswith("group:"):
+        return NodeStyle("group")
+    n = call.node(node_id)
+    shape = {"backward": "op", "accumulate_grad": "leaf", "custom": "custom"}.get(n.kind, "other")
+    t = call.tensor(n.variable or n.tensor)
+    failed_call = call.error is not None and not any(m.stale for m in call.nodes)
+    return NodeStyle(shape, t is not None and not t.requires_grad, t is not None and t.retains_grad, n.stale is not None or failed_call)
+
+
+class GraphView(QGraphicsView):
+    """The autograd graph of one call, with zoom, search, selection, groups and step states."""
+
+    sig_scene_ready = Signal(str)
+    """The scene for a call is built and shown (the call's id, "" for no call)."""
+    sig_node_selected = Signal(str)
+    """The user selected a node: a trace node id, or ``group:<path>`` for a collapsed group."""
+    sig_group_toggled = Signal(str)
+    """The user collapsed or expanded a module group (its path)."""
+    sig_zoom_changed = Signal(int)
+    """The zoom changed (percent)."""
+    sig_layout_failed = Signal(str)
+    """Laying out the call raised; the message."""
+
+    def __init__(self, parent: QWidget | None = None, theme: str = "light"):
+        super().__init__(parent)
+        self.setScene(QGraphicsScene(self))
+        self._theme: Theme = get_theme(theme)
+        self.setRenderHints(QPainter.Antialiasing | QPainter.TextAntialiasing)
+        self.setDragMode(QGraphicsView.ScrollHandDrag)
+        self.setTransformationAnchor(QGraphicsView.AnchorUnderMouse)
+        self.setResizeAnchor(QGraphicsView.AnchorViewCenter)
+        self.setViewportUpdateMode(QGraphicsView.SmartViewportUpdate)
+        self.setOptimizationFlags(QGraphicsView.DontAdjustForAntialiasing)
+        self.setBackgroundBrush(QBrush(color(self._theme.background)))
+        self.node_items: dict[str, NodeItem] = {}
+        self.edge_items: list[EdgeItem] = []
+        self.group_items: dict[str, GroupBoxItem] = {}
+        self.saved_items: list[SavedItem] = []
+        self.overview: OverviewItem | None = None
+        self._call: CallInfo | None = None
+        self._layout: Layout | None = None
+        self._collapsed: frozenset[str] = frozenset()
+        self._show_saved = False
+        self._show_shapes = False
+        self._states: dict[str, str] = {}
+        self._edge_texts: dict[tuple[str, str], str] = {}
+        self._selected: str | None = None
+        self._matches: list[str] = []
+        self._match_index = -1
+        self._search_index: dict[str, str] | None = None
+        self._generation = 0
+        self._pending = False
+        self._detail = True
+        self._big = False
+        self._fit_next = False
+        self._focus_after: str | None = None
+        self._press: QPointF | None = None
+        self.engine = "auto"
+        self._bridge = _Bridge(self)
+        self._bridge.sig_done.connect(self._on_done)
+        self._bridge.sig_failed.connect(self._on_failed)
+        self._pool = QThreadPool(self)
+        self._pool.setMaxThreadCount(1)
+        self.legend = Legend(self)
+        self.minimap = Minimap(self)
+        self.minimap.sig_center_on.connect(self.centerOn)
+        for keys, slot in ((("Ctrl+=", "Ctrl++", QKeySequence.ZoomIn), self.zoom_in), (("Ctrl+-", QKeySequence.ZoomOut), self.zoom_out), (("Ctrl+0",), self.fit)):
+            for k in keys:
+                QShortcut(QKeySequence(k), self, slot, context=Qt.WidgetWithChildrenShortcut)
+        self.horizontalScrollBar().valueChanged.connect(self._update_minimap)
+        self.verticalScrollBar().valueChanged.connect(self._update_minimap)
+
+    # -- data ---------------------------------------------------------------------------------
+    def set_call(self, call: CallInfo | None, *, sync: bool = False, collapsed: frozenset[str] | None = None) -> None:
+        """Show ``call``; big graphs open with module groups collapsed unless ``collapsed`` is given."""
+        self._call = call
+        self._selected, self._matches, self._match_index = None, [], -1
+        self._states, self._edge_texts, self._search_index = {}, {}, None
+        self._fit_next = True
+        self._relayout(sync, collapsed)
+
+    def call(self) -> CallInfo | None:
+        return self._call
+
+    def graph_layout(self) -> Layout | None:
+        return self._layout
+
+    def is_pending(self) -> bool:
+        """True while a layout runs on the worker thread."""
+        return self._pending
+
+    def wait_ready(self, timeout_ms: int = 30000) -> bool:
+        """Process events until the pending layout is shown; False on timeout."""
+        from PySide6.QtCore import QCoreApplication, QDeadlineTimer
+
+        deadline = QDeadlineTimer(timeout_ms)
+        while self._pending and not deadline.hasExpired():
+            QCoreApplication.processEvents()
+            self._pool.waitForDone(10)
+        QCoreApplication.processEvents()
+        return not self._pending
+
+    def collapsed(self) -> frozenset[str]:
+        return self._collapsed
+
+    def set_collapsed(self, paths, *, sync: bool = False) -> None:
+        self._relayout(sync, frozenset(paths))
+
+    def toggle_group(self, path: str, *, sync: bool = False) -> None:
+        """Collapse an expanded group or expand a collapsed one (one level at a time when big)."""
+        if self._call is None:
+            return
+        if path in self._collapsed:
+            info = group_info(self._call)
+            paths = set(self._collapsed) - {path}
+            if info.count.get(path, 0) > EXPAND_ONE_LEVEL:
+                paths |= {g for g in info.drawn if info.dparent.get(g) == path}
+            self._focus_after = path
+        else:
+            paths = {p for p in self._collapsed if not p.startswith(path + ".")} | {path}
+            self._focus_after = "group:" + path
+        self.sig_group_toggled.emit(path)
+        self._relayout(sync, frozenset(paths))
+
+    def set_show_saved(self, show: bool, *, sync: bool = False) -> None:
+        if show != self._show_saved:
+            self._show_saved = show
+            self._relayout(sync, self._collapsed)
+
+    def set_show_shapes(self, show: bool) -> None:
+        self._show_shapes = show
+        for item in self.edge_items:
+            item.set_texts(show_shape=show)
+
+    def _relayout(self, sync: bool, collapsed) -> None:
+        self._generation += 1
+        gen, call = self._generation, self._call
+        if call is None or not call.nodes:
+            self._pending = False
+            self._build(None)
+            self.sig_scene_ready.emit(call.id if call else "")
+            return
+        args = (call, collapsed, self._show_saved, self.engine)
+        self._pending = True
+        if sync:
+            try:
+                result = _compute(*args)
+            except Exception as exc:  # a bad trace must not take the window down
+                log.exception("layout failed")
+                self._on_failed(gen, f"{type(exc).__name__}: {exc}")
+                return
+            self._on_done(gen, result)
+            return
+        bridge = self._bridge
+
+        def job() -> None:
+            try:
+                result = _compute(*args)
+            except Exception as exc:
+                log.exception("layout failed")
+                _emit(bridge.sig_failed, gen, f"{type(exc).__name__}: {exc}")
+                return
+            _emit(bridge.sig_done, gen, result)
+
+        self._pool.start(job)
+
+    def _on_done(self, gen: int, result) -> None:
+        if gen != self._generation:
+            return
+        self._collapsed, layout = result
+        self._build(layout)
+        self._pending = False
+        self.sig_scene_ready.emit(self._call.id if self._call else "")
+
+    def _on_failed(self, gen: int, message: str) -> None:
+        if gen == self._generation:
+            self._pending = False
+            self._build(None, f"Could not lay out this graph: {message}")
+            self.sig_layout_failed.emit(message)
+
+    # -- building the scene ---------------------------------------------------------------------
+    def _build(self, layout: Layout | None, message: str = "") -> None:
+        scene = self.scene()
+        scene.clear()
+        self.node_items, self.edge_items, self.group_items, self.saved_items = {}, [], {}, []
+        self.overview = None
+        self._layout = layout
+        t, call = self._theme, self._call
+        if layout is None:
+            text = message or ("Same graph as an earlier call" if call and call.same_as else "No autograd graph to show")
+            item = QGraphicsSimpleTextItem(text)
+            item.setFont(font(t.font_family, t.font_px + 2))
+            item.setBrush(color(t.muted_text))
+            scene.addItem(item)
+            scene.setSceneRect(item.boundingRect().adjusted(-40, -40, 40, 40))
+            self.legend.set_entries([], t)
+            self.minimap.hide()
+            self.resetTransform()
+            return
+        styles = {v: node_style(call, v) for v in layout.nodes}
+        total = len(layout.nodes) + len(layout.edges) + len(layout.groups)
+        self._big = total >= SMALL_SCENE
+        if self._fit_next:
+            scale = self._initial_scale(layout)
+            self.setTransform(QTransform.fromScale(scale, scale))
+        self._detail = not self._big or self.transform().m11() >= OVERVIEW_LOD
+        show = self._detail
+        members = layout.members
+        curved = layout.engine != "dot"
+        for g in layout.groups:
+            if not g.collapsed:
+                item = self.group_items[g.path] = GroupBoxItem(g, t)
+                item.setVisible(show)
+                scene.addItem(item)
+        shapes = self._edge_shapes(call)
+        for e in layout.edges:
+            item = EdgeItem(e, t, shapes.get(e.dst, ""), curved)
+            item.setVisible(show)
+            scene.addItem(item)
+            self.edge_items.append(item)
+        for box in layout.nodes.values():
+            item = self.node_items[box.id] = NodeItem(box, styles[box.id], t, self._tooltip(box.id))
+            item.setVisible(show)
+            scene.addItem(item)
+        for s in layout.saved:
+            tensor = call.tensor(s.tensor)
+            tip = f"saved for backward: {s.name}" + (f"\n{format_shape(tensor.shape)} {tensor.dtype}" if tensor else f"\n{s.state}")
+            item = SavedItem(s, layout.nodes[s.node], t, tensor is not None and not tensor.requires_grad, tip)
+            item.setVisible(show)
+            scene.addItem(item)
+            self.saved_items.append(item)
+        self.overview = OverviewItem(layout, styles, t)
+        if self._big:
+            self.overview.setVisible(not show)
+            scene.addItem(self.overview)
+        if call.error is not None:
+            banner = QGraphicsSimpleTextItem(f"This call raised {call.error.type}: {call.error.message}"[:160])
+            banner.setFont(font(t.font_family, t.font_px, True))
+            banner.setBrush(color(t.error))
+            banner.setPos(8, 4)
+            scene.addItem(banner)
+        scene.setSceneRect(0, 0, layout.width, layout.height)
+        if self._show_shapes or self._edge_texts:
+            self._apply_edge_texts()
+        self._apply_states()
+        if self._matches:
+            self._apply_matches()
+        self._legend_entries(styles)
+        self.minimap.set_overview(self.overview, scene.sceneRect(), t)
+        if self._selected is not None and members.get(self._selected, self._selected) in self.node_items:
+            self._select(self._selected, emit=False, center=self._focus_after is None)
+        else:
+            self._selected = None
+        if self._fit_next:
+            self._fit_next = False
+            self._initial_view(layout)
+        elif self._focus_after is not None:
+            target = self.node_items.get(self._focus_after) or self.group_items.get(self._focus_after)
+            if target is not None:
+                self.centerOn(target.sceneBoundingRect().center())
+        self._focus_after = None
+        self._after_zoom()
+
+    def _initial_scale(self, layout: Layout) -> float:
+        fit = self._fit_scale(QRectF(0, 0, layout.width, layout.height))
+        return fit if fit >= 0.3 or not self._big else 1.0
+
+    def _initial_view(self, layout: Layout) -> None:
+        """Small graphs are fitted; big ones open at 100 % on the root, where backward starts."""
+        if abs(self.transform().m11() - 1.0) > 1e-9 or not self._big:
+            self.centerOn(self.scene().sceneRect().center())
+            return
+        root = self._call.roots[0] if self._call.roots else None
+        box = layout.nodes.get(layout.members.get(root, "")) if root else None
+        if box is None:
+            return
+        half = self.viewport().height() / 2
+        self.centerOn(box.x + box.w / 2, box.y - 20 + half)
+
+    def _edge_shapes(self, call: CallInfo) -> dict[str, str]:
+        """Shape of the tensor each node produced: the gradient flowing into it has that shape."""
+        out: dict[str, str] = {}
+        for t in call.tensors:
+            if t.grad_fn is not None and t.grad_fn not in out:
+                out[t.grad_fn] = format_shape(t.shape)
+        for n in call.nodes:
+            t = call.tensor(n.variable or n.tensor)
+            if t is not None:
+                out[n.id] = format_shape(t.shape)
+        return out
+
+    def _tooltip(self, box_id: str) -> str:
+        call = self._call
+        if box_id.startswith("group:"):
+            path = box_id[6:]
+            count = group_info(call).count.get(path, 0)
+            return f"module {path} (collapsed)\n{count:,} nodes\ndouble-click to expand"
+        n = call.node(box_id)
+        lines = [n.name, f"kind: {KIND_NAMES.get(n.kind, n.kind)}"]
+        t = call.tensor(n.variable or n.tensor)
+        if t is not None:
+            lines.append(f"tensor: {t.name or n.label or '(unnamed)'}  {format_shape(t.shape)}  {t.dtype}")
+            if not t.requires_grad:
+                lines.append("does not require grad")
+            if t.retains_grad:
+                lines.append("retains .grad")
+        elif n.label:
+            lines.append(f"tensor: {n.label}")
+        if n.line:
+            lines.append(f"line {n.line}")
+        module = group_info(call).module.get(n.id)
+        if module:
+            lines.append(f"module {module}")
+        if n.stale is not None:
+            lines.append(f"stale saved tensor '{n.stale.saved}': version {n.stale.version}, saved at {n.stale.saved_version}")
+        return "\n".join(lines)
+
+    def _legend_entries(self, styles: dict[str, NodeStyle]) -> None:
+        present = {s.shape for s in styles.values()}
+        entries = [k for k in ("op", "leaf", "custom", "other", "group") if k in present]
+        if self.group_items:
+            entries.append("frame")
+        if self.saved_items:
+            entries.append("saved")
+        if any(s.no_grad for s in styles.values()) or any(i.no_grad for i in self.saved_items):
+            entries.append("no_grad")
+        entries += [k for k, on in (("retained", any(s.retained for s in styles.values())), ("error", any(s.error for s in styles.values()))) if on]
+        states = set(self._states.values())
+        entries += [s for s in ("executed", "current", "frontier", "failed") if s in states]
+        self.legend.set_entries(entries, self._theme)
+        self._place_overlays()
+
+    @contextmanager
+    def export_mode(self):
+        """Show every item (not the zoomed-out overview) while rendering the scene for export."""
+        detail = self._detail
+        self._set_detail(True)
+        try:
+            yield self.scene()
+        finally:
+            self._set_detail(detail)
+
+    # -- states, texts, theme ---------------------------------------------------------------------
+    def set_node_states(self, states: dict[str, str]) -> None:
+        """Step states by trace node id: "executed", "current", "frontier" or "failed"."""
+        self._states = dict(states)
+        self._apply_states()
+        if self._layout is not None:
+            self._legend_entries({v: i.style for v, i in self.node_items.items()})
+
+    def set_edge_texts(self, texts: dict[tuple[str, str], str]) -> None:
+        """Texts (gradient values) on edges, keyed by (src, dst) trace node ids."""
+        self._edge_texts = dict(texts)
+        self._apply_edge_texts()
+
+    def clear_states(self) -> None:
+        self.set_edge_texts({})
+        self.set_node_states({})
+
+    def _apply_states(self) -> None:
+        if self._layout is None:
+            return
+        members, per = self._layout.members, {}
+        for nid, st in self._states.items():
+            vid = members.get(nid)
+            if vid is not None:
+                per.setdefault(vid, []).append(st)
+        counts = {"group:" + g.path: g.count for g in self._layout.groups if g.collapsed}
+        for vid, item in self.node_items.items():
+            sts = per.get(vid)
+            state = None
+            if sts:
+                state = next((s for s in ("failed", "current", "frontier") if s in sts), None)
+                if state is None and sts.count("executed") >= counts.get(vid, 1):
+                    state = "executed"
+            item.set_state(state)
+        self._update_marks()
+
+    def _apply_edge_texts(self) -> None:
+        members = self._layout.members if self._layout else {}
+        values = {(members.get(s, s), members.get(d, d)): v for (s, d), v in self._edge_texts.items()}
+        for item in self.edge_items:
+            item.set_texts(show_shape=self._show_shapes, value=values.get(item.key, ""))
+
+    def set_theme(self, name: str) -> None:
+        self._theme = t = get_theme(name)
+        self.setBackgroundBrush(QBrush(color(t.background)))
+        for item in [*self.node_items.values(), *self.group_items.values(), *self.saved_items]:
+            item.set_theme(t)
+        for item in self.edge_items:
+            item.set_look(theme=t)
+        if self.overview is not None:
+            self.overview.set_theme(t)
+            self.minimap.set_overview(self.overview, self.scene().sceneRect(), t)
+        self.legend.set_entries(self.legend.entries(), t)
+
+    def theme(self) -> Theme:
+        return self._theme
+
+    # -- search and selection ---------------------------------------------------------------------
+    def search(self, text: str) -> list[str]:
+        """Trace node ids whose name, label or variable name contains ``text`` (any case)."""
+        text = text.strip().lower()
+        self._matches, self._match_index = [], -1
+        if text and self._call is not None:
+            if self._search_index is None:
+                self._search_index = self._build_search_index()
+            self._matches = [nid for nid, s in self._search_index.items() if text in s]
+        self._apply_matches()
+        if self._matches:
+            self.next_match()
+        return list(self._matches)
+
+    def next_match(self) -> str | None:
+        """Select and centre the next search match; None when there are no matches."""
+        if not self._matches:
+            return None
+        self._match_index = (self._match_index + 1) % len(self._matches)
+        nid = self._matches[self._match_index]
+        self._select(nid, emit=True, center=True)
+        return nid
+
+    def _build_search_index(self) -> dict[str, str]:
+        call = self._call
+        out = {}
+        for n in call.nodes:
+            names = [n.name, node_label(call, n), n.label or ""]
+            for tid in (n.variable, n.tensor):
+                t = call.tensor(tid)
+                if t is not None and t.name:
+                    names.append(t.name)
+            out[n.id] = "\n".join(names).lower()
+        return out
+
+    def _apply_matches(self) -> None:
+        members = self._layout.members if self._layout else {}
+        hit = {members.get(m, m) for m in self._matches}
+        for vid, item in self.node_items.items():
+            item.set_highlighted(vid in hit)
+        self._update_marks()
+
+    def select_node(self, node_id: str | None) -> None:
+        """Select and centre a node (a trace id or group id) without emitting sig_node_selected."""
+        self._select(node_id, emit=False, center=True)
+
+    def selected_node(self) -> str | None:
+        return self._selected
+
+    def _select(self, node_id: str | None, *, emit: bool, center: bool) -> None:
+        members = self._layout.members if self._layout else {}
+        old = members.get(self._selected, self._selected) if self._selected else None
+        new = members.get(node_id, node_id) if node_id else None
+        if old in self.node_items:
+            self.node_items[old].set_selected(False)
+        item = self.node_items.get(new) if new else None
+        self._selected = node_id if item is not None else None
+        for e in self.edge_items:
+            e.set_look(active=new is not None and new in e.key)
+        if item is not None:
+            item.set_selected(True)
+            if center:
+                self.centerOn(item.sceneBoundingRect().center())
+        self._update_marks()
+        if emit and self._selected is not None:
+            self.sig_node_selected.emit(self._selected)
+
+    def _update_marks(self) -> None:
+        if self.overview is None:
+            return
+        marks = {v: "highlight" for v, i in self.node_items.items() if i.highlighted}
+        marks.update({v: i.state for v, i in self.node_items.items() if i.state in ("current", "failed")})
+        if self._selected is not None:
+            marks[self._layout.members.get(self._selected, self._selected)] = "selection"
+        self.overview.set_marks(marks)
+
+    # -- zoom and navigation ----------------------------------------------------------------------
+    def zoom_percent(self) -> int:
+        return round(self.transform().m11() * 100)
+
+    def set_zoom(self, percent: float) -> None:
+        s = max(self._min_zoom(), min(MAX_ZOOM, percent / 100))
+        anchor = self.transformationAnchor()
+        self.setTransformationAnchor(QGraphicsView.AnchorViewCenter)
+        self.setTransform(QTransform.fromScale(s, s))
+        self.setTransformationAnchor(anchor)
+        self._after_zoom()
+
+    def zoom_in(self) -> None:
+        self.set_zoom(self.zoom_percent() * 1.25)
+
+    def zoom_out(self) -> None:
+        self.set_zoom(self.zoom_percent() / 1.25)
+
+    def fit(self) -> None:
+        """Show the whole graph (never enlarged past 150 %)."""
+        r = self.scene().sceneRect()
+        s = self._fit_scale(r)
+        self.setTransform(QTransform.fromScale(s, s))
+        self.centerOn(r.center())
+        self._after_zoom()
+
+    def _fit_scale(self, r: QRectF) -> float:
+        vp = self.viewport().rect()
+        if r.width() <= 0 or r.height() <= 0:
+            return 1.0
+        return min(MAX_FIT, (vp.width() - 16) / r.width(), (vp.height() - 16) / r.height())
+
+    def _min_zoom(self) -> float:
+        return min(0.1, self._fit_scale(self.scene().sceneRect()) * 0.8)
+
+    def wheelEvent(self, event) -> None:
+        dy = event.angleDelta().y()
+        if dy == 0:
+            return super().wheelEvent(event)
+        current = self.transform().m11()
+        target = max(self._min_zoom(), min(MAX_ZOOM, current * 1.0015**dy))
+        self.scale(target / current, target / current)
+        self._after_zoom()
+        event.accept()
+
+    def _after_zoom(self) -> None:
+        if self._big and self.node_items:
+            self._set_detail(self.transform().m11() >= OVERVIEW_LOD)
+        self._update_minimap()
+        self.sig_zoom_changed.emit(self.zoom_percent())
+
+    def _set_detail(self, detail: bool) -> None:
+        if detail == self._detail or not self.node_items:
+            return
+        self._detail = detail
+        for item in [*self.group_items.values(), *self.edge_items, *self.node_items.values(), *self.saved_items]:
+            item.setVisible(detail)
+        if self.overview is not None and self.overview.scene() is not None:
+            self.overview.setVisible(not detail)
+
+    def _update_minimap(self, *_args) -> None:
+        scene_rect = self.scene().sceneRect()
+        visible = self.mapToScene(self.viewport().rect()).boundingRect()
+        larger = self._layout is not None and not visible.contains(scene_rect.adjusted(2, 2, -2, -2))
+        self.minimap.setVisible(larger)
+        if larger:
+            self.minimap.set_view_rect(visible)
+        self._place_overlays()
+
+    def _place_overlays(self) -> None:
+        vp = self.viewport().geometry()
+        self.legend.move(vp.left() + 8, vp.bottom() - self.legend.height() - 8)
+        self.minimap.move(vp.right() - self.minimap.width() - 8, vp.bottom() - self.minimap.height() - 8)
+        self.legend.raise_()
+        self.minimap.raise_()
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self._update_minimap()
+
+    # -- mouse ------------------------------------------------------------------------------------
+    def mousePressEvent(self, event) -> None:
+        self._press = event.position() if event.button() == Qt.LeftButton else None
+        super().mousePressEvent(event)
+
+    def mouseReleaseEvent(self, event) -> None:
+        super().mouseReleaseEvent(event)
+        if self._press is not None and (event.position() - self._press).manhattanLength() < 5:
+            item = self._item_at(event.position().toPoint(), NodeItem)
+            if item is not None:
+                self._select(item.node_id, emit=True, center=False)
+        self._press = None
+
+    def mouseDoubleClickEvent(self, event) -> None:
+        node = self._item_at(event.position().toPoint(), NodeItem)
+        if node is not None and node.node_id.startswith("group:"):
+            self.toggle_group(node.node_id[6:])
+            return
+        if node is None:
+            frame = self._item_at(event.position().toPoint(), GroupBoxItem)
+            if frame is not None:
+                self.toggle_group(frame.path)
+                return
+        super().mouseDoubleClickEvent(event)
+
+    def _item_at(self, pos, cls):
+        for item in self.items(pos):
+            if isinstance(item, cls):
+                return item
+        return None
+
+
+def _emit(signal, *args) -> None:
+    try:
+        signal.emit(*args)
+    except RuntimeError:  # the view was deleted while the layout ran
+        pass
