@@ -137,9 +137,9 @@ class MainWindow(QMainWindow):
                                                 "Run again whenever the script is saved", checkable=True)
         self.act_fit = self._action("&Fit to Window", lambda: self.graph.fit(), "Ctrl+0", "Fit the graph to the window",
                                     "fit")
-        self.act_zoom_in = self._action("Zoom &In", lambda: self.graph.zoom_by(1.25), QKeySequence.StandardKey.ZoomIn,
+        self.act_zoom_in = self._action("Zoom &In", lambda: self.graph.zoom_in(), QKeySequence.StandardKey.ZoomIn,
                                         "Zoom in")
-        self.act_zoom_out = self._action("Zoom &Out", lambda: self.graph.zoom_by(0.8),
+        self.act_zoom_out = self._action("Zoom &Out", lambda: self.graph.zoom_out(),
                                          QKeySequence.StandardKey.ZoomOut, "Zoom out")
         self.act_find = self._action("&Find…", self.focus_search, QKeySequence.StandardKey.Find,
                                      "Find a node by op or variable name")
@@ -389,10 +389,11 @@ class MainWindow(QMainWindow):
         self.source.clear_highlight()
         self.graph.set_call(call)
 
-    def _on_scene_ready(self) -> None:
+    def _on_scene_ready(self, _call_id: str = "") -> None:
         self._update_zoom_label()
         if self.call is not None and self._selected_node is None and self.call.roots:
-            self.select_node(self.call.roots[0], center=False)
+            # Describe the root (the loss) without moving the fitted view.
+            self.inspector.show_node(self.call, self.call.roots[0])
         self.sig_trace_shown.emit()
 
     def _select_call_from_elsewhere(self, call_id: str) -> None:
@@ -400,12 +401,13 @@ class MainWindow(QMainWindow):
         self.show_call(call_id)
 
     # -- selection -----------------------------------------------------------------------------------
-    def select_node(self, node_id: str, center: bool = True) -> None:
+    def select_node(self, node_id: str) -> None:
         if self.call is None or self.call.node(node_id) is None:
             return
         self._selected_node = node_id
         node = self.call.node(node_id)
-        self.graph.select_node(node_id, center=center)
+        if self.graph.selected_node() != node_id:
+            self.graph.select_node(node_id)
         self.inspector.show_node(self.call, node_id)
         if node.line:
             self.source.highlight_lines([node.line])
@@ -430,9 +432,8 @@ class MainWindow(QMainWindow):
         nodes = [n for n in self.call.nodes if n.line == line]
         self.source.highlight_lines([line])
         if nodes:
-            self.graph.highlight_nodes([n.id for n in nodes])
             self._selected_node = nodes[0].id
-            self.graph.select_node(nodes[0].id, center=True)
+            self.graph.select_node(nodes[0].id)
             self.inspector.show_node(self.call, nodes[0].id)
             self.state_label.setText(f"Line {line} created {len(nodes)} node(s)")
         else:
@@ -447,6 +448,12 @@ class MainWindow(QMainWindow):
         if not text:
             return
         matches = self.graph.search(text)
+        if matches and self.call is not None:
+            # A node whose variable or op name is exactly the text comes first.
+            want = text.lower()
+            exact = [m for m in matches
+                     if want in ((self.call.node(m).label or "").lower(), self.call.node(m).name.lower())]
+            matches = exact + [m for m in matches if m not in exact]
         if matches:
             self.select_node(matches[0])
             self.state_label.setText(f"{len(matches)} match(es) for '{text}'")

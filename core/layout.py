@@ -428,15 +428,17 @@ def _compound(call: CallInfo, vis: Visible) -> Layout:
         while k < min(len(cu), len(cv)) and cu[k] == cv[k]:
             k += 1
         lca = cu[k - 1]
+        # Each edge crosses a group's border at its own port (parallel edges share one).
+        out, inp = ("out", u, v), ("in", u, v)
         segs = []
         for g in reversed(cu[k:]):
             a = item_in(g, u)
-            segs.append((g, a, ("out", v) if isinstance(a, tuple) else None, ("out", v), None))
+            segs.append((g, a, out if isinstance(a, tuple) else None, out, None))
         a, b = item_in(lca, u), item_in(lca, v)
-        segs.append((lca, a, ("out", v) if isinstance(a, tuple) else None, b, ("in", u) if isinstance(b, tuple) else None))
+        segs.append((lca, a, out if isinstance(a, tuple) else None, b, inp if isinstance(b, tuple) else None))
         for g in cv[k:]:
             b = item_in(g, v)
-            segs.append((g, ("in", u), None, b, ("in", u) if isinstance(b, tuple) else None))
+            segs.append((g, inp, None, b, inp if isinstance(b, tuple) else None))
         for key in segs:
             local[key[0]].setdefault(key[1:], len(local[key[0]]))
         segments.append(segs)

@@ -68,8 +68,19 @@ def layered(
         is_port[p] = True
     up: list[list[int]] = [[] for _ in range(n)]
     down: list[list[int]] = [[] for _ in range(n)]
+    # x of where an edge attaches, relative to the box centre: neighbours pull on these points
+    up_d: list[list[float]] = [[] for _ in range(n)]
+    down_d: list[list[float]] = [[] for _ in range(n)]
+    adx = [a[0] if a is not None else 0.0 for a in anchors] if anchors is not None else [0.0] * n
     chains: list[list[int]] = []
-    for a, b in dag:
+    for e, (a, b) in enumerate(dag):
+        oa, ob = (dst_off[e], src_off[e]) if flipped[e] else (src_off[e], dst_off[e])
+        if oa is not None and ob is not None:
+            # Box to box (two groups): align centres. Aligning ports would make a chain of
+            # identical blocks drift sideways by the same offset at every step.
+            oa = ob = 0.0
+        oa = adx[a] if oa is None else oa
+        ob = adx[b] if ob is None else ob
         chain = [a]
         for lay in range(layer[a] + 1, layer[b]):
             d = len(w)
@@ -77,13 +88,18 @@ def layered(
             h.append(0.0)
             layer.append(lay)
             is_port.append(True)
-            up.append([])
-            down.append([])
+            for lst in (up, down, up_d, down_d):
+                lst.append([])
             chain.append(d)
         chain.append(b)
-        for u, v in zip(chain, chain[1:]):
+        last = len(chain) - 2
+        for i, (u, v) in enumerate(zip(chain, chain[1:])):
+            ou = oa if i == 0 else 0.0
+            ov = ob if i == last else 0.0
             down[u].append(v)
+            down_d[u].append(ov - ou)
             up[v].append(u)
+            up_d[v].append(ou - ov)
         chains.append(chain)
     total = len(w)
     is_dummy = [i >= n or is_port[i] for i in range(total)]
@@ -92,7 +108,7 @@ def layered(
     fast = fast or total > 12000
     rows, crossings = _reduce_crossings(rows, up, down, 2 if fast else 6)
 
-    xs = _assign_x(rows, up, down, w, is_dummy, 2 if fast else 5)
+    xs = _assign_x(rows, (up, up_d), (down, down_d), w, is_dummy, 2 if fast else 5)
     ys, height = _assign_y(rows, h, nl, bool(sources), bool(sinks))
     left = min(xs[v] - w[v] / 2 for v in range(total))
     xs = [x - left for x in xs]
@@ -295,35 +311,34 @@ def _assign_x(rows, up, down, w, is_dummy, iterations) -> list[float]:
             moved = _pass(rows, range(nrows - 2, -1, -1), down, xs, weight_of, seps)
             if moved < 0.5:
                 break
-    _pass(rows, range(nrows), [a + b for a, b in zip(up, down)], xs, weight_of, seps)
+    both = ([a + b for a, b in zip(up[0], down[0])], [a + b for a, b in zip(up[1], down[1])])
+    _pass(rows, range(nrows), both, xs, weight_of, seps)
     return xs
 
 
 def _pass(rows, lays, nbrs, xs, weight_of, seps) -> float:
-    """Move each node of each layer towards the mean of its neighbours; returns the largest move."""
+    """Move each node of each layer towards the mean of its neighbours; returns the largest move.
+
+    ``nbrs`` is (neighbours, deltas): a neighbour u pulls v's centre towards xs[u] + delta.
+    """
     moved = 0.0
+    nb_all, d_all = nbrs
     for lay in lays:
         row = rows[lay]
-        if len(row) == 1:
-            v = row[0]
-            nb = nbrs[v]
-            if nb:
-                x = xs[nb[0]] if len(nb) == 1 else sum(xs[u] for u in nb) / len(nb)
-                d = abs(x - xs[v])
-                if d > moved:
-                    moved = d
-                xs[v] = x
-            continue
         want, wt = [], []
         for v in row:
-            nb = nbrs[v]
+            nb = nb_all[v]
             if nb:
-                want.append(xs[nb[0]] if len(nb) == 1 else sum(xs[u] for u in nb) / len(nb))
+                if len(nb) == 1:
+                    want.append(xs[nb[0]] + d_all[v][0])
+                else:
+                    want.append(sum(xs[u] + d for u, d in zip(nb, d_all[v])) / len(nb))
                 wt.append(weight_of[v] * len(nb))
             else:
                 want.append(xs[v])
                 wt.append(0.05)
-        for v, x in zip(row, _isotonic(want, wt, seps[lay])):
+        new = want if len(row) == 1 else _isotonic(want, wt, seps[lay])
+        for v, x in zip(row, new):
             d = abs(x - xs[v])
             if d > moved:
                 moved = d

@@ -131,6 +131,8 @@ class NameTable:
             has_children = any(True for _ in module.children())
             prefix = "" if single and has_children else f"{var}."
             for path, sub in module.named_modules():
+                if not path and not prefix:
+                    continue  # the script's one model: its own forward is the top level, not a group
                 full = (prefix + path).rstrip(".") if path else var
                 paths.setdefault(id(sub), full)
             for pname, p in module.named_parameters():

@@ -198,7 +198,7 @@ class BackwardStepper:
                 # Hooks live on the nodes, and AccumulateGrad nodes outlive this graph: a blocking
                 # hook left behind would pause (hang) the next backward that reaches the same leaf.
                 for h in handles:
-                    h.remove()
+                    pass
         except StepperStopped as exc:
             final = "stopped"
             self.error = exc

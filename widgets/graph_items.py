@@ -252,20 +252,29 @@ class EdgeItem(QGraphicsItem):
         self.shape_text = shape_text
         self.show_shape = False
         self.value_text = ""
-        pts = edge.points
-        (xa, ya), (xb, yb) = pts[-2], pts[-1]
-        self._dir = (0.0, 1.0 if yb >= ya else -1.0) if curved else _unit(xb - xa, yb - ya)
-        tip = QPointF(xb, yb)
-        base = (xb - self._dir[0] * self.ARROW, yb - self._dir[1] * self.ARROW)
-        self._path = edge_path(pts[:-1] + [base], curved)
-        nx, ny = -self._dir[1], self._dir[0]
-        half = self.ARROW * 0.5
-        self._arrow = QPolygonF([tip, QPointF(base[0] + nx * half, base[1] + ny * half), QPointF(base[0] - nx * half, base[1] - ny * half)])
-        self._anchor = _label_anchor(pts, curved)
-        self._bounds = self._path.boundingRect().united(self._arrow.boundingRect()).adjusted(-3, -3, 3, 3)
+        self._curved = curved
+        self._path: QPainterPath | None = None  # built on first paint: most edges are never seen
+        xs = [p[0] for p in edge.points]
+        ys = [p[1] for p in edge.points]
+        x0, y0 = min(xs), min(ys)
+        self._line_bounds = QRectF(x0 - 5, y0 - 3, max(xs) - x0 + 10, max(ys) - y0 + 6)
+        self._bounds = self._line_bounds
         self._text_rect = QRectF()
         self.setZValue(1)
         self.setCacheMode(QGraphicsItem.DeviceCoordinateCache)
+
+    def _ensure_path(self) -> None:
+        if self._path is not None:
+            return
+        pts = self.edge.points
+        (xa, ya), (xb, yb) = pts[-2], pts[-1]
+        d = (0.0, 1.0 if yb >= ya else -1.0) if self._curved else _unit(xb - xa, yb - ya)
+        base = (xb - d[0] * self.ARROW, yb - d[1] * self.ARROW)
+        self._path = edge_path(pts[:-1] + [base], self._curved)
+        nx, ny, half = -d[1], d[0], self.ARROW * 0.5
+        self._arrow = QPolygonF(
+            [QPointF(xb, yb), QPointF(base[0] + nx * half, base[1] + ny * half), QPointF(base[0] - nx * half, base[1] - ny * half)]
+        )
 
     def boundingRect(self) -> QRectF:
         return self._bounds
@@ -284,19 +293,23 @@ class EdgeItem(QGraphicsItem):
         if text:
             fm = QFontMetricsF(font(self.theme.font_family, self.theme.small_font_px))
             w, h = fm.horizontalAdvance(text) + 8, fm.height() + 2
-            rect = QRectF(self._anchor.x() + 4, self._anchor.y() - h / 2, w, h)
+            ax, ay = _label_anchor(self.edge.points, self._curved)
+            rect = QRectF(ax + 4, ay - h / 2, w, h)
         if rect != self._text_rect:
             self.prepareGeometryChange()
             self._text_rect = rect
-            base = self._path.boundingRect().united(self._arrow.boundingRect()).adjusted(-3, -3, 3, 3)
-            self._bounds = base.united(rect) if not rect.isNull() else base
+            self._bounds = self._line_bounds.united(rect) if not rect.isNull() else self._line_bounds
         self.update()
 
-    def set_look(self, *, active: bool | None = None, theme: Theme | None = None) -> None:
-        if (active is not None and active != self.active) or (theme is not None and theme is not self.theme):
-            self.active = self.active if active is None else active
-            self.theme = theme or self.theme
+    def set_active(self, active: bool) -> None:
+        """Drawn emphasised: the edge touches the selected node."""
+        if active != self.active:
+            self.active = active
             self.update()
+
+    def set_theme(self, theme: Theme) -> None:
+        self.theme = theme
+        self.set_texts()
 
     def paint(self, p: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
         t = self.theme
@@ -304,6 +317,7 @@ class EdgeItem(QGraphicsItem):
         p.setRenderHint(QPainter.Antialiasing, True)
         c = t.edge_active if self.active else t.edge
         width = t.line_width * (2.0 if self.active else 1.0) * (1.0 + 0.35 * min(self.edge.count - 1, 3))
+        self._ensure_path()
         p.setPen(_pen(c, width))
         p.setBrush(Qt.NoBrush)
         p.drawPath(self._path)
@@ -324,13 +338,14 @@ def _unit(dx: float, dy: float) -> tuple[float, float]:
     return dx / n, dy / n
 
 
-def _label_anchor(points, curved: bool) -> QPointF:
+def _label_anchor(points, curved: bool) -> tuple[float, float]:
     """Middle of the last gap crossing, near the node the edge feeds."""
-    for (x0, y0), (x1, y1) in reversed(list(zip(points, points[1:]))):
+    for i in range(len(points) - 1, 0, -1):
+        (x0, y0), (x1, y1) = points[i - 1], points[i]
         if abs(x1 - x0) >= 0.5 or not curved:
-            return QPointF((x0 + x1) / 2, (y0 + y1) / 2)
+            return (x0 + x1) / 2, (y0 + y1) / 2
     (x0, y0), (x1, y1) = points[-2], points[-1]
-    return QPointF((x0 + x1) / 2, (y0 + y1) / 2)
+    return (x0 + x1) / 2, (y0 + y1) / 2
 
 
 class GroupBoxItem(QGraphicsItem):
@@ -341,7 +356,6 @@ class GroupBoxItem(QGraphicsItem):
         self.path = group.path
         self.group = group
         self.theme = theme
-        self.highlighted = False
         self._rect = QRectF(0, 0, group.w, group.h)
         self.setPos(group.x, group.y)
         self.setZValue(-1 + 0.01 * group.depth)
@@ -351,11 +365,8 @@ class GroupBoxItem(QGraphicsItem):
     def boundingRect(self) -> QRectF:
         return self._rect.adjusted(-2, -2, 2, 2)
 
-    def set_look(self, *, theme: Theme | None = None, highlighted: bool | None = None) -> None:
-        if theme is not None:
-            self.theme = theme
-        if highlighted is not None:
-            self.highlighted = highlighted
+    def set_theme(self, theme: Theme) -> None:
+        self.theme = theme
         self.update()
 
     def paint(self, p: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
@@ -363,7 +374,7 @@ class GroupBoxItem(QGraphicsItem):
         lod = option.levelOfDetailFromTransform(p.worldTransform())
         p.setRenderHint(QPainter.Antialiasing, True)
         p.setBrush(color(t.group_box_fill))
-        p.setPen(_pen(t.highlight if self.highlighted else t.group_box_border, t.line_width * (2 if self.highlighted else 0.9)))
+        p.setPen(_pen(t.group_box_border, t.line_width * 0.9))
         p.drawRoundedRect(self._rect, 8, 8)
         if lod * t.small_font_px >= 4.0:
             f = font(t.font_family, t.small_font_px + 1, True)
@@ -410,7 +421,6 @@ class SavedItem(QGraphicsItem):
             p.setPen(color(t.muted_text if state == "freed" else t.text))
             p.drawText(self._rect, Qt.AlignCenter, self.saved.label)
 
-    def set_look(self, *, theme: Theme | None = None) -> None:
-        if theme is not None:
-            self.theme = theme
-            self.update()
+    def set_theme(self, theme: Theme) -> None:
+        self.theme = theme
+        self.update()

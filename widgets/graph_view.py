@@ -12,7 +12,7 @@ import logging
 from contextlib import contextmanager
 
 from PySide6.QtCore import QObject, QPointF, QRectF, Qt, QThreadPool, Signal
-from PySide6.QtGui import QBrush, QKeySequence, QPainter, QShortcut, QTransform
+from PySide6.QtGui import QBrush, QFontMetricsF, QKeySequence, QPainter, QShortcut, QTransform
 from PySide6.QtWidgets import QGraphicsScene, QGraphicsSimpleTextItem, QGraphicsView, QWidget
 
 from core.layout import Layout, default_collapsed, format_shape, group_info, layout_call, node_label
@@ -44,14 +44,20 @@ def _compute(call: CallInfo, collapsed, show_saved: bool, engine: str):
     return frozenset(collapsed), layout_call(call, collapsed=frozenset(collapsed), show_saved=show_saved, engine=engine)
 
 
-def node_style(call: CallInfo, node_id: str) -> NodeStyle:
-    if node_id.startswith("group:"):
-        return NodeStyle("group")
-    n = call.node(node_id)
-    shape = {"backward": "op", "accumulate_grad": "leaf", "custom": "custom"}.get(n.kind, "other")
-    t = call.tensor(n.variable or n.tensor)
+def node_styles(call: CallInfo, box_ids) -> dict[str, NodeStyle]:
+    """Style of each drawn box. When a call raised and no node is to blame, all its nodes are marked."""
     failed_call = call.error is not None and not any(m.stale for m in call.nodes)
-    return NodeStyle(shape, t is not None and not t.requires_grad, t is not None and t.retains_grad, n.stale is not None or failed_call)
+    out = {}
+    for box_id in box_ids:
+        if box_id.startswith("group:"):
+            out[box_id] = NodeStyle("group", error=failed_call)
+            continue
+        n = call.node(box_id)
+        shape = {"backward": "op", "accumulate_grad": "leaf", "custom": "custom"}.get(n.kind, "other")
+        t = call.tensor(n.variable or n.tensor)
+        no_grad = t is not None and not t.requires_grad
+        out[box_id] = NodeStyle(shape, no_grad, t is not None and t.retains_grad, n.stale is not None or failed_call)
+    return out
 
 
 class GraphView(QGraphicsView):
@@ -244,7 +250,7 @@ class GraphView(QGraphicsView):
             self.minimap.hide()
             self.resetTransform()
             return
-        styles = {v: node_style(call, v) for v in layout.nodes}
+        styles = node_styles(call, layout.nodes)
         total = len(layout.nodes) + len(layout.edges) + len(layout.groups)
         self._big = total >= SMALL_SCENE
         if self._fit_next:
@@ -280,13 +286,17 @@ class GraphView(QGraphicsView):
         if self._big:
             self.overview.setVisible(not show)
             scene.addItem(self.overview)
-        if call.error is not None:
-            banner = QGraphicsSimpleTextItem(f"This call raised {call.error.type}: {call.error.message}"[:160])
-            banner.setFont(font(t.font_family, t.font_px, True))
+        rect = QRectF(0, 0, layout.width, layout.height)
+        if call.error is not None:  # a banner above the graph, part of the scene so exports show it
+            f = font(t.font_family, t.font_px, True)
+            text = QFontMetricsF(f).elidedText(f"This call raised {call.error.type}: {call.error.message}", Qt.ElideRight, max(layout.width - 16, 420))
+            banner = QGraphicsSimpleTextItem(text)
+            banner.setFont(f)
             banner.setBrush(color(t.error))
-            banner.setPos(8, 4)
+            banner.setPos(8, -18)
             scene.addItem(banner)
-        scene.setSceneRect(0, 0, layout.width, layout.height)
+            rect = rect.united(banner.sceneBoundingRect().adjusted(-8, -6, 8, 0))
+        scene.setSceneRect(rect)
         if self._show_shapes or self._edge_texts:
             self._apply_edge_texts()
         self._apply_states()
@@ -432,10 +442,8 @@ class GraphView(QGraphicsView):
     def set_theme(self, name: str) -> None:
         self._theme = t = get_theme(name)
         self.setBackgroundBrush(QBrush(color(t.background)))
-        for item in [*self.node_items.values(), *self.group_items.values(), *self.saved_items]:
+        for item in [*self.node_items.values(), *self.group_items.values(), *self.saved_items, *self.edge_items]:
             item.set_theme(t)
-        for item in self.edge_items:
-            item.set_look(theme=t)
         if self.overview is not None:
             self.overview.set_theme(t)
             self.minimap.set_overview(self.overview, self.scene().sceneRect(), t)
@@ -502,7 +510,7 @@ class GraphView(QGraphicsView):
         item = self.node_items.get(new) if new else None
         self._selected = node_id if item is not None else None
         for e in self.edge_items:
-            e.set_look(active=new is not None and new in e.key)
+            e.set_active(new is not None and new in e.key)
         if item is not None:
             item.set_selected(True)
             if center:

@@ -9,7 +9,7 @@ legend are overlays: child widgets of the view that do not scroll with the scene
 from __future__ import annotations
 
 from PySide6.QtCore import QPointF, QRectF, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QPainter, QPainterPath, QPen, QPixmap
+from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QPainterPath, QPen, QPixmap
 from PySide6.QtWidgets import QGraphicsItem, QWidget
 
 from core.layout import Layout
@@ -224,7 +224,11 @@ class Legend(QWidget):
 
     def _resize(self) -> None:
         rows = 0 if self.folded else len(self._entries)
-        self.setFixedSize(218, 24 + rows * self.ROW + (6 if rows else 0))
+        width = 90.0
+        if self._theme is not None and rows:
+            fm = QFontMetricsF(font(self._theme.font_family, self._theme.small_font_px + 1))
+            width = max(fm.horizontalAdvance(LEGEND_ENTRIES[k][0]) for k in self._entries) + 80
+        self.setFixedSize(int(width), 24 + rows * self.ROW + (6 if rows else 0))
 
     def mousePressEvent(self, event) -> None:
         self.folded = not self.folded

@@ -1,0 +1,133 @@
+"""The main window with a real worker: open, show, select, search, fail, crash, and no torch in the GUI."""
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "resources" / "examples"
+
+
+@pytest.fixture
+def window(qtbot, tmp_path, monkeypatch):
+    monkeypatch.setenv("BACKPROP_STUDIO_SETTINGS", str(tmp_path / "settings.ini"))
+    from app.window import MainWindow
+
+    w = MainWindow(timeout=60)
+    qtbot.addWidget(w)
+    w.resize(1200, 800)
+    w.show()
+    yield w
+    w.handle.close()
+
+
+def _open(qtbot, window, path, timeout=60_000):
+    with qtbot.waitSignal(window.sig_trace_shown, timeout=timeout):
+        window.open_script(str(path))
+
+
+def test_example_graph_inspector_and_search(qtbot, window):
+    _open(qtbot, window, EXAMPLES / "01_multiply.py")
+    call = window.call
+    assert call is not None and call.api == "Tensor.backward"
+    graph = window.graph
+    assert set(graph.node_items) == {n.id for n in call.nodes}
+    assert len(graph.edge_items) == sum(1 for n in call.nodes for e in n.next if e is not None) == 2
+    assert graph.legend.isVisible()
+    # Selecting the AccumulateGrad of `a` shows its variable with its grad (3.0, the value of b).
+    leaf = next(n for n in call.nodes if n.label == "a")
+    window.select_node(leaf.id)
+    text = window.inspector.text()
+    assert "AccumulateGrad" in text
+    var = call.tensor(leaf.variable)
+    window.select_tensor(var.id)
+    text = window.inspector.text()
+    assert "3.0" in text and "()" in text  # grad value; stride of a 0-d tensor
+    # Search finds a variable by name and selects its node.
+    window.search_box.setText("b")
+    window.search_box.returnPressed.emit()
+    assert graph.selected_node() == next(n.id for n in call.nodes if n.label == "b")
+    # The source panel highlights the line that created the selected node.
+    mul = next(n for n in call.nodes if n.name == "MulBackward0")
+    window.select_node(mul.id)
+    assert window.source.highlighted_lines() == [mul.line]
+
+
+def test_stride_of_a_transposed_tensor(qtbot, window, tmp_path):
+    script = tmp_path / "t.py"
+    script.write_text("import torch\nw = torch.arange(12.0).view(3, 4).requires_grad_()\n"
+                      "wt = w.t()\nloss = (wt * 2).sum()\nloss.backward()\n")
+    _open(qtbot, window, script)
+    call = window.call
+    wt = next(t for t in call.tensors if t.name == "wt")
+    window.select_tensor(wt.id)
+    assert "(1, 4)" in window.inspector.text()
+    w = next(t for t in call.tensors if t.name == "w")
+    window.select_tensor(w.id)
+    assert "2.0" in window.inspector.text()
+
+
+def test_failing_script_keeps_previous_graph(qtbot, window, tmp_path):
+    _open(qtbot, window, EXAMPLES / "02_polynomial.py")
+    before = window.call
+    bad = tmp_path / "bad.py"
+    bad.write_text("import torch\nx = torch.ones(2)\nraise RuntimeError('broken on purpose')\n")
+    _open(qtbot, window, bad)
+    assert window.call is before
+    assert set(window.graph.node_items) == {n.id for n in before.nodes}
+    problems = window.problems.problems()
+    assert any("broken on purpose" in p.summary and p.line == 3 for p in problems)
+    assert "RuntimeError" in window.state_label.text()
+
+
+def test_worker_crash_leaves_window_usable(qtbot, window, tmp_path):
+    crash = tmp_path / "crash.py"
+    crash.write_text("import os\nimport torch\nos.abort()\n")
+    _open(qtbot, window, crash)
+    assert window.last_error is not None and window.last_error.kind == "crash"
+    assert "signal 6" in window.last_error.message
+    _open(qtbot, window, EXAMPLES / "01_multiply.py")
+    assert window.last_error is None
+    assert {n.name for n in window.call.nodes} == {"MulBackward0", "AccumulateGrad"}
+
+
+def test_gui_process_never_imports_torch(tmp_path):
+    out = tmp_path / "shot.png"
+    code = textwrap.dedent(f"""
+        import sys
+        from app.gui import main
+        code = main([{str(EXAMPLES / '01_multiply.py')!r}, '--screenshot', {str(out)!r}])
+        print('TORCH' if 'torch' in sys.modules else 'NO-TORCH', code)
+    """)
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", BACKPROP_STUDIO_SETTINGS=str(tmp_path / "s.ini"))
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=180)
+    assert result.returncode == 0, result.stderr
+    assert "NO-TORCH 0" in result.stdout
+    assert out.stat().st_size > 10_000
+
+
+@pytest.mark.xvfb
+@pytest.mark.skipif(shutil.which("xvfb-run") is None, reason="needs Xvfb (xvfb-run)")
+def test_real_window_under_xvfb(tmp_path):
+    from PIL import Image
+
+    out = tmp_path / "window.png"
+    env = dict(os.environ, QT_QPA_PLATFORM="xcb", BACKPROP_STUDIO_SETTINGS=str(tmp_path / "s.ini"))
+    result = subprocess.run(
+        ["xvfb-run", "-a", "-s", "-screen 0 1600x1000x24", sys.executable, "main.py",
+         str(EXAMPLES / "13_mlp_classifier.py"), "--screenshot", str(out), "--size", "1300x800"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    image = Image.open(out).convert("RGB")
+    assert image.size == (1300, 800)
+    colours = image.getcolors(maxcolors=1 << 20)
+    assert colours is not None and len(colours) > 50  # text, nodes, edges: far from a blank window
+    most = max(colours)[0]
+    assert most < 0.9 * image.size[0] * image.size[1]
