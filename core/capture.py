@@ -48,13 +48,19 @@ class _CreationMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types_, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        if self.capture.tagging:
+        cap = self.capture
+        if cap.tagging:
+            name = getattr(func, "__name__", "")
+            if args and isinstance(args[0], torch.Tensor) and (
+                (name.endswith("_") and not name.endswith("__")) or name == "__setitem__"
+            ):
+                cap.record_inplace(args[0], name)
             if isinstance(out, torch.Tensor):
-                self.capture.tag(out)
+                cap.tag(out, args)
             elif isinstance(out, (tuple, list)):
                 for o in out:
                     if isinstance(o, torch.Tensor):
-                        self.capture.tag(o)
+                        cap.tag(o, args)
         return out
 
 
@@ -84,11 +90,12 @@ class Capture:
         self._structures: dict[str, tuple[str, int]] = {}  # hash -> (first call id, count)
         self._pending: int | None = None  # index into calls of the last full repeated call
         self._module_stack: list[int] = []
+        self.inplace: dict[int, list[tuple[int, int | None, str]]] = {}
         self.namespace: dict = {}
         self.started = 0.0
 
     # -- creation tagging -------------------------------------------------------------------
-    def tag(self, t: torch.Tensor) -> None:
+    def tag(self, t: torch.Tensor, args=()) -> None:
         fn = t.grad_fn
         if fn is None:
             return
@@ -97,6 +104,15 @@ class Capture:
             md["bps_line"] = self.names.user_line(sys._getframe(2))
             if self._module_stack:
                 md["bps_module"] = self._module_stack[-1]
+            # The storages this op read and wrote: an in-place change to one of them later
+            # is what makes a saved tensor of this node stale.
+            md["bps_storages"] = tuple(_storage_ptr(a) for a in (*args, t) if isinstance(a, torch.Tensor))
+
+    def record_inplace(self, t: torch.Tensor, op: str) -> None:
+        """Remember each in-place op (version after it, line, name) per storage."""
+        ptr = _storage_ptr(t)
+        if ptr:
+            self.inplace.setdefault(ptr, []).append((t._version, self.names.user_line(sys._getframe(2)), op))
 
     def _pre_forward(self, module, args):
         self._module_stack.append(id(module))
@@ -180,7 +196,7 @@ class Capture:
 
     def _before(self, roots, inputs, index):
         self.names.refresh(self.names.user_frames(sys._getframe(3)))
-        snap = Snapshotter(self.names.name_of, self.names.module_paths)
+        snap = Snapshotter(self.names.name_of, self.names.module_paths, self.inplace)
         root_nodes = []
         root_tensor_ids = []
         for t in roots:
@@ -443,6 +459,13 @@ def capture_script(path: str, device: str = "cpu", mode: str = "auto", on_event=
 
 
 # -- helpers ----------------------------------------------------------------------------------------
+
+
+def _storage_ptr(t: torch.Tensor) -> int:
+    try:
+        return t.untyped_storage().data_ptr()
+    except Exception:
+        return 0
 
 
 def _is_model_file(ns: dict) -> bool:

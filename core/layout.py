@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import logging
 import time
-import weakref
 from dataclasses import dataclass, field
 
+from core.layout_groups import GroupInfo, default_collapsed, group_info  # noqa: F401 - public API
 from core.layout_layered import layered
 from core.trace import CallInfo, NodeInfo
 
@@ -132,147 +132,6 @@ def text_size(label: str, kind: str) -> tuple[float, float]:
     return w, h
 
 
-# -- groups ---------------------------------------------------------------------------------
-
-
-class GroupInfo:
-    """Module groups of a call: paths, nesting, which are drawn, and their node counts."""
-
-    def __init__(self, call: CallInfo):
-        nodes = call.nodes
-        paths = {n.module for n in nodes if n.module}
-        self.module: dict[str, str | None] = {}
-        by_module: dict[str | None, list[int]] = {}
-        for i, n in enumerate(nodes):
-            mod = n.module or None
-            if mod is None and n.kind == "accumulate_grad":
-                mod = _owner_module(call, n, paths)
-            self.module[n.id] = mod
-            by_module.setdefault(mod, []).append(i)
-        self.ancestors: dict[str | None, tuple[str, ...]] = {None: ()}
-        members: dict[str, list[int]] = {}
-        for mod, idx in by_module.items():
-            if mod is None:
-                continue
-            parts = mod.split(".")
-            chain = tuple(".".join(parts[:i]) for i in range(1, len(parts) + 1))
-            for i, g in enumerate(chain):
-                self.ancestors.setdefault(g, chain[: i + 1])
-                members.setdefault(g, []).extend(idx)
-        self.count: dict[str, int] = {g: len(m) for g, m in members.items()}
-        self.drawn = self._convex(call, members)
-        # nearest drawn ancestor of every group (None: the top level)
-        self.dparent: dict[str, str | None] = {}
-        for g in self.count:
-            parent = None
-            for a in self.ancestors[g][:-1]:
-                if a in self.drawn:
-                    parent = a
-            self.dparent[g] = parent
-
-    def node_groups(self, node_id: str) -> tuple[str, ...]:
-        return self.ancestors[self.module[node_id]]
-
-    def _convex(self, call: CallInfo, members: dict[str, list[int]]) -> set[str]:
-        index = {n.id: i for i, n in enumerate(call.nodes)}
-        succ = [[index[e.node] for e in n.next if e is not None] for n in call.nodes]
-        anc = [self.ancestors[m] for m in self.module.values()]
-        depth = _depths(succ)
-        drawn = set()
-        budget = 400_000
-        for g, mem_i in members.items():
-            dmax = max(depth[v] for v in mem_i)
-            stack = [w for u in mem_i for w in succ[u] if depth[w] < dmax and g not in anc[w]]
-            seen: set[int] = set()
-            convex = True
-            while stack and convex and budget > 0:
-                w = stack.pop()
-                if w in seen:
-                    continue
-                seen.add(w)
-                budget -= 1
-                for x in succ[w]:
-                    if g in anc[x]:
-                        convex = False
-                        break
-                    if depth[x] < dmax and x not in seen:
-                        stack.append(x)
-            if convex:
-                drawn.add(g)
-        if budget <= 0:
-            log.info("group check stopped early on %d nodes; remaining groups assumed convex", len(call.nodes))
-        return drawn
-
-
-def _owner_module(call: CallInfo, node: NodeInfo, paths: set[str]) -> str | None:
-    """A parameter's module from its name (``layers.3.fc.weight`` -> ``layers.3.fc``)."""
-    t = call.tensor(node.variable)
-    name = t.name if t is not None and t.name else node.label
-    if not name or "." not in name:
-        return None
-    owner = name.rsplit(".", 1)[0]
-    return owner if owner in paths else None
-
-
-def _depths(succ: list[list[int]]) -> list[int]:
-    """Longest-path depth from the roots (Kahn's algorithm, no recursion)."""
-    indeg = [0] * len(succ)
-    for vs in succ:
-        for v in vs:
-            indeg[v] += 1
-    depth = [0] * len(succ)
-    stack = [v for v, d in enumerate(indeg) if d == 0]
-    while stack:
-        v = stack.pop()
-        dv = depth[v] + 1
-        for u in succ[v]:
-            if depth[u] < dv:
-                depth[u] = dv
-            indeg[u] -= 1
-            if indeg[u] == 0:
-                stack.append(u)
-    return depth
-
-
-_info_cache: dict[int, tuple[weakref.ref, GroupInfo]] = {}
-
-
-def group_info(call: CallInfo) -> GroupInfo:
-    """Cached per call object; a call is immutable."""
-    hit = _info_cache.get(id(call))
-    if hit is not None and hit[0]() is call:
-        return hit[1]
-    info = GroupInfo(call)
-    if len(_info_cache) > 16:
-        _info_cache.clear()
-    _info_cache[id(call)] = (weakref.ref(call), info)
-    return info
-
-
-def default_collapsed(call: CallInfo, threshold: int = 2000) -> frozenset[str]:
-    """Groups to collapse so that about ``threshold`` boxes show, opening whole levels at a time."""
-    if len(call.nodes) <= threshold:
-        return frozenset()
-    info = group_info(call)
-    direct: dict[str | None, int] = {}
-    children: dict[str | None, list[str]] = {}
-    for g in info.drawn:
-        children.setdefault(info.dparent[g], []).append(g)
-    for n in call.nodes:
-        drawn = [g for g in info.node_groups(n.id) if g in info.drawn]
-        key = drawn[-1] if drawn else None
-        direct[key] = direct.get(key, 0) + 1
-    frontier = sorted(children.get(None, []))
-    shown = direct.get(None, 0) + len(frontier)
-    while frontier:
-        after = shown + sum(direct.get(g, 0) + len(children.get(g, [])) - 1 for g in frontier)
-        if after > threshold:
-            break
-        shown = after
-        frontier = sorted(c for g in frontier for c in children.get(g, []))
-    return frozenset(frontier)
-
-
 # -- the visible graph ------------------------------------------------------------------------
 
 
@@ -300,20 +159,24 @@ def build_visible(call: CallInfo, collapsed: frozenset[str], show_saved: bool) -
     label: dict[str, str] = {}
     coll: dict[str, int] = {}
     ids: list[str] = []
+    per_module: dict[str | None, tuple[str | None, str | None]] = {}  # module -> (collapsed group, container)
     for n in call.nodes:
-        groups = info.node_groups(n.id)
-        vid, outer = n.id, None
-        for i, g in enumerate(groups):
-            if g in collapsed:
-                vid, outer = group_id(g), g
-                groups = groups[:i]
-                break
+        mod = info.module[n.id]
+        hit = per_module.get(mod)
+        if hit is None:
+            groups = info.ancestors[mod]
+            outer = next((g for g in groups if g in collapsed), None)
+            if outer is not None:
+                groups = groups[: groups.index(outer)]
+            drawn = [g for g in groups if info.is_drawn(g)]
+            hit = per_module[mod] = (outer, drawn[-1] if drawn else None)
+        outer = hit[0]
+        vid = n.id if outer is None else "group:" + outer
         members[n.id] = vid
-        if vid in kind:
+        if outer is not None and vid in kind:
             continue
         ids.append(vid)
-        drawn = [g for g in groups if g in info.drawn]
-        container[vid] = drawn[-1] if drawn else None
+        container[vid] = hit[1]
         if outer is None:
             kind[vid] = n.kind
             label[vid] = node_label(call, n)
@@ -343,7 +206,7 @@ def build_visible(call: CallInfo, collapsed: frozenset[str], show_saved: bool) -
     for c in container.values():
         while c is not None and c not in used:
             used.add(c)
-            c = info.dparent[c]
+            c = info.drawn_parent(c)
     groups = sorted(used, key=lambda g: (g.count("."), g))
     saved = _saved_boxes(call, kind) if show_saved else {}
     size = {v: text_size(label[v], kind[v]) for v in ids}
@@ -413,7 +276,7 @@ def _compound(call: CallInfo, vis: Visible) -> Layout:
     containers: list[str | None] = [None] + vis.groups
     chain: dict[str | None, tuple[str | None, ...]] = {None: (None,)}
     for g in vis.groups:
-        chain[g] = chain[info.dparent[g]] + (g,)
+        chain[g] = chain[info.drawn_parent(g)] + (g,)
 
     def item_in(c, x):
         cx = vis.container[x]
@@ -422,20 +285,22 @@ def _compound(call: CallInfo, vis: Visible) -> Layout:
     # Local edges per container and, for each visible edge, its segments in order.
     local: dict[str | None, dict[tuple, int]] = {c: {} for c in containers}
     segments: list[list[tuple]] = []
+    seen: dict[tuple[str, str], int] = {}
     for u, v, _nr, _slot, _c in vis.edges:
+        dup = seen[(u, v)] = seen.get((u, v), -1) + 1  # parallel edges (x * x) get their own routes
         cu, cv = chain[vis.container[u]], chain[vis.container[v]]
         k = 0
         while k < min(len(cu), len(cv)) and cu[k] == cv[k]:
             k += 1
         lca = cu[k - 1]
-        # Each edge crosses a group's border at its own port (parallel edges share one).
-        out, inp = ("out", u, v), ("in", u, v)
+        # Each edge crosses a group's border at its own port.
+        out, inp = ("out", u, v, dup), ("in", u, v, dup)
         segs = []
         for g in reversed(cu[k:]):
             a = item_in(g, u)
             segs.append((g, a, out if isinstance(a, tuple) else None, out, None))
         a, b = item_in(lca, u), item_in(lca, v)
-        segs.append((lca, a, out if isinstance(a, tuple) else None, b, inp if isinstance(b, tuple) else None))
+        segs.append((lca, a, out if isinstance(a, tuple) else dup, b, inp if isinstance(b, tuple) else None))
         for g in cv[k:]:
             b = item_in(g, v)
             segs.append((g, inp, None, b, inp if isinstance(b, tuple) else None))
@@ -448,7 +313,7 @@ def _compound(call: CallInfo, vis: Visible) -> Layout:
         members_of[vis.container[x]].append(x)
     child_blocks: dict[str | None, list] = {c: [] for c in containers}
     for g in vis.groups:
-        child_blocks[info.dparent[g]].append(("block", g))
+        child_blocks[info.drawn_parent(g)].append(("block", g))
     blocks: dict[str, dict] = {}  # drawn group -> size, ports, local result
     memo: dict[tuple, object] = {}
     fast = len(vis.ids) > 1500
@@ -475,7 +340,7 @@ def _compound(call: CallInfo, vis: Visible) -> Layout:
         edges, so, do = [], [], []
         for a, ap, b, bp in keys:
             edges.append((index[a], index[b]))
-            so.append(blocks[a[1]]["ports"][ap] if ap is not None else None)
+            so.append(blocks[a[1]]["ports"][ap] if isinstance(ap, tuple) else None)
             do.append(blocks[b[1]]["ports"][bp] if bp is not None else None)
         # Repeated blocks (the layers of a network) share one layout.
         args = (tuple(sizes), tuple(edges), tuple(index[p] for p in ports_in), tuple(index[p] for p in ports_out))
@@ -488,7 +353,8 @@ def _compound(call: CallInfo, vis: Visible) -> Layout:
         crossings += res.crossings
         results[c] = (order, index, keys, res)
         if c is not None:
-            text = c if info.dparent[c] is None else c[len(info.dparent[c]) + 1 :]
+            parent = info.drawn_parent(c)
+            text = c if parent is None else c[len(parent) + 1 :]
             bw = max(res.width + 2 * GROUP_PAD, len(text) * CHAR_W + 2 * GROUP_PAD)
             bh = res.height + GROUP_LABEL + GROUP_BOTTOM
             dx = (bw - res.width) / 2

@@ -116,8 +116,10 @@ def _saved_value(value: Any) -> Any:
 class Snapshotter:
     """Collects nodes, tensors and storages of one snapshot; tensor ids are shared across it."""
 
-    def __init__(self, names: Callable[[torch.Tensor], str | None], module_paths: dict[int, str] | None = None):
+    def __init__(self, names: Callable[[torch.Tensor], str | None], module_paths: dict[int, str] | None = None,
+                 inplace: dict[int, list] | None = None):
         self.names = names
+        self.inplace = inplace or {}
         self.module_paths = module_paths or {}
         self.tensors: dict[int, dict] = {}  # key -> raw fields
         self.objects: dict[str, torch.Tensor] = {}  # tensor id -> live tensor (for grads after the call)
@@ -288,6 +290,8 @@ class Snapshotter:
                 else:
                     saved.append(Saved(name=name, value=_saved_value(value)))
         meta = _metadata(node)
+        if stale is not None:
+            stale = self._stale_culprit(stale, meta.get("bps_storages", ()))
         line = meta.get("bps_line")
         module = self.module_paths.get(meta.get("bps_module")) if meta.get("bps_module") is not None else None
         return NodeInfo(
@@ -301,6 +305,15 @@ class Snapshotter:
             module=module,
             stale=stale,
         )
+
+
+    def _stale_culprit(self, stale: Stale, storages) -> Stale:
+        """Name the in-place op (and its line) that moved a saved tensor past its saved version."""
+        for ptr in storages:
+            for version, line, op in self.inplace.get(ptr, ()):
+                if stale.saved_version is None or version > stale.saved_version:
+                    return replace(stale, op=op, op_line=line)
+        return stale
 
 
 def _metadata(node) -> dict:

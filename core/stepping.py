@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from typing import Any, Callable, Iterable
 
 import torch
@@ -121,6 +122,9 @@ class BackwardStepper:
         self._pending: dict | None = None
         self._open: list[dict] = []  # started, not finished; more than one only under reentrant backward
         self._retained: dict[str, list[torch.Tensor]] = {}
+        # id(tensor) -> (weakref, version, preview): a node's grad_inputs usually reach the next
+        # node unchanged as its grad_outputs, so each gradient is previewed once.
+        self._previews: dict[int, tuple] = {}
 
     # -- controller side (other threads) -----------------------------------------------------
     def step(self, count: int = 1) -> None:
@@ -198,14 +202,16 @@ class BackwardStepper:
                 # Hooks live on the nodes, and AccumulateGrad nodes outlive this graph: a blocking
                 # hook left behind would pause (hang) the next backward that reaches the same leaf.
                 for h in handles:
-                    pass
+                    h.remove()
         except StepperStopped as exc:
             final = "stopped"
             self.error = exc
+            _drain_ready_queue()
             raise
         except BaseException as exc:
             self.error = exc
             self._fail_open(exc)
+            _drain_ready_queue()
             raise
         else:
             final = "finished"
@@ -235,6 +241,7 @@ class BackwardStepper:
         def hook(grad_outputs):
             record = {"index": len(self.steps), "node": nid, "name": name,
                       "grad_outputs": [self._values(g) for g in grad_outputs]}
+            del grad_outputs  # a stop's traceback keeps this frame: it must not keep the gradients
             self._gate(nid, record)
             self._open.append(record)
 
@@ -324,13 +331,46 @@ class BackwardStepper:
         return name or nid
 
     def _values(self, g) -> dict | None:
+        """A JSON-ready preview of a gradient; records may share one preview dict (read-only)."""
         if not isinstance(g, torch.Tensor):
             return None
+        version = g._version
+        hit = self._previews.get(id(g))
+        if hit is not None and hit[0]() is g and hit[1] == version:
+            return hit[2]
         n = g.numel()
         if n <= FULL_VALUES and n <= self.value_budget:
             self.value_budget -= n
-            return dict(vars(values_of(g)))
-        return dict(vars(values_of(g, full_limit=0)))
+            preview = dict(vars(values_of(g)))
+        else:
+            preview = dict(vars(values_of(g, full_limit=0)))
+        try:
+            self._previews[id(g)] = (weakref.ref(g), version, preview)
+        except TypeError:
+            pass
+        return preview
+
+
+def _drain_ready_queue() -> None:
+    """Discard the tasks an aborted backward left in this thread's ready queue.
+
+    After an error or a stop, nodes that were ready but never ran stay queued with their input
+    gradients (which our hooks gave Python wrappers) until this thread's next backward, or its
+    exit, where freeing them needs the GIL and raced with interpreter shutdown ("terminate
+    called without an active exception"). A backward whose root has the lowest priority
+    (sequence number 0) pops, and so discards, every leftover task before its own.
+    """
+    try:
+        with torch.enable_grad():
+            leaf = torch.zeros((), requires_grad=True)
+            root = leaf * 1.0
+        set_nr = getattr(root.grad_fn, "_set_sequence_nr", None)
+        if set_nr is None:
+            return
+        set_nr(0)
+        torch.autograd.grad(root, leaf)
+    except Exception:
+        log.exception("draining the autograd ready queue failed")
 
 
 def step_all(roots: list, real: Callable[[], Any], **kwargs) -> tuple[Any, list[dict]]:

@@ -44,8 +44,9 @@ def call_summary(call: CallInfo) -> list[str]:
         lines.append("  nodes: " + ", ".join(f"{name} x{k}" if k > 1 else name for name, k in sorted(counts.items())))
         stale = [n for n in call.nodes if n.stale]
         for n in stale:
+            culprit = f" (modified by {n.stale.op} at line {n.stale.op_line})" if n.stale.op else ""
             lines.append(f"  stale saved tensor: {n.name}.{n.stale.saved} saved at version "
-                         f"{n.stale.saved_version}, now {n.stale.version}")
+                         f"{n.stale.saved_version}, now {n.stale.version}{culprit}")
     for name, vals in call.leaf_grads.items():
         lines.append(f"  {name}.grad = {format_values(vals)}" if call.api != "autograd.grad"
                      else f"  d/d{name} = {format_values(vals)}")

@@ -96,7 +96,8 @@ class Stale:
     saved_version: int | None
     version: int | None
     message: str = ""
-    op_line: int | None = None
+    op_line: int | None = None  # script line of the in-place op that modified the saved tensor
+    op: str | None = None  # that op's name, e.g. "mul_"
 
 
 @dataclass(frozen=True)

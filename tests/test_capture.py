@@ -138,6 +138,7 @@ def test_stale_saved_tensor_is_reported_before_backward():
     stale = [n for n in call.nodes if n.stale]
     assert [n.name for n in stale] == ["SigmoidBackward0"]
     assert (stale[0].stale.saved, stale[0].stale.saved_version, stale[0].stale.version) == ("result", 0, 1)
+    assert (stale[0].stale.op, stale[0].stale.op_line) == ("mul_", 12)
     assert call.error.type == "RuntimeError"
 
 

@@ -483,3 +483,42 @@ def test_runs_once():
     in_thread(stepper.run)
     with pytest.raises(RuntimeError, match="one backward call"):
         stepper.run()
+
+
+def test_stop_frees_queued_gradients_on_the_script_thread():
+    import gc
+    import weakref
+
+    x = torch.randn(4, requires_grad=True)
+    u, v = x.exp(), x.sin()
+    mul = u * v
+    loss = mul.sum()
+    refs = []
+    handle = mul.grad_fn.register_hook(lambda grad_inputs, _: refs.extend(weakref.ref(g) for g in grad_inputs))
+    stepper = BackwardStepper([loss], lambda: loss.backward())
+    alive_after = []
+
+    def script():
+        with pytest.raises(StepperStopped):
+            stepper.run()
+        gc.collect()
+        alive_after.append(sum(r() is not None for r in refs))  # still on the script thread
+
+    thread = threading.Thread(target=script, daemon=True)
+    thread.start()
+    try:
+        for _ in range(2):  # SumBackward0, MulBackward0; then paused before Exp or Sin
+            assert stepper.wait_paused(WAIT_S) is not None
+            stepper.step()
+        assert stepper.wait_paused(WAIT_S)["name"] in ("ExpBackward0", "SinBackward0")
+        stepper.stop()
+        thread.join(WAIT_S)
+    finally:
+        handle.remove()
+        if thread.is_alive():
+            stepper.stop()
+            thread.join(5)
+    assert not thread.is_alive()
+    assert len(refs) == 2
+    # The node that never ran kept its input in the thread's ready queue until drained.
+    assert alive_after == [0]

@@ -19,6 +19,7 @@ from widgets.theme import Theme
 
 TEXT_LOD = 0.45  # below this zoom, boxes are drawn without text
 STATES = ("executed", "current", "frontier", "failed")
+_DEVICE_CACHE = QGraphicsItem.DeviceCoordinateCache
 
 
 @lru_cache(maxsize=256)
@@ -179,7 +180,7 @@ def _paint_badges(p: QPainter, rect: QRectF, style: NodeStyle, theme: Theme, sta
 class NodeItem(QGraphicsItem):
     """One trace node, or one collapsed group (``group:<path>``)."""
 
-    def __init__(self, box: NodeBox, style: NodeStyle, theme: Theme, tooltip: str = ""):
+    def __init__(self, box: NodeBox, style: NodeStyle, theme: Theme):
         super().__init__()
         self.node_id = box.id
         self.box = box
@@ -190,11 +191,8 @@ class NodeItem(QGraphicsItem):
         self.highlighted = False
         self._rect = QRectF(0, 0, box.w, box.h)
         self._bounds = self._rect.adjusted(-10, -10, 10, 10)
-        self.setPos(box.x, box.y)
-        self.setZValue(2)
-        self.setCacheMode(QGraphicsItem.DeviceCoordinateCache)
-        if tooltip:
-            self.setToolTip(tooltip)
+        self.setPos(box.x, box.y)  # stacking: frames < edges < nodes, by z and insertion order
+        self.setCacheMode(_DEVICE_CACHE)
 
     def boundingRect(self) -> QRectF:
         return self._bounds
@@ -260,8 +258,7 @@ class EdgeItem(QGraphicsItem):
         self._line_bounds = QRectF(x0 - 5, y0 - 3, max(xs) - x0 + 10, max(ys) - y0 + 6)
         self._bounds = self._line_bounds
         self._text_rect = QRectF()
-        self.setZValue(1)
-        self.setCacheMode(QGraphicsItem.DeviceCoordinateCache)
+        self.setCacheMode(_DEVICE_CACHE)
 
     def _ensure_path(self) -> None:
         if self._path is not None:
@@ -359,7 +356,7 @@ class GroupBoxItem(QGraphicsItem):
         self._rect = QRectF(0, 0, group.w, group.h)
         self.setPos(group.x, group.y)
         self.setZValue(-1 + 0.01 * group.depth)
-        self.setCacheMode(QGraphicsItem.DeviceCoordinateCache)
+        self.setCacheMode(_DEVICE_CACHE)
         self.setToolTip(f"module {group.path}\n{group.count:,} nodes\ndouble-click to collapse")
 
     def boundingRect(self) -> QRectF:
@@ -397,8 +394,7 @@ class SavedItem(QGraphicsItem):
         self._link_y = node_box.y + node_box.h / 2 - saved.y
         self._link_x = node_box.x + node_box.w - saved.x
         self.setPos(saved.x, saved.y)
-        self.setZValue(2)
-        self.setCacheMode(QGraphicsItem.DeviceCoordinateCache)
+        self.setCacheMode(_DEVICE_CACHE)
         self.setToolTip(tooltip)
 
     def boundingRect(self) -> QRectF:

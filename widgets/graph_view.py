@@ -11,13 +11,14 @@ from __future__ import annotations
 import logging
 from contextlib import contextmanager
 
-from PySide6.QtCore import QObject, QPointF, QRectF, Qt, QThreadPool, Signal
-from PySide6.QtGui import QBrush, QFontMetricsF, QKeySequence, QPainter, QShortcut, QTransform
+from PySide6.QtCore import QCoreApplication, QDeadlineTimer, QEvent, QPointF, QRectF, Qt, Signal
+from PySide6.QtGui import QBrush, QKeySequence, QPainter, QShortcut, QTransform
 from PySide6.QtWidgets import QGraphicsScene, QGraphicsSimpleTextItem, QGraphicsView, QWidget
 
-from core.layout import Layout, default_collapsed, format_shape, group_info, layout_call, node_label
+from core.layout import Layout, group_info
 from core.trace import CallInfo
 from widgets.graph_items import EdgeItem, GroupBoxItem, NodeItem, NodeStyle, SavedItem, color, font
+from widgets.graph_scene import LayoutRunner, box_states, build_scene, legend_entries, search_index, tooltip
 from widgets.minimap import Legend, Minimap, OverviewItem
 from widgets.theme import Theme, get_theme
 
@@ -28,36 +29,6 @@ SMALL_SCENE = 1500  # scenes with fewer items always draw their own items
 MAX_FIT = 1.5
 MAX_ZOOM = 4.0
 EXPAND_ONE_LEVEL = 400  # expanding a group bigger than this keeps its subgroups collapsed
-KIND_NAMES = {"backward": "backward op", "accumulate_grad": "leaf (AccumulateGrad)", "custom": "custom Function"}
-
-
-class _Bridge(QObject):
-    sig_done = Signal(int, object)
-    """A layout finished (generation, (collapsed, layout))."""
-    sig_failed = Signal(int, str)
-    """A layout raised (generation, message)."""
-
-
-def _compute(call: CallInfo, collapsed, show_saved: bool, engine: str):
-    if collapsed is None:
-        collapsed = default_collapsed(call)
-    return frozenset(collapsed), layout_call(call, collapsed=frozenset(collapsed), show_saved=show_saved, engine=engine)
-
-
-def node_styles(call: CallInfo, box_ids) -> dict[str, NodeStyle]:
-    """Style of each drawn box. When a call raised and no node is to blame, all its nodes are marked."""
-    failed_call = call.error is not None and not any(m.stale for m in call.nodes)
-    out = {}
-    for box_id in box_ids:
-        if box_id.startswith("group:"):
-            out[box_id] = NodeStyle("group", error=failed_call)
-            continue
-        n = call.node(box_id)
-        shape = {"backward": "op", "accumulate_grad": "leaf", "custom": "custom"}.get(n.kind, "other")
-        t = call.tensor(n.variable or n.tensor)
-        no_grad = t is not None and not t.requires_grad
-        out[box_id] = NodeStyle(shape, no_grad, t is not None and t.retains_grad, n.stale is not None or failed_call)
-    return out
 
 
 class GraphView(QGraphicsView):
@@ -90,6 +61,7 @@ class GraphView(QGraphicsView):
         self.group_items: dict[str, GroupBoxItem] = {}
         self.saved_items: list[SavedItem] = []
         self.overview: OverviewItem | None = None
+        self._banner = None
         self._call: CallInfo | None = None
         self._layout: Layout | None = None
         self._collapsed: frozenset[str] = frozenset()
@@ -105,21 +77,24 @@ class GraphView(QGraphicsView):
         self._pending = False
         self._detail = True
         self._big = False
+        self._exporting = False
         self._fit_next = False
         self._focus_after: str | None = None
         self._press: QPointF | None = None
         self.engine = "auto"
-        self._bridge = _Bridge(self)
-        self._bridge.sig_done.connect(self._on_done)
-        self._bridge.sig_failed.connect(self._on_failed)
-        self._pool = QThreadPool(self)
-        self._pool.setMaxThreadCount(1)
+        self._runner = LayoutRunner(self)
+        self._runner.sig_done.connect(self._on_done)
+        self._runner.sig_failed.connect(self._on_failed)
         self.legend = Legend(self)
         self.minimap = Minimap(self)
         self.minimap.sig_center_on.connect(self.centerOn)
+        bound = set()
         for keys, slot in ((("Ctrl+=", "Ctrl++", QKeySequence.ZoomIn), self.zoom_in), (("Ctrl+-", QKeySequence.ZoomOut), self.zoom_out), (("Ctrl+0",), self.fit)):
             for k in keys:
-                QShortcut(QKeySequence(k), self, slot, context=Qt.WidgetWithChildrenShortcut)
+                seq = QKeySequence(k)
+                if seq.toString() not in bound:  # the same keys twice would make both ambiguous
+                    bound.add(seq.toString())
+                    QShortcut(seq, self, slot, context=Qt.WidgetWithChildrenShortcut)
         self.horizontalScrollBar().valueChanged.connect(self._update_minimap)
         self.verticalScrollBar().valueChanged.connect(self._update_minimap)
 
@@ -144,12 +119,10 @@ class GraphView(QGraphicsView):
 
     def wait_ready(self, timeout_ms: int = 30000) -> bool:
         """Process events until the pending layout is shown; False on timeout."""
-        from PySide6.QtCore import QCoreApplication, QDeadlineTimer
-
         deadline = QDeadlineTimer(timeout_ms)
         while self._pending and not deadline.hasExpired():
             QCoreApplication.processEvents()
-            self._pool.waitForDone(10)
+            self._runner.wait(10)
         QCoreApplication.processEvents()
         return not self._pending
 
@@ -167,7 +140,7 @@ class GraphView(QGraphicsView):
             info = group_info(self._call)
             paths = set(self._collapsed) - {path}
             if info.count.get(path, 0) > EXPAND_ONE_LEVEL:
-                paths |= {g for g in info.drawn if info.dparent.get(g) == path}
+                paths |= set(info.drawn_children(path))
             self._focus_after = path
         else:
             paths = {p for p in self._collapsed if not p.startswith(path + ".")} | {path}
@@ -193,29 +166,8 @@ class GraphView(QGraphicsView):
             self._build(None)
             self.sig_scene_ready.emit(call.id if call else "")
             return
-        args = (call, collapsed, self._show_saved, self.engine)
         self._pending = True
-        if sync:
-            try:
-                result = _compute(*args)
-            except Exception as exc:  # a bad trace must not take the window down
-                log.exception("layout failed")
-                self._on_failed(gen, f"{type(exc).__name__}: {exc}")
-                return
-            self._on_done(gen, result)
-            return
-        bridge = self._bridge
-
-        def job() -> None:
-            try:
-                result = _compute(*args)
-            except Exception as exc:
-                log.exception("layout failed")
-                _emit(bridge.sig_failed, gen, f"{type(exc).__name__}: {exc}")
-                return
-            _emit(bridge.sig_done, gen, result)
-
-        self._pool.start(job)
+        self._runner.run(gen, call, collapsed, self._show_saved, self.engine, sync=sync)
 
     def _on_done(self, gen: int, result) -> None:
         if gen != self._generation:
@@ -236,7 +188,7 @@ class GraphView(QGraphicsView):
         scene = self.scene()
         scene.clear()
         self.node_items, self.edge_items, self.group_items, self.saved_items = {}, [], {}, []
-        self.overview = None
+        self.overview, self._banner = None, None
         self._layout = layout
         t, call = self._theme, self._call
         if layout is None:
@@ -250,53 +202,15 @@ class GraphView(QGraphicsView):
             self.minimap.hide()
             self.resetTransform()
             return
-        styles = node_styles(call, layout.nodes)
         total = len(layout.nodes) + len(layout.edges) + len(layout.groups)
         self._big = total >= SMALL_SCENE
         if self._fit_next:
             scale = self._initial_scale(layout)
             self.setTransform(QTransform.fromScale(scale, scale))
         self._detail = not self._big or self.transform().m11() >= OVERVIEW_LOD
-        show = self._detail
-        members = layout.members
-        curved = layout.engine != "dot"
-        for g in layout.groups:
-            if not g.collapsed:
-                item = self.group_items[g.path] = GroupBoxItem(g, t)
-                item.setVisible(show)
-                scene.addItem(item)
-        shapes = self._edge_shapes(call)
-        for e in layout.edges:
-            item = EdgeItem(e, t, shapes.get(e.dst, ""), curved)
-            item.setVisible(show)
-            scene.addItem(item)
-            self.edge_items.append(item)
-        for box in layout.nodes.values():
-            item = self.node_items[box.id] = NodeItem(box, styles[box.id], t, self._tooltip(box.id))
-            item.setVisible(show)
-            scene.addItem(item)
-        for s in layout.saved:
-            tensor = call.tensor(s.tensor)
-            tip = f"saved for backward: {s.name}" + (f"\n{format_shape(tensor.shape)} {tensor.dtype}" if tensor else f"\n{s.state}")
-            item = SavedItem(s, layout.nodes[s.node], t, tensor is not None and not tensor.requires_grad, tip)
-            item.setVisible(show)
-            scene.addItem(item)
-            self.saved_items.append(item)
-        self.overview = OverviewItem(layout, styles, t)
-        if self._big:
-            self.overview.setVisible(not show)
-            scene.addItem(self.overview)
-        rect = QRectF(0, 0, layout.width, layout.height)
-        if call.error is not None:  # a banner above the graph, part of the scene so exports show it
-            f = font(t.font_family, t.font_px, True)
-            text = QFontMetricsF(f).elidedText(f"This call raised {call.error.type}: {call.error.message}", Qt.ElideRight, max(layout.width - 16, 420))
-            banner = QGraphicsSimpleTextItem(text)
-            banner.setFont(f)
-            banner.setBrush(color(t.error))
-            banner.setPos(8, -18)
-            scene.addItem(banner)
-            rect = rect.united(banner.sceneBoundingRect().adjusted(-8, -6, 8, 0))
-        scene.setSceneRect(rect)
+        items = build_scene(scene, call, layout, t, show=self._detail, with_overview=self._big)
+        self.node_items, self.edge_items, self.group_items, self.saved_items = items.nodes, items.edges, items.groups, items.saved
+        self.overview, self._banner, styles, members = items.overview, items.banner, items.styles, layout.members
         if self._show_shapes or self._edge_texts:
             self._apply_edge_texts()
         self._apply_states()
@@ -334,57 +248,8 @@ class GraphView(QGraphicsView):
         half = self.viewport().height() / 2
         self.centerOn(box.x + box.w / 2, box.y - 20 + half)
 
-    def _edge_shapes(self, call: CallInfo) -> dict[str, str]:
-        """Shape of the tensor each node produced: the gradient flowing into it has that shape."""
-        out: dict[str, str] = {}
-        for t in call.tensors:
-            if t.grad_fn is not None and t.grad_fn not in out:
-                out[t.grad_fn] = format_shape(t.shape)
-        for n in call.nodes:
-            t = call.tensor(n.variable or n.tensor)
-            if t is not None:
-                out[n.id] = format_shape(t.shape)
-        return out
-
-    def _tooltip(self, box_id: str) -> str:
-        call = self._call
-        if box_id.startswith("group:"):
-            path = box_id[6:]
-            count = group_info(call).count.get(path, 0)
-            return f"module {path} (collapsed)\n{count:,} nodes\ndouble-click to expand"
-        n = call.node(box_id)
-        lines = [n.name, f"kind: {KIND_NAMES.get(n.kind, n.kind)}"]
-        t = call.tensor(n.variable or n.tensor)
-        if t is not None:
-            lines.append(f"tensor: {t.name or n.label or '(unnamed)'}  {format_shape(t.shape)}  {t.dtype}")
-            if not t.requires_grad:
-                lines.append("does not require grad")
-            if t.retains_grad:
-                lines.append("retains .grad")
-        elif n.label:
-            lines.append(f"tensor: {n.label}")
-        if n.line:
-            lines.append(f"line {n.line}")
-        module = group_info(call).module.get(n.id)
-        if module:
-            lines.append(f"module {module}")
-        if n.stale is not None:
-            lines.append(f"stale saved tensor '{n.stale.saved}': version {n.stale.version}, saved at {n.stale.saved_version}")
-        return "\n".join(lines)
-
     def _legend_entries(self, styles: dict[str, NodeStyle]) -> None:
-        present = {s.shape for s in styles.values()}
-        entries = [k for k in ("op", "leaf", "custom", "other", "group") if k in present]
-        if self.group_items:
-            entries.append("frame")
-        if self.saved_items:
-            entries.append("saved")
-        if any(s.no_grad for s in styles.values()) or any(i.no_grad for i in self.saved_items):
-            entries.append("no_grad")
-        entries += [k for k, on in (("retained", any(s.retained for s in styles.values())), ("error", any(s.error for s in styles.values()))) if on]
-        states = set(self._states.values())
-        entries += [s for s in ("executed", "current", "frontier", "failed") if s in states]
-        self.legend.set_entries(entries, self._theme)
+        self.legend.set_entries(legend_entries(styles, bool(self.group_items), self.saved_items, self._states.values()), self._theme)
         self._place_overlays()
 
     @contextmanager
@@ -392,10 +257,13 @@ class GraphView(QGraphicsView):
         """Show every item (not the zoomed-out overview) while rendering the scene for export."""
         detail = self._detail
         self._set_detail(True)
+        self._exporting = True
         try:
             yield self.scene()
         finally:
+            self._exporting = False
             self._set_detail(detail)
+            self._after_zoom()
 
     # -- states, texts, theme ---------------------------------------------------------------------
     def set_node_states(self, states: dict[str, str]) -> None:
@@ -417,20 +285,10 @@ class GraphView(QGraphicsView):
     def _apply_states(self) -> None:
         if self._layout is None:
             return
-        members, per = self._layout.members, {}
-        for nid, st in self._states.items():
-            vid = members.get(nid)
-            if vid is not None:
-                per.setdefault(vid, []).append(st)
         counts = {"group:" + g.path: g.count for g in self._layout.groups if g.collapsed}
+        shown = box_states(self._states, self._layout.members, counts)
         for vid, item in self.node_items.items():
-            sts = per.get(vid)
-            state = None
-            if sts:
-                state = next((s for s in ("failed", "current", "frontier") if s in sts), None)
-                if state is None and sts.count("executed") >= counts.get(vid, 1):
-                    state = "executed"
-            item.set_state(state)
+            item.set_state(shown.get(vid))
         self._update_marks()
 
     def _apply_edge_texts(self) -> None:
@@ -444,6 +302,8 @@ class GraphView(QGraphicsView):
         self.setBackgroundBrush(QBrush(color(t.background)))
         for item in [*self.node_items.values(), *self.group_items.values(), *self.saved_items, *self.edge_items]:
             item.set_theme(t)
+        if self._banner is not None:
+            self._banner.setBrush(color(t.error))
         if self.overview is not None:
             self.overview.set_theme(t)
             self.minimap.set_overview(self.overview, self.scene().sceneRect(), t)
@@ -459,7 +319,7 @@ class GraphView(QGraphicsView):
         self._matches, self._match_index = [], -1
         if text and self._call is not None:
             if self._search_index is None:
-                self._search_index = self._build_search_index()
+                self._search_index = search_index(self._call)
             self._matches = [nid for nid, s in self._search_index.items() if text in s]
         self._apply_matches()
         if self._matches:
@@ -474,18 +334,6 @@ class GraphView(QGraphicsView):
         nid = self._matches[self._match_index]
         self._select(nid, emit=True, center=True)
         return nid
-
-    def _build_search_index(self) -> dict[str, str]:
-        call = self._call
-        out = {}
-        for n in call.nodes:
-            names = [n.name, node_label(call, n), n.label or ""]
-            for tid in (n.variable, n.tensor):
-                t = call.tensor(tid)
-                if t is not None and t.name:
-                    names.append(t.name)
-            out[n.id] = "\n".join(names).lower()
-        return out
 
     def _apply_matches(self) -> None:
         members = self._layout.members if self._layout else {}
@@ -569,12 +417,19 @@ class GraphView(QGraphicsView):
             return super().wheelEvent(event)
         current = self.transform().m11()
         target = max(self._min_zoom(), min(MAX_ZOOM, current * 1.0015**dy))
+        pos = event.position().toPoint()
+        anchor = self.mapToScene(pos)
+        self.setTransformationAnchor(QGraphicsView.NoAnchor)
         self.scale(target / current, target / current)
+        moved = self.mapFromScene(anchor) - pos  # keep the point under the mouse where it was
+        self.horizontalScrollBar().setValue(self.horizontalScrollBar().value() + moved.x())
+        self.verticalScrollBar().setValue(self.verticalScrollBar().value() + moved.y())
+        self.setTransformationAnchor(QGraphicsView.AnchorUnderMouse)
         self._after_zoom()
         event.accept()
 
     def _after_zoom(self) -> None:
-        if self._big and self.node_items:
+        if self._big and self.node_items and not self._exporting:
             self._set_detail(self.transform().m11() >= OVERVIEW_LOD)
         self._update_minimap()
         self.sig_zoom_changed.emit(self.zoom_percent())
@@ -609,6 +464,13 @@ class GraphView(QGraphicsView):
         self._update_minimap()
 
     # -- mouse ------------------------------------------------------------------------------------
+    def viewportEvent(self, event) -> bool:
+        if event.type() == QEvent.ToolTip and self._call is not None:
+            item = self._item_at(event.pos(), NodeItem)
+            if item is not None and not item.toolTip():
+                item.setToolTip(tooltip(self._call, item.node_id))
+        return super().viewportEvent(event)
+
     def mousePressEvent(self, event) -> None:
         self._press = event.position() if event.button() == Qt.LeftButton else None
         super().mousePressEvent(event)
@@ -620,6 +482,7 @@ class GraphView(QGraphicsView):
             if item is not None:
                 self._select(item.node_id, emit=True, center=False)
         self._press = None
+        event.accept()
 
     def mouseDoubleClickEvent(self, event) -> None:
         node = self._item_at(event.position().toPoint(), NodeItem)
@@ -638,10 +501,3 @@ class GraphView(QGraphicsView):
             if isinstance(item, cls):
                 return item
         return None
-
-
-def _emit(signal, *args) -> None:
-    try:
-        signal.emit(*args)
-    except RuntimeError:  # the view was deleted while the layout ran
-        pass

@@ -181,6 +181,9 @@ class Minimap(QWidget):
             self._emit(event.position())
         event.accept()
 
+    def mouseReleaseEvent(self, event) -> None:
+        event.accept()
+
 
 LEGEND_ENTRIES = {
     "op": ("backward op", NodeStyle("op"), None),
@@ -228,12 +231,17 @@ class Legend(QWidget):
         if self._theme is not None and rows:
             fm = QFontMetricsF(font(self._theme.font_family, self._theme.small_font_px + 1))
             width = max(fm.horizontalAdvance(LEGEND_ENTRIES[k][0]) for k in self._entries) + 80
+        bottom = self.y() + self.height()
         self.setFixedSize(int(width), 24 + rows * self.ROW + (6 if rows else 0))
+        self.move(self.x(), bottom - self.height())  # folding keeps the bottom corner in place
 
     def mousePressEvent(self, event) -> None:
         self.folded = not self.folded
         self._resize()
         self.update()
+        event.accept()
+
+    def mouseReleaseEvent(self, event) -> None:
         event.accept()
 
     def paintEvent(self, event) -> None:

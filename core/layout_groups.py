@@ -1,0 +1,196 @@
+"""Module groups of a call: which nodes belong to which nn.Module path, which groups get a frame.
+
+A group is drawn (a frame when expanded, a box when collapsed) only when its nodes form a
+convex part of the graph: no path leaves the group and comes back into it. A ModuleList
+whose residual additions live in the parent is not convex; a frame around it would cover
+unrelated nodes, and collapsing it would make a cycle.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+
+from core.trace import CallInfo
+
+log = logging.getLogger(__name__)
+
+
+class GroupInfo:
+    """Module groups of a call: paths, nesting, node counts; which are drawn is found lazily.
+
+    Checking convexity costs a short search per group, so it runs only for groups someone
+    asks about: a 50,000-node graph that opens with one group collapsed checks a handful.
+    """
+
+    def __init__(self, call: CallInfo):
+        self._call = weakref.ref(call)
+        nodes = call.nodes
+        paths = {n.module for n in nodes if n.module}
+        owners = _owners(call, paths)
+        self.module: dict[str, str | None] = {}
+        by_module: dict[str | None, list[int]] = {}
+        for i, n in enumerate(nodes):
+            mod = n.module or None
+            if mod is None and n.kind == "accumulate_grad":
+                mod = owners.get(n.variable) or _owner_of(n.label, paths)
+            self.module[n.id] = mod
+            by_module.setdefault(mod, []).append(i)
+        self.ancestors: dict[str | None, tuple[str, ...]] = {None: ()}
+        self.children: dict[str | None, list[str]] = {}  # the module tree
+        self._members: dict[str, list[int]] = {}
+        for mod, idx in by_module.items():
+            if mod is None:
+                continue
+            parts = mod.split(".")
+            chain = tuple(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+            for i, g in enumerate(chain):
+                if g not in self.ancestors:
+                    self.ancestors[g] = chain[: i + 1]
+                    self.children.setdefault(chain[i - 1] if i else None, []).append(g)
+                self._members.setdefault(g, []).extend(idx)
+        self.count: dict[str, int] = {g: len(m) for g, m in self._members.items()}
+        self.module_count: dict[str | None, int] = {m: len(idx) for m, idx in by_module.items()}
+        self._drawn: dict[str, bool] = {}
+        self._graph = None
+        self._budget = 400_000
+
+    def node_groups(self, node_id: str) -> tuple[str, ...]:
+        return self.ancestors[self.module[node_id]]
+
+    def is_drawn(self, g: str) -> bool:
+        """True when group ``g`` is convex, so it gets a frame or a box."""
+        hit = self._drawn.get(g)
+        if hit is None:
+            hit = self._drawn[g] = self._convex(g)
+        return hit
+
+    @property
+    def drawn(self) -> frozenset[str]:
+        """Every drawn group (checks them all)."""
+        return frozenset(g for g in self.count if self.is_drawn(g))
+
+    def drawn_parent(self, g: str) -> str | None:
+        """The nearest drawn group around ``g`` (None: the top level)."""
+        for a in reversed(self.ancestors[g][:-1]):
+            if self.is_drawn(a):
+                return a
+        return None
+
+    def drawn_children(self, g: str | None) -> list[str]:
+        """The nearest drawn groups inside ``g`` (None: the top level)."""
+        out, stack = [], list(reversed(self.children.get(g, [])))
+        while stack:
+            c = stack.pop()
+            if self.is_drawn(c):
+                out.append(c)
+            else:
+                stack.extend(reversed(self.children.get(c, [])))
+        return out
+
+    def _convex(self, g: str) -> bool:
+        if self._graph is None:
+            call = self._call()
+            index = {n.id: i for i, n in enumerate(call.nodes)}
+            succ = [[index[e.node] for e in n.next if e is not None] for n in call.nodes]
+            self._graph = (succ, _depths(succ), [self.ancestors[m] for m in self.module.values()])
+        succ, depth, anc = self._graph
+        mem = self._members[g]
+        dmax = max(map(depth.__getitem__, mem))
+        # A path out of g and back in only runs through nodes shallower than g's deepest node.
+        stack = [w for u in mem for w in succ[u] if depth[w] < dmax and g not in anc[w]]
+        seen: set[int] = set()
+        while stack:
+            if self._budget <= 0:
+                log.info("group check stopped early; group %s assumed convex", g)
+                return True
+            w = stack.pop()
+            if w in seen:
+                continue
+            seen.add(w)
+            self._budget -= 1
+            for x in succ[w]:
+                if g in anc[x]:
+                    return False
+                if depth[x] < dmax and x not in seen:
+                    stack.append(x)
+        return True
+
+
+def _owners(call: CallInfo, paths: set[str]) -> dict[str, str]:
+    """Parameters' modules from their names (``layers.3.fc.weight`` -> ``layers.3.fc``).
+
+    The capture records AccumulateGrad nodes without a module; a parameter drawn inside
+    the box of the module that owns it reads better than one left outside.
+    """
+    out = {}
+    for t in call.tensors:
+        if t.is_leaf and t.name and "." in t.name:
+            owner = t.name.rsplit(".", 1)[0]
+            if owner in paths:
+                out[t.id] = owner
+    return out
+
+
+def _owner_of(name: str | None, paths: set[str]) -> str | None:
+    if not name or "." not in name:
+        return None
+    owner = name.rsplit(".", 1)[0]
+    return owner if owner in paths else None
+
+
+def _depths(succ: list[list[int]]) -> list[int]:
+    """Longest-path depth from the roots (Kahn's algorithm, no recursion)."""
+    indeg = [0] * len(succ)
+    for vs in succ:
+        for v in vs:
+            indeg[v] += 1
+    depth = [0] * len(succ)
+    stack = [v for v, d in enumerate(indeg) if d == 0]
+    while stack:
+        v = stack.pop()
+        dv = depth[v] + 1
+        for u in succ[v]:
+            if depth[u] < dv:
+                depth[u] = dv
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                stack.append(u)
+    return depth
+
+
+_info_cache: dict[int, tuple[weakref.ref, GroupInfo]] = {}
+
+
+def group_info(call: CallInfo) -> GroupInfo:
+    """Cached per call object; a call is immutable."""
+    hit = _info_cache.get(id(call))
+    if hit is not None and hit[0]() is call:
+        return hit[1]
+    info = GroupInfo(call)
+    if len(_info_cache) > 16:
+        _info_cache.clear()
+    _info_cache[id(call)] = (weakref.ref(call), info)
+    return info
+
+
+def default_collapsed(call: CallInfo, threshold: int = 2000) -> frozenset[str]:
+    """Groups to collapse so that about ``threshold`` boxes show, opening whole levels at a time."""
+    if len(call.nodes) <= threshold:
+        return frozenset()
+    info = group_info(call)
+    count = info.count
+    frontier = sorted(info.drawn_children(None))
+    shown = len(call.nodes) - sum(count[g] for g in frontier) + len(frontier)
+    while frontier:
+        # Opening g shows at least its own nodes and one box per child module: a cheap bound
+        # that spares checking thousands of subgroups when the level is too big anyway.
+        bound = shown + sum(info.module_count.get(g, 0) + len(info.children.get(g, [])) - 1 for g in frontier)
+        if bound > threshold:
+            break
+        kids = {g: info.drawn_children(g) for g in frontier}
+        after = shown + sum(count[g] - sum(count[c] for c in kids[g]) + len(kids[g]) - 1 for g in frontier)
+        if after > threshold:
+            break
+        shown, frontier = after, sorted(c for g in frontier for c in kids[g])
+    return frozenset(frontier)

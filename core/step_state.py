@@ -1,0 +1,91 @@
+"""What the graph looks like after k backward steps: node states, edge gradients, leaf grads.
+
+Plain data in, plain data out, so the same function drives the live view, the replay of a
+past step from the step log, the exported frames and the tests. A step record is the dict
+the stepping engine sends: ``index``, ``node``, ``name``, ``grad_outputs``, ``grad_inputs``
+(one per ``next`` edge), ``leaf_grads`` and ``error``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from core.trace import CallInfo
+
+
+@dataclass
+class StepView:
+    states: dict[str, str] = field(default_factory=dict)  # node id -> executed/current/frontier/failed
+    edge_texts: dict[tuple[str, str], str] = field(default_factory=dict)  # (src, dst) -> gradient text
+    leaf_grads: dict[str, dict] = field(default_factory=dict)  # leaf name -> values (latest)
+    executed: list[str] = field(default_factory=list)
+    current: str | None = None
+    failed: str | None = None
+
+
+def short_values(values: dict | None, limit: int = 3) -> str:
+    """'3', '[1, 2, 3, …]' or '[8×64] mean 0.01' for a gradient on an edge."""
+    if not values:
+        return "None"
+    data = values.get("data")
+    numel = values.get("numel", 0)
+    if data is not None:
+        if numel == 1:
+            return _num(data[0])
+        shown = ", ".join(_num(v) for v in data[:limit])
+        return f"[{shown}{', …' if len(data) > limit else ''}]"
+    mean = values.get("mean")
+    return f"{numel} values, mean {_num(mean)}" if mean is not None else f"{numel} values"
+
+
+def _num(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def step_view(call: CallInfo, steps: list[dict], pending: dict | None = None, upto: int | None = None) -> StepView:
+    """The graph's state after ``steps[:upto]`` ran (all of them when ``upto`` is None).
+
+    ``pending`` is the node about to run (the engine is paused before it); when replaying a
+    past step it is None and the last replayed step is drawn as current.
+    """
+    shown = steps if upto is None else steps[:upto]
+    view = StepView()
+    done: set[str] = set()
+    for record in shown:
+        node_id = record.get("node")
+        if node_id is None or call.node(node_id) is None:
+            continue
+        done.add(node_id)
+        view.executed.append(node_id)
+        node = call.node(node_id)
+        grads = record.get("grad_inputs") or []
+        for edge, grad in zip(node.next, grads):
+            if edge is not None and grad is not None:
+                view.edge_texts[(node_id, edge.node)] = short_values(grad)
+        for name, values in (record.get("leaf_grads") or {}).items():
+            view.leaf_grads[name] = values
+        if record.get("error"):
+            view.failed = node_id
+    for node_id in done:
+        view.states[node_id] = "executed"
+    if view.failed:
+        view.states[view.failed] = "failed"
+    current = pending.get("node") if pending else (view.executed[-1] if upto is not None and view.executed else None)
+    if current is not None and current != view.failed:
+        view.current = current
+        view.states[current] = "current"
+    # The frontier: nodes every one of whose consumers has run (so their gradient is complete).
+    consumers: dict[str, list[str]] = {}
+    for n in call.nodes:
+        for e in n.next:
+            if e is not None:
+                consumers.setdefault(e.node, []).append(n.id)
+    if done:
+        for node_id, users in consumers.items():
+            if node_id in done or node_id == current:
+                continue
+            if all(u in done for u in users):
+                view.states[node_id] = "frontier"
+    return view

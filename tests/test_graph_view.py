@@ -1,0 +1,273 @@
+"""GraphView built straight from synthetic calls, checked through its items and pixels."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from PySide6.QtCore import QEvent, QPoint, QPointF, Qt
+from PySide6.QtGui import QColor, QHelpEvent, QWheelEvent
+from PySide6.QtTest import QTest
+from PySide6.QtWidgets import QApplication
+
+from tests.fixtures_graphs import edge_count, mlp_call, mul_call, residual_mlp_call
+from widgets.graph_items import EdgeItem, NodeItem, color
+from widgets.graph_view import OVERVIEW_LOD, GraphView
+from widgets.theme import THEMES
+
+
+@pytest.fixture
+def view(qtbot):
+    v = GraphView()
+    v.resize(900, 700)
+    qtbot.addWidget(v)
+    v.show()
+    qtbot.waitExposed(v)
+    return v
+
+
+def centre_of(view: GraphView, node_id: str) -> QPoint:
+    return view.mapFromScene(view.node_items[node_id].sceneBoundingRect().center())
+
+
+def pixel(view: GraphView, pos: QPoint) -> QColor:
+    return view.viewport().grab().toImage().pixelColor(pos)
+
+
+def distinct_colors(image, step: int = 7) -> int:
+    return len({image.pixel(x, y) for x in range(0, image.width(), step) for y in range(0, image.height(), step)})
+
+
+def test_one_item_per_node_and_edge(view):
+    c = mlp_call()
+    view.set_call(c, sync=True)
+    assert set(view.node_items) == {n.id for n in c.nodes}
+    assert len(view.edge_items) == edge_count(c) == 10
+    scene_items = view.scene().items()
+    assert sum(isinstance(i, NodeItem) for i in scene_items) == 11
+    assert sum(isinstance(i, EdgeItem) for i in scene_items) == 10
+    assert {(e.edge.src, e.edge.dst) for e in view.edge_items} == {(n.id, e.node) for n in c.nodes for e in n.next if e}
+    assert set(view.group_items) == {"fc1", "fc2", "act"}
+    styles = {i: item.style for i, item in view.node_items.items()}
+    assert styles["n0"].shape == "op" and styles["n10"].shape == "leaf" and styles["n5"].shape == "custom"
+    assert styles["n6"].retained and not styles["n0"].retained
+
+
+
+def hover_tooltip(view: GraphView, node_id: str) -> str:
+    pos = centre_of(view, node_id)
+    QApplication.sendEvent(view.viewport(), QHelpEvent(QEvent.ToolTip, pos, view.viewport().mapToGlobal(pos)))
+    return view.node_items[node_id].toolTip()
+
+
+@pytest.mark.qt_log_ignore("This plugin does not support raise")  # the tooltip window, offscreen
+def test_tooltips_describe_the_node(view):
+    view.set_call(mlp_call(), sync=True)
+    assert view.node_items["n10"].toolTip() == ""  # built on first hover
+    tip = hover_tooltip(view, "n10")
+    assert tip.splitlines() == ["torch::autograd::AccumulateGrad", "kind: leaf (AccumulateGrad)", "tensor: fc1.weight  [8, 3]  float32", "module fc1"]
+    tip = hover_tooltip(view, "n7")
+    assert "AddmmBackward0" in tip and "line 6" in tip and "module fc1" in tip
+
+
+def test_legend_lists_what_the_graph_shows(view):
+    view.set_call(mlp_call(), sync=True)
+    assert view.legend.isVisible()
+    assert view.legend.entries() == ["op", "leaf", "custom", "frame", "retained"]
+    view.set_node_states({"n0": "executed", "n1": "current"})
+    assert view.legend.entries()[-2:] == ["executed", "current"]
+    # drawn in the bottom-left corner, over the viewport, and it does not scroll with the scene
+    geo = view.legend.geometry()
+    assert geo.left() < 20 and geo.bottom() > view.viewport().geometry().bottom() - 20
+    view.set_zoom(300)
+    bar = view.verticalScrollBar()
+    assert bar.maximum() > 0
+    before, node_before = view.legend.pos(), centre_of(view, "n0")
+    bar.setValue(bar.maximum())
+    assert centre_of(view, "n0") != node_before and view.legend.pos() == before
+
+
+def test_async_layout_emits_scene_ready(view, qtbot):
+    c = mul_call()
+    with qtbot.waitSignal(view.sig_scene_ready, timeout=10000) as blocker:
+        view.set_call(c)
+        assert view.is_pending()
+    assert blocker.args == [c.id]
+    assert set(view.node_items) == {"n0", "n1", "n2"}
+
+
+def test_only_the_latest_call_is_shown(view, qtbot):
+    first, second = mlp_call(), replace(mul_call(), id="c-second")
+    shown = []
+    view.sig_scene_ready.connect(shown.append)
+    with qtbot.waitSignal(view.sig_scene_ready, timeout=10000):
+        view.set_call(first)
+        view.set_call(second)
+    qtbot.wait(50)
+    assert shown == ["c-second"]
+    assert set(view.node_items) == {"n0", "n1", "n2"}
+
+
+def test_search_finds_a_variable_and_selects_it(view, qtbot):
+    view.set_call(mlp_call(), sync=True)
+    with qtbot.waitSignal(view.sig_node_selected, timeout=1000) as blocker:
+        assert view.search("FC1.weight") == ["n10"]
+    assert blocker.args == ["n10"]
+    assert view.selected_node() == "n10"
+    assert view.node_items["n10"].highlighted and view.node_items["n10"].selected
+    assert not view.node_items["n4"].highlighted
+    assert view.search("tbackward") == ["n3", "n9"]
+    assert view.selected_node() == "n3"
+    assert view.next_match() == "n9" and view.next_match() == "n3"
+    assert view.search("h") and view.node_items["n6"].highlighted  # tensor name h
+    assert view.search("no such thing") == [] and view.next_match() is None
+    assert not any(i.highlighted for i in view.node_items.values())
+
+
+def test_click_selects_and_select_node_does_not_echo(view, qtbot):
+    view.set_call(mlp_call(), sync=True)
+    with qtbot.waitSignal(view.sig_node_selected, timeout=1000) as blocker:
+        QTest.mouseClick(view.viewport(), Qt.LeftButton, Qt.NoModifier, centre_of(view, "n6"))
+    assert blocker.args == ["n6"]
+    assert view.node_items["n6"].selected
+    active = {e.key for e in view.edge_items if e.active}
+    assert active == {("n5", "n6"), ("n6", "n7")}
+    with qtbot.assertNotEmitted(view.sig_node_selected):
+        view.select_node("n2")
+    assert view.selected_node() == "n2" and not view.node_items["n6"].selected
+
+
+def test_states_change_what_is_drawn(view):
+    view.set_call(mul_call(), sync=True)
+    item = view.node_items["n1"]
+    r = item.sceneBoundingRect()
+    probe = view.mapFromScene(r.center().x(), r.top() + 13)  # inside the box, above the text
+    before = pixel(view, probe)
+    assert before == color(THEMES["light"].leaf_fill)
+    view.set_node_states({"n1": "executed", "n0": "current", "n2": "failed"})
+    assert (item.state, view.node_items["n0"].state, view.node_items["n2"].state) == ("executed", "current", "failed")
+    assert pixel(view, probe) == color(THEMES["light"].executed_fill)
+    view.clear_states()
+    assert all(i.state is None for i in view.node_items.values())
+    assert pixel(view, probe) == before
+
+
+def test_grab_is_a_real_picture(view, tmp_path):
+    view.set_call(mlp_call(), sync=True)
+    image = view.grab().toImage()
+    assert image.width() == 900 and distinct_colors(image) >= 8
+    theme = THEMES["light"]
+    found = {image.pixelColor(x, y).name() for x in range(0, 900, 3) for y in range(0, 700, 3)}
+    assert {color(theme.op_fill).name(), color(theme.leaf_fill).name(), color(theme.custom_fill).name()} <= found
+
+
+def test_double_click_folds_and_unfolds_a_group(view, qtbot):
+    view.set_call(mlp_call(), sync=True)
+    frame = view.group_items["fc1"]
+    corner = view.mapFromScene(frame.sceneBoundingRect().topLeft()) + QPoint(6, 30)
+    with qtbot.waitSignal(view.sig_group_toggled, timeout=1000) as toggled, qtbot.waitSignal(view.sig_scene_ready, timeout=10000):
+        QTest.mouseDClick(view.viewport(), Qt.LeftButton, Qt.NoModifier, corner)
+    assert toggled.args == ["fc1"]
+    assert view.collapsed() == frozenset({"fc1"})
+    assert "group:fc1" in view.node_items and "n7" not in view.node_items
+    assert {e.key for e in view.edge_items if "group:fc1" in e.key} == {("n6", "group:fc1")}
+    view.toggle_group("fc1", sync=True)
+    assert "n7" in view.node_items and view.collapsed() == frozenset()
+
+
+def test_saved_boxes_and_shape_texts(view):
+    view.set_call(mlp_call(), sync=True)
+    assert view.saved_items == []
+    view.set_show_saved(True, sync=True)
+    assert sorted(s.saved.label for s in view.saved_items) == ["mat1 [4, 3]", "mat1 [4, 8]", "result [4, 8]", "self [4, 2]", "target [4, 2]"]
+    assert {s.saved.label for s in view.saved_items if s.no_grad} == {"mat1 [4, 3]", "target [4, 2]"}
+    assert "saved" in view.legend.entries() and "no_grad" in view.legend.entries()
+    view.set_show_shapes(True)
+    texts = {e.key: e._text() for e in view.edge_items}
+    assert texts[("n1", "n3")] == "" and texts[("n3", "n4")] == "[2, 8]" and texts[("n0", "n1")] == "[4, 2]"
+    view.set_edge_texts({("n3", "n4"): "grad 0.25"})
+    assert view.edge_items[[e.key for e in view.edge_items].index(("n3", "n4"))]._text() == "[2, 8]  grad 0.25"
+
+
+def test_error_call_marks_the_culprit(view):
+    view.set_call(mlp_call(error=True), sync=True)
+    assert view.node_items["n6"].style.error and not view.node_items["n0"].style.error
+    assert "error" in view.legend.entries()
+    assert view.scene().sceneRect().top() < 0  # the banner above the graph
+
+
+def test_zoom_and_fit(view):
+    view.set_call(mlp_call(), sync=True)
+    fitted = view.zoom_percent()
+    view.zoom_in()
+    assert view.zoom_percent() > fitted
+    QTest.keyClick(view, Qt.Key_0, Qt.ControlModifier)
+    assert view.zoom_percent() == fitted
+    QTest.keyClick(view, Qt.Key_Minus, Qt.ControlModifier)
+    assert view.zoom_percent() < fitted
+
+
+def test_wheel_zooms_around_the_mouse(view):
+    view.set_call(mlp_call(), sync=True)
+    view.set_zoom(250)  # the scene is larger than the view both ways: the anchor can hold
+    view.centerOn(view.node_items["n9"])
+    pos = centre_of(view, "n9") + QPoint(40, 10)
+    scene_point = view.mapToScene(pos)
+    before = view.zoom_percent()
+    wheel = QWheelEvent(QPointF(pos), QPointF(view.viewport().mapToGlobal(pos)), QPoint(0, 0), QPoint(0, 240), Qt.NoButton, Qt.NoModifier, Qt.NoScrollPhase, False)
+    QApplication.sendEvent(view.viewport(), wheel)
+    assert view.zoom_percent() > before * 1.3
+    assert (view.mapFromScene(scene_point) - pos).manhattanLength() <= 2
+
+
+def test_theme_switch(view):
+    view.set_call(mul_call(), sync=True)
+    view.set_theme("dark")
+    assert view.backgroundBrush().color() == color(THEMES["dark"].background)
+    assert all(i.theme.name == "dark" for i in view.node_items.values())
+    assert distinct_colors(view.grab().toImage()) >= 5
+
+
+def test_no_call_and_empty_call(view, qtbot):
+    with qtbot.waitSignal(view.sig_scene_ready, timeout=1000):
+        view.set_call(None)
+    assert view.node_items == {} and view.edge_items == []
+    assert not view.minimap.isVisible()
+
+
+def test_big_graph_switches_to_overview_when_zoomed_out(view):
+    c = residual_mlp_call(833)
+    view.set_call(c, sync=True, collapsed=frozenset())
+    assert len(view.node_items) == 5000 and len(view.edge_items) == edge_count(c)
+    assert view.zoom_percent() == 100  # too big to fit readably: opens on the root
+    assert view.node_items["n0"].isVisible() and view.minimap.isVisible()
+    view.fit()
+    assert view.transform().m11() < OVERVIEW_LOD
+    assert view.overview.isVisible() and not view.node_items["n0"].isVisible()
+    image = view.grab().toImage()
+    assert distinct_colors(image, 5) >= 3
+    assert view.search("layers.400.fc.weight") == ["w400"]  # centres on it, back at a readable zoom later
+    view.set_zoom(100)
+    assert view.node_items["w400"].isVisible() and not view.overview.isVisible()
+    assert view.mapToScene(view.viewport().rect()).boundingRect().intersects(view.node_items["w400"].sceneBoundingRect())
+    with view.export_mode():
+        view.fit()
+        assert view.node_items["n0"].isVisible()
+    assert not view.node_items["n0"].isVisible()
+
+
+def test_minimap_click_moves_the_view(view, qtbot):
+    view.set_call(residual_mlp_call(200), sync=True)
+    assert view.minimap.isVisible()
+    top = view.verticalScrollBar().value()
+    mm = view.minimap
+    QTest.mouseClick(mm, Qt.LeftButton, Qt.NoModifier, QPoint(mm.width() // 2, mm.height() - 6))
+    assert view.verticalScrollBar().value() > top + 1000
+
+
+def test_default_collapse_for_big_graphs(view):
+    view.set_call(residual_mlp_call(833), sync=True)
+    assert len(view.collapsed()) == 833 and len(view.node_items) == 835
+    assert view.node_items["group:layers.5"].style.shape == "group"
+    view.select_node("w5")  # inside a collapsed group: its box is selected
+    assert view.node_items["group:layers.5"].selected and view.selected_node() == "w5"

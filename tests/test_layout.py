@@ -1,0 +1,240 @@
+"""Geometry of the layered layout: exact small graphs, no overlaps, every edge, groups."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import replace
+
+import pytest
+
+from core.layout import default_collapsed, group_info, layout_call, node_label
+from core.layout_dot import dot_available
+from core.layout_layered import layered
+from tests.conftest import ROOT
+from tests.fixtures_graphs import call, edge_count, leaf, mlp_call, mul_call, node, residual_mlp_call, tensor
+
+
+def overlaps(boxes) -> list[tuple[str, str]]:
+    """Pairs of boxes (id, x, y, w, h) whose interiors intersect, found through a coarse grid."""
+    cell = 256.0
+    grid: dict[tuple[int, int], list] = {}
+    hits = set()
+    for b in boxes:
+        bid, x, y, w, h = b
+        for gx in range(int(x // cell), int((x + w) // cell) + 1):
+            for gy in range(int(y // cell), int((y + h) // cell) + 1):
+                for o in grid.setdefault((gx, gy), []):
+                    oid, ox, oy, ow, oh = o
+                    if x < ox + ow - 1e-6 and ox < x + w - 1e-6 and y < oy + oh - 1e-6 and oy < y + h - 1e-6:
+                        hits.add(tuple(sorted((bid, oid))))
+                grid[(gx, gy)].append(b)
+    return sorted(hits)
+
+
+def node_boxes(lay):
+    return [(b.id, b.x, b.y, b.w, b.h) for b in lay.nodes.values()] + [
+        (f"saved:{s.node}:{s.name}", s.x, s.y, s.w, s.h) for s in lay.saved
+    ]
+
+
+def trace_edges(c) -> Counter:
+    return Counter((n.id, e.node, e.input_nr) for n in c.nodes for e in n.next if e is not None)
+
+
+def inside(inner, outer) -> bool:
+    x, y, w, h = inner
+    ox, oy, ow, oh = outer
+    return ox - 1e-6 <= x and oy - 1e-6 <= y and x + w <= ox + ow + 1e-6 and y + h <= oy + oh + 1e-6
+
+
+def test_mul_graph_exact():
+    c = mul_call()
+    lay = layout_call(c)
+    assert set(lay.nodes) == {"n0", "n1", "n2"}
+    mul, a, b = lay.nodes["n0"], lay.nodes["n1"], lay.nodes["n2"]
+    assert (mul.layer, a.layer, b.layer) == (0, 1, 1)
+    assert (mul.kind, a.kind, b.kind) == ("backward", "accumulate_grad", "accumulate_grad")
+    assert (mul.label, a.label, b.label) == ("MulBackward0\nc", "a\n[3]", "b\n[3]")
+    assert a.y >= mul.y + mul.h + 20  # leaves below the root, with a gap for the edges
+    assert a.x + a.w < b.x  # next_functions order: input 0 on the left
+    assert abs((mul.x + mul.w / 2) - (a.x + a.w / 2 + b.x + b.w / 2) / 2) < 1.0  # parent centred
+    assert overlaps(node_boxes(lay)) == []
+    assert sorted((e.src, e.dst, e.input_nr, e.slot) for e in lay.edges) == [("n0", "n1", 0, 0), ("n0", "n2", 0, 1)]
+    for e in lay.edges:
+        src, dst = lay.nodes[e.src], lay.nodes[e.dst]
+        (x0, y0), (x1, y1) = e.points[0], e.points[-1]
+        assert y0 == pytest.approx(src.y + src.h) and src.x <= x0 <= src.x + src.w
+        assert y1 == pytest.approx(dst.y) and dst.x <= x1 <= dst.x + dst.w
+    assert lay.groups == []
+    assert lay.width >= b.x + b.w and lay.height >= a.y + a.h
+
+
+def test_node_labels():
+    c = mlp_call()
+    n = c.node_map()
+    assert node_label(c, n["n0"]) == "MseLossBackward0\nloss"
+    assert node_label(c, n["n3"]) == "TBackward0"
+    assert node_label(c, n["n10"]) == "fc1.weight\n[8, 3]"
+    scalar = call([leaf("l", "t")], [tensor("t", None, [])], ["l"])
+    assert node_label(scalar, scalar.nodes[0]) == "leaf\nscalar"
+
+
+def test_boxes_grow_with_labels():
+    lay = layout_call(mlp_call())
+    short, long_ = lay.nodes["n3"], lay.nodes["n0"]  # TBackward0 vs MseLossBackward0
+    assert long_.w > short.w
+    assert long_.h > short.h  # two lines against one
+
+
+def test_mlp_groups_are_boxes_around_their_nodes_only():
+    c = mlp_call()
+    lay = layout_call(c)
+    frames = {g.path: g for g in lay.groups}
+    assert set(frames) == {"fc1", "fc2", "act"}
+    assert all(not g.collapsed for g in frames.values())
+    assert (frames["fc1"].count, frames["fc2"].count, frames["act"].count) == (4, 4, 1)
+    module = group_info(c).module
+    for path, g in frames.items():
+        for b in lay.nodes.values():
+            box = (b.x, b.y, b.w, b.h)
+            if module[b.id] == path:
+                assert inside(box, (g.x, g.y, g.w, g.h)), (b.id, path)
+            else:  # compound layout: no other node inside a group's frame
+                assert overlaps([("n", *box), ("g", g.x, g.y, g.w, g.h)]) == [], (b.id, path)
+    assert overlaps([(g.path, g.x, g.y, g.w, g.h) for g in frames.values()]) == []
+    assert overlaps(node_boxes(lay)) == []
+
+
+def test_parameter_leaves_join_their_module():
+    info = group_info(mlp_call())
+    assert info.module["n10"] == "fc1"  # fc1.weight, recorded with module None
+    assert info.module["n5"] is None  # the custom Function ran outside any module
+
+
+def test_5k_graph_no_overlaps_every_edge():
+    c = residual_mlp_call(833)
+    assert len(c.nodes) == 5000
+    start = time.perf_counter()
+    lay = layout_call(c)
+    took = time.perf_counter() - start
+    assert set(lay.nodes) == {n.id for n in c.nodes}
+    assert overlaps(node_boxes(lay)) == []
+    assert Counter((e.src, e.dst, e.input_nr) for e in lay.edges) == trace_edges(c)
+    for e in lay.edges:
+        src, dst = lay.nodes[e.src], lay.nodes[e.dst]
+        assert e.points[0][1] == pytest.approx(src.y + src.h)
+        assert e.points[-1][1] == pytest.approx(dst.y)
+        assert all(y1 >= y0 - 1e-6 for (_, y0), (_, y1) in zip(e.points, e.points[1:]))  # always downwards
+    assert lay.nodes["n0"].layer == 0
+    assert max(b.layer for b in lay.nodes.values()) > 2000
+    # identical blocks stack in one column instead of drifting sideways
+    xs = [g.x for g in lay.groups if g.path.count(".") == 1]
+    assert max(xs) - min(xs) < 100
+    assert took < 5.0, took  # about 0.3 s on an idle 2-core machine
+
+
+def test_collapsing_a_group_merges_its_edges():
+    c = residual_mlp_call(20)
+    lay = layout_call(c, collapsed=frozenset({"layers.5"}))
+    inside_ids = {n.id for n in c.nodes if group_info(c).module[n.id] and group_info(c).module[n.id].startswith("layers.5")}
+    assert len(inside_ids) == 6
+    assert "group:layers.5" in lay.nodes and not inside_ids & set(lay.nodes)
+    assert lay.nodes["group:layers.5"].kind == "group"
+    assert all(lay.members[i] == "group:layers.5" for i in inside_ids)
+    out = [e for e in lay.edges if e.src == "group:layers.5"]
+    assert [(e.dst, e.count) for e in out] == [("add4", 2)]  # the skip and the fc output, merged
+    into = sorted((e.src, e.count) for e in lay.edges if e.dst == "group:layers.5")
+    assert into == [("add6", 1), ("mm6", 1)]
+    collapsed = [g for g in lay.groups if g.collapsed]
+    assert [(g.path, g.count) for g in collapsed] == [("layers.5", 6)]
+    assert overlaps(node_boxes(lay)) == []
+    assert len(lay.nodes) == len(c.nodes) - 5
+
+
+def test_default_collapsed_opens_whole_levels():
+    assert default_collapsed(mlp_call()) == frozenset()
+    c = residual_mlp_call(833)
+    coll = default_collapsed(c)
+    assert coll == frozenset(f"layers.{i}" for i in range(833))  # 835 boxes fit in 2,000
+    assert default_collapsed(c, threshold=500) == frozenset({"layers"})
+    lay = layout_call(c, collapsed=coll)
+    assert len(lay.nodes) == 835
+    assert overlaps(node_boxes(lay)) == []
+
+
+def _flat_residual(blocks: int):
+    """Residual adds in the parent (module None): ``layers`` is then not a convex group."""
+    c = residual_mlp_call(blocks)
+    nodes = [replace(n, module=None) if n.name == "AddBackward0" else n for n in c.nodes]
+    return replace(c, nodes=nodes)
+
+
+def test_non_convex_group_gets_no_frame_and_collapses_without_cycles_breaking_layout():
+    c = _flat_residual(6)
+    info = group_info(c)
+    assert not info.is_drawn("layers") and info.is_drawn("layers.3")
+    assert sorted(info.drawn_children(None)) == [f"layers.{i}" for i in range(6)]
+    lay = layout_call(c)
+    assert {g.path for g in lay.groups} == {f"layers.{i}" for i in range(6)} | {f"layers.{i}.fc" for i in range(6)}
+    # collapsing it anyway makes a cyclic graph (adds <-> one box): laid out, every edge kept
+    lay = layout_call(c, collapsed=frozenset({"layers"}))
+    assert len(lay.nodes) == 2 + 6 + 1
+    assert overlaps(node_boxes(lay)) == []
+    assert {(e.src, e.dst) for e in lay.edges} >= {("group:layers", "add4"), ("add5", "group:layers")}
+
+
+def test_saved_tensor_boxes_sit_beside_their_node():
+    lay = layout_call(mul_call(), show_saved=True)
+    mul = lay.nodes["n0"]
+    assert [(s.node, s.name, s.label) for s in lay.saved] == [("n0", "other", "other [3]"), ("n0", "self", "self [3]")]
+    for s in lay.saved:
+        assert s.x >= mul.x + mul.w and s.y >= mul.y - 10 and s.y + s.h <= mul.y + mul.h + 10
+    assert overlaps(node_boxes(lay)) == []
+    assert layout_call(mul_call()).saved == []
+
+
+def test_repeated_input_draws_two_edges():
+    c = call([node("sq", "MulBackward0", ["x", "x"]), leaf("x", "tx")], [tensor("tx", "x", [2])], ["sq"])
+    lay = layout_call(c)
+    assert sorted(e.slot for e in lay.edges) == [0, 1]
+    assert lay.edges[0].points != lay.edges[1].points
+
+
+def test_layered_engine_breaks_cycles():
+    res = layered([(50, 20)] * 3, [(0, 1), (1, 2), (2, 0)])
+    assert sorted(res.layers) == [0, 1, 2]
+    assert len(res.routes) == 3 and all(len(r) >= 2 for r in res.routes)
+
+
+def test_core_layout_never_imports_qt():
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('PySide6', 'shiboken6', 'pyqtgraph', 'torch'):\n"
+        "            raise ImportError('blocked: ' + name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import core.layout, core.layout_layered, core.layout_dot\n"
+        "from tests.fixtures_graphs import mlp_call\n"
+        "core.layout.layout_call(mlp_call())\n"
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
+
+
+@pytest.mark.skipif(not dot_available(), reason="Graphviz dot is not installed")
+def test_dot_engine_places_the_same_boxes():
+    c = mlp_call()
+    lay = layout_call(c, engine="dot")
+    assert lay.engine == "dot"
+    assert set(lay.nodes) == {n.id for n in c.nodes}
+    assert overlaps(node_boxes(lay)) == []
+    assert Counter((e.src, e.dst) for e in lay.edges) == Counter((s, d) for s, d, _ in trace_edges(c))
+    assert {g.path for g in lay.groups} == {"fc1", "fc2", "act"}
+    assert lay.nodes["n0"].y < lay.nodes["n10"].y
+
+
+def test_edge_count_helper_matches_trace():
+    assert edge_count(mlp_call()) == 10

@@ -1,0 +1,295 @@
+"""Memory sampling, saved-tensor accounting and the memory chart."""
+
+import time
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from PySide6.QtCore import QPointF, Qt  # noqa: E402
+from PySide6.QtGui import QColor  # noqa: E402
+
+from core.memory import (  # noqa: E402
+    CpuSource,
+    FakeCudaSource,
+    MemorySampler,
+    held_by_nodes,
+    memory_report,
+    saved_tensor_bytes,
+)
+from core.trace import MemorySample  # noqa: E402
+from widgets.memory_chart import MB, MemoryChart  # noqa: E402
+
+
+def _wait(predicate, timeout=5.0):
+    """Wait for the sampler thread (the machine may be busy) without a fixed sleep."""
+    deadline = time.perf_counter() + timeout
+    while not predicate():
+        assert time.perf_counter() < deadline, "timed out waiting for samples"
+        time.sleep(0.005)
+
+
+# -- saved tensors --------------------------------------------------------------------------------
+
+
+def test_saved_bytes_count_each_storage_once_and_drop_to_zero_after_backward():
+    a = torch.randn(1000, requires_grad=True)
+    b = a.sigmoid()  # saves its result: 4000 bytes
+    assert saved_tensor_bytes([b]) == 4000
+    c = b * b  # saves b twice: the same storage
+    assert saved_tensor_bytes([c]) == 4000
+    assert saved_tensor_bytes([c.grad_fn]) == 4000  # nodes work as roots too
+    c.sum().backward()
+    assert saved_tensor_bytes([c]) == 0
+
+
+def test_saved_bytes_of_custom_functions_and_tensors_modified_in_place():
+    class Double(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            (x,) = ctx.saved_tensors
+            return grad * 2
+
+    x = torch.randn(250, requires_grad=True)
+    y = Double.apply(x)
+    assert saved_tensor_bytes([y]) == 1000
+    y.sum().backward()
+    assert saved_tensor_bytes([y]) == 0
+    h = x.clone()
+    s = h.sin()  # saves h
+    h.add_(1)  # stale, but still held until the graph dies
+    assert saved_tensor_bytes([s]) == 1000
+
+
+def _epochs(keep_graph: bool, epochs: int = 4) -> list[int]:
+    torch.manual_seed(0)
+    w = torch.randn(1000, requires_grad=True)
+    kept, sizes = [], []
+    for _ in range(epochs):
+        x = torch.randn(1000)
+        train = (x * w).sigmoid().sum()
+        train.backward()  # frees this graph's saved tensors
+        val = (torch.randn(1000) * w).sigmoid().sum()  # mul saves x, sigmoid its result
+        kept.append(val if keep_graph else val.item())
+        roots = [v for v in kept if isinstance(v, torch.Tensor)] + [train, val]
+        sizes.append(saved_tensor_bytes(roots))
+    return sizes
+
+
+def test_keeping_loss_tensors_grows_saved_bytes_linearly_and_item_stays_flat():
+    assert _epochs(keep_graph=True) == [8000, 16000, 24000, 32000]
+    assert _epochs(keep_graph=False) == [8000, 8000, 8000, 8000]
+
+
+def test_held_by_nodes_ranks_nodes_by_their_saved_bytes():
+    from core.snapshot import Snapshotter
+
+    a = torch.randn(1000, requires_grad=True)
+    b = a.sigmoid()  # SigmoidBackward0 saves b
+    c = b.exp()  # ExpBackward0 saves c
+    d = c * a  # MulBackward0 saves c and a
+    rows = held_by_nodes([d])
+    assert [(r["name"], r["bytes"], r["tensors"]) for r in rows] == [
+        ("MulBackward0", 8000, 2), ("ExpBackward0", 4000, 1), ("SigmoidBackward0", 4000, 1)]
+    nodes, _, _ = Snapshotter(lambda t: None).walk([d.grad_fn])
+    for r in rows:  # node_index is the trace's n<i>
+        assert nodes[r["node_index"]].id == f"n{r['node_index']}"
+        assert nodes[r["node_index"]].name == r["name"]
+    report = memory_report([d])
+    assert report["total"] == 12000  # a, b and c once each
+    assert report["node_count"] == 4
+    assert report["nodes"] == rows
+
+
+# -- the sampler ----------------------------------------------------------------------------------
+
+
+def test_cpu_sampler_records_phases_around_forward_and_backward():
+    roots: list = []
+    sampler = MemorySampler(CpuSource(), rate_hz=200, saved_bytes_fn=lambda: saved_tensor_bytes(roots))
+    sampler.start()
+    sampler.mark("forward")
+    a = torch.randn(1000, requires_grad=True)
+    h = a
+    for _ in range(4):
+        h = h.sigmoid()  # each saves its 4000-byte result
+    loss = h.sum()
+    roots.append(loss)
+    _wait(lambda: len(sampler.samples) >= 4)
+    start = sampler.mark("backward", {"type": "call", "index": 0, "t": time.perf_counter() - sampler.origin})
+    _wait(lambda: sampler.samples[-1].phase == "backward" and sampler.samples[-1] is not start)
+    loss.backward()
+    after = sampler.mark("between")
+    _wait(lambda: sampler.samples[-1].phase == "between" and sampler.samples[-1] is not after)
+    sampler.stop()
+    samples = sampler.samples
+    phases = [s.phase for s in samples]
+    assert {"forward", "backward", "between"} <= set(phases)
+    assert phases.index("forward") < phases.index("backward") < phases.index("between")
+    times = np.array([s.t for s in samples])
+    assert np.all(np.diff(times) >= 0) and times[-1] > times[0]
+    assert all(s.rss > 0 and s.device == "cpu" for s in samples)
+    assert start.saved_bytes == 16000  # four sigmoid results
+    assert after.saved_bytes == 0 and samples[-1].saved_bytes == 0
+    assert all(s.saved_bytes == 16000 for s in samples if s.phase == "backward")
+    assert sampler.calls == [{"index": 0, "t": start.t}]
+    assert sampler.overhead()["samples"] >= 3
+
+
+def test_samples_stream_in_batches_and_drain_once():
+    batches: list[list[dict]] = []
+    sampler = MemorySampler(FakeCudaSource([(1, 2)]), rate_hz=200, on_batch=batches.append, batch_interval=0.02)
+    with sampler:
+        _wait(lambda: sum(len(b) for b in batches) >= 10)
+        first = sampler.drain()
+    rest = sampler.drain()
+    assert sampler.drain() == []
+    assert len(first) + len(rest) == len(sampler.samples)
+    streamed = [d for b in batches for d in b]
+    assert len(streamed) == len(sampler.samples)  # stop() sends what was left
+    assert [MemorySample(**d) for d in streamed] == sampler.samples
+    assert set(streamed[0]) >= {"t", "device", "allocated", "reserved", "rss", "saved_bytes", "phase"}
+
+
+def test_marks_survive_thinning_and_failures_do_not_stop_sampling():
+    def broken():
+        raise RuntimeError("graph mutated")
+
+    sampler = MemorySampler(FakeCudaSource([(1, 2)]), rate_hz=1000, saved_bytes_fn=broken, max_samples=16)
+    sampler.start()
+    for i in range(5):
+        sampler.handle_event({"type": "call", "index": i, "t": time.perf_counter() - sampler.origin})
+        _wait(lambda: sampler.samples[-1].phase == "backward" and len(sampler.drain()) > 2)
+        sampler.handle_event({"type": "call_done", "index": i, "t": time.perf_counter() - sampler.origin})
+        time.sleep(0.01)
+    sampler.stop()
+    samples = sampler.samples
+    assert len(samples) <= 32
+    phases = ["start"] + [s.phase for s in samples]
+    starts = [i for i in range(len(samples)) if phases[i + 1] == "backward" and phases[i] != "backward"]
+    assert len(starts) == 5 and [c["index"] for c in sampler.calls] == list(range(5))
+
+
+def test_fake_cuda_sampler_feeds_the_chart_allocated_and_reserved(qtbot):
+    script = [(10 << 20, 32 << 20), (50 << 20, 64 << 20), (120 << 20, 128 << 20), (80 << 20, 128 << 20)]
+    source = FakeCudaSource(script)
+    sampler = MemorySampler(source, rate_hz=200)
+    with sampler:
+        sampler.mark("forward")
+        _wait(lambda: source.reads >= 6)
+    samples = sampler.samples
+    assert all(s.device == "cuda:0" for s in samples)
+    assert [(s.allocated, s.reserved) for s in samples[:4]] == script
+    assert samples[-1].allocated == 80 << 20 and samples[-1].max_allocated == 120 << 20
+    chart = MemoryChart()
+    qtbot.addWidget(chart)
+    chart.set_samples(samples)
+    lines = chart.line_items()
+    assert set(lines) == {"allocated", "reserved"}
+    assert np.allclose(lines["allocated"].yData * MB, [s.allocated for s in samples])
+    assert np.allclose(lines["reserved"].yData * MB, [s.reserved for s in samples])
+    assert not chart.plot.getAxis("right").isVisible()
+
+
+# -- the chart ------------------------------------------------------------------------------------
+
+
+def _series() -> list[MemorySample]:
+    """3 phases, 2 backward calls: forward 0-0.9 s, #0 at 1.0 s, between, #1 at 2.0 s, between."""
+    phases = ["forward"] * 10 + ["backward"] * 5 + ["between"] * 5 + ["backward"] * 5 + ["between"] * 5
+    return [MemorySample(t=i / 10, device="cpu", rss=(300 + i) << 20, saved_bytes=(i % 7) << 20, phase=p)
+            for i, p in enumerate(phases)]
+
+
+def _points(item) -> int:
+    return 0 if item.xData is None else len(item.xData)
+
+
+def _click(qtbot, chart, t):
+    scene = chart.view.mapViewToScene(QPointF(t, chart.view.viewRect().center().y()))
+    pos = chart.plot_widget.mapFromScene(scene)
+    qtbot.mouseClick(chart.plot_widget.viewport(), Qt.MouseButton.LeftButton, pos=pos)
+
+
+def test_chart_draws_lines_bands_and_call_markers(qtbot):
+    chart = MemoryChart(theme="light")
+    qtbot.addWidget(chart)
+    chart.set_samples(_series())
+    lines = chart.line_items()
+    assert set(lines) == {"rss", "saved_bytes"}
+    assert all(len(item.xData) == 30 for item in lines.values())
+    assert lines["rss"].yData[0] == 300 and lines["saved_bytes"].yData[3] == 3
+    bands = chart.band_items()
+    assert [b[0] for b in bands] == ["forward", "backward", "between", "backward", "between"]
+    assert bands[1][1:] == (1.0, 1.5) and bands[-1][2] == 2.9
+    assert chart.marker_items() == [(0, 1.0), (1, 2.0)]
+    chart.set_calls([{"index": 7, "t": 1.0}, {"index": 8, "t": 2.0}])  # the capture's own indices
+    assert [m[0] for m in chart.marker_items()] == [7, 8]
+
+
+def test_clicking_a_time_selects_the_call_running_then(qtbot):
+    chart = MemoryChart()
+    qtbot.addWidget(chart)
+    chart.resize(800, 300)
+    chart.set_samples(_series())
+    chart.show()
+    qtbot.waitExposed(chart)
+    chart.view.setXRange(0, 3, padding=0)
+    clicked: list[float] = []
+    chart.sig_time_clicked.connect(clicked.append)
+    with qtbot.waitSignal(chart.sig_call_selected, timeout=2000) as blocker:
+        _click(qtbot, chart, 2.2)  # inside call #1's band
+    assert blocker.args == [1]
+    assert clicked == [pytest.approx(2.2, abs=0.02)]
+    with qtbot.waitSignal(chart.sig_call_selected, timeout=2000) as blocker:
+        _click(qtbot, chart, 1.7)  # between: the last call started
+    assert blocker.args == [0]
+    with qtbot.assertNotEmitted(chart.sig_call_selected, wait=50):
+        _click(qtbot, chart, 0.5)  # forward, before any call
+
+
+def test_hover_readout_and_freed_markers(qtbot):
+    chart = MemoryChart()
+    qtbot.addWidget(chart)
+    chart.set_samples(_series())
+    html = chart.readout_html(12)
+    assert "1.200 s" in html and "backward #0" in html and "312.0 MB" in html and "5.0 MB" in html
+    chart.mark_freed(1.3, 3 << 20)
+    chart.add_marker(2.5, "note")
+    assert len(chart.note_items()) == 2 and "3.00 MB" in chart.note_items()[0].label.toPlainText()
+    chart.clear_markers()
+    assert chart.note_items() == []
+
+
+def test_streamed_samples_match_a_full_set(qtbot):
+    chart = MemoryChart()
+    qtbot.addWidget(chart)
+    series = _series()
+    for i in range(0, 30, 4):
+        chart.append_samples([vars(s) for s in series[i:i + 4]])  # dicts, as in memory messages
+    assert _points(chart.line_items()["rss"]) < 30  # drawn by the refresh timer, not per batch
+    qtbot.waitUntil(lambda: _points(chart.line_items()["rss"]) == 30, timeout=2000)
+    assert len(chart.band_items()) == 5 and len(chart.marker_items()) == 2
+    chart.clear()
+    assert chart.band_items() == [] and _points(chart.line_items()["rss"]) == 0
+
+
+@pytest.mark.parametrize("theme", ["light", "dark", "print"])
+def test_chart_renders_something(qtbot, theme):
+    chart = MemoryChart(theme=theme)
+    qtbot.addWidget(chart)
+    chart.resize(700, 260)
+    chart.set_samples(_series())
+    chart.show()
+    qtbot.waitExposed(chart)
+    image = chart.grab().toImage()
+    background = QColor(chart.theme().background).rgb()
+    pixels = [image.pixel(x, y) for x in range(0, image.width(), 3) for y in range(0, image.height(), 3)]
+    assert sum(p != background for p in pixels) > len(pixels) // 10
+    assert len(set(pixels)) > 20

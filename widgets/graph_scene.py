@@ -1,0 +1,240 @@
+"""Filling a QGraphicsScene from a Layout: item styles, tooltips, edge shapes, search text.
+
+Kept apart from ``GraphView`` so the view holds interaction only; everything here is a
+function of the call, its layout and the theme.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from PySide6.QtCore import QObject, QRectF, Qt, QThreadPool, Signal
+from PySide6.QtGui import QFontMetricsF
+from PySide6.QtWidgets import QGraphicsScene, QGraphicsSimpleTextItem
+
+from core.layout import Layout, default_collapsed, format_shape, group_info, layout_call, node_label
+from core.trace import CallInfo
+from widgets.graph_items import EdgeItem, GroupBoxItem, NodeItem, NodeStyle, SavedItem, color, font
+from widgets.minimap import OverviewItem
+from widgets.theme import Theme
+
+log = logging.getLogger(__name__)
+
+KIND_NAMES = {"backward": "backward op", "accumulate_grad": "leaf (AccumulateGrad)", "custom": "custom Function"}
+
+
+@dataclass
+class SceneItems:
+    nodes: dict[str, NodeItem] = field(default_factory=dict)
+    edges: list[EdgeItem] = field(default_factory=list)
+    groups: dict[str, GroupBoxItem] = field(default_factory=dict)
+    saved: list[SavedItem] = field(default_factory=list)
+    overview: OverviewItem | None = None
+    banner: QGraphicsSimpleTextItem | None = None
+    styles: dict[str, NodeStyle] = field(default_factory=dict)
+
+
+def build_scene(scene: QGraphicsScene, call: CallInfo, layout: Layout, theme: Theme, *, show: bool, with_overview: bool) -> SceneItems:
+    """Add one item per box, edge, frame and saved tensor; ``show`` False adds them hidden.
+
+    Node tooltips are filled in when first asked for (``tooltip``), not here: building 5,000
+    strings nobody reads was a tenth of the build time.
+    """
+    t = theme
+    out = SceneItems(styles=node_styles(call, layout.nodes))
+    curved = layout.engine != "dot"
+    for g in layout.groups:
+        if not g.collapsed:
+            item = out.groups[g.path] = GroupBoxItem(g, t)
+            _add(scene, item, show)
+    shapes = edge_shapes(call)
+    for e in layout.edges:
+        item = EdgeItem(e, t, shapes.get(e.dst, ""), curved)
+        _add(scene, item, show)
+        out.edges.append(item)
+    for box in layout.nodes.values():
+        item = out.nodes[box.id] = NodeItem(box, out.styles[box.id], t)
+        _add(scene, item, show)
+    for s in layout.saved:
+        tensor = call.tensor(s.tensor)
+        tip = f"saved for backward: {s.name}" + (f"\n{format_shape(tensor.shape)} {tensor.dtype}" if tensor else f"\n{s.state}")
+        item = SavedItem(s, layout.nodes[s.node], t, tensor is not None and not tensor.requires_grad, tip)
+        _add(scene, item, show)
+        out.saved.append(item)
+    out.overview = OverviewItem(layout, out.styles, t)
+    if with_overview:
+        out.overview.setVisible(not show)
+        scene.addItem(out.overview)
+    rect = QRectF(0, 0, layout.width, layout.height)
+    if call.error is not None:  # a banner above the graph, part of the scene so exports show it
+        f = font(t.font_family, t.font_px, True)
+        message = f"This call raised {call.error.type}: {call.error.message}"
+        out.banner = QGraphicsSimpleTextItem(QFontMetricsF(f).elidedText(message, Qt.ElideRight, max(layout.width - 16, 420)))
+        out.banner.setFont(f)
+        out.banner.setBrush(color(t.error))
+        out.banner.setPos(8, -18)
+        out.banner.setToolTip(message)
+        scene.addItem(out.banner)
+        rect = rect.united(out.banner.sceneBoundingRect().adjusted(-8, -6, 8, 0))
+    scene.setSceneRect(rect)
+    return out
+
+
+def _add(scene: QGraphicsScene, item, show: bool) -> None:
+    if not show:
+        item.setVisible(False)
+    scene.addItem(item)
+
+
+def node_styles(call: CallInfo, box_ids) -> dict[str, NodeStyle]:
+    """Style of each drawn box. When a call raised and no node is to blame, all its nodes are marked."""
+    failed_call = call.error is not None and not any(m.stale for m in call.nodes)
+    out = {}
+    for box_id in box_ids:
+        if box_id.startswith("group:"):
+            out[box_id] = NodeStyle("group", error=failed_call)
+            continue
+        n = call.node(box_id)
+        shape = {"backward": "op", "accumulate_grad": "leaf", "custom": "custom"}.get(n.kind, "other")
+        t = call.tensor(n.variable or n.tensor)
+        no_grad = t is not None and not t.requires_grad
+        out[box_id] = NodeStyle(shape, no_grad, t is not None and t.retains_grad, n.stale is not None or failed_call)
+    return out
+
+
+def edge_shapes(call: CallInfo) -> dict[str, str]:
+    """Shape of the tensor each node produced: the gradient flowing into it has that shape."""
+    out: dict[str, str] = {}
+    text: dict[tuple, str] = {}
+    for t in call.tensors:
+        if t.grad_fn is not None and t.grad_fn not in out:
+            key = tuple(t.shape)
+            out[t.grad_fn] = text.get(key) or text.setdefault(key, format_shape(t.shape))
+    tensors = call.tensor_map()
+    for n in call.nodes:
+        t = tensors.get(n.variable or n.tensor)
+        if t is not None:
+            key = tuple(t.shape)
+            out[n.id] = text.get(key) or text.setdefault(key, format_shape(t.shape))
+    return out
+
+
+def tooltip(call: CallInfo, box_id: str) -> str:
+    if box_id.startswith("group:"):
+        path = box_id[6:]
+        count = group_info(call).count.get(path, 0)
+        return f"module {path} (collapsed)\n{count:,} nodes\ndouble-click to expand"
+    n = call.node(box_id)
+    lines = [n.name, f"kind: {KIND_NAMES.get(n.kind, n.kind)}"]
+    t = call.tensor(n.variable or n.tensor)
+    if t is not None:
+        lines.append(f"tensor: {t.name or n.label or '(unnamed)'}  {format_shape(t.shape)}  {t.dtype}")
+        if not t.requires_grad:
+            lines.append("does not require grad")
+        if t.retains_grad:
+            lines.append("retains .grad")
+    elif n.label:
+        lines.append(f"tensor: {n.label}")
+    if n.line:
+        lines.append(f"line {n.line}")
+    module = group_info(call).module.get(n.id)
+    if module:
+        lines.append(f"module {module}")
+    if n.stale is not None:
+        lines.append(f"stale saved tensor '{n.stale.saved}': version {n.stale.version}, saved at {n.stale.saved_version}")
+    return "\n".join(lines)
+
+
+def search_index(call: CallInfo) -> dict[str, str]:
+    """Lower-case text searched for each trace node: name, label, tensor names."""
+    out = {}
+    for n in call.nodes:
+        names = [n.name, node_label(call, n), n.label or ""]
+        for tid in (n.variable, n.tensor):
+            t = call.tensor(tid)
+            if t is not None and t.name:
+                names.append(t.name)
+        out[n.id] = "\n".join(names).lower()
+    return out
+
+
+def legend_entries(styles: dict[str, NodeStyle], frames: bool, saved: list[SavedItem], states) -> list[str]:
+    """Legend keys for what the scene shows, in a fixed order."""
+    present = {s.shape for s in styles.values()}
+    entries = [k for k in ("op", "leaf", "custom", "other", "group") if k in present]
+    if frames:
+        entries.append("frame")
+    if saved:
+        entries.append("saved")
+    if any(s.no_grad for s in styles.values()) or any(i.no_grad for i in saved):
+        entries.append("no_grad")
+    if any(s.retained for s in styles.values()):
+        entries.append("retained")
+    if any(s.error for s in styles.values()):
+        entries.append("error")
+    return entries + [s for s in ("executed", "current", "frontier", "failed") if s in set(states)]
+
+
+def box_states(states: dict[str, str], members: dict[str, str], counts: dict[str, int]) -> dict[str, str]:
+    """Step states per drawn box; a collapsed group shows its most urgent member's state."""
+    per: dict[str, list[str]] = {}
+    for nid, st in states.items():
+        vid = members.get(nid)
+        if vid is not None:
+            per.setdefault(vid, []).append(st)
+    out = {}
+    for vid, sts in per.items():
+        state = next((s for s in ("failed", "current", "frontier") if s in sts), None)
+        if state is None and sts.count("executed") >= counts.get(vid, 1):
+            state = "executed"
+        if state is not None:
+            out[vid] = state
+    return out
+
+
+def compute_layout(call: CallInfo, collapsed, show_saved: bool, engine: str):
+    """(collapsed groups, layout); big graphs get ``default_collapsed`` when ``collapsed`` is None."""
+    if collapsed is None:
+        collapsed = default_collapsed(call)
+    collapsed = frozenset(collapsed)
+    return collapsed, layout_call(call, collapsed=collapsed, show_saved=show_saved, engine=engine)
+
+
+class LayoutRunner(QObject):
+    """Lays out calls on one worker thread; results come back as signals on the GUI thread."""
+
+    sig_done = Signal(int, object)
+    """A layout finished: (generation, (collapsed, layout))."""
+    sig_failed = Signal(int, str)
+    """A layout raised: (generation, message)."""
+
+    def __init__(self, parent: QObject):
+        super().__init__(parent)
+        self._pool = QThreadPool(self)
+        self._pool.setMaxThreadCount(1)
+
+    def run(self, gen: int, call: CallInfo, collapsed, show_saved: bool, engine: str, *, sync: bool = False) -> None:
+        def job() -> None:
+            try:
+                result = compute_layout(call, collapsed, show_saved, engine)
+            except Exception as exc:  # a bad trace must not take the window down
+                log.exception("layout failed")
+                _emit(self.sig_failed, gen, f"{type(exc).__name__}: {exc}")
+                return
+            _emit(self.sig_done, gen, result)
+
+        if sync:
+            job()
+        else:
+            self._pool.start(job)
+
+    def wait(self, msecs: int) -> None:
+        self._pool.waitForDone(msecs)
+
+
+def _emit(signal, *args) -> None:
+    try:
+        signal.emit(*args)
+    except RuntimeError:  # the view was deleted while the layout ran
+        pass

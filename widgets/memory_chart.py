@@ -1,0 +1,522 @@
+"""Memory over time with phase bands and backward-call markers (pyqtgraph; plain data in, no torch).
+
+On CPU the chart draws process RSS (left axis) and the bytes of saved tensors (right axis, its
+own scale: a few MB of activations would be flat next to a 300 MB process); on CUDA, the
+allocator's ``allocated`` and ``reserved`` on one axis. MB means 2**20 bytes, like PyTorch's
+memory summaries. Bands show the phase (forward, backward, between) and a dashed line marks
+each backward call start. Bands and markers are each one item that draws only what is visible
+and merges runs narrower than a pixel, so a loop of ten thousand calls pans smoothly; their
+labels appear only where they fit.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+import numpy as np
+import pyqtgraph as pg
+from pyqtgraph.graphicsItems.LegendItem import ItemSample
+from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal
+from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QPen
+from PySide6.QtWidgets import QSizePolicy, QVBoxLayout, QWidget
+
+from widgets.theme import Theme, get_theme
+
+MB = float(1 << 20)
+PHASES = ("forward", "backward", "between")
+REFRESH_MS = 50  # live updates are drawn at most 20 times a second
+_FIELDS = ("allocated", "reserved", "rss", "saved_bytes", "max_allocated")
+_LINES = {
+    "cuda": (("allocated", "allocated"), ("reserved", "reserved")),
+    "cpu": (("rss", "process RSS"), ("saved_bytes", "saved tensors")),
+}
+
+
+def _get(sample, key, default=0):
+    return sample.get(key, default) if isinstance(sample, dict) else getattr(sample, key, default)
+
+
+def _qcolor(hex_color: str, alpha: int | None = None) -> QColor:
+    c = QColor(hex_color)
+    if alpha is not None:
+        c.setAlpha(alpha)
+    return c
+
+
+def phase_brushes(theme: Theme) -> dict[str, QBrush]:
+    """Band fills; the print theme tells phases apart by grey level and hatching alone."""
+    if theme.name == "print":
+        return {"forward": QBrush(QColor(0, 0, 0, 22)), "backward": QBrush(QColor(0, 0, 0, 90), Qt.BDiagPattern),
+                "between": QBrush(QColor(0, 0, 0, 0))}
+    strong = 70 if theme.name == "dark" else 46
+    return {"forward": QBrush(_qcolor(theme.leaf_border, strong)),
+            "backward": QBrush(_qcolor(theme.current, strong)),
+            "between": QBrush(_qcolor(theme.other_border, strong // 2))}
+
+
+class _ViewSpanItem(pg.GraphicsObject):
+    """Spans the visible height of its view and paints in device pixels."""
+
+    def __init__(self):
+        super().__init__()
+        self.theme = get_theme("light")
+        self.t0 = np.zeros(0)
+        self.t1 = np.zeros(0)
+
+    def boundingRect(self) -> QRectF:
+        vr = self.viewRect()
+        if vr is None or not len(self.t0):
+            return QRectF()
+        x0, x1 = max(vr.left(), float(self.t0[0])), min(vr.right(), float(self.t1[-1]))
+        return QRectF(x0 - 1e-9, vr.top(), max(x1 - x0, 0.0) + 2e-9, vr.height())
+
+    def viewTransformChanged(self):
+        super().viewTransformChanged()
+        self.prepareGeometryChange()
+        self.update()
+
+    def changed(self):
+        self.prepareGeometryChange()
+        self.update()
+
+    def _visible(self, painter):
+        """(first, last) indices of visible entries, the x transform to pixels and the pixel top/bottom."""
+        vr = self.viewRect()
+        if vr is None or not len(self.t0):
+            return None
+        tr = painter.transform()
+        lo = int(np.searchsorted(self.t1, vr.left(), "left"))
+        hi = int(np.searchsorted(self.t0, vr.right(), "right"))
+        top, bottom = sorted((tr.map(QPointF(0, vr.bottom())).y(), tr.map(QPointF(0, vr.top())).y()))
+        return lo, hi, tr.m11(), tr.dx(), top, bottom
+
+
+class PhaseBandsItem(_ViewSpanItem):
+    """One band per run of samples in the same phase, labelled where the band is wide enough."""
+
+    def __init__(self):
+        super().__init__()
+        self.codes = np.zeros(0, dtype=np.int8)
+        self.hidden: set[str] = set()
+        self.brushes = phase_brushes(self.theme)
+        self.setZValue(-100)
+
+    def set_runs(self, t0: np.ndarray, t1: np.ndarray, codes: np.ndarray) -> None:
+        self.t0, self.t1, self.codes = t0, t1, codes
+        self.changed()
+
+    def set_theme(self, theme: Theme) -> None:
+        self.theme, self.brushes = theme, phase_brushes(theme)
+        self.update()
+
+    def paint(self, p, *args):
+        vis = self._visible(p)
+        if vis is None:
+            return
+        lo, hi, a, b, top, bottom = vis
+        x0 = np.rint(a * self.t0[lo:hi] + b)
+        x1 = np.rint(a * self.t1[lo:hi] + b)
+        codes = self.codes[lo:hi]
+        keep = x1 > x0  # runs narrower than a pixel vanish; their neighbours tile the column
+        p.save()
+        p.resetTransform()
+        p.setPen(Qt.NoPen)
+        for k, phase in enumerate(PHASES):
+            if phase in self.hidden:
+                continue
+            idx = np.nonzero(keep & (codes == k))[0]
+            if len(idx):
+                p.setBrush(self.brushes[phase])
+                p.drawRects([QRectF(x0[i], top, x1[i] - x0[i], bottom - top) for i in idx])
+        font = QFont(self.theme.font_family)
+        font.setPixelSize(self.theme.small_font_px + 1)
+        p.setFont(font)
+        p.setPen(QColor(self.theme.muted_text))
+        fm = QFontMetricsF(font)
+        room = np.array([fm.horizontalAdvance(ph) + 8 for ph in PHASES])
+        wide = np.nonzero(keep & ((x1 - x0) >= room[codes]))[0]
+        for i in wide[:200]:
+            phase = PHASES[codes[i]]
+            if phase not in self.hidden:
+                p.drawText(QPointF(x0[i] + 4, bottom - 5), phase)
+        p.restore()
+
+
+class CallMarkersItem(_ViewSpanItem):
+    """A dashed vertical line at each backward call start, labelled "#k" where labels fit."""
+
+    def __init__(self):
+        super().__init__()
+        self.indices: list[int] = []
+        self.setZValue(20)
+
+    def set_calls(self, calls: list[tuple[float, int]]) -> None:
+        self.t0 = self.t1 = np.array([t for t, _ in calls], dtype=float)
+        self.indices = [i for _, i in calls]
+        self.changed()
+
+    def set_theme(self, theme: Theme) -> None:
+        self.theme = theme
+        self.update()
+
+    def paint(self, p, *args):
+        vis = self._visible(p)
+        if vis is None:
+            return
+        lo, hi, a, b, top, bottom = vis
+        xs = np.rint(a * self.t0[lo:hi] + b) + 0.5
+        p.save()
+        p.resetTransform()
+        pen = QPen(QColor(self.theme.muted_text), 1, Qt.DashLine)
+        pen.setCosmetic(True)
+        p.setPen(pen)
+        for x in np.unique(xs):
+            p.drawLine(QPointF(x, top), QPointF(x, bottom))
+        font = QFont(self.theme.font_family)
+        font.setPixelSize(self.theme.small_font_px + 1)
+        p.setFont(font)
+        p.setPen(QColor(self.theme.text))
+        fm = QFontMetricsF(font)
+        right = -1e9
+        for x, index in zip(xs[:2000], self.indices[lo:hi][:2000]):
+            text = f"#{index}"
+            if x + 3 > right:
+                p.drawText(QPointF(x + 3, top + fm.ascent() + 2), text)
+                right = x + 3 + fm.horizontalAdvance(text) + 6
+        p.restore()
+
+
+class _PhaseSwatch(ItemSample):
+    """A legend swatch for one phase; clicking it hides or shows that phase's bands."""
+
+    def __init__(self, bands: PhaseBandsItem, phase: str):
+        super().__init__(bands)
+        self.bands, self.phase = bands, phase
+
+    def paint(self, p, *args):
+        p.setPen(QPen(QColor(self.bands.theme.muted_text), 0))
+        p.setBrush(self.bands.brushes[self.phase] if self.phase not in self.bands.hidden else Qt.NoBrush)
+        p.drawRect(QRectF(3, 5, 14, 12))
+
+    def mouseClickEvent(self, event):
+        if event.button() == Qt.MouseButton.LeftButton:
+            self.bands.hidden ^= {self.phase}
+            self.bands.update()
+            self.update()
+        event.accept()
+
+
+class _Series:
+    """Growable numpy columns of the samples, and the phase runs derived from them."""
+
+    def __init__(self):
+        self.n = 0
+        self.t = np.zeros(256)
+        self.cols = {f: np.zeros(256) for f in _FIELDS}
+        self.codes = np.zeros(256, dtype=np.int8)
+        self.run_t0: list[float] = []
+        self.run_t1: list[float] = []
+        self.run_codes: list[int] = []
+        self.calls: list[tuple[float, int]] = []  # derived from runs entering "backward"
+
+    def append(self, samples) -> None:
+        m = len(samples)
+        if self.n + m > len(self.t):
+            cap = max(2 * len(self.t), self.n + m)
+            self.t = np.resize(self.t, cap)
+            self.codes = np.resize(self.codes, cap)
+            self.cols = {f: np.resize(c, cap) for f, c in self.cols.items()}
+        sl = slice(self.n, self.n + m)
+        self.t[sl] = [float(_get(s, "t")) for s in samples]
+        for f in _FIELDS:
+            self.cols[f][sl] = [_get(s, f) for s in samples]
+        codes = [PHASES.index(ph) if (ph := _get(s, "phase", "forward")) in PHASES else 2 for s in samples]
+        self.codes[sl] = codes
+        for t, code in zip(self.t[sl], codes):
+            if self.run_codes and self.run_codes[-1] == code:
+                self.run_t1[-1] = t
+                continue
+            if self.run_codes:
+                self.run_t1[-1] = t
+            self.run_t0.append(t)
+            self.run_t1.append(t)
+            self.run_codes.append(code)
+            if code == 1:
+                self.calls.append((t, len(self.calls)))
+        self.n += m
+
+
+class MemoryChart(QWidget):
+    """Memory over the run: lines per device, phase bands, call markers, hover values, click to select."""
+
+    sig_call_selected = Signal(int)
+    """The user clicked a time; the index of the backward call running then (or the last one started)."""
+    sig_time_clicked = Signal(float)
+    """The user clicked a time (seconds since the run started)."""
+
+    def __init__(self, parent: QWidget | None = None, theme: str | None = None):
+        super().__init__(parent)
+        # The legend gets its own row above the plot, so it never hides data, markers or the readout.
+        self.plot_widget = pg.GraphicsLayoutWidget(parent=self)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.plot_widget)
+        self.legend = pg.LegendItem(colCount=5, verSpacing=-8, horSpacing=4, frame=False)
+        self.legend.setSizePolicy(QSizePolicy.Maximum, QSizePolicy.Fixed)
+        self.plot_widget.addItem(self.legend, row=0, col=0)
+        self.plot_widget.ci.layout.setAlignment(self.legend, Qt.AlignLeft | Qt.AlignVCenter)
+        self.plot_widget.ci.setContentsMargins(4, 2, 4, 4)
+        self.plot = self.plot_widget.addPlot(row=1, col=0)
+        self.plot.setMenuEnabled(False)
+        self.plot.hideButtons()
+        self.view = self.plot.getViewBox()
+        self.view.setMouseEnabled(x=True, y=False)
+        self.view.setAutoVisible(y=True)
+        # Saved tensors get their own y scale; this view sits behind the main one and follows its x.
+        self.view2 = pg.ViewBox(enableMenu=False)
+        self.view2.setMouseEnabled(x=False, y=False)
+        self.view2.setAutoVisible(y=True)
+        self.view2.setZValue(-10)
+        self.plot.scene().addItem(self.view2)
+        self.view2.setXLink(self.view)
+        self.plot.getAxis("right").linkToView(self.view2)
+        self.view.sigResized.connect(self._sync_views)
+        self.plot.setLabel("bottom", "time", units="s")
+        self.plot.showGrid(y=True, alpha=0.12)
+        self.bands = PhaseBandsItem()
+        self.view2.addItem(self.bands, ignoreBounds=True)
+        self.markers = CallMarkersItem()
+        self.view.addItem(self.markers, ignoreBounds=True)
+        self.cursor = pg.InfiniteLine(angle=90, movable=False)
+        self.cursor.setZValue(30)
+        self.cursor.hide()
+        self.view.addItem(self.cursor, ignoreBounds=True)
+        self.readout = pg.TextItem(anchor=(0, 0))
+        self.readout.setZValue(40)
+        self.readout.hide()
+        self.view.addItem(self.readout, ignoreBounds=True)
+        self._lines: dict[str, pg.PlotDataItem] = {}
+        self._notes: list[pg.InfiniteLine] = []
+        self._explicit_calls: list[tuple[float, int]] | None = None
+        self._mode: str | None = None
+        self._series = _Series()
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.setInterval(REFRESH_MS)
+        self._timer.timeout.connect(self.flush)
+        self._hover_proxy = pg.SignalProxy(self.plot.scene().sigMouseMoved, rateLimit=60, slot=self._on_hover)
+        self.plot.scene().sigMouseClicked.connect(self._on_click)
+        self._theme = get_theme(theme or self._palette_theme())
+        self._apply_theme()
+        self._set_mode("cpu")
+
+    # -- data ----------------------------------------------------------------------------------
+    def set_samples(self, samples) -> None:
+        """Show ``samples`` (MemorySample objects or their dicts), replacing what was shown."""
+        self.clear()
+        self.append_samples(samples)
+        self.flush()
+
+    def append_samples(self, samples) -> None:
+        """Add streamed samples; the chart redraws at most every ``REFRESH_MS``."""
+        samples = list(samples)
+        if not samples:
+            return
+        if self._series.n == 0:
+            self._set_mode("cuda" if str(_get(samples[-1], "device", "cpu")).startswith("cuda") else "cpu")
+        self._series.append(samples)
+        if not self._timer.isActive():
+            self._timer.start()
+
+    def set_calls(self, calls) -> None:
+        """Backward call starts as ``{"index", "t"}``; without them, calls follow the phases."""
+        self._explicit_calls = sorted((float(c["t"]), int(c["index"])) for c in calls)
+        self.markers.set_calls(self._calls())
+
+    def add_call(self, index: int, t: float) -> None:
+        """One more call start, from a live ``call`` event."""
+        calls = self._explicit_calls if self._explicit_calls is not None else []
+        bisect.insort(calls, (float(t), int(index)))
+        self._explicit_calls = calls
+        self.markers.set_calls(calls)
+
+    def clear(self) -> None:
+        self._timer.stop()
+        self._series = _Series()
+        self._explicit_calls = None
+        self.clear_markers()
+        self.flush()
+
+    def flush(self) -> None:
+        """Draw pending samples now."""
+        self._timer.stop()
+        s = self._series
+        n = s.n
+        for key, item in self._lines.items():
+            item.setData(s.t[:n], s.cols[key][:n] / MB)
+        self.bands.set_runs(np.array(s.run_t0), np.array(s.run_t1), np.array(s.run_codes, dtype=np.int8))
+        self.markers.set_calls(self._calls())
+
+    def _calls(self) -> list[tuple[float, int]]:
+        return self._explicit_calls if self._explicit_calls is not None else self._series.calls
+
+    # -- markers -------------------------------------------------------------------------------
+    def add_marker(self, t: float, text: str, color: str | None = None) -> pg.InfiniteLine:
+        """A labelled vertical line at ``t`` (a note, apart from call markers)."""
+        pen = pg.mkPen(color or self._theme.executed_mark, width=1.5, style=Qt.DotLine)
+        line = pg.InfiniteLine(pos=t, angle=90, movable=False, pen=pen, label=text,
+                               labelOpts={"position": 0.85, "color": self._theme.text,
+                                          "fill": pg.mkBrush(self._theme.overlay_fill), "anchors": [(0, 0.5), (0, 0.5)]})
+        line.setZValue(25)
+        self.view.addItem(line, ignoreBounds=True)
+        self._notes.append(line)
+        return line
+
+    def mark_freed(self, t: float, nbytes: int) -> pg.InfiniteLine:
+        """Show that ``nbytes`` of saved tensors were released at ``t`` (stepping)."""
+        return self.add_marker(t, f"−{nbytes / MB:.2f} MB")
+
+    def clear_markers(self) -> None:
+        """Remove the notes added by ``add_marker``/``mark_freed``."""
+        for line in self._notes:
+            self.view.removeItem(line)
+        self._notes = []
+
+    # -- queries -------------------------------------------------------------------------------
+    def call_at(self, t: float) -> int | None:
+        """The backward call running at ``t``, or the last one started before it."""
+        calls = self._calls()
+        i = bisect.bisect_right(calls, (t, float("inf"))) - 1
+        return calls[i][1] if i >= 0 else None
+
+    def line_items(self) -> dict[str, pg.PlotDataItem]:
+        """The lines shown, by sample field: allocated/reserved on CUDA, rss/saved_bytes on CPU."""
+        return dict(self._lines)
+
+    def band_items(self) -> list[tuple[str, float, float]]:
+        """One (phase, start, end) per run of samples in the same phase, as the bands item draws them."""
+        b = self.bands
+        return [(PHASES[c], float(t0), float(t1)) for c, t0, t1 in zip(b.codes, b.t0, b.t1)]
+
+    def marker_items(self) -> list[tuple[int, float]]:
+        """One (call index, t) per backward call marker."""
+        return [(i, float(t)) for i, t in zip(self.markers.indices, self.markers.t0)]
+
+    def note_items(self) -> list[pg.InfiniteLine]:
+        return list(self._notes)
+
+    def mode(self) -> str:
+        return self._mode or "cpu"
+
+    # -- appearance ----------------------------------------------------------------------------
+    def _palette_theme(self) -> str:
+        return "dark" if self.palette().window().color().lightness() < 128 else "light"
+
+    def set_theme(self, name: str) -> None:
+        self._theme = get_theme(name)
+        self._apply_theme()
+        mode, self._mode = self._mode, None
+        self._set_mode(mode or "cpu")
+        for line in self._notes:
+            line.label.setColor(self._theme.text)
+
+    def theme(self) -> Theme:
+        return self._theme
+
+    def _apply_theme(self) -> None:
+        t = self._theme
+        self.plot_widget.setBackground(t.background)
+        for name in ("left", "bottom", "right"):
+            axis = self.plot.getAxis(name)
+            axis.setPen(pg.mkPen(t.muted_text))
+            axis.setTextPen(pg.mkPen(t.text))
+        self.bands.set_theme(t)
+        self.markers.set_theme(t)
+        self.cursor.setPen(pg.mkPen(t.muted_text, width=1, style=Qt.DotLine))
+        self.readout.fill = pg.mkBrush(t.overlay_fill)
+        self.readout.border = pg.mkPen(t.overlay_border)
+        self.readout.setColor(t.text)
+        self.legend.setLabelTextColor(t.text)
+
+    def _line_pens(self) -> tuple[QPen, QPen]:
+        t = self._theme
+        solid = pg.mkPen(t.op_border, width=2)
+        dashed = pg.mkPen(t.custom_border if t.name != "print" else t.text, width=2, style=Qt.DashLine)
+        return solid, dashed
+
+    def _set_mode(self, mode: str) -> None:
+        if mode == self._mode:
+            return
+        self._mode = mode
+        for item in self._lines.values():
+            item.getViewBox().removeItem(item)
+        self._lines = {}
+        self.legend.clear()
+        pens = self._line_pens()
+        for (key, label), pen, view in zip(_LINES[mode], pens, (self.view, self.view2 if mode == "cpu" else self.view)):
+            item = pg.PlotDataItem(pen=pen, name=label, clipToView=True, autoDownsample=True,
+                                   downsampleMethod="peak")
+            view.addItem(item)
+            self._lines[key] = item
+            self.legend.addItem(item, label)
+        for phase in PHASES:
+            self.legend.addItem(_PhaseSwatch(self.bands, phase), phase)
+        if mode == "cpu":
+            self.plot.getAxis("left").setLabel("process RSS (MB)", color=pens[0].color().name())
+            self.plot.getAxis("right").setLabel("saved tensors (MB)", color=pens[1].color().name())
+            self.plot.showAxis("right")
+        else:
+            self.plot.getAxis("left").setLabel("CUDA memory (MB)", color=self._theme.text)
+            self.plot.hideAxis("right")
+        self.flush()
+
+    def _sync_views(self) -> None:
+        self.view2.setGeometry(self.view.sceneBoundingRect())
+        self.view2.linkedViewChanged(self.view, self.view2.XAxis)
+
+    # -- mouse ---------------------------------------------------------------------------------
+    def _on_hover(self, args) -> None:
+        pos = args[0]
+        s = self._series
+        if not s.n or not self.view.sceneBoundingRect().contains(pos):
+            self.cursor.hide()
+            self.readout.hide()
+            return
+        p = self.view.mapSceneToView(pos)
+        i = int(np.clip(np.searchsorted(s.t[:s.n], p.x()), 0, s.n - 1))
+        if i > 0 and abs(s.t[i - 1] - p.x()) < abs(s.t[i] - p.x()):
+            i -= 1
+        self.cursor.setPos(p.x())
+        self.cursor.show()
+        self.readout.setHtml(self.readout_html(i))
+        vr = self.view.viewRect()
+        right_half = p.x() > vr.center().x()
+        self.readout.setAnchor((1.0 if right_half else 0.0, 0.0))
+        self.readout.setPos(p.x() + (-1 if right_half else 1) * 6 * vr.width() / max(self.view.width(), 1), vr.bottom())
+        self.readout.show()
+
+    def readout_html(self, i: int) -> str:
+        """The hover text for sample ``i``: time, phase and call, then each line's value."""
+        s = self._series
+        phase = PHASES[s.codes[i]]
+        call = self.call_at(float(s.t[i])) if phase == "backward" else None
+        head = f"<b>{s.t[i]:.3f} s</b> · {phase}" + (f" #{call}" if call is not None else "")
+        rows = [head]
+        for (key, label), pen in zip(_LINES[self.mode()], self._line_pens()):
+            rows.append(f"<span style='color:{pen.color().name()}'>{'━' if key in ('rss', 'allocated') else '╍'}"
+                        f"</span> {label}: {s.cols[key][i] / MB:,.1f} MB")
+        if self.mode() == "cuda" and s.cols["max_allocated"][i]:
+            rows.append(f"peak allocated: {s.cols['max_allocated'][i] / MB:,.1f} MB")
+        return f"<div style='font-size:8pt'>{'<br>'.join(rows)}</div>"
+
+    def _on_click(self, ev) -> None:
+        if ev.button() != Qt.MouseButton.LeftButton or ev.double():
+            return
+        pos = ev.scenePos()
+        if not self.view.sceneBoundingRect().contains(pos):
+            return
+        t = float(self.view.mapSceneToView(pos).x())
+        self.sig_time_clicked.emit(t)
+        call = self.call_at(t)
+        if call is not None:
+            self.sig_call_selected.emit(call)
