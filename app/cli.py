@@ -6,7 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
+import json
+from dataclasses import asdict
+
 from core.client import run_capture
+from core.step_state import short_values
 from core.summary import trace_summary
 
 
@@ -29,6 +33,64 @@ def _trace(args) -> int:
     return 1 if trace.error else 0
 
 
+def _step(args) -> int:
+    script = Path(args.script)
+    if not script.is_file():
+        print(f"backprop-studio: {script}: no such file", file=sys.stderr)
+        return 2
+    steps: list[dict] = []
+    info: dict = {}
+
+    def on_event(event: dict) -> None:
+        kind = event.get("type")
+        if kind == "step":
+            steps.append(event["record"])
+        elif kind in ("step_begin", "step_end"):
+            info[kind] = event
+
+    result = run_capture(str(script), device=args.device, mode=args.mode, timeout=args.timeout,
+                         on_event=on_event, step={"call": args.call, "mode": "all"})
+    trace = result.trace
+    if "step_begin" not in info:
+        reason = f"{trace.error.type}: {trace.error.message}" if trace.error else "the script made fewer calls"
+        print(f"backprop-studio: call #{args.call} was never reached ({trace.call_count} call(s) made; {reason})",
+              file=sys.stderr)
+        return 1
+    call = next((c for c in trace.calls if c.index == args.call), None)
+    leaf_grads = {k: asdict(v) for k, v in call.leaf_grads.items()} if call is not None else {}
+    end = info.get("step_end", {})
+    doc = {
+        "format": "backprop-studio-steps",
+        "version": 1,
+        "script": str(script.resolve()),
+        "call": args.call,
+        "api": info["step_begin"].get("api"),
+        "state": end.get("state"),
+        "error": end.get("error"),
+        "steps": steps,
+        "leaf_grads": leaf_grads,
+    }
+    if args.json:
+        Path(args.json).write_text(json.dumps(doc), encoding="utf-8")
+    print(f"call #{args.call} ({doc['api']}): {len(steps)} steps, {doc['state']}")
+    for record in steps:
+        grads = ", ".join(short_values(g) for g in record.get("grad_inputs") or [])
+        incoming = ", ".join(short_values(g) for g in record.get("grad_outputs") or [])
+        line = f"  {record['index']:>4}  {record['node']:>6}  {record['name']:<28} in: {incoming}"
+        if grads:
+            line += f"  out: {grads}"
+        for name, values in (record.get("leaf_grads") or {}).items():
+            line += f"  {name}.grad = {short_values(values)}"
+        if record.get("error"):
+            line += f"  FAILED: {record['error'].get('type')}"
+        print(line)
+    if doc["error"]:
+        print(f"backward failed: {doc['error']['type']}: {doc['error']['message'].splitlines()[0]}")
+    if args.json:
+        print(f"steps written to {args.json}")
+    return 1 if doc["error"] else 0
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="backprop-studio", description="Backprop Studio headless commands")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -39,8 +101,17 @@ def main(argv: list[str]) -> int:
     p.add_argument("--mode", choices=("auto", "script", "model"), default="auto")
     p.add_argument("--timeout", type=float, default=600.0, help="time limit in seconds (default 600)")
     p.add_argument("--quiet", action="store_true", help="do not echo the script's output")
+    p = sub.add_parser("step", help="step through one backward call node by node and print every step")
+    p.add_argument("script")
+    p.add_argument("--call", type=int, default=0, help="which backward / grad call to step (default 0)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda:N or mps (default cpu)")
+    p.add_argument("--json", metavar="OUT", help="write the steps as JSON")
+    p.add_argument("--mode", choices=("auto", "script", "model"), default="auto")
+    p.add_argument("--timeout", type=float, default=600.0, help="time limit in seconds (default 600)")
     args = parser.parse_args(argv)
     if args.command == "trace":
         return _trace(args)
+    if args.command == "step":
+        return _step(args)
     parser.error(f"unknown command {args.command}")
     return 2

@@ -10,23 +10,13 @@ import logging
 import time
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QSettings, QSize, Qt, QTimer, QFileSystemWatcher, Signal
-from PySide6.QtGui import QAction, QActionGroup, QDragEnterEvent, QDropEvent, QKeySequence
-from PySide6.QtWidgets import (
-    QComboBox,
-    QDockWidget,
-    QFileDialog,
-    QLabel,
-    QLineEdit,
-    QMainWindow,
-    QMessageBox,
-    QProgressBar,
-    QToolButton,
-    QMenu,
-    QWidget,
-)
+from PySide6.QtCore import QByteArray, QFileSystemWatcher, QSettings, Qt, QTimer, Signal
+from PySide6.QtGui import QDragEnterEvent, QDropEvent
+from PySide6.QtWidgets import QDockWidget, QFileDialog, QLabel, QMainWindow, QMessageBox, QProgressBar, QWidget
 
-from app.resources import example_scripts, icon
+from app.actions import build_actions, build_menus, build_toolbar
+from app.resources import icon
+from app.step_controller import StepController
 from app.worker_handle import WorkerHandle
 from core.trace import CallInfo, Trace
 from widgets.calls_panel import CallsPanel
@@ -35,6 +25,7 @@ from widgets.inspector import InspectorPanel
 from widgets.output_panel import OutputPanel
 from widgets.problems_panel import ProblemsPanel
 from widgets.source_view import SourcePanel
+from widgets.step_log import StepLogPanel
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +60,10 @@ class MainWindow(QMainWindow):
         self._selected_node: str | None = None
         self.handle = handle or WorkerHandle(self)
         self._build_views()
-        self._build_actions()
-        self._build_toolbar()
-        self._build_menus()
+        self.stepper = StepController(self)
+        build_actions(self)
+        build_toolbar(self)
+        build_menus(self)
         self._build_status()
         self._connect()
         self._watcher = QFileSystemWatcher(self)
@@ -90,6 +82,7 @@ class MainWindow(QMainWindow):
         self.source = SourcePanel(self)
         self.output = OutputPanel(self)
         self.problems = ProblemsPanel(self)
+        self.step_log = StepLogPanel(self)
         self.docks: dict[str, QDockWidget] = {}
         self._dock("calls", "Calls", self.calls, Qt.DockWidgetArea.LeftDockWidgetArea)
         self._dock("inspector", "Inspector", self.inspector, Qt.DockWidgetArea.RightDockWidgetArea)
@@ -97,8 +90,10 @@ class MainWindow(QMainWindow):
         self._dock("source", "Source", self.source, bottom)
         self._dock("output", "Output", self.output, bottom)
         self._dock("problems", "Problems", self.problems, bottom)
+        self._dock("steps", "Step Log", self.step_log, bottom)
         self.tabifyDockWidget(self.docks["source"], self.docks["output"])
         self.tabifyDockWidget(self.docks["output"], self.docks["problems"])
+        self.tabifyDockWidget(self.docks["problems"], self.docks["steps"])
         self.docks["source"].raise_()
         self.resizeDocks([self.docks["calls"], self.docks["inspector"]], [230, 360], Qt.Orientation.Horizontal)
         self.resizeDocks([self.docks["source"]], [230], Qt.Orientation.Vertical)
@@ -109,126 +104,6 @@ class MainWindow(QMainWindow):
         dock.setWidget(widget)
         self.addDockWidget(area, dock)
         self.docks[key] = dock
-
-    def _action(self, text: str, slot, shortcut=None, tip: str = "", icon_name: str | None = None,
-                checkable: bool = False) -> QAction:
-        action = QAction(text, self)
-        if shortcut:
-            action.setShortcut(QKeySequence(shortcut))
-        if icon_name:
-            action.setIcon(icon(icon_name))
-        keys = f" ({action.shortcut().toString(QKeySequence.SequenceFormat.NativeText)})" if shortcut else ""
-        action.setToolTip(f"{tip or text.replace('&', '')}{keys}")
-        action.setStatusTip(tip or text.replace("&", ""))
-        action.setCheckable(checkable)
-        if checkable:
-            action.toggled.connect(slot)
-        else:
-            action.triggered.connect(slot)
-        self.addAction(action)
-        return action
-
-    def _build_actions(self) -> None:
-        self.act_open = self._action("&Open…", self.open_dialog, QKeySequence.StandardKey.Open,
-                                     "Open a PyTorch script or model file", "open")
-        self.act_run = self._action("&Run", self.run_script, "Ctrl+R", "Run the script again", "run")
-        self.act_stop = self._action("&Stop", self.stop, "Shift+F5", "Stop the running script", "stop")
-        self.act_rerun_on_change = self._action("Re-run When the File &Changes", self._set_watch, None,
-                                                "Run again whenever the script is saved", checkable=True)
-        self.act_fit = self._action("&Fit to Window", lambda: self.graph.fit(), "Ctrl+0", "Fit the graph to the window",
-                                    "fit")
-        self.act_zoom_in = self._action("Zoom &In", lambda: self.graph.zoom_in(), QKeySequence.StandardKey.ZoomIn,
-                                        "Zoom in")
-        self.act_zoom_out = self._action("Zoom &Out", lambda: self.graph.zoom_out(),
-                                         QKeySequence.StandardKey.ZoomOut, "Zoom out")
-        self.act_find = self._action("&Find…", self.focus_search, QKeySequence.StandardKey.Find,
-                                     "Find a node by op or variable name")
-        self.act_saved = self._action("Show &Saved Tensors", self.graph.set_show_saved, "Ctrl+Shift+S",
-                                      "Draw each node's saved tensors", "saved", checkable=True)
-        self.act_shapes = self._action("Show S&hapes on Edges", self.graph.set_show_shapes, "Ctrl+Shift+H",
-                                       "Write tensor shapes on the edges", "shapes", checkable=True)
-        self.act_quit = self._action("&Quit", self.close, QKeySequence.StandardKey.Quit, "Quit Backprop Studio")
-        self.act_about = self._action("&About Backprop Studio", self.about, None, "About")
-
-    def _build_toolbar(self) -> None:
-        bar = self.addToolBar("Main")
-        bar.setObjectName("toolbar_main")
-        bar.setMovable(False)
-        bar.setIconSize(QSize(18, 18))
-        bar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
-        bar.addAction(self.act_open)
-        self.examples_button = QToolButton(self)
-        self.examples_button.setText("Examples")
-        self.examples_button.setIcon(icon("examples"))
-        self.examples_button.setToolTip("Open a bundled example")
-        self.examples_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
-        self.examples_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
-        self.examples_menu = self._examples_menu()
-        self.examples_button.setMenu(self.examples_menu)
-        bar.addWidget(self.examples_button)
-        bar.addSeparator()
-        bar.addWidget(QLabel(" Device: "))
-        self.device_box = QComboBox(self)
-        self.device_box.setToolTip("The device the script runs on (reported by the worker)")
-        self.device_box.setMinimumContentsLength(12)
-        self.device_box.addItem("CPU", "cpu")
-        bar.addWidget(self.device_box)
-        bar.addAction(self.act_run)
-        bar.addAction(self.act_stop)
-        bar.addSeparator()
-        bar.addAction(self.act_saved)
-        bar.addAction(self.act_shapes)
-        bar.addAction(self.act_fit)
-        spacer = QWidget(self)
-        spacer.setSizePolicy(spacer.sizePolicy().horizontalPolicy().Expanding,
-                             spacer.sizePolicy().verticalPolicy().Preferred)
-        bar.addWidget(spacer)
-        self.search_box = QLineEdit(self)
-        self.search_box.setPlaceholderText("Find node or variable (Ctrl+F)")
-        self.search_box.setClearButtonEnabled(True)
-        self.search_box.setFixedWidth(240)
-        self.search_box.returnPressed.connect(self._search)
-        bar.addWidget(self.search_box)
-
-    def _examples_menu(self) -> QMenu:
-        menu = QMenu("Open &Example", self)
-        for path, title in example_scripts():
-            action = menu.addAction(f"{path.stem.split('_', 1)[0]}  {title}")
-            action.setToolTip(str(path))
-            action.triggered.connect(lambda _=False, p=str(path): self.open_script(p))
-        return menu
-
-    def _build_menus(self) -> None:
-        file_menu = self.menuBar().addMenu("&File")
-        file_menu.addAction(self.act_open)
-        file_menu.addMenu(self._examples_menu())
-        self.recent_menu = file_menu.addMenu("Open &Recent")
-        file_menu.addSeparator()
-        file_menu.addAction(self.act_quit)
-        view = self.menuBar().addMenu("&View")
-        for action in (self.act_fit, self.act_zoom_in, self.act_zoom_out, self.act_find):
-            view.addAction(action)
-        view.addSeparator()
-        view.addAction(self.act_saved)
-        view.addAction(self.act_shapes)
-        view.addSeparator()
-        theme_menu = view.addMenu("&Theme")
-        group = QActionGroup(self)
-        for name in ("light", "dark"):
-            act = theme_menu.addAction(name.title())
-            act.setCheckable(True)
-            act.setChecked(name == "light")
-            act.triggered.connect(lambda _=False, n=name: self.graph.set_theme(n))
-            group.addAction(act)
-        view.addSeparator()
-        for dock in self.docks.values():
-            view.addAction(dock.toggleViewAction())
-        run = self.menuBar().addMenu("&Run")
-        run.addAction(self.act_run)
-        run.addAction(self.act_stop)
-        run.addAction(self.act_rerun_on_change)
-        help_menu = self.menuBar().addMenu("&Help")
-        help_menu.addAction(self.act_about)
 
     def _build_status(self) -> None:
         bar = self.statusBar()
@@ -264,6 +139,8 @@ class MainWindow(QMainWindow):
         self.problems.sig_line_activated.connect(self.select_line)
         self.problems.sig_call_selected.connect(self._select_call_from_elsewhere)
         self.problems.sig_node_selected.connect(self.select_node)
+        self.step_log.sig_step_selected.connect(self.stepper.replay)
+        self.stepper.sig_changed.connect(self._update_actions)
         if h.devices:
             self.set_devices(h.devices)
 
@@ -312,14 +189,42 @@ class MainWindow(QMainWindow):
         self._update_actions()
 
     def stop(self) -> None:
+        if self.stepper.active:
+            self.stepper.stop()
+            return
         if self.handle.running:
             self.state_label.setText("Stopping…")
             self.handle.cancel()
 
+    def begin_busy(self, text: str) -> None:
+        self._busy_text = text
+        self._run_started = time.monotonic()
+        self._elapsed_timer.start()
+        self.busy.show()
+        self._tick()
+        self._update_actions()
+
+    def end_busy(self) -> None:
+        self._elapsed_timer.stop()
+        self.busy.hide()
+        self._busy_text = None
+        self._update_actions()
+
+    def show_step_node(self, node_id: str) -> None:
+        """Describe the node backward is at, and keep it in view."""
+        if self.call is None or self.call.node(node_id) is None:
+            return
+        self.graph.ensure_visible(node_id) if hasattr(self.graph, "ensure_visible") else None
+        self.inspector.show_node(self.call, node_id)
+
+    def step_to_selected(self) -> None:
+        self.stepper.step_to(self.graph.selected_node() or self._selected_node)
+
     def _tick(self) -> None:
         elapsed = time.monotonic() - self._run_started
         device = self.device_box.currentData() or "cpu"
-        self.state_label.setText(f"Running {Path(self.script_path or '').name} on {device}… {elapsed:.1f} s")
+        text = getattr(self, "_busy_text", None) or f"Running {Path(self.script_path or '').name} on {device}"
+        self.state_label.setText(f"{text}… {elapsed:.1f} s")
 
     def _on_progress(self, event: dict) -> None:
         if event.get("type") == "call":
@@ -330,6 +235,14 @@ class MainWindow(QMainWindow):
         self.busy.hide()
         trace: Trace = result.trace
         self._update_actions()
+        if result.run_id == self.stepper.run_id:
+            # A stepping session's re-run: the graph on screen keeps the steps drawn on it.
+            if self.stepper.active:
+                self.stepper.state = "stopped"
+                reached = trace.error.message if trace.error else "the script ended before reaching that call"
+                self.step_log.set_status(f"Stepping ended: {reached}")
+            self._update_actions()
+            return
         if trace.error is not None:
             self.last_error = trace.error
         else:
@@ -372,6 +285,8 @@ class MainWindow(QMainWindow):
     def show_call(self, call_id: str) -> None:
         if self.trace is None:
             return
+        if self.stepper.active:
+            self.stepper.stop()
         call = next((c for c in self.trace.calls if c.id == call_id), None)
         if call is None:
             return
@@ -388,6 +303,7 @@ class MainWindow(QMainWindow):
         self.inspector.clear()
         self.source.clear_highlight()
         self.graph.set_call(call)
+        self._update_actions()
 
     def _on_scene_ready(self, _call_id: str = "") -> None:
         self._update_zoom_label()
@@ -443,7 +359,7 @@ class MainWindow(QMainWindow):
         self.search_box.setFocus()
         self.search_box.selectAll()
 
-    def _search(self) -> None:
+    def search(self) -> None:
         text = self.search_box.text().strip()
         if not text:
             return
@@ -476,7 +392,10 @@ class MainWindow(QMainWindow):
     def _update_actions(self) -> None:
         running = self.handle.running
         self.act_run.setEnabled(bool(self.script_path))
-        self.act_stop.setEnabled(running)
+        self.act_stop.setEnabled(running or self.stepper.active)
+        can_step = self.call is not None and self.call.api != "unreached"
+        for action in (self.act_step, self.act_continue, self.act_restart, self.act_step_to):
+            action.setEnabled(can_step)
         if not running and self.handle.client.state == "starting":
             self.state_label.setText("Starting the worker…")
         elif not running and self.state_label.text().startswith("Starting"):

@@ -29,6 +29,14 @@ class WorkerHandle(QObject):
     """A backward call started or finished (index, api, line, nodes)."""
     sig_finished = Signal(object)
     """A run finished: a core.client.RunResult with the trace (or only an error)."""
+    sig_step_begin = Signal(dict)
+    """The stepped backward call was reached: the engine will pause before its first node."""
+    sig_step_paused = Signal(dict)
+    """The engine is paused before a node (``pending``: node, name, grad_outputs)."""
+    sig_step = Signal(dict)
+    """A node finished executing (``record``: node, name, grad_outputs, grad_inputs, leaf_grads, error)."""
+    sig_step_end = Signal(dict)
+    """The stepped backward ended: state finished, stopped or failed, with the error."""
     sig_event = Signal(dict)
     """Any worker message, as received (internal: carried to the GUI thread)."""
 
@@ -39,9 +47,14 @@ class WorkerHandle(QObject):
         self.current_run: int | None = None
 
     # -- commands --------------------------------------------------------------------------------
-    def run(self, path: str, device: str = "cpu", mode: str = "auto", timeout: float = 600.0) -> int:
-        self.current_run = self.client.run(path, device=device, mode=mode, timeout=timeout)
+    def run(self, path: str, device: str = "cpu", mode: str = "auto", timeout: float = 600.0,
+            step: dict | None = None) -> int:
+        self.current_run = self.client.run(path, device=device, mode=mode, timeout=timeout, step=step)
         return self.current_run
+
+    def control(self, cmd: str, **args) -> bool:
+        """A stepping command for the running worker: step, step_to, continue, pause, stop_step."""
+        return self.client.control(cmd, **args)
 
     def cancel(self) -> None:
         self.client.cancel()
@@ -80,6 +93,18 @@ class WorkerHandle(QObject):
 
     def _handle_call_done(self, event: dict) -> None:
         self.sig_progress.emit(event)
+
+    def _handle_step_begin(self, event: dict) -> None:
+        self.sig_step_begin.emit(event)
+
+    def _handle_step_paused(self, event: dict) -> None:
+        self.sig_step_paused.emit(event)
+
+    def _handle_step(self, event: dict) -> None:
+        self.sig_step.emit(event)
+
+    def _handle_step_end(self, event: dict) -> None:
+        self.sig_step_end.emit(event)
 
     def _handle_finished(self, event: dict) -> None:
         if event.get("run") == self.current_run:

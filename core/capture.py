@@ -349,7 +349,11 @@ class Capture:
                 error = ErrorInfo(type="KeyboardInterrupt", message="the run was cancelled", kind="cancelled",
                                   line=_script_line(exc, self.names), file=self.script)
             except BaseException as exc:
-                error = _error_info(exc, None, self.names)
+                if type(exc).__name__ == "StepperStopped":
+                    error = ErrorInfo(type="StepperStopped", message="stepping was stopped before backward finished",
+                                      line=_script_line(exc, self.names), kind="cancelled", file=self.script)
+                else:
+                    error = _error_info(exc, None, self.names)
         finally:
             self.uninstall()
             sys.modules["__main__"] = saved_main

@@ -157,6 +157,14 @@ class WorkerProcess:
             log.exception("a worker message handler failed")
 
 
+def _daemon_timer(seconds: float, fn, *args) -> threading.Timer:
+    """A timer that never keeps the process alive at exit."""
+    timer = threading.Timer(seconds, fn, args=args)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
 def death_error(code: int, fault: str, exiting: dict | None, script: str | None, reason: str = "") -> ErrorInfo:
     """The structured error for a worker that vanished mid-run."""
     line = None
@@ -195,7 +203,8 @@ def script_line_in_fault(fault: str, script: str) -> int | None:
 class RunResult:
     """What a finished run produced: the trace (possibly only an error) and the output."""
 
-    def __init__(self, trace: Trace, output: str, output_bytes: int, elapsed: float):
+    def __init__(self, trace: Trace, output: str, output_bytes: int, elapsed: float, run_id: int = 0):
+        self.run_id = run_id
         self.trace = trace
         self.output = output
         self.output_bytes = output_bytes
@@ -228,8 +237,13 @@ class WorkerClient:
             self._spare = self._new_worker()
 
     # -- public --------------------------------------------------------------------------------
-    def run(self, path: str, device: str = "cpu", mode: str = "auto", timeout: float = DEFAULT_TIMEOUT) -> int:
-        """Start running ``path``; returns the run id. A run in progress is cancelled first."""
+    def run(self, path: str, device: str = "cpu", mode: str = "auto", timeout: float = DEFAULT_TIMEOUT,
+            step: dict | None = None) -> int:
+        """Start running ``path``; returns the run id. A run in progress is cancelled first.
+
+        ``step`` (``{"call": N, "mode": "interactive" | "all"}``) runs backward call N under the
+        stepper; drive it with ``control()``. Stepping runs have no time limit: the user sets the pace.
+        """
         with self._lock:
             if self._run is not None:
                 self._finish_dead_run(reason="the run was cancelled: a new run started")
@@ -238,11 +252,19 @@ class WorkerClient:
             run_id = next(self._run_ids)
             self._active = worker
             self._run = {"id": run_id, "path": str(path), "device": device, "start": time.monotonic(),
-                         "worker": worker, "timeout": timeout, "done": False}
+                         "worker": worker, "timeout": timeout, "done": False, "step": step}
             self._set_state("running")
-        threading.Thread(target=self._launch, args=(worker, run_id, path, device, mode, timeout),
+        threading.Thread(target=self._launch, args=(worker, run_id, path, device, mode, timeout, step),
                          name=f"run-{run_id}", daemon=True).start()
         return run_id
+
+    def control(self, cmd: str, **args) -> bool:
+        """Send a stepping command (step, step_to, continue, pause, stop_step) to the running worker."""
+        with self._lock:
+            run = self._run
+        if run is None:
+            return False
+        return run["worker"].send({"cmd": cmd, **args})
 
     def cancel(self) -> None:
         """Stop the current run: interrupt the script, and kill the worker if it does not stop."""
@@ -252,7 +274,7 @@ class WorkerClient:
             return
         worker = run["worker"]
         worker.send({"cmd": "cancel"})
-        threading.Timer(1.0, self._kill_if_running, args=(run["id"], "the run was cancelled")).start()
+        _daemon_timer(1.0, self._kill_if_running, run["id"], "the run was cancelled")
 
     def close(self) -> None:
         with self._lock:
@@ -283,20 +305,21 @@ class WorkerClient:
         self.state = state
         self.on_event({"type": "state", "state": state})
 
-    def _launch(self, worker: WorkerProcess, run_id: int, path: str, device: str, mode: str, timeout: float):
+    def _launch(self, worker: WorkerProcess, run_id: int, path: str, device: str, mode: str, timeout: float,
+                step: dict | None = None):
         worker.ready.wait(timeout=120)
         with self._lock:
             if self._run is None or self._run["id"] != run_id:
                 return
         if not worker.send({"cmd": "run", "run": run_id, "path": str(Path(path).resolve()), "device": device,
-                            "mode": mode}):
+                            "mode": mode, "step": step}):
             return  # the exit message reports the death
         if self.prestart:
             with self._lock:
                 if self._spare is None and self.state != "closed":
                     self._spare = self._new_worker()
-        if timeout:
-            threading.Timer(timeout, self._timed_out, args=(run_id, timeout)).start()
+        if timeout and not (step and step.get("mode") != "all"):
+            _daemon_timer(timeout, self._timed_out, run_id, timeout)
 
     def _timed_out(self, run_id: int, timeout: float) -> None:
         with self._lock:
@@ -379,11 +402,11 @@ class WorkerClient:
         from dataclasses import replace
 
         trace = replace(trace, output=output)
-        self.on_event({"type": "finished", "run": run["id"], "result": RunResult(trace, output, output_bytes, elapsed)})
+        self.on_event({"type": "finished", "run": run["id"], "result": RunResult(trace, output, output_bytes, elapsed, run["id"])})
 
 
 def run_capture(path: str, device: str = "cpu", mode: str = "auto", timeout: float = DEFAULT_TIMEOUT,
-                on_event: Callable[[dict], None] | None = None) -> RunResult:
+                on_event: Callable[[dict], None] | None = None, step: dict | None = None) -> RunResult:
     """Run one script in a fresh worker and wait for its result (the CLI and tests use this)."""
     done = threading.Event()
     box: dict = {}
@@ -397,7 +420,7 @@ def run_capture(path: str, device: str = "cpu", mode: str = "auto", timeout: flo
 
     client = WorkerClient(handle, prestart=False)
     try:
-        client.run(path, device=device, mode=mode, timeout=timeout)
+        client.run(path, device=device, mode=mode, timeout=timeout, step=step)
         done.wait()
         return box["result"]
     finally:

@@ -400,20 +400,20 @@ def _routes(chains, flipped, xs, ys, w, h, layer, band, src_off, dst_off, anchor
     # Where each edge leaves the bottom of its upper box and enters the top of its lower box.
     out_x: dict[int, float] = {}
     in_x: dict[int, float] = {}
-    by_top: dict[int, list[int]] = {}
-    by_bottom: dict[int, list[int]] = {}
+    leaving: dict[int, list[int]] = {}
+    entering: dict[int, list[int]] = {}
     for e, chain in enumerate(chains):
         a, b = chain[0], chain[-1]
         so, do = (dst_off[e], src_off[e]) if flipped[e] else (src_off[e], dst_off[e])
         if so is not None:
             out_x[e] = xs[a] + so
         else:
-            by_top.setdefault(a, []).append(e)
+            leaving.setdefault(a, []).append(e)
         if do is not None:
             in_x[e] = xs[b] + do
         else:
-            by_bottom.setdefault(b, []).append(e)
-    for groups, target, end in ((by_top, out_x, 1), (by_bottom, in_x, -2)):
+            entering.setdefault(b, []).append(e)
+    for groups, target, end in ((leaving, out_x, 1), (entering, in_x, -2)):
         for v, es in groups.items():
             cx, bw, bh = xs[v], w[v], h[v]
             if anchors is not None and v < n and anchors[v] is not None:

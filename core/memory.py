@@ -22,10 +22,11 @@ them as ``{"type": "memory", "samples": [...]}``).
 from __future__ import annotations
 
 import bisect
+import gc
 import logging
 import threading
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from itertools import count
 from typing import Callable, Iterable, Sequence
 
@@ -65,9 +66,9 @@ class CpuSource:
 
 
 class CudaSource:
-    """The CUDA caching allocator's counters for one device.
+    """The CUDA caching allocator's counters for one device ("cuda" means cuda:0).
 
-    ``torch.cuda.memory_*`` return zeros before CUDA is initialised and never initialise it,
+    ``torch.cuda.memory_stats`` is empty before CUDA is initialised and never initialises it,
     so reading from the sampler thread cannot create a context on its own.
     """
 
@@ -80,11 +81,11 @@ class CudaSource:
         self._cuda = torch.cuda
 
     def read(self) -> dict:
-        cuda = self._cuda
+        stats = self._cuda.memory_stats(self.index)  # one call: each counter alone rebuilds all stats
         return {
-            "allocated": cuda.memory_allocated(self.index),
-            "reserved": cuda.memory_reserved(self.index),
-            "max_allocated": cuda.max_memory_allocated(self.index),
+            "allocated": stats.get("allocated_bytes.all.current", 0),
+            "reserved": stats.get("reserved_bytes.all.current", 0),
+            "max_allocated": stats.get("allocated_bytes.all.peak", 0),
         }
 
 
@@ -139,13 +140,14 @@ def _raw_saved_names(node) -> tuple[str, ...]:
     return names
 
 
-def _storages_of(value, tensor_type, out: dict[tuple[int, int], int]) -> None:
+def _storages_of(value, tensor_type, out: dict) -> None:
     if isinstance(value, tensor_type):
         try:
             st = value.untyped_storage()
             ptr = st.data_ptr()
             if ptr:
-                out[(value.get_device(), ptr)] = st.nbytes()
+                device = value.get_device()
+                out[ptr if device < 0 else (device, ptr)] = st.nbytes()
         except Exception:  # sparse, nested and other storage-less tensors
             pass
     elif isinstance(value, (tuple, list)):
@@ -154,31 +156,41 @@ def _storages_of(value, tensor_type, out: dict[tuple[int, int], int]) -> None:
                 _storages_of(v, tensor_type, out)
 
 
-def _walk_saved(roots: Iterable) -> tuple[list, list[dict[tuple[int, int], int]]]:
+def _walk_saved(roots: Iterable) -> tuple[list, list[dict]]:
     """Nodes reachable from ``roots`` in Snapshotter's DFS preorder, each with the distinct
-    storages its saved tensors hold: ``(device index, data_ptr) -> nbytes``."""
+    storages its saved tensors hold: ``data_ptr`` (``(device, data_ptr)`` off the CPU) -> nbytes.
+
+    The cyclic GC is paused meanwhile: the walk allocates a wrapper per node and tensor, which
+    on a big graph would otherwise set off full collections that cost more than the walk.
+    """
     import torch
 
     from core.stepping import number_nodes, root_nodes
 
-    order, _ = number_nodes(root_nodes(roots))
     tensor_type = torch.Tensor
-    held = []
-    for node in order:
-        storages: dict[tuple[int, int], int] = {}
-        for attr in _raw_saved_names(node):
-            try:
-                raw = getattr(node, attr)
-            except Exception:  # a custom Function's saved tensors after its backward
-                continue
-            for saved in raw if isinstance(raw, (tuple, list)) else (raw,):
+    held: list[dict] = []
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        order, _ = number_nodes(root_nodes(roots))
+        for node in order:
+            storages: dict = {}
+            for attr in _raw_saved_names(node):
                 try:
-                    data = saved.data
-                except Exception:
+                    raw = getattr(node, attr)
+                except Exception:  # a custom Function's saved tensors after its backward
                     continue
-                if data is not None:
-                    _storages_of(data, tensor_type, storages)
-        held.append(storages)
+                for saved in raw if isinstance(raw, (tuple, list)) else (raw,):
+                    try:
+                        data = saved.data
+                    except Exception:
+                        continue
+                    if data is not None:
+                        _storages_of(data, tensor_type, storages)
+            held.append(storages)
+    finally:
+        if was_enabled:
+            gc.enable()
     return order, held
 
 
@@ -189,7 +201,7 @@ def saved_tensor_bytes(roots: Iterable) -> int:
     or twice by one (``b * b``), counts once; tensors a backward already freed count 0.
     Call it on the thread that runs the script (see the module docstring).
     """
-    seen: dict[tuple[int, int], int] = {}
+    seen: dict = {}
     for storages in _walk_saved(roots)[1]:
         seen.update(storages)
     return sum(seen.values())
@@ -200,7 +212,7 @@ def memory_report(roots: Iterable) -> dict:
     from core.snapshot import node_name
 
     order, storages = _walk_saved(roots)
-    seen: dict[tuple[int, int], int] = {}
+    seen: dict = {}
     rows = []
     for i, (node, held) in enumerate(zip(order, storages)):
         seen.update(held)
@@ -315,11 +327,10 @@ class MemorySampler:
         t = event.get("t") if event else None
         if t is None:
             t = time.perf_counter() - self.origin
-        self.phase = phase
         if phase == "backward" and event is not None and "index" in event:
             self.calls.append({"index": event["index"], "t": t})
         self.tick(force=True)
-        return self._record(t, phase, mark=True)
+        return self._record(t, phase)
 
     def handle_event(self, event: dict) -> None:
         """Mark phases from a capture event: "call" starts a backward, "call_done" ends it."""
@@ -344,31 +355,36 @@ class MemorySampler:
         return self._saved
 
     # -- samples --------------------------------------------------------------------------
-    def _record(self, t: float, phase: str, mark: bool = False) -> MemorySample:
+    def _record(self, t: float, phase: str | None = None) -> MemorySample:
+        """Append a sample; ``phase`` given (a mark) enters that phase, None keeps the current one."""
         try:
             values = self.source.read()
         except Exception:
             log.debug("memory source failed", exc_info=True)
             values = {}
-        sample = MemorySample(
-            t=t,
-            device=self.device,
-            allocated=int(values.get("allocated", 0)),
-            reserved=int(values.get("reserved", 0)),
-            rss=int(values.get("rss", 0)),
-            saved_bytes=self._saved,
-            phase=phase,
-            max_allocated=int(values.get("max_allocated", 0)),
-        )
         with self._lock:
+            # The phase is read and set under the lock, so a periodic sample can never land
+            # after a mark's sample while still carrying the phase before it.
+            if phase is not None:
+                self.phase = phase
             if self._samples and self._samples[-1].t > t:
                 # A mark dated by its event can precede a periodic sample taken a few
                 # microseconds later but recorded first: keep the series in time order.
-                sample = replace(sample, t=self._samples[-1].t)
+                t = self._samples[-1].t
+            sample = MemorySample(
+                t=t,
+                device=self.device,
+                allocated=int(values.get("allocated", 0)),
+                reserved=int(values.get("reserved", 0)),
+                rss=int(values.get("rss", 0)),
+                saved_bytes=self._saved,
+                phase=self.phase,
+                max_allocated=int(values.get("max_allocated", 0)),
+            )
             seq = next(self._seq)
             self._samples.append(sample)
             self._seqs.append(seq)
-            if mark:
+            if phase is not None:
                 self._marks.add(seq)
             if len(self._samples) > self.max_samples:
                 self._thin()
@@ -434,7 +450,7 @@ class MemorySampler:
             if self._stop.is_set():
                 return
             t0 = clock()
-            self._record(t0 - self.origin, self.phase)
+            self._record(t0 - self.origin)
             if self.on_batch is not None and t0 - last_batch >= self.batch_interval:
                 last_batch = t0
                 self._emit_batch()

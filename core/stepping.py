@@ -13,7 +13,8 @@ On torch 2.13 ``register_prehook``/``register_hook`` work on AccumulateGrad node
 other node (the post hook runs after ``.grad`` is updated, and does not stop AccumulateGrad
 from stealing the incoming gradient), so leaves are steps too. A node whose ``apply`` fails
 (a stale saved tensor, a graph already freed) has already passed its pre-hook: its step
-carries the error.
+carries the error. On CPU every hook runs on the thread that called backward, so blocking
+there pauses the whole engine and nothing else needs locking.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from core.snapshot import FULL_VALUES, node_kind, node_name, values_of
 
 log = logging.getLogger(__name__)
 
-STATES = ("idle", "paused", "running", "finished", "stopped", "failed")
 _RESTING = frozenset(("paused", "finished", "stopped", "failed"))
 # Values kept in full across all step records of one call; later tensors keep a sample and stats,
 # so stepping a 5,000-node graph does not hold every gradient as Python floats.
@@ -110,10 +110,8 @@ class BackwardStepper:
         self.watch = [t for t in watch if isinstance(t, torch.Tensor)]
         self.value_budget = value_budget
         self.steps: list[dict] = []
-        self.state = "idle"
+        self.state = "idle"  # idle, paused, running, finished, stopped or failed
         self.error: BaseException | None = None
-        self.node_ids: dict[int, str] = {}
-        self._nodes: list = []
         self._cond = threading.Condition()
         self._budget = 0  # nodes allowed to run without pausing
         self._free = False
@@ -187,14 +185,14 @@ class BackwardStepper:
             if self.state != "idle":
                 raise RuntimeError("a BackwardStepper runs one backward call")
             self.state = "running"
-        self._nodes, self.node_ids = number_nodes(root_nodes(self.roots))
-        self._find_retained()
+        nodes, node_ids = number_nodes(root_nodes(self.roots))
+        self._find_retained(node_ids)
         final = "failed"
         try:
             handles = []
             try:
-                for node in self._nodes:
-                    nid = self.node_ids[id(node)]
+                for node in nodes:
+                    nid = node_ids[id(node)]
                     handles.append(node.register_prehook(self._pre_hook(nid, node)))
                     handles.append(node.register_hook(self._post_hook(nid, node)))
                 result = self.real()
@@ -220,18 +218,23 @@ class BackwardStepper:
                 self._open.clear()
             return result
         finally:
+            # Holding no torch object afterwards: a kept stepper must not keep the graph alive.
+            del nodes, node_ids
+            self.roots, self.real, self.watch = [], None, []
+            self._retained.clear()
+            self._previews.clear()
             with self._cond:
                 self.state = final
                 self._pending = None
                 self._cond.notify_all()
 
-    def _find_retained(self) -> None:
+    def _find_retained(self, node_ids: dict[int, str]) -> None:
         seen = set()
         for t in [*self.roots, *self.watch]:
             if not isinstance(t, torch.Tensor) or id(t) in seen or t.is_leaf or not t.retains_grad:
                 continue
             seen.add(id(t))
-            nid = self.node_ids.get(id(t.grad_fn))
+            nid = node_ids.get(id(t.grad_fn))
             if nid is not None:
                 self._retained.setdefault(nid, []).append(t)
 

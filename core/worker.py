@@ -80,10 +80,14 @@ def check_device(device: str) -> str | None:
 
 
 class Worker:
+    STEP_COMMANDS = ("step", "step_to", "continue", "pause", "stop_step")
+
     def __init__(self, channel: Channel):
         self.channel = channel
         self.commands: queue.Queue = queue.Queue()
         self.running = False
+        self.stepper = None
+        self._early: list[dict] = []  # step commands that arrived before the stepped call began
 
     def read_commands(self) -> None:
         for line in sys.stdin:
@@ -92,8 +96,13 @@ class Worker:
             except json.JSONDecodeError:
                 continue
             if cmd.get("cmd") == "cancel":
+                if self.stepper is not None:
+                    self.stepper.stop()
                 if self.running:
                     _thread.interrupt_main()
+                continue
+            if cmd.get("cmd") in self.STEP_COMMANDS:
+                self.control_step(cmd)
                 continue
             self.commands.put(cmd)
         self.commands.put({"cmd": "quit"})
@@ -111,8 +120,63 @@ class Worker:
             elif kind == "run":
                 self.run(cmd)
 
+    def control_step(self, cmd: dict) -> None:
+        """Drive the paused backward from the command thread."""
+        stepper = self.stepper
+        if stepper is None:
+            self._early.append(cmd)
+            return
+        kind = cmd["cmd"]
+        if kind == "step":
+            stepper.step(int(cmd.get("count", 1)))
+        elif kind == "step_to":
+            stepper.run_to(str(cmd.get("node")))
+        elif kind == "continue":
+            stepper.resume()
+        elif kind == "pause":
+            stepper.pause()
+        elif kind == "stop_step":
+            stepper.stop()
+
+    def _step_hook(self, capture, step: dict):
+        """A call hook that runs backward call ``step['call']`` under a BackwardStepper."""
+        from core.stepping import BackwardStepper
+
+        wanted = int(step.get("call", 0))
+        free_run = step.get("mode") == "all"
+
+        def hook(index, api, roots, real):
+            if index != wanted:
+                return real()
+            send = self.channel.send
+            stepper = BackwardStepper(
+                roots,
+                real,
+                names=capture.names.name_of,
+                on_step=lambda record: send({"type": "step", "call": index, "record": record}),
+                on_pause=lambda pending: send({"type": "step_paused", "call": index, "pending": pending}),
+                watch=[t for _, t in capture.names.named_tensors()],
+            )
+            send({"type": "step_begin", "call": index, "api": api})
+            if free_run:
+                stepper.resume()
+            self.stepper = stepper
+            for early in self._early:
+                self.control_step(early)
+            self._early.clear()
+            try:
+                return stepper.run()
+            finally:
+                self.stepper = None
+                err = stepper.error
+                send({"type": "step_end", "call": index, "state": stepper.state,
+                      "error": None if err is None or stepper.state == "stopped"
+                      else {"type": type(err).__name__, "message": str(err)}})
+
+        return hook
+
     def run(self, cmd: dict) -> None:
-        from core.capture import capture_script
+        from core.capture import Capture
         from core.trace import ErrorInfo, Trace
 
         run_id = cmd.get("run")
@@ -129,7 +193,10 @@ class Worker:
 
             self.running = True
             try:
-                trace = capture_script(cmd["path"], device=device, mode=cmd.get("mode", "auto"), on_event=on_event)
+                capture = Capture(cmd["path"], device=device, mode=cmd.get("mode", "auto"), on_event=on_event)
+                if cmd.get("step"):
+                    capture.call_hook = self._step_hook(capture, cmd["step"])
+                trace = capture.run()
             except KeyboardInterrupt:
                 err = ErrorInfo(type="KeyboardInterrupt", message="the run was cancelled", kind="cancelled")
                 trace = Trace(calls=[], error=err, script=cmd.get("path", ""), device=device)

@@ -154,5 +154,22 @@ def residual_mlp_call(blocks: int = 833, prefix: str = "layers") -> CallInfo:
     return call(nodes, tensors, ["n0"])
 
 
+def rnn_call(steps: int = 12) -> CallInfo:
+    """``h = tanh(h @ W + x[t] @ U)`` unrolled, then ``loss = h.sum()``: W and U feed every step,
+    so their leaves sit at the bottom with long edges from each step (dummy points)."""
+    tensors = [tensor("tW", "W", [16, 16]), tensor("tU", "U", [8, 16]), tensor("tx", "x", [steps, 8], requires_grad=False)]
+    nodes = [node("loss", "SumBackward0", [f"tanh{steps - 1}"], label="loss")]
+    for t in range(steps - 1, -1, -1):
+        prev = (f"tanh{t - 1}", 0) if t else None
+        nodes += [
+            node(f"tanh{t}", "TanhBackward0", [f"add{t}"], label="h"),
+            node(f"add{t}", "AddBackward0", [f"mmh{t}", f"mmx{t}"]),
+            node(f"mmh{t}", "MmBackward0", [prev, "W"]) if t else node(f"mmh{t}", "MmBackward0", [None, "W"]),
+            node(f"mmx{t}", "MmBackward0", [None, "U"]),
+        ]
+    nodes += [leaf("W", "tW", "W"), leaf("U", "tU", "U")]
+    return call(nodes, tensors, ["loss"])
+
+
 def edge_count(c: CallInfo) -> int:
     return sum(1 for n in c.nodes for e in n.next if e is not None)

@@ -205,6 +205,8 @@ def test_zoom_and_fit(view):
     assert view.zoom_percent() == fitted
     QTest.keyClick(view, Qt.Key_Minus, Qt.ControlModifier)
     assert view.zoom_percent() < fitted
+    QTest.keyClick(view, Qt.Key_Equal, Qt.ControlModifier)
+    assert view.zoom_percent() == pytest.approx(fitted, abs=1)
 
 
 def test_wheel_zooms_around_the_mouse(view):

@@ -14,7 +14,7 @@ from core.layout import default_collapsed, group_info, layout_call, node_label
 from core.layout_dot import dot_available
 from core.layout_layered import layered
 from tests.conftest import ROOT
-from tests.fixtures_graphs import call, edge_count, leaf, mlp_call, mul_call, node, residual_mlp_call, tensor
+from tests.fixtures_graphs import call, edge_count, leaf, mlp_call, mul_call, node, residual_mlp_call, rnn_call, tensor
 
 
 def overlaps(boxes) -> list[tuple[str, str]]:
@@ -48,6 +48,31 @@ def inside(inner, outer) -> bool:
     x, y, w, h = inner
     ox, oy, ow, oh = outer
     return ox - 1e-6 <= x and oy - 1e-6 <= y and x + w <= ox + ow + 1e-6 and y + h <= oy + oh + 1e-6
+
+
+def edges_crossing_boxes(lay) -> list[tuple[str, str, str]]:
+    """(src, dst, box) for every edge segment whose bounding box enters a box it does not end at.
+
+    Straight runs cross layer bands and curves stay inside the bounding box of their two
+    end points, so a segment box that meets no node is an edge that goes around nodes."""
+    cell = 256.0
+    grid: dict[tuple[int, int], list] = {}
+    for bid, x, y, w, h in node_boxes(lay):
+        for gx in range(int(x // cell), int((x + w) // cell) + 1):
+            for gy in range(int(y // cell), int((y + h) // cell) + 1):
+                grid.setdefault((gx, gy), []).append((bid, x, y, w, h))
+    bad = set()
+    for e in lay.edges:
+        for (x0, y0), (x1, y1) in zip(e.points, e.points[1:]):
+            lx, hx, ly, hy = min(x0, x1), max(x0, x1), min(y0, y1), max(y0, y1)
+            for gx in range(int(lx // cell), int(hx // cell) + 1):
+                for gy in range(int(ly // cell), int(hy // cell) + 1):
+                    for bid, x, y, w, h in grid.get((gx, gy), []):
+                        if bid in (e.src, e.dst):
+                            continue
+                        if lx < x + w - 0.5 and x + 0.5 < hx + 1e-9 and ly < y + h - 0.5 and y + 0.5 < hy:
+                            bad.add((e.src, e.dst, bid))
+    return sorted(bad)
 
 
 def test_mul_graph_exact():
@@ -194,6 +219,22 @@ def test_saved_tensor_boxes_sit_beside_their_node():
         assert s.x >= mul.x + mul.w and s.y >= mul.y - 10 and s.y + s.h <= mul.y + mul.h + 10
     assert overlaps(node_boxes(lay)) == []
     assert layout_call(mul_call()).saved == []
+
+
+@pytest.mark.parametrize("make", [mlp_call, lambda: rnn_call(12), lambda: residual_mlp_call(60), lambda: _flat_residual(30)])
+def test_edges_go_around_nodes(make):
+    for show_saved in (False, True):
+        lay = layout_call(make(), show_saved=show_saved)
+        assert edges_crossing_boxes(lay) == []
+        assert overlaps(node_boxes(lay)) == []
+
+
+def test_long_edges_get_routed_through_every_layer_they_pass():
+    lay = layout_call(rnn_call(12))
+    w = lay.nodes["W"]
+    first = next(e for e in lay.edges if e.src == "mmh11" and e.dst == "W")
+    assert (lay.nodes["mmh11"].layer, lay.nodes["mmh0"].layer, w.layer) == (3, 36, 37)
+    assert len(first.points) > 2 * (w.layer - lay.nodes["mmh11"].layer) - 4  # two points per band crossed
 
 
 def test_repeated_input_draws_two_edges():

@@ -12,6 +12,7 @@ from PySide6.QtGui import QColor  # noqa: E402
 
 from core.memory import (  # noqa: E402
     CpuSource,
+    CudaSource,
     FakeCudaSource,
     MemorySampler,
     held_by_nodes,
@@ -122,7 +123,8 @@ def test_cpu_sampler_records_phases_around_forward_and_backward():
     loss = h.sum()
     roots.append(loss)
     _wait(lambda: len(sampler.samples) >= 4)
-    start = sampler.mark("backward", {"type": "call", "index": 0, "t": time.perf_counter() - sampler.origin})
+    call_t = time.perf_counter() - sampler.origin
+    start = sampler.mark("backward", {"type": "call", "index": 0, "t": call_t})
     _wait(lambda: sampler.samples[-1].phase == "backward" and sampler.samples[-1] is not start)
     loss.backward()
     after = sampler.mark("between")
@@ -138,7 +140,8 @@ def test_cpu_sampler_records_phases_around_forward_and_backward():
     assert start.saved_bytes == 16000  # four sigmoid results
     assert after.saved_bytes == 0 and samples[-1].saved_bytes == 0
     assert all(s.saved_bytes == 16000 for s in samples if s.phase == "backward")
-    assert sampler.calls == [{"index": 0, "t": start.t}]
+    assert sampler.calls == [{"index": 0, "t": call_t}]
+    assert start.t == pytest.approx(call_t, abs=0.05)  # the event dates the mark (or the sample just before)
     assert sampler.overhead()["samples"] >= 3
 
 
@@ -174,6 +177,14 @@ def test_marks_survive_thinning_and_failures_do_not_stop_sampling():
     phases = ["start"] + [s.phase for s in samples]
     starts = [i for i in range(len(samples)) if phases[i + 1] == "backward" and phases[i] != "backward"]
     assert len(starts) == 5 and [c["index"] for c in sampler.calls] == list(range(5))
+
+
+@pytest.mark.skipif(torch.cuda.is_available() and torch.cuda.is_initialized(), reason="reads real counters")
+def test_cuda_source_reads_zeros_without_initialising_cuda():
+    source = CudaSource("cuda:1")
+    assert source.device == "cuda:1"
+    assert source.read() == {"allocated": 0, "reserved": 0, "max_allocated": 0}
+    assert not torch.cuda.is_initialized()
 
 
 def test_fake_cuda_sampler_feeds_the_chart_allocated_and_reserved(qtbot):

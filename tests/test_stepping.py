@@ -8,17 +8,22 @@ so a stepper bug fails a test instead of hanging the suite.
 
 from __future__ import annotations
 
+import gc
 import json
 import threading
+import weakref
+from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
+from core.capture import Capture
 from core.snapshot import Snapshotter
 from core.stepping import BackwardStepper, StepperStopped, engine_order, number_nodes, root_nodes, step_all
 
 WAIT_S = 20.0
+EXAMPLES = Path(__file__).resolve().parents[1] / "resources" / "examples"
 
 
 def drive(stepper: BackwardStepper, count: int = 1, stop_after: int | None = None):
@@ -177,7 +182,7 @@ def stepped(case: dict, **kwargs) -> tuple[BackwardStepper, list[dict]]:
     return stepper, pendings
 
 
-def check_against_trace(case: dict, steps: list[dict], nodes) -> None:
+def check_against_trace(steps: list[dict], nodes) -> None:
     """Step names and edge counts agree with the trace nodes of the same ids."""
     by_id = {n.id: n for n in nodes}
     for s in steps:
@@ -202,7 +207,7 @@ def test_stepped_matches_engine(name):
     assert [s["node"] for s in stepper.steps] == order
     assert [p["node"] for p in pendings] == order  # paused before every executed node
     assert [s["index"] for s in stepper.steps] == list(range(len(order)))
-    check_against_trace(case, stepper.steps, nodes)
+    check_against_trace(stepper.steps, nodes)
 
     # Every leaf is an AccumulateGrad step showing its final .grad.
     acc = [s for s in stepper.steps if s["name"] == "AccumulateGrad"]
@@ -294,12 +299,13 @@ def test_retain_grad_reported_at_its_node():
     hidden.retain_grad()
     other = x + 1
     out = hidden * other
+    nodes, ids = number_nodes(root_nodes([out]))
     stepper = BackwardStepper([out], lambda: out.backward(), names=namer({"x": x, "hidden": hidden}),
                               watch=[hidden])
     _, error, _ = drive(stepper)
     assert error is None
     owner = next(s for s in stepper.steps if "hidden" in s["leaf_grads"])
-    assert owner["node"] == stepper.node_ids[id(hidden.grad_fn)]
+    assert owner["node"] == ids[id(hidden.grad_fn)]
     assert owner["name"] == "MulBackward0"
     assert owner["leaf_grads"]["hidden"]["data"] == [3.0]
     assert hidden.grad.item() == 3.0 and x.grad.item() == 15.0
@@ -486,9 +492,6 @@ def test_runs_once():
 
 
 def test_stop_frees_queued_gradients_on_the_script_thread():
-    import gc
-    import weakref
-
     x = torch.randn(4, requires_grad=True)
     u, v = x.exp(), x.sin()
     mul = u * v
@@ -522,3 +525,75 @@ def test_stop_frees_queued_gradients_on_the_script_thread():
     assert len(refs) == 2
     # The node that never ran kept its input in the thread's ready queue until drained.
     assert alive_after == [0]
+
+
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf")  # 06 reads it on purpose
+@pytest.mark.parametrize("script, errors", [("06_retain_grad.py", False), ("08_inplace_error.py", True),
+                                            ("10_straight_through.py", False)])
+def test_stepping_under_capture_matches_the_trace(script, errors):
+    steps_by_call: dict[int, list[dict]] = {}
+
+    def call_hook(index, api, roots, real):
+        steps = steps_by_call.setdefault(index, [])
+        stepper = BackwardStepper(roots, real, names=capture.names.name_of, on_step=steps.append,
+                                  watch=[t for _, t in capture.names.named_tensors()])
+        stepper.resume()
+        return stepper.run()
+
+    capture = Capture(str(EXAMPLES / script), mode="script", call_hook=call_hook)
+    trace = capture.run()
+    assert (trace.error is not None) == errors
+    assert sorted(steps_by_call) == [c.index for c in trace.calls if c.api != "unreached"]
+    for call in trace.calls:
+        if call.api == "unreached":
+            continue
+        by_id = call.node_map()
+        steps = steps_by_call[call.index]
+        assert steps
+        for s in steps:
+            assert s["name"] == by_id[s["node"]].name
+        final = {}
+        for s in steps:
+            final.update({k: v["data"] for k, v in s["leaf_grads"].items()})
+        if call.api != "autograd.grad":  # autograd.grad returns its grads; AccumulateGrad does not run
+            for name, vals in call.leaf_grads.items():  # the trace's grads after the call
+                assert final[name] == vals.data
+        assert (call.error is not None) == any(s["error"] for s in steps)
+
+
+def test_stepper_keeps_no_graph_alive():
+    x = torch.randn(3, requires_grad=True)
+    h = x * 2
+    h.retain_grad()
+    loss = (h * h).sum()  # MulBackward0 saves h itself
+    ref = weakref.ref(h)
+    stepper = BackwardStepper([loss], lambda: loss.backward(retain_graph=True), watch=[h])
+    stepper.resume()
+    in_thread(stepper.run)
+    assert len(stepper.steps) == 4
+    del loss, h
+    gc.collect()
+    assert ref() is None  # the stepper, still referenced here, holds no part of the graph
+
+
+def test_pause_after_resume():
+    case = mlp_case()
+    twin = mlp_case()
+    order = engine_order(twin["roots"], twin["real"])
+    stepper = BackwardStepper(case["roots"], case["real"],
+                              on_step=lambda record: stepper.pause() if record["index"] == 2 else None)
+    stepper.resume()
+    box = {}
+    thread = threading.Thread(target=lambda: box.setdefault("result", stepper.run()), daemon=True)
+    thread.start()
+    try:
+        assert stepper.wait_paused(WAIT_S)["node"] == order[3]
+        assert len(stepper.steps) == 3
+        stepper.resume()
+        thread.join(WAIT_S)
+    finally:
+        if thread.is_alive():
+            stepper.stop()
+            thread.join(5)
+    assert stepper.state == "finished"
+    assert [s["node"] for s in stepper.steps] == order

@@ -131,3 +131,42 @@ def test_real_window_under_xvfb(tmp_path):
     assert colours is not None and len(colours) > 50  # text, nodes, edges: far from a blank window
     most = max(colours)[0]
     assert most < 0.9 * image.size[0] * image.size[1]
+
+
+def test_step_continue_and_replay(qtbot, window):
+    _open(qtbot, window, EXAMPLES / "01_multiply.py")
+    call = window.call
+    mul = next(n.id for n in call.nodes if n.name == "MulBackward0")
+    leaf_a = next(n.id for n in call.nodes if n.label == "a")
+    with qtbot.waitSignal(window.handle.sig_step_paused, timeout=60_000):
+        window.act_step.trigger()
+    assert window.graph.node_items[mul].state == "current"
+    with qtbot.waitSignal(window.handle.sig_step_paused, timeout=10_000):
+        window.act_step.trigger()
+    assert window.graph.node_items[mul].state == "executed"
+    assert window.step_log.count() == 1
+    with qtbot.waitSignal(window.handle.sig_step_end, timeout=10_000):
+        window.act_continue.trigger()
+    qtbot.waitUntil(lambda: window.step_log.count() == 3, timeout=5_000)
+    steps = window.stepper.steps
+    assert [s["name"] for s in steps] == ["MulBackward0", "AccumulateGrad", "AccumulateGrad"]
+    leaf_values = {k: v["data"] for s in steps for k, v in (s.get("leaf_grads") or {}).items()}
+    assert leaf_values == {"a": [3.0], "b": [2.0]}
+    assert window.graph.node_items[leaf_a].state == "executed"
+    # Replaying step 1 shows MulBackward0 as the last executed node, the leaves not yet run.
+    window.step_log.sig_step_selected.emit(1)
+    assert window.graph.node_items[mul].state == "current"
+    assert window.graph.node_items[leaf_a].state == "frontier"
+    # The graph stays usable: a normal run afterwards shows the new result.
+    _open(qtbot, window, EXAMPLES / "02_polynomial.py")
+    assert {n.name for n in window.call.nodes} >= {"PowBackward0", "AccumulateGrad"}
+
+
+def test_stepping_stops_at_the_inplace_error(qtbot, window):
+    _open(qtbot, window, EXAMPLES / "08_inplace_error.py")
+    with qtbot.waitSignal(window.handle.sig_step_end, timeout=60_000) as blocker:
+        window.act_continue.trigger()
+    assert blocker.args[0]["state"] == "failed"
+    failed = next(n.id for n in window.call.nodes if n.name == "SigmoidBackward0")
+    qtbot.waitUntil(lambda: window.graph.node_items[failed].state == "failed", timeout=5_000)
+    assert "SigmoidBackward0" in window.state_label.text()

@@ -11,14 +11,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from PySide6.QtCore import QPointF, QRectF, Qt
-from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QPainter, QPainterPath, QPen, QPolygonF
+from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter, QPainterPath, QPen, QPolygonF
 from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem
 
 from core.layout import EdgePath, GroupBox, NodeBox, SavedBox
 from widgets.theme import Theme
 
-TEXT_LOD = 0.45  # below this zoom, boxes are drawn without text
-STATES = ("executed", "current", "frontier", "failed")
+MIN_TEXT_PX = 5.0  # text smaller than this on screen is not drawn
+STATES = ("executed", "current", "frontier", "failed")  # what set_node_states understands
 _DEVICE_CACHE = QGraphicsItem.DeviceCoordinateCache
 
 
@@ -126,7 +126,7 @@ def paint_node(
         p.setBrush(Qt.NoBrush)
         p.setPen(_pen(theme.selection, 2.4))
         p.drawPath(node_outline(rect.adjusted(-6, -6, 6, 6), style.shape))
-    if lod * theme.font_px >= 4.0:
+    if lod * theme.font_px >= MIN_TEXT_PX:
         _paint_label(p, rect, style, theme, label, state)
         _paint_badges(p, rect, style, theme, state)
 
@@ -322,7 +322,7 @@ class EdgeItem(QGraphicsItem):
         p.setBrush(color(c))
         p.drawPolygon(self._arrow)
         text = self._text()
-        if text and lod * t.small_font_px >= 4.0:
+        if text and lod * t.small_font_px >= MIN_TEXT_PX:
             p.setBrush(color(t.background))
             p.drawRoundedRect(self._text_rect, 3, 3)
             p.setFont(font(t.font_family, t.small_font_px))
@@ -373,7 +373,7 @@ class GroupBoxItem(QGraphicsItem):
         p.setBrush(color(t.group_box_fill))
         p.setPen(_pen(t.group_box_border, t.line_width * 0.9))
         p.drawRoundedRect(self._rect, 8, 8)
-        if lod * t.small_font_px >= 4.0:
+        if lod * t.small_font_px >= MIN_TEXT_PX:
             f = font(t.font_family, t.small_font_px + 1, True)
             p.setFont(f)
             p.setPen(color(t.group_text))
@@ -412,7 +412,7 @@ class SavedItem(QGraphicsItem):
         p.setPen(_pen(border, 1.0 if state != "stale" else 2.0, style))
         p.setBrush(color(t.no_grad_fill if self.no_grad else t.error_fill if state == "stale" else t.saved_fill))
         p.drawRoundedRect(self._rect, 3, 3)
-        if lod * t.small_font_px >= 4.0:
+        if lod * t.small_font_px >= MIN_TEXT_PX:
             p.setFont(font(t.font_family, t.small_font_px))
             p.setPen(color(t.muted_text if state == "freed" else t.text))
             p.drawText(self._rect, Qt.AlignCenter, self.saved.label)

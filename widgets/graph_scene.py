@@ -70,7 +70,7 @@ def build_scene(scene: QGraphicsScene, call: CallInfo, layout: Layout, theme: Th
     if call.error is not None:  # a banner above the graph, part of the scene so exports show it
         f = font(t.font_family, t.font_px, True)
         message = f"This call raised {call.error.type}: {call.error.message}"
-        out.banner = QGraphicsSimpleTextItem(QFontMetricsF(f).elidedText(message, Qt.ElideRight, max(layout.width - 16, 420)))
+        out.banner = QGraphicsSimpleTextItem(QFontMetricsF(f).elidedText(message, Qt.ElideRight, max(layout.width - 16, 640)))
         out.banner.setFont(f)
         out.banner.setBrush(color(t.error))
         out.banner.setPos(8, -18)
@@ -79,6 +79,15 @@ def build_scene(scene: QGraphicsScene, call: CallInfo, layout: Layout, theme: Th
         rect = rect.united(out.banner.sceneBoundingRect().adjusted(-8, -6, 8, 0))
     scene.setSceneRect(rect)
     return out
+
+
+def build_message(scene: QGraphicsScene, text: str, theme: Theme) -> None:
+    """A scene holding only a line of text (no call, an empty call, a failed layout)."""
+    item = QGraphicsSimpleTextItem(text)
+    item.setFont(font(theme.font_family, theme.font_px + 2))
+    item.setBrush(color(theme.muted_text))
+    scene.addItem(item)
+    scene.setSceneRect(item.boundingRect().adjusted(-40, -40, 40, 40))
 
 
 def _add(scene: QGraphicsScene, item, show: bool) -> None:
@@ -191,6 +200,26 @@ def box_states(states: dict[str, str], members: dict[str, str], counts: dict[str
         if state is not None:
             out[vid] = state
     return out
+
+
+def toggled(info, collapsed: frozenset[str], path: str, one_level_above: int) -> frozenset[str]:
+    """The collapsed set after folding or unfolding ``path``; a big group opens one level."""
+    if path in collapsed:
+        paths = set(collapsed) - {path}
+        if info.count.get(path, 0) > one_level_above:
+            paths |= set(info.drawn_children(path))
+    else:
+        paths = {p for p in collapsed if not p.startswith(path + ".")} | {path}
+    return frozenset(paths)
+
+
+def overview_marks(nodes: dict[str, NodeItem], selected: str | None) -> dict[str, str]:
+    """Boxes the zoomed-out overview rings: search matches, running or failed steps, the selection."""
+    marks = {v: "highlight" for v, i in nodes.items() if i.highlighted}
+    marks.update({v: i.state for v, i in nodes.items() if i.state in ("current", "failed")})
+    if selected is not None:
+        marks[selected] = "selection"
+    return marks
 
 
 def compute_layout(call: CallInfo, collapsed, show_saved: bool, engine: str):

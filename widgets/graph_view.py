@@ -12,13 +12,14 @@ import logging
 from contextlib import contextmanager
 
 from PySide6.QtCore import QCoreApplication, QDeadlineTimer, QEvent, QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QBrush, QKeySequence, QPainter, QShortcut, QTransform
-from PySide6.QtWidgets import QGraphicsScene, QGraphicsSimpleTextItem, QGraphicsView, QWidget
+from PySide6.QtGui import QBrush, QKeySequence, QPainter, QTransform
+from PySide6.QtWidgets import QGraphicsScene, QGraphicsView, QWidget
 
 from core.layout import Layout, group_info
 from core.trace import CallInfo
-from widgets.graph_items import EdgeItem, GroupBoxItem, NodeItem, NodeStyle, SavedItem, color, font
-from widgets.graph_scene import LayoutRunner, box_states, build_scene, legend_entries, search_index, tooltip
+from widgets.graph_items import EdgeItem, GroupBoxItem, NodeItem, NodeStyle, SavedItem, color
+from widgets.graph_scene import LayoutRunner, box_states, build_message, build_scene, legend_entries
+from widgets.graph_scene import overview_marks, search_index, toggled, tooltip
 from widgets.minimap import Legend, Minimap, OverviewItem
 from widgets.theme import Theme, get_theme
 
@@ -88,13 +89,6 @@ class GraphView(QGraphicsView):
         self.legend = Legend(self)
         self.minimap = Minimap(self)
         self.minimap.sig_center_on.connect(self.centerOn)
-        bound = set()
-        for keys, slot in ((("Ctrl+=", "Ctrl++", QKeySequence.ZoomIn), self.zoom_in), (("Ctrl+-", QKeySequence.ZoomOut), self.zoom_out), (("Ctrl+0",), self.fit)):
-            for k in keys:
-                seq = QKeySequence(k)
-                if seq.toString() not in bound:  # the same keys twice would make both ambiguous
-                    bound.add(seq.toString())
-                    QShortcut(seq, self, slot, context=Qt.WidgetWithChildrenShortcut)
         self.horizontalScrollBar().valueChanged.connect(self._update_minimap)
         self.verticalScrollBar().valueChanged.connect(self._update_minimap)
 
@@ -136,17 +130,10 @@ class GraphView(QGraphicsView):
         """Collapse an expanded group or expand a collapsed one (one level at a time when big)."""
         if self._call is None:
             return
-        if path in self._collapsed:
-            info = group_info(self._call)
-            paths = set(self._collapsed) - {path}
-            if info.count.get(path, 0) > EXPAND_ONE_LEVEL:
-                paths |= set(info.drawn_children(path))
-            self._focus_after = path
-        else:
-            paths = {p for p in self._collapsed if not p.startswith(path + ".")} | {path}
-            self._focus_after = "group:" + path
+        self._focus_after = path if path in self._collapsed else "group:" + path
+        paths = toggled(group_info(self._call), self._collapsed, path, EXPAND_ONE_LEVEL)
         self.sig_group_toggled.emit(path)
-        self._relayout(sync, frozenset(paths))
+        self._relayout(sync, paths)
 
     def set_show_saved(self, show: bool, *, sync: bool = False) -> None:
         if show != self._show_saved:
@@ -193,11 +180,7 @@ class GraphView(QGraphicsView):
         t, call = self._theme, self._call
         if layout is None:
             text = message or ("Same graph as an earlier call" if call and call.same_as else "No autograd graph to show")
-            item = QGraphicsSimpleTextItem(text)
-            item.setFont(font(t.font_family, t.font_px + 2))
-            item.setBrush(color(t.muted_text))
-            scene.addItem(item)
-            scene.setSceneRect(item.boundingRect().adjusted(-40, -40, 40, 40))
+            build_message(scene, text, t)
             self.legend.set_entries([], t)
             self.minimap.hide()
             self.resetTransform()
@@ -370,11 +353,8 @@ class GraphView(QGraphicsView):
     def _update_marks(self) -> None:
         if self.overview is None:
             return
-        marks = {v: "highlight" for v, i in self.node_items.items() if i.highlighted}
-        marks.update({v: i.state for v, i in self.node_items.items() if i.state in ("current", "failed")})
-        if self._selected is not None:
-            marks[self._layout.members.get(self._selected, self._selected)] = "selection"
-        self.overview.set_marks(marks)
+        selected = self._layout.members.get(self._selected, self._selected) if self._selected else None
+        self.overview.set_marks(overview_marks(self.node_items, selected))
 
     # -- zoom and navigation ----------------------------------------------------------------------
     def zoom_percent(self) -> int:
@@ -389,10 +369,10 @@ class GraphView(QGraphicsView):
         self._after_zoom()
 
     def zoom_in(self) -> None:
-        self.set_zoom(self.zoom_percent() * 1.25)
+        self.set_zoom(self.transform().m11() * 125)
 
     def zoom_out(self) -> None:
-        self.set_zoom(self.zoom_percent() / 1.25)
+        self.set_zoom(self.transform().m11() * 80)
 
     def fit(self) -> None:
         """Show the whole graph (never enlarged past 150 %)."""
@@ -462,6 +442,22 @@ class GraphView(QGraphicsView):
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
         self._update_minimap()
+
+    def keyPressEvent(self, event) -> None:
+        """Ctrl+= / Ctrl+- / Ctrl+0. Keys, not QShortcuts: a main window's actions on the same
+        keys then win without making the shortcut ambiguous."""
+        ctrl = bool(event.modifiers() & Qt.ControlModifier)
+        key = event.key()
+        if event.matches(QKeySequence.ZoomIn) or (ctrl and key in (Qt.Key_Equal, Qt.Key_Plus)):
+            self.zoom_in()
+        elif event.matches(QKeySequence.ZoomOut) or (ctrl and key == Qt.Key_Minus):
+            self.zoom_out()
+        elif ctrl and key == Qt.Key_0:
+            self.fit()
+        else:
+            super().keyPressEvent(event)
+            return
+        event.accept()
 
     # -- mouse ------------------------------------------------------------------------------------
     def viewportEvent(self, event) -> bool:

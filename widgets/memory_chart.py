@@ -12,12 +12,13 @@ labels appear only where they fit.
 from __future__ import annotations
 
 import bisect
+from functools import lru_cache
 
 import numpy as np
 import pyqtgraph as pg
 from pyqtgraph.graphicsItems.LegendItem import ItemSample
-from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal
-from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QPen
+from PySide6.QtCore import QLineF, QPointF, QRectF, Qt, QTimer, Signal
+from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QImage, QPen
 from PySide6.QtWidgets import QSizePolicy, QVBoxLayout, QWidget
 
 from widgets.theme import Theme, get_theme
@@ -36,51 +37,45 @@ def _get(sample, key, default=0):
     return sample.get(key, default) if isinstance(sample, dict) else getattr(sample, key, default)
 
 
-def _qcolor(hex_color: str, alpha: int | None = None) -> QColor:
-    c = QColor(hex_color)
-    if alpha is not None:
-        c.setAlpha(alpha)
-    return c
-
-
+@lru_cache(maxsize=8)
 def phase_brushes(theme: Theme) -> dict[str, QBrush]:
-    """Band fills; the print theme tells phases apart by grey level and hatching alone."""
+    """Band fills: distinct hues, and distinct grey levels once printed; the print theme has greys only."""
     if theme.name == "print":
-        return {"forward": QBrush(QColor(0, 0, 0, 22)), "backward": QBrush(QColor(0, 0, 0, 90), Qt.BDiagPattern),
+        return {"forward": QBrush(QColor(0, 0, 0, 18)), "backward": QBrush(QColor(0, 0, 0, 58)),
                 "between": QBrush(QColor(0, 0, 0, 0))}
-    strong = 70 if theme.name == "dark" else 46
-    return {"forward": QBrush(_qcolor(theme.leaf_border, strong)),
-            "backward": QBrush(_qcolor(theme.current, strong)),
-            "between": QBrush(_qcolor(theme.other_border, strong // 2))}
+    alpha = 56 if theme.name == "dark" else 46
+    colors = {"forward": (theme.leaf_border, alpha), "backward": (theme.current, alpha),
+              "between": (theme.other_border, alpha // 2)}
+    return {phase: QBrush(QColor(*QColor(c).getRgb()[:3], a)) for phase, (c, a) in colors.items()}
 
 
 class _ViewSpanItem(pg.GraphicsObject):
-    """Spans the visible height of its view and paints in device pixels."""
+    """Spans the visible height of its view and paints in device pixels, only what is visible."""
 
-    def __init__(self):
+    def __init__(self, z: float):
         super().__init__()
         self.theme = get_theme("light")
-        self.t0 = np.zeros(0)
-        self.t1 = np.zeros(0)
+        self.t0 = self.t1 = np.zeros(0)
+        self.setZValue(z)
 
     def boundingRect(self) -> QRectF:
         vr = self.viewRect()
-        if vr is None or not len(self.t0):
-            return QRectF()
-        x0, x1 = max(vr.left(), float(self.t0[0])), min(vr.right(), float(self.t1[-1]))
-        return QRectF(x0 - 1e-9, vr.top(), max(x1 - x0, 0.0) + 2e-9, vr.height())
+        return QRectF(vr) if vr is not None and len(self.t0) else QRectF()
 
     def viewTransformChanged(self):
         super().viewTransformChanged()
-        self.prepareGeometryChange()
-        self.update()
+        self.changed()
 
     def changed(self):
         self.prepareGeometryChange()
         self.update()
 
-    def _visible(self, painter):
-        """(first, last) indices of visible entries, the x transform to pixels and the pixel top/bottom."""
+    def set_theme(self, theme: Theme) -> None:
+        self.theme = theme
+        self.update()
+
+    def _begin(self, painter):
+        """Switch ``painter`` to pixels; returns the visible slice, the x mapping and the pixel top/bottom."""
         vr = self.viewRect()
         if vr is None or not len(self.t0):
             return None
@@ -88,102 +83,83 @@ class _ViewSpanItem(pg.GraphicsObject):
         lo = int(np.searchsorted(self.t1, vr.left(), "left"))
         hi = int(np.searchsorted(self.t0, vr.right(), "right"))
         top, bottom = sorted((tr.map(QPointF(0, vr.bottom())).y(), tr.map(QPointF(0, vr.top())).y()))
-        return lo, hi, tr.m11(), tr.dx(), top, bottom
+        left, right = sorted((tr.map(QPointF(vr.left(), 0)).x(), tr.map(QPointF(vr.right(), 0)).x()))
+        painter.resetTransform()
+        font = QFont(self.theme.font_family)
+        font.setPixelSize(self.theme.small_font_px + 1)
+        painter.setFont(font)
+        return slice(lo, hi), tr.m11(), tr.dx(), QRectF(left, top, right - left, bottom - top), QFontMetricsF(font)
 
 
 class PhaseBandsItem(_ViewSpanItem):
     """One band per run of samples in the same phase, labelled where the band is wide enough."""
 
     def __init__(self):
-        super().__init__()
+        super().__init__(z=-100)
         self.codes = np.zeros(0, dtype=np.int8)
         self.hidden: set[str] = set()
-        self.brushes = phase_brushes(self.theme)
-        self.setZValue(-100)
 
     def set_runs(self, t0: np.ndarray, t1: np.ndarray, codes: np.ndarray) -> None:
         self.t0, self.t1, self.codes = t0, t1, codes
         self.changed()
 
-    def set_theme(self, theme: Theme) -> None:
-        self.theme, self.brushes = theme, phase_brushes(theme)
-        self.update()
-
     def paint(self, p, *args):
-        vis = self._visible(p)
-        if vis is None:
+        if (view := self._begin(p)) is None:
             return
-        lo, hi, a, b, top, bottom = vis
-        x0 = np.rint(a * self.t0[lo:hi] + b)
-        x1 = np.rint(a * self.t1[lo:hi] + b)
-        codes = self.codes[lo:hi]
-        keep = x1 > x0  # runs narrower than a pixel vanish; their neighbours tile the column
-        p.save()
-        p.resetTransform()
-        p.setPen(Qt.NoPen)
-        for k, phase in enumerate(PHASES):
-            if phase in self.hidden:
-                continue
-            idx = np.nonzero(keep & (codes == k))[0]
-            if len(idx):
-                p.setBrush(self.brushes[phase])
-                p.drawRects([QRectF(x0[i], top, x1[i] - x0[i], bottom - top) for i in idx])
-        font = QFont(self.theme.font_family)
-        font.setPixelSize(self.theme.small_font_px + 1)
-        p.setFont(font)
+        sl, a, b, px, fm = view
+        # Each pixel column takes the phase at its centre, drawn as a one-row image stretched to
+        # the plot's height: thin tall rectangles cost a blend per row, this costs one per column.
+        first = np.floor(px.left())
+        width = int(np.ceil(px.right()) - first)
+        if width > 0:
+            centres = (first + np.arange(width) + 0.5 - b) / a
+            run = np.clip(np.searchsorted(self.t0, centres, "right") - 1, 0, len(self.t0) - 1)
+            inside = (centres >= self.t0[run]) & (centres <= self.t1[run])
+            brushes = phase_brushes(self.theme)
+            lut = np.zeros(len(PHASES) + 1, dtype=np.uint32)  # the last entry: no band
+            for k, phase in enumerate(PHASES):
+                if phase not in self.hidden:
+                    lut[k] = brushes[phase].color().rgba()
+            row = np.ascontiguousarray(lut[np.where(inside, self.codes[run], len(PHASES))])
+            strip = QImage(row.data, width, 1, QImage.Format_ARGB32)
+            p.drawImage(QRectF(first, px.top(), width, px.height()), strip)
+        x0, x1 = np.rint(a * self.t0[sl] + b), np.rint(a * self.t1[sl] + b)
+        codes = self.codes[sl]
         p.setPen(QColor(self.theme.muted_text))
-        fm = QFontMetricsF(font)
         room = np.array([fm.horizontalAdvance(ph) + 8 for ph in PHASES])
-        wide = np.nonzero(keep & ((x1 - x0) >= room[codes]))[0]
-        for i in wide[:200]:
-            phase = PHASES[codes[i]]
-            if phase not in self.hidden:
-                p.drawText(QPointF(x0[i] + 4, bottom - 5), phase)
-        p.restore()
+        for i in np.nonzero((x1 - x0) >= room[codes])[0][:200]:
+            if PHASES[codes[i]] not in self.hidden:
+                p.drawText(QPointF(x0[i] + 4, px.bottom() - 5), PHASES[codes[i]])
 
 
 class CallMarkersItem(_ViewSpanItem):
     """A dashed vertical line at each backward call start, labelled "#k" where labels fit."""
 
     def __init__(self):
-        super().__init__()
+        super().__init__(z=20)
         self.indices: list[int] = []
-        self.setZValue(20)
 
     def set_calls(self, calls: list[tuple[float, int]]) -> None:
         self.t0 = self.t1 = np.array([t for t, _ in calls], dtype=float)
         self.indices = [i for _, i in calls]
         self.changed()
 
-    def set_theme(self, theme: Theme) -> None:
-        self.theme = theme
-        self.update()
-
     def paint(self, p, *args):
-        vis = self._visible(p)
-        if vis is None:
+        if (view := self._begin(p)) is None:
             return
-        lo, hi, a, b, top, bottom = vis
-        xs = np.rint(a * self.t0[lo:hi] + b) + 0.5
-        p.save()
-        p.resetTransform()
+        sl, a, b, px, fm = view
+        top, bottom = px.top(), px.bottom()
+        xs = np.rint(a * self.t0[sl] + b) + 0.5
         pen = QPen(QColor(self.theme.muted_text), 1, Qt.DashLine)
         pen.setCosmetic(True)
         p.setPen(pen)
-        for x in np.unique(xs):
-            p.drawLine(QPointF(x, top), QPointF(x, bottom))
-        font = QFont(self.theme.font_family)
-        font.setPixelSize(self.theme.small_font_px + 1)
-        p.setFont(font)
+        p.drawLines([QLineF(x, top, x, bottom) for x in np.unique(xs)])
         p.setPen(QColor(self.theme.text))
-        fm = QFontMetricsF(font)
         right = -1e9
-        for x, index in zip(xs[:2000], self.indices[lo:hi][:2000]):
-            text = f"#{index}"
-            if x + 3 > right:
-                p.drawText(QPointF(x + 3, top + fm.ascent() + 2), text)
-                right = x + 3 + fm.horizontalAdvance(text) + 6
-        p.restore()
+        for x, index in zip(xs[:2000], self.indices[sl][:2000]):
+            if x + 3 > right:  # skip labels that would overlap the previous one
+                p.drawText(QPointF(x + 3, top + fm.ascent() + 2), f"#{index}")
+                right = x + 9 + fm.horizontalAdvance(f"#{index}")
 
 
 class _PhaseSwatch(ItemSample):
@@ -195,7 +171,8 @@ class _PhaseSwatch(ItemSample):
 
     def paint(self, p, *args):
         p.setPen(QPen(QColor(self.bands.theme.muted_text), 0))
-        p.setBrush(self.bands.brushes[self.phase] if self.phase not in self.bands.hidden else Qt.NoBrush)
+        hidden = self.phase in self.bands.hidden
+        p.setBrush(Qt.NoBrush if hidden else phase_brushes(self.bands.theme)[self.phase])
         p.drawRect(QRectF(3, 5, 14, 12))
 
     def mouseClickEvent(self, event):
@@ -210,11 +187,9 @@ class _Series:
     """Growable numpy columns of the samples, and the phase runs derived from them."""
 
     def __init__(self):
-        self.n = 0
-        self.t = np.zeros(256)
+        self.n, self.t, self.codes = 0, np.zeros(256), np.zeros(256, dtype=np.int8)
         self.cols = {f: np.zeros(256) for f in _FIELDS}
-        self.codes = np.zeros(256, dtype=np.int8)
-        self.run_t0: list[float] = []
+        self.run_t0: list[float] = []  # each run of samples in one phase: start, end, phase code
         self.run_t1: list[float] = []
         self.run_codes: list[int] = []
         self.calls: list[tuple[float, int]] = []  # derived from runs entering "backward"
@@ -232,12 +207,11 @@ class _Series:
             self.cols[f][sl] = [_get(s, f) for s in samples]
         codes = [PHASES.index(ph) if (ph := _get(s, "phase", "forward")) in PHASES else 2 for s in samples]
         self.codes[sl] = codes
-        for t, code in zip(self.t[sl], codes):
-            if self.run_codes and self.run_codes[-1] == code:
-                self.run_t1[-1] = t
-                continue
+        for t, code in zip(self.t[sl].tolist(), codes):
             if self.run_codes:
-                self.run_t1[-1] = t
+                self.run_t1[-1] = t  # a run ends where the next begins, so bands tile the time axis
+                if self.run_codes[-1] == code:
+                    continue
             self.run_t0.append(t)
             self.run_t1.append(t)
             self.run_codes.append(code)
@@ -269,13 +243,13 @@ class MemoryChart(QWidget):
         self.plot = self.plot_widget.addPlot(row=1, col=0)
         self.plot.setMenuEnabled(False)
         self.plot.hideButtons()
+        # Time zooms with the wheel; each y axis fits what is visible. Saved tensors get their
+        # own y scale in a second view that sits behind the main one and follows its x range.
         self.view = self.plot.getViewBox()
-        self.view.setMouseEnabled(x=True, y=False)
-        self.view.setAutoVisible(y=True)
-        # Saved tensors get their own y scale; this view sits behind the main one and follows its x.
         self.view2 = pg.ViewBox(enableMenu=False)
-        self.view2.setMouseEnabled(x=False, y=False)
-        self.view2.setAutoVisible(y=True)
+        for view, mouse_x in ((self.view, True), (self.view2, False)):
+            view.setMouseEnabled(x=mouse_x, y=False)
+            view.setAutoVisible(y=True)
         self.view2.setZValue(-10)
         self.plot.scene().addItem(self.view2)
         self.view2.setXLink(self.view)
@@ -288,27 +262,24 @@ class MemoryChart(QWidget):
         self.markers = CallMarkersItem()
         self.view.addItem(self.markers, ignoreBounds=True)
         self.cursor = pg.InfiniteLine(angle=90, movable=False)
-        self.cursor.setZValue(30)
-        self.cursor.hide()
-        self.view.addItem(self.cursor, ignoreBounds=True)
         self.readout = pg.TextItem(anchor=(0, 0))
-        self.readout.setZValue(40)
-        self.readout.hide()
-        self.view.addItem(self.readout, ignoreBounds=True)
+        for z, item in ((30, self.cursor), (40, self.readout)):
+            item.setZValue(z)
+            item.hide()
+            self.view.addItem(item, ignoreBounds=True)
         self._lines: dict[str, pg.PlotDataItem] = {}
         self._notes: list[pg.InfiniteLine] = []
         self._explicit_calls: list[tuple[float, int]] | None = None
         self._mode: str | None = None
+        self._dense = False
         self._series = _Series()
-        self._timer = QTimer(self)
-        self._timer.setSingleShot(True)
-        self._timer.setInterval(REFRESH_MS)
-        self._timer.timeout.connect(self.flush)
+        self._timer = QTimer(self, singleShot=True, interval=REFRESH_MS, timeout=self.flush)
         self._hover_proxy = pg.SignalProxy(self.plot.scene().sigMouseMoved, rateLimit=60, slot=self._on_hover)
         self.plot.scene().sigMouseClicked.connect(self._on_click)
         self._theme = get_theme(theme or self._palette_theme())
         self._apply_theme()
         self._set_mode("cpu")
+        self.view.sigXRangeChanged.connect(self._update_detail)
 
     # -- data ----------------------------------------------------------------------------------
     def set_samples(self, samples) -> None:
@@ -341,6 +312,7 @@ class MemoryChart(QWidget):
         self.markers.set_calls(calls)
 
     def clear(self) -> None:
+        """Forget all samples, calls and notes."""
         self._timer.stop()
         self._series = _Series()
         self._explicit_calls = None
@@ -356,6 +328,7 @@ class MemoryChart(QWidget):
             item.setData(s.t[:n], s.cols[key][:n] / MB)
         self.bands.set_runs(np.array(s.run_t0), np.array(s.run_t1), np.array(s.run_codes, dtype=np.int8))
         self.markers.set_calls(self._calls())
+        self._update_detail()
 
     def _calls(self) -> list[tuple[float, int]]:
         return self._explicit_calls if self._explicit_calls is not None else self._series.calls
@@ -406,6 +379,7 @@ class MemoryChart(QWidget):
         return list(self._notes)
 
     def mode(self) -> str:
+        """"cuda" (allocated and reserved) or "cpu" (RSS and saved tensors)."""
         return self._mode or "cpu"
 
     # -- appearance ----------------------------------------------------------------------------
@@ -413,18 +387,19 @@ class MemoryChart(QWidget):
         return "dark" if self.palette().window().color().lightness() < 128 else "light"
 
     def set_theme(self, name: str) -> None:
+        """Switch to the light, dark or print theme."""
         self._theme = get_theme(name)
         self._apply_theme()
         mode, self._mode = self._mode, None
         self._set_mode(mode or "cpu")
-        for line in self._notes:
-            line.label.setColor(self._theme.text)
 
     def theme(self) -> Theme:
         return self._theme
 
     def _apply_theme(self) -> None:
         t = self._theme
+        for line in self._notes:
+            line.label.setColor(t.text)
         self.plot_widget.setBackground(t.background)
         for name in ("left", "bottom", "right"):
             axis = self.plot.getAxis(name)
@@ -441,8 +416,20 @@ class MemoryChart(QWidget):
     def _line_pens(self) -> tuple[QPen, QPen]:
         t = self._theme
         solid = pg.mkPen(t.op_border, width=2)
-        dashed = pg.mkPen(t.custom_border if t.name != "print" else t.text, width=2, style=Qt.DashLine)
+        # Qt strokes dashes wider than 1 px slowly (seconds for a dense zigzag): thin them when dense.
+        dashed = pg.mkPen(t.custom_border if t.name != "print" else t.text, width=1 if self._dense else 2,
+                          style=Qt.DashLine)
         return solid, dashed
+
+    def _update_detail(self, *_) -> None:
+        """Thin the dashed line while more than one sample per 3 pixels is in view."""
+        s, (x0, x1) = self._series, self.view.viewRange()[0]
+        visible = np.searchsorted(s.t[:s.n], x1) - np.searchsorted(s.t[:s.n], x0)
+        dense = bool(visible > self.view.width() / 3)
+        if dense != self._dense:
+            self._dense = dense
+            for item, pen in zip(self._lines.values(), self._line_pens()):
+                item.setPen(pen)
 
     def _set_mode(self, mode: str) -> None:
         if mode == self._mode:
@@ -475,10 +462,13 @@ class MemoryChart(QWidget):
         self.view2.linkedViewChanged(self.view, self.view2.XAxis)
 
     # -- mouse ---------------------------------------------------------------------------------
+    def leaveEvent(self, event) -> None:
+        self._on_hover((None,))
+        super().leaveEvent(event)
+
     def _on_hover(self, args) -> None:
-        pos = args[0]
-        s = self._series
-        if not s.n or not self.view.sceneBoundingRect().contains(pos):
+        pos, s = args[0], self._series
+        if pos is None or not s.n or not self.view.sceneBoundingRect().contains(pos):
             self.cursor.hide()
             self.readout.hide()
             return
@@ -492,7 +482,8 @@ class MemoryChart(QWidget):
         vr = self.view.viewRect()
         right_half = p.x() > vr.center().x()
         self.readout.setAnchor((1.0 if right_half else 0.0, 0.0))
-        self.readout.setPos(p.x() + (-1 if right_half else 1) * 6 * vr.width() / max(self.view.width(), 1), vr.bottom())
+        gap = (-6 if right_half else 6) * vr.width() / max(self.view.width(), 1)  # 6 px from the cursor
+        self.readout.setPos(p.x() + gap, vr.bottom())
         self.readout.show()
 
     def readout_html(self, i: int) -> str:
@@ -500,8 +491,7 @@ class MemoryChart(QWidget):
         s = self._series
         phase = PHASES[s.codes[i]]
         call = self.call_at(float(s.t[i])) if phase == "backward" else None
-        head = f"<b>{s.t[i]:.3f} s</b> · {phase}" + (f" #{call}" if call is not None else "")
-        rows = [head]
+        rows = [f"<b>{s.t[i]:.3f} s</b> · {phase}" + (f" #{call}" if call is not None else "")]
         for (key, label), pen in zip(_LINES[self.mode()], self._line_pens()):
             rows.append(f"<span style='color:{pen.color().name()}'>{'━' if key in ('rss', 'allocated') else '╍'}"
                         f"</span> {label}: {s.cols[key][i] / MB:,.1f} MB")
@@ -510,10 +500,11 @@ class MemoryChart(QWidget):
         return f"<div style='font-size:8pt'>{'<br>'.join(rows)}</div>"
 
     def _on_click(self, ev) -> None:
-        if ev.button() != Qt.MouseButton.LeftButton or ev.double():
-            return
         pos = ev.scenePos()
-        if not self.view.sceneBoundingRect().contains(pos):
+        if ev.button() != Qt.MouseButton.LeftButton or not self.view.sceneBoundingRect().contains(pos):
+            return
+        if ev.double():  # back to the whole run, following new samples again
+            self.view.enableAutoRange()
             return
         t = float(self.view.mapSceneToView(pos).x())
         self.sig_time_clicked.emit(t)

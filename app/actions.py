@@ -1,0 +1,148 @@
+"""The main window's actions, toolbar and menus: every command has a shortcut and a tooltip."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtGui import QAction, QActionGroup, QKeySequence
+from PySide6.QtWidgets import QComboBox, QLabel, QLineEdit, QMenu, QSizePolicy, QToolButton, QWidget
+
+from app.resources import example_scripts, icon
+
+
+def make_action(w, text: str, slot, shortcut=None, tip: str = "", icon_name: str | None = None,
+            checkable: bool = False) -> QAction:
+    action = QAction(text, w)
+    if shortcut:
+        action.setShortcut(QKeySequence(shortcut))
+    if icon_name:
+        action.setIcon(icon(icon_name))
+    keys = f" ({action.shortcut().toString(QKeySequence.SequenceFormat.NativeText)})" if shortcut else ""
+    action.setToolTip(f"{tip or text.replace('&', '')}{keys}")
+    action.setStatusTip(tip or text.replace("&", ""))
+    action.setCheckable(checkable)
+    if checkable:
+        action.toggled.connect(slot)
+    else:
+        action.triggered.connect(slot)
+    w.addAction(action)
+    return action
+
+
+def build_actions(w) -> None:
+    w.act_open = make_action(w, "&Open…", w.open_dialog, QKeySequence.StandardKey.Open,
+                                 "Open a PyTorch script or model file", "open")
+    w.act_run = make_action(w, "&Run", w.run_script, "Ctrl+R", "Run the script again", "run")
+    w.act_stop = make_action(w, "&Stop", w.stop, "Shift+F5", "Stop the running script", "stop")
+    w.act_rerun_on_change = make_action(w, "Re-run When the File &Changes", w._set_watch, None,
+                                            "Run again whenever the script is saved", checkable=True)
+    w.act_fit = make_action(w, "&Fit to Window", lambda: w.graph.fit(), "Ctrl+0", "Fit the graph to the window",
+                                "fit")
+    w.act_zoom_in = make_action(w, "Zoom &In", lambda: w.graph.zoom_in(), QKeySequence.StandardKey.ZoomIn,
+                                    "Zoom in")
+    w.act_zoom_out = make_action(w, "Zoom &Out", lambda: w.graph.zoom_out(),
+                                     QKeySequence.StandardKey.ZoomOut, "Zoom out")
+    w.act_find = make_action(w, "&Find…", w.focus_search, QKeySequence.StandardKey.Find,
+                                 "Find a node by op or variable name")
+    w.act_saved = make_action(w, "Show &Saved Tensors", w.graph.set_show_saved, "Ctrl+Shift+S",
+                                  "Draw each node's saved tensors", "saved", checkable=True)
+    w.act_shapes = make_action(w, "Show S&hapes on Edges", w.graph.set_show_shapes, "Ctrl+Shift+H",
+                                   "Write tensor shapes on the edges", "shapes", checkable=True)
+    w.act_step = make_action(w, "&Step", lambda: w.stepper.step(), "F10",
+                             "Run backward one node at a time: the next node", "step")
+    w.act_step_to = make_action(w, "Step to Se&lected Node", w.step_to_selected, "Ctrl+F10",
+                                "Run backward until the selected node is next")
+    w.act_continue = make_action(w, "&Continue", lambda: w.stepper.resume(), "F5",
+                                 "Run backward to the end", "continue")
+    w.act_restart = make_action(w, "Res&tart Stepping", lambda: w.stepper.restart(), "Ctrl+Shift+F5",
+                                "Start stepping this call again from its first node", "restart")
+    w.act_quit = make_action(w, "&Quit", w.close, QKeySequence.StandardKey.Quit, "Quit Backprop Studio")
+    w.act_about = make_action(w, "&About Backprop Studio", w.about, None, "About")
+
+
+def build_toolbar(w) -> None:
+    bar = w.addToolBar("Main")
+    bar.setObjectName("toolbar_main")
+    bar.setMovable(False)
+    bar.setIconSize(QSize(18, 18))
+    bar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+    bar.addAction(w.act_open)
+    w.examples_button = QToolButton(w)
+    w.examples_button.setText("Examples")
+    w.examples_button.setIcon(icon("examples"))
+    w.examples_button.setToolTip("Open a bundled example")
+    w.examples_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+    w.examples_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+    w.examples_menu = examples_menu(w)
+    w.examples_button.setMenu(w.examples_menu)
+    bar.addWidget(w.examples_button)
+    bar.addSeparator()
+    bar.addWidget(QLabel(" Device: "))
+    w.device_box = QComboBox(w)
+    w.device_box.setToolTip("The device the script runs on (reported by the worker)")
+    w.device_box.setMinimumContentsLength(12)
+    w.device_box.addItem("CPU", "cpu")
+    bar.addWidget(w.device_box)
+    bar.addAction(w.act_run)
+    bar.addAction(w.act_stop)
+    bar.addSeparator()
+    bar.addAction(w.act_step)
+    bar.addAction(w.act_continue)
+    bar.addAction(w.act_restart)
+    bar.addSeparator()
+    bar.addAction(w.act_saved)
+    bar.addAction(w.act_shapes)
+    bar.addAction(w.act_fit)
+    spacer = QWidget(w)
+    spacer.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+    bar.addWidget(spacer)
+    w.search_box = QLineEdit(w)
+    w.search_box.setPlaceholderText("Find node or variable (Ctrl+F)")
+    w.search_box.setClearButtonEnabled(True)
+    w.search_box.setFixedWidth(240)
+    w.search_box.returnPressed.connect(w.search)
+    bar.addWidget(w.search_box)
+
+
+def examples_menu(w) -> QMenu:
+    menu = QMenu("Open &Example", w)
+    for path, title in example_scripts():
+        action = menu.addAction(f"{path.stem.split('_', 1)[0]}  {title}")
+        action.setToolTip(str(path))
+        action.triggered.connect(lambda _=False, p=str(path): w.open_script(p))
+    return menu
+
+
+def build_menus(w) -> None:
+    file_menu = w.menuBar().addMenu("&File")
+    file_menu.addAction(w.act_open)
+    file_menu.addMenu(examples_menu(w))
+    w.recent_menu = file_menu.addMenu("Open &Recent")
+    file_menu.addSeparator()
+    file_menu.addAction(w.act_quit)
+    view = w.menuBar().addMenu("&View")
+    for action in (w.act_fit, w.act_zoom_in, w.act_zoom_out, w.act_find):
+        view.addAction(action)
+    view.addSeparator()
+    view.addAction(w.act_saved)
+    view.addAction(w.act_shapes)
+    view.addSeparator()
+    theme_menu = view.addMenu("&Theme")
+    group = QActionGroup(w)
+    for name in ("light", "dark"):
+        act = theme_menu.addAction(name.title())
+        act.setCheckable(True)
+        act.setChecked(name == "light")
+        act.triggered.connect(lambda _=False, n=name: w.graph.set_theme(n))
+        group.addAction(act)
+    view.addSeparator()
+    for dock in w.docks.values():
+        view.addAction(dock.toggleViewAction())
+    run = w.menuBar().addMenu("&Run")
+    run.addAction(w.act_run)
+    run.addAction(w.act_stop)
+    run.addAction(w.act_rerun_on_change)
+    run.addSeparator()
+    for action in (w.act_step, w.act_step_to, w.act_continue, w.act_restart):
+        run.addAction(action)
+    help_menu = w.menuBar().addMenu("&Help")
+    help_menu.addAction(w.act_about)
