@@ -55,6 +55,13 @@ def build_actions(w) -> None:
                                  "Run backward to the end", "continue")
     w.act_restart = make_action(w, "Res&tart Stepping", lambda: w.stepper.restart(), "Ctrl+Shift+F5",
                                 "Start stepping this call again from its first node", "restart")
+    w.act_show_graph = make_action(w, "&Graph", lambda: w.center.setCurrentWidget(w.graph), "Ctrl+1",
+                                   "Show the autograd graph")
+    w.act_show_storage = make_action(w, "S&torage", lambda: w.center.setCurrentWidget(w.storage), "Ctrl+2",
+                                     "Show the selected tensor's storage, element by element")
+    for action, short in ((w.act_saved, "Saved"), (w.act_shapes, "Shapes"), (w.act_fit, "Fit"),
+                          (w.act_restart, "Restart")):
+        action.setIconText(short)
     w.act_quit = make_action(w, "&Quit", w.close, QKeySequence.StandardKey.Quit, "Quit Backprop Studio")
     w.act_about = make_action(w, "&About Backprop Studio", w.about, None, "About")
 
@@ -122,6 +129,9 @@ def build_menus(w) -> None:
     view = w.menuBar().addMenu("&View")
     for action in (w.act_fit, w.act_zoom_in, w.act_zoom_out, w.act_find):
         view.addAction(action)
+    view.addSeparator()
+    view.addAction(w.act_show_graph)
+    view.addAction(w.act_show_storage)
     view.addSeparator()
     view.addAction(w.act_saved)
     view.addAction(w.act_shapes)

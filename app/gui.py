@@ -23,6 +23,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--screenshot", metavar="OUT.png",
                         help="run the script, save a picture of the whole window once the graph is shown, exit")
     parser.add_argument("--timeout", type=float, default=600.0, help="time limit of a run in seconds (default 600)")
+    parser.add_argument("--select", metavar="NAME", help="select this variable, parameter or op once shown")
     parser.add_argument("--size", default="1400x860", help="window size, WIDTHxHEIGHT (default 1400x860)")
     return parser.parse_args(argv)
 
@@ -90,6 +91,8 @@ def main(argv: list[str]) -> int:
 
         def grab() -> None:
             window.graph.fit()
+            if args.select and not window.select_named(args.select):
+                sys.stderr.write(f"backprop-studio: nothing named {args.select!r} to select\n")
             app.processEvents()
             pixmap = window.grab()
             out.parent.mkdir(parents=True, exist_ok=True)

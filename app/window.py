@@ -12,7 +12,16 @@ from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QFileSystemWatcher, QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
-from PySide6.QtWidgets import QDockWidget, QFileDialog, QLabel, QMainWindow, QMessageBox, QProgressBar, QWidget
+from PySide6.QtWidgets import (
+    QDockWidget,
+    QFileDialog,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QProgressBar,
+    QTabWidget,
+    QWidget,
+)
 
 from app.actions import build_actions, build_menus, build_toolbar
 from app.resources import icon
@@ -26,6 +35,8 @@ from widgets.output_panel import OutputPanel
 from widgets.problems_panel import ProblemsPanel
 from widgets.source_view import SourcePanel
 from widgets.step_log import StepLogPanel
+from widgets.storage_view import StorageView
+from widgets.tensors_panel import TensorsPanel
 
 log = logging.getLogger(__name__)
 
@@ -76,15 +87,27 @@ class MainWindow(QMainWindow):
     # -- construction ---------------------------------------------------------------------------------
     def _build_views(self) -> None:
         self.graph = GraphView(self)
-        self.setCentralWidget(self.graph)
+        # The centre shows the graph, or a tensor's storage drawn large (Ctrl+1 / Ctrl+2).
+        self.center = QTabWidget(self)
+        self.center.setDocumentMode(True)
+        self.center.setTabPosition(QTabWidget.TabPosition.South)
+        self.setCentralWidget(self.center)
         self.calls = CallsPanel(self)
         self.inspector = InspectorPanel(self)
         self.source = SourcePanel(self)
         self.output = OutputPanel(self)
         self.problems = ProblemsPanel(self)
         self.step_log = StepLogPanel(self)
+        self.storage = StorageView(self)
+        self.tensors = TensorsPanel(self)
+        self.center.addTab(self.graph, "Graph")
+        self.center.addTab(self.storage, "Storage")
+        self._tensor_scope = "call"
         self.docks: dict[str, QDockWidget] = {}
         self._dock("calls", "Calls", self.calls, Qt.DockWidgetArea.LeftDockWidgetArea)
+        self._dock("tensors", "Tensors", self.tensors, Qt.DockWidgetArea.LeftDockWidgetArea)
+        self.tabifyDockWidget(self.docks["calls"], self.docks["tensors"])
+        self.docks["calls"].raise_()
         self._dock("inspector", "Inspector", self.inspector, Qt.DockWidgetArea.RightDockWidgetArea)
         bottom = Qt.DockWidgetArea.BottomDockWidgetArea
         self._dock("source", "Source", self.source, bottom)
@@ -140,6 +163,8 @@ class MainWindow(QMainWindow):
         self.problems.sig_call_selected.connect(self._select_call_from_elsewhere)
         self.problems.sig_node_selected.connect(self.select_node)
         self.step_log.sig_step_selected.connect(self.stepper.replay)
+        self.storage.sig_tensor_selected.connect(self.select_tensor)
+        self.tensors.sig_tensor_selected.connect(lambda tid: self.select_tensor(tid, scope="top"))
         self.stepper.sig_changed.connect(self._update_actions)
         if h.devices:
             self.set_devices(h.devices)
@@ -267,6 +292,7 @@ class MainWindow(QMainWindow):
         """Show a trace: calls list, problems, and the first call's graph."""
         self.trace = trace
         self.calls.set_trace(trace)
+        self.tensors.set_tensors(trace.tensors)
         self.problems.set_trace(trace)
         if trace.error is not None:
             self.problems.show_error(trace.error)
@@ -277,6 +303,14 @@ class MainWindow(QMainWindow):
             self.call = None
             self.graph.set_call(None)
             self.inspector.clear()
+            self.storage.clear()
+            self._update_actions()
+            named = [t for t in trace.tensors if t.name]
+            if named:
+                # No graph: the script is about tensors themselves; show them.
+                self.docks["tensors"].raise_()
+                self.select_tensor(named[0].id, scope="top")
+                self.center.setCurrentWidget(self.storage)
             self.sig_trace_shown.emit()
             return
         self.calls.select_call(first.id)
@@ -303,6 +337,7 @@ class MainWindow(QMainWindow):
         self.inspector.clear()
         self.source.clear_highlight()
         self.graph.set_call(call)
+        self.center.setCurrentWidget(self.graph)
         self._update_actions()
 
     def _on_scene_ready(self, _call_id: str = "") -> None:
@@ -321,7 +356,11 @@ class MainWindow(QMainWindow):
         if self.call is None or self.call.node(node_id) is None:
             return
         self._selected_node = node_id
+        self._tensor_scope = "call"
         node = self.call.node(node_id)
+        tensor_id = node.variable or node.tensor
+        if tensor_id is not None and self.call.tensor(tensor_id) is not None:
+            self.storage.set_tensor(self.call.tensors, tensor_id, self.call.storages)
         if self.graph.selected_node() != node_id:
             self.graph.select_node(node_id)
         self.inspector.show_node(self.call, node_id)
@@ -330,15 +369,40 @@ class MainWindow(QMainWindow):
         else:
             self.source.clear_highlight()
 
-    def select_tensor(self, tensor_id: str) -> None:
-        if self.call is None:
+    def select_tensor(self, tensor_id: str, scope: str | None = None) -> None:
+        """Show a tensor in the inspector and its storage; ``scope`` is "call" (the graph's
+        tensors) or "top" (the tensors named when the script ended); ids are per scope."""
+        scope = scope or self._tensor_scope
+        if scope == "call" and self.call is not None:
+            tensors, storages = self.call.tensors, self.call.storages
+        elif self.trace is not None:
+            tensors, storages, scope = self.trace.tensors, self.trace.storages, "top"
+        else:
             return
-        tensor = self.call.tensor(tensor_id)
-        if tensor is None and self.trace is not None:
-            tensor = next((t for t in self.trace.tensors if t.id == tensor_id), None)
-        if tensor is None:
+        by_id = {t.id: t for t in tensors}
+        if tensor_id not in by_id:
             return
-        self.inspector.show_tensor(self.call, tensor_id)
+        self._tensor_scope = scope
+        self.inspector.show_tensor(by_id, tensor_id)
+        self.storage.set_tensor(tensors, tensor_id, storages)
+        if scope == "top":
+            self.tensors.select_tensor(tensor_id)
+
+    def select_named(self, name: str) -> bool:
+        """Select a node or tensor by its script name (used by --select for screenshots)."""
+        if self.call is not None:
+            node = next((n for n in self.call.nodes if n.label == name or n.name == name), None)
+            if node is not None:
+                self.select_node(node.id)
+                return True
+        if self.trace is not None:
+            t = next((t for t in self.trace.tensors if t.name == name), None)
+            if t is not None:
+                self.docks["tensors"].raise_()
+                self.select_tensor(t.id, scope="top")
+                self.center.setCurrentWidget(self.storage)
+                return True
+        return False
 
     def select_line(self, line: int) -> None:
         """Select the nodes a script line created (the first one is centred)."""

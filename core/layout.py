@@ -16,7 +16,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from core.layout_groups import GroupInfo, default_collapsed, group_info  # noqa: F401 - public API
+from core.layout_groups import GroupInfo, default_collapsed, group_info, paused_gc  # noqa: F401 - public API
 from core.layout_layered import layered
 from core.trace import CallInfo, NodeInfo
 
@@ -244,14 +244,15 @@ def layout_call(
 ) -> Layout:
     """Lay out ``call``; ``engine`` is "auto"/"layered" (built in) or "dot" (Graphviz, if installed)."""
     start = time.perf_counter()
-    vis = build_visible(call, frozenset(collapsed), show_saved)
-    if engine == "dot":
-        from core.layout_dot import dot_available, layout_dot
+    with paused_gc():
+        vis = build_visible(call, frozenset(collapsed), show_saved)
+        if engine == "dot":
+            from core.layout_dot import dot_available, layout_dot
 
-        if dot_available():
-            return layout_dot(call, vis)
-        log.warning("Graphviz dot is not installed; using the built-in layout")
-    out = _compound(call, vis)
+            if dot_available():
+                return layout_dot(call, vis)
+            log.warning("Graphviz dot is not installed; using the built-in layout")
+        out = _compound(call, vis)
     log.debug("layout of %d boxes in %.3f s", len(vis.ids), time.perf_counter() - start)
     return out
 

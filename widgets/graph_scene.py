@@ -13,7 +13,7 @@ from PySide6.QtCore import QObject, QRectF, Qt, QThreadPool, Signal
 from PySide6.QtGui import QFontMetricsF
 from PySide6.QtWidgets import QGraphicsScene, QGraphicsSimpleTextItem
 
-from core.layout import Layout, default_collapsed, format_shape, group_info, layout_call, node_label
+from core.layout import Layout, default_collapsed, format_shape, group_info, layout_call, node_label, paused_gc
 from core.trace import CallInfo
 from widgets.graph_items import EdgeItem, GroupBoxItem, NodeItem, NodeStyle, SavedItem, color, font
 from widgets.minimap import OverviewItem
@@ -41,6 +41,11 @@ def build_scene(scene: QGraphicsScene, call: CallInfo, layout: Layout, theme: Th
     Node tooltips are filled in when first asked for (``tooltip``), not here: building 5,000
     strings nobody reads was a tenth of the build time.
     """
+    with paused_gc():
+        return _build_scene(scene, call, layout, theme, show, with_overview)
+
+
+def _build_scene(scene, call, layout, theme, show, with_overview) -> SceneItems:
     t = theme
     out = SceneItems(styles=node_styles(call, layout.nodes))
     curved = layout.engine != "dot"

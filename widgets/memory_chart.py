@@ -1,12 +1,10 @@
 """Memory over time with phase bands and backward-call markers (pyqtgraph; plain data in, no torch).
 
-On CPU the chart draws process RSS (left axis) and the bytes of saved tensors (right axis, its
-own scale: a few MB of activations would be flat next to a 300 MB process); on CUDA, the
-allocator's ``allocated`` and ``reserved`` on one axis. MB means 2**20 bytes, like PyTorch's
-memory summaries. Bands show the phase (forward, backward, between) and a dashed line marks
-each backward call start. Bands and markers are each one item that draws only what is visible
-and merges runs narrower than a pixel, so a loop of ten thousand calls pans smoothly; their
-labels appear only where they fit.
+On CPU: process RSS (left axis) and saved-tensor bytes (right axis, own scale: a few MB of
+activations would be flat next to a 300 MB process); on CUDA: the allocator's ``allocated`` and
+``reserved``. MB means 2**20 bytes, as in PyTorch's memory summaries. Bands show the phase and a
+dashed line marks each backward call start; each is one item that draws only the visible pixel
+columns, so a loop of ten thousand calls still pans smoothly, with labels only where they fit.
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ from functools import lru_cache
 import numpy as np
 import pyqtgraph as pg
 from pyqtgraph.graphicsItems.LegendItem import ItemSample
-from PySide6.QtCore import QLineF, QPointF, QRectF, Qt, QTimer, Signal
+from PySide6.QtCore import QLineF, QMargins, QPointF, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QImage, QPen
 from PySide6.QtWidgets import QSizePolicy, QVBoxLayout, QWidget
 
@@ -26,6 +24,7 @@ from widgets.theme import Theme, get_theme
 MB = float(1 << 20)
 PHASES = ("forward", "backward", "between")
 REFRESH_MS = 50  # live updates are drawn at most 20 times a second
+DASH_PIXELS = 10_000  # longer dashed paths are drawn 1 px wide: Qt takes ~3 us per pixel of wide dashes
 _FIELDS = ("allocated", "reserved", "rss", "saved_bytes", "max_allocated")
 _LINES = {
     "cuda": (("allocated", "allocated"), ("reserved", "reserved")),
@@ -115,15 +114,13 @@ class PhaseBandsItem(_ViewSpanItem):
             centres = (first + np.arange(width) + 0.5 - b) / a
             run = np.clip(np.searchsorted(self.t0, centres, "right") - 1, 0, len(self.t0) - 1)
             inside = (centres >= self.t0[run]) & (centres <= self.t1[run])
-            brushes = phase_brushes(self.theme)
-            lut = np.zeros(len(PHASES) + 1, dtype=np.uint32)  # the last entry: no band
-            for k, phase in enumerate(PHASES):
-                if phase not in self.hidden:
-                    lut[k] = brushes[phase].color().rgba()
+            brushes = phase_brushes(self.theme)  # ARGB per phase code, then "no band"
+            lut = np.array([0 if ph in self.hidden else brushes[ph].color().rgba() for ph in PHASES] + [0], np.uint32)
             row = np.ascontiguousarray(lut[np.where(inside, self.codes[run], len(PHASES))])
             strip = QImage(row.data, width, 1, QImage.Format_ARGB32)
             p.drawImage(QRectF(first, px.top(), width, px.height()), strip)
-        x0, x1 = np.rint(a * self.t0[sl] + b), np.rint(a * self.t1[sl] + b)
+        x0 = np.maximum(np.rint(a * self.t0[sl] + b), px.left())  # label the visible part of a band
+        x1 = np.minimum(np.rint(a * self.t1[sl] + b), px.right())
         codes = self.codes[sl]
         p.setPen(QColor(self.theme.muted_text))
         room = np.array([fm.horizontalAdvance(ph) + 8 for ph in PHASES])
@@ -136,7 +133,7 @@ class CallMarkersItem(_ViewSpanItem):
     """A dashed vertical line at each backward call start, labelled "#k" where labels fit."""
 
     def __init__(self):
-        super().__init__(z=20)
+        super().__init__(z=-5)  # under the lines
         self.indices: list[int] = []
 
     def set_calls(self, calls: list[tuple[float, int]]) -> None:
@@ -148,18 +145,20 @@ class CallMarkersItem(_ViewSpanItem):
         if (view := self._begin(p)) is None:
             return
         sl, a, b, px, fm = view
-        top, bottom = px.top(), px.bottom()
         xs = np.rint(a * self.t0[sl] + b) + 0.5
-        pen = QPen(QColor(self.theme.muted_text), 1, Qt.DashLine)
-        pen.setCosmetic(True)
-        p.setPen(pen)
-        p.drawLines([QLineF(x, top, x, bottom) for x in np.unique(xs)])
-        p.setPen(QColor(self.theme.text))
-        right = -1e9
+        labels, right = [], -1e9
         for x, index in zip(xs[:2000], self.indices[sl][:2000]):
             if x + 3 > right:  # skip labels that would overlap the previous one
-                p.drawText(QPointF(x + 3, top + fm.ascent() + 2), f"#{index}")
-                right = x + 9 + fm.horizontalAdvance(f"#{index}")
+                labels.append((x, f"#{index}"))
+                right = x + 9 + fm.horizontalAdvance(labels[-1][1])
+        lines = np.unique(xs)
+        if len(lines) * 4 > px.width():  # a line every few pixels would hide the data: labelled ones only
+            lines = [x for x, _ in labels]
+        p.setPen(QPen(QColor(self.theme.muted_text), 0, Qt.DashLine))  # 0: one pixel, cosmetic
+        p.drawLines([QLineF(x, px.top(), x, px.bottom()) for x in lines])
+        p.setPen(QColor(self.theme.text))
+        for x, text in labels:
+            p.drawText(QPointF(x + 3, px.top() + fm.ascent() + 2), text)
 
 
 class _PhaseSwatch(ItemSample):
@@ -198,8 +197,7 @@ class _Series:
         m = len(samples)
         if self.n + m > len(self.t):
             cap = max(2 * len(self.t), self.n + m)
-            self.t = np.resize(self.t, cap)
-            self.codes = np.resize(self.codes, cap)
+            self.t, self.codes = np.resize(self.t, cap), np.resize(self.codes, cap)
             self.cols = {f: np.resize(c, cap) for f, c in self.cols.items()}
         sl = slice(self.n, self.n + m)
         self.t[sl] = [float(_get(s, "t")) for s in samples]
@@ -232,9 +230,7 @@ class MemoryChart(QWidget):
         super().__init__(parent)
         # The legend gets its own row above the plot, so it never hides data, markers or the readout.
         self.plot_widget = pg.GraphicsLayoutWidget(parent=self)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.plot_widget)
+        QVBoxLayout(self, contentsMargins=QMargins(0, 0, 0, 0)).addWidget(self.plot_widget)
         self.legend = pg.LegendItem(colCount=5, verSpacing=-8, horSpacing=4, frame=False)
         self.legend.setSizePolicy(QSizePolicy.Maximum, QSizePolicy.Fixed)
         self.plot_widget.addItem(self.legend, row=0, col=0)
@@ -257,9 +253,8 @@ class MemoryChart(QWidget):
         self.view.sigResized.connect(self._sync_views)
         self.plot.setLabel("bottom", "time", units="s")
         self.plot.showGrid(y=True, alpha=0.12)
-        self.bands = PhaseBandsItem()
+        self.bands, self.markers = PhaseBandsItem(), CallMarkersItem()
         self.view2.addItem(self.bands, ignoreBounds=True)
-        self.markers = CallMarkersItem()
         self.view.addItem(self.markers, ignoreBounds=True)
         self.cursor = pg.InfiniteLine(angle=90, movable=False)
         self.readout = pg.TextItem(anchor=(0, 0))
@@ -267,19 +262,20 @@ class MemoryChart(QWidget):
             item.setZValue(z)
             item.hide()
             self.view.addItem(item, ignoreBounds=True)
-        self._lines: dict[str, pg.PlotDataItem] = {}
+        self._lines: dict[str, pg.PlotDataItem] = {}  # by sample field
         self._notes: list[pg.InfiniteLine] = []
         self._explicit_calls: list[tuple[float, int]] | None = None
-        self._mode: str | None = None
-        self._dense = False
+        self._mode: str | None = None  # "cpu" or "cuda": which lines are shown
+        self._dense = False  # a long dashed path in view: drawn 1 px wide
         self._series = _Series()
         self._timer = QTimer(self, singleShot=True, interval=REFRESH_MS, timeout=self.flush)
         self._hover_proxy = pg.SignalProxy(self.plot.scene().sigMouseMoved, rateLimit=60, slot=self._on_hover)
         self.plot.scene().sigMouseClicked.connect(self._on_click)
-        self._theme = get_theme(theme or self._palette_theme())
+        self._theme = get_theme(theme or ("dark" if self.palette().window().color().lightness() < 128 else "light"))
         self._apply_theme()
         self._set_mode("cpu")
-        self.view.sigXRangeChanged.connect(self._update_detail)
+        for view in (self.view, self.view2):
+            view.sigRangeChanged.connect(self._update_detail)
 
     # -- data ----------------------------------------------------------------------------------
     def set_samples(self, samples) -> None:
@@ -306,10 +302,9 @@ class MemoryChart(QWidget):
 
     def add_call(self, index: int, t: float) -> None:
         """One more call start, from a live ``call`` event."""
-        calls = self._explicit_calls if self._explicit_calls is not None else []
-        bisect.insort(calls, (float(t), int(index)))
-        self._explicit_calls = calls
-        self.markers.set_calls(calls)
+        self._explicit_calls = self._explicit_calls if self._explicit_calls is not None else []
+        bisect.insort(self._explicit_calls, (float(t), int(index)))
+        self.markers.set_calls(self._explicit_calls)
 
     def clear(self) -> None:
         """Forget all samples, calls and notes."""
@@ -337,9 +332,8 @@ class MemoryChart(QWidget):
     def add_marker(self, t: float, text: str, color: str | None = None) -> pg.InfiniteLine:
         """A labelled vertical line at ``t`` (a note, apart from call markers)."""
         pen = pg.mkPen(color or self._theme.executed_mark, width=1.5, style=Qt.DotLine)
-        line = pg.InfiniteLine(pos=t, angle=90, movable=False, pen=pen, label=text,
-                               labelOpts={"position": 0.85, "color": self._theme.text,
-                                          "fill": pg.mkBrush(self._theme.overlay_fill), "anchors": [(0, 0.5), (0, 0.5)]})
+        opts = {"position": 0.85, "color": self._theme.text, "fill": self._theme.overlay_fill, "anchors": [(0, 0.5)] * 2}
+        line = pg.InfiniteLine(pos=t, angle=90, movable=False, pen=pen, label=text, labelOpts=opts)
         line.setZValue(25)
         self.view.addItem(line, ignoreBounds=True)
         self._notes.append(line)
@@ -368,8 +362,7 @@ class MemoryChart(QWidget):
 
     def band_items(self) -> list[tuple[str, float, float]]:
         """One (phase, start, end) per run of samples in the same phase, as the bands item draws them."""
-        b = self.bands
-        return [(PHASES[c], float(t0), float(t1)) for c, t0, t1 in zip(b.codes, b.t0, b.t1)]
+        return [(PHASES[c], float(t0), float(t1)) for c, t0, t1 in zip(self.bands.codes, self.bands.t0, self.bands.t1)]
 
     def marker_items(self) -> list[tuple[int, float]]:
         """One (call index, t) per backward call marker."""
@@ -378,14 +371,7 @@ class MemoryChart(QWidget):
     def note_items(self) -> list[pg.InfiniteLine]:
         return list(self._notes)
 
-    def mode(self) -> str:
-        """"cuda" (allocated and reserved) or "cpu" (RSS and saved tensors)."""
-        return self._mode or "cpu"
-
     # -- appearance ----------------------------------------------------------------------------
-    def _palette_theme(self) -> str:
-        return "dark" if self.palette().window().color().lightness() < 128 else "light"
-
     def set_theme(self, name: str) -> None:
         """Switch to the light, dark or print theme."""
         self._theme = get_theme(name)
@@ -401,15 +387,13 @@ class MemoryChart(QWidget):
         for line in self._notes:
             line.label.setColor(t.text)
         self.plot_widget.setBackground(t.background)
-        for name in ("left", "bottom", "right"):
-            axis = self.plot.getAxis(name)
-            axis.setPen(pg.mkPen(t.muted_text))
-            axis.setTextPen(pg.mkPen(t.text))
+        for axis in (self.plot.getAxis(name) for name in ("left", "bottom", "right")):
+            axis.setPen(t.muted_text)
+            axis.setTextPen(t.text)
         self.bands.set_theme(t)
         self.markers.set_theme(t)
         self.cursor.setPen(pg.mkPen(t.muted_text, width=1, style=Qt.DotLine))
-        self.readout.fill = pg.mkBrush(t.overlay_fill)
-        self.readout.border = pg.mkPen(t.overlay_border)
+        self.readout.fill, self.readout.border = pg.mkBrush(t.overlay_fill), pg.mkPen(t.overlay_border)
         self.readout.setColor(t.text)
         self.legend.setLabelTextColor(t.text)
 
@@ -422,10 +406,15 @@ class MemoryChart(QWidget):
         return solid, dashed
 
     def _update_detail(self, *_) -> None:
-        """Thin the dashed line while more than one sample per 3 pixels is in view."""
-        s, (x0, x1) = self._series, self.view.viewRange()[0]
-        visible = np.searchsorted(s.t[:s.n], x1) - np.searchsorted(s.t[:s.n], x0)
-        dense = bool(visible > self.view.width() / 3)
+        """Thin the dashed line while its visible path is long (a dense zigzag)."""
+        key, item = list(self._lines.items())[1]
+        s, view = self._series, item.getViewBox()
+        if view is None or s.n < 2:
+            return
+        (x0, x1), (y0, y1) = view.viewRange()
+        lo, hi = np.searchsorted(s.t[:s.n], (x0, x1))
+        rise = np.abs(np.diff(s.cols[key][lo:hi + 1])).sum() / MB * view.height() / max(y1 - y0, 1e-9)
+        dense = bool(rise + view.width() > DASH_PIXELS)
         if dense != self._dense:
             self._dense = dense
             for item, pen in zip(self._lines.values(), self._line_pens()):
@@ -448,13 +437,11 @@ class MemoryChart(QWidget):
             self.legend.addItem(item, label)
         for phase in PHASES:
             self.legend.addItem(_PhaseSwatch(self.bands, phase), phase)
-        if mode == "cpu":
-            self.plot.getAxis("left").setLabel("process RSS (MB)", color=pens[0].color().name())
-            self.plot.getAxis("right").setLabel("saved tensors (MB)", color=pens[1].color().name())
-            self.plot.showAxis("right")
-        else:
-            self.plot.getAxis("left").setLabel("CUDA memory (MB)", color=self._theme.text)
-            self.plot.hideAxis("right")
+        cpu = mode == "cpu"
+        self.plot.getAxis("left").setLabel("process RSS (MB)" if cpu else "CUDA memory (MB)",
+                                           color=pens[0].color().name() if cpu else self._theme.text)
+        self.plot.getAxis("right").setLabel("saved tensors (MB)", color=pens[1].color().name())
+        self.plot.showAxis("right", cpu)
         self.flush()
 
     def _sync_views(self) -> None:
@@ -473,9 +460,7 @@ class MemoryChart(QWidget):
             self.readout.hide()
             return
         p = self.view.mapSceneToView(pos)
-        i = int(np.clip(np.searchsorted(s.t[:s.n], p.x()), 0, s.n - 1))
-        if i > 0 and abs(s.t[i - 1] - p.x()) < abs(s.t[i] - p.x()):
-            i -= 1
+        i = max(int(np.searchsorted(s.t[:s.n], p.x(), "right")) - 1, 0)  # the sample in effect then
         self.cursor.setPos(p.x())
         self.cursor.show()
         self.readout.setHtml(self.readout_html(i))
@@ -492,10 +477,10 @@ class MemoryChart(QWidget):
         phase = PHASES[s.codes[i]]
         call = self.call_at(float(s.t[i])) if phase == "backward" else None
         rows = [f"<b>{s.t[i]:.3f} s</b> · {phase}" + (f" #{call}" if call is not None else "")]
-        for (key, label), pen in zip(_LINES[self.mode()], self._line_pens()):
+        for (key, label), pen in zip(_LINES[self._mode], self._line_pens()):
             rows.append(f"<span style='color:{pen.color().name()}'>{'━' if key in ('rss', 'allocated') else '╍'}"
                         f"</span> {label}: {s.cols[key][i] / MB:,.1f} MB")
-        if self.mode() == "cuda" and s.cols["max_allocated"][i]:
+        if self._mode == "cuda" and s.cols["max_allocated"][i]:
             rows.append(f"peak allocated: {s.cols['max_allocated'][i] / MB:,.1f} MB")
         return f"<div style='font-size:8pt'>{'<br>'.join(rows)}</div>"
 
@@ -508,6 +493,5 @@ class MemoryChart(QWidget):
             return
         t = float(self.view.mapSceneToView(pos).x())
         self.sig_time_clicked.emit(t)
-        call = self.call_at(t)
-        if call is not None:
+        if (call := self.call_at(t)) is not None:
             self.sig_call_selected.emit(call)
