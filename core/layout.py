@@ -419,9 +419,7 @@ def _compound(call: CallInfo, vis: Visible) -> Layout:
                     pts.append(p)
         edges.append(EdgePath(u, v, nr, pts, slot, count))
 
-    groups = [
-        GroupBox(g, *rect[g], False, info.count[g], blocks[g]["label"], len(chain[g]) - 2) for g in vis.groups
-    ]
+    groups = [GroupBox(g, *rect[g], False, info.count[g], blocks[g]["label"], len(chain[g]) - 2) for g in vis.groups]
     for path, count in vis.collapsed.items():
         x, y, w, h = nodes_xywh[group_id(path)]
         depth = len(chain[vis.container[group_id(path)]]) - 1

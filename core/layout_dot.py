@@ -67,7 +67,9 @@ def layout_dot(call: CallInfo, vis: Visible, timeout: float = 120.0) -> Layout:
 
     def emit(container: str | None) -> None:
         for g in children.get(container, []):
-            lines.append(f"subgraph {_q('cluster_' + g)} {{ label={_q(g)}; fontsize=10; labeljust=l; margin={GROUP_PAD:.0f};")
+            lines.append(
+                f"subgraph {_q('cluster_' + g)} {{ label={_q(g)}; fontsize=10; labeljust=l; margin={GROUP_PAD:.0f};"
+            )
             emit(g)
             lines.append("}")
         for v in members.get(container, []):
@@ -107,11 +109,17 @@ def layout_dot(call: CallInfo, vis: Visible, timeout: float = 120.0) -> Layout:
         boxes = vis.saved.get(v, [])
         sy = cy - (len(boxes) * (SAVED_H + 3) - 3) / 2
         for sname, tensor, text, state in boxes:
-            saved.append(SavedBox(v, sname, tensor, left + w + SAVED_GAP, sy, len(text) * SMALL_CHAR_W + 12, SAVED_H, text, state))
+            saved.append(
+                SavedBox(
+                    v, sname, tensor, left + w + SAVED_GAP, sy, len(text) * SMALL_CHAR_W + 12, SAVED_H, text, state
+                )
+            )
             sy += SAVED_H + 3
     rows = sorted({round(b.y + b.h / 2, 1) for b in nodes.values()})
     row_of = {y: i for i, y in enumerate(rows)}
-    nodes = {v: NodeBox(b.id, b.x, b.y, b.w, b.h, row_of[round(b.y + b.h / 2, 1)], b.label, b.kind) for v, b in nodes.items()}
+    nodes = {
+        v: NodeBox(b.id, b.x, b.y, b.w, b.h, row_of[round(b.y + b.h / 2, 1)], b.label, b.kind) for v, b in nodes.items()
+    }
     splines = [_sample(e.get("pos", ""), pt) for e in sorted(data.get("edges", []), key=lambda e: e["_gvid"])]
     edges = []
     for (u, v, nr, slot, count), pts in zip(vis.edges, splines):

@@ -46,7 +46,20 @@ def tensor(
     )
 
 
-def node(nid, name, nxt, *, kind="backward", variable=None, saved=(), label=None, tensor_id=None, module=None, line=None, stale=None):
+def node(
+    nid,
+    name,
+    nxt,
+    *,
+    kind="backward",
+    variable=None,
+    saved=(),
+    label=None,
+    tensor_id=None,
+    module=None,
+    line=None,
+    stale=None,
+):
     return NodeInfo(
         id=nid,
         name=name,
@@ -63,7 +76,9 @@ def node(nid, name, nxt, *, kind="backward", variable=None, saved=(), label=None
 
 
 def leaf(nid, tid, label=None, module=None):
-    return node(nid, "torch::autograd::AccumulateGrad", [], kind="accumulate_grad", variable=tid, label=label, module=module)
+    return node(
+        nid, "torch::autograd::AccumulateGrad", [], kind="accumulate_grad", variable=tid, label=label, module=module
+    )
 
 
 def call(nodes, tensors, roots, *, error=None, index=0, api="Tensor.backward") -> CallInfo:
@@ -90,7 +105,15 @@ def mul_call() -> CallInfo:
         tensor("t_c", "c", [3], is_leaf=False, grad_fn="n0"),
     ]
     nodes = [
-        node("n0", "MulBackward0", ["n1", "n2"], saved=[Saved("other", "t_b"), Saved("self", "t_a")], label="c", tensor_id="t_c", line=3),
+        node(
+            "n0",
+            "MulBackward0",
+            ["n1", "n2"],
+            saved=[Saved("other", "t_b"), Saved("self", "t_a")],
+            label="c",
+            tensor_id="t_c",
+            line=3,
+        ),
         leaf("n1", "t_a", "a"),
         leaf("n2", "t_b", "b"),
     ]
@@ -116,19 +139,50 @@ def mlp_call(error: bool = False) -> CallInfo:
     ]
     stale = Stale("result", 0, 1, "modified by an inplace operation", 7) if error else None
     nodes = [
-        node("n0", "MseLossBackward0", ["n1", None], saved=[Saved("self", "t_out"), Saved("target", "t_target")], label="loss", tensor_id="t_loss", line=9),
-        node("n1", "AddmmBackward0", ["n2", ("n5", 0), "n3"], saved=[Saved("mat1", "t_s"), Saved("alpha", value=1)], label="out", tensor_id="t_out", module="fc2", line=8),
+        node(
+            "n0",
+            "MseLossBackward0",
+            ["n1", None],
+            saved=[Saved("self", "t_out"), Saved("target", "t_target")],
+            label="loss",
+            tensor_id="t_loss",
+            line=9,
+        ),
+        node(
+            "n1",
+            "AddmmBackward0",
+            ["n2", ("n5", 0), "n3"],
+            saved=[Saved("mat1", "t_s"), Saved("alpha", value=1)],
+            label="out",
+            tensor_id="t_out",
+            module="fc2",
+            line=8,
+        ),
         leaf("n2", "t_b2", "fc2.bias"),
         node("n3", "TBackward0", ["n4"], module="fc2", line=8),
         leaf("n4", "t_w2", "fc2.weight"),
         node("n5", "ScaleBackward", ["n6"], kind="custom", label="s", tensor_id="t_s", line=7),
-        node("n6", "ReluBackward0", ["n7"], saved=[Saved("result", "t_h")], label="h", tensor_id="t_h", module="act", line=6, stale=stale),
+        node(
+            "n6",
+            "ReluBackward0",
+            ["n7"],
+            saved=[Saved("result", "t_h")],
+            label="h",
+            tensor_id="t_h",
+            module="act",
+            line=6,
+            stale=stale,
+        ),
         node("n7", "AddmmBackward0", ["n8", None, "n9"], saved=[Saved("mat1", "t_x")], module="fc1", line=6),
         leaf("n8", "t_b1", "fc1.bias"),
         node("n9", "TBackward0", ["n10"], module="fc1", line=6),
         leaf("n10", "t_w1", "fc1.weight"),
     ]
-    err = ErrorInfo("RuntimeError", "one of the variables needed for gradient computation has been modified", 10) if error else None
+    err = (
+        ErrorInfo("RuntimeError", "one of the variables needed for gradient computation has been modified", 10)
+        if error
+        else None
+    )
     return call(nodes, tensors, ["n0"], error=err)
 
 
@@ -157,7 +211,11 @@ def residual_mlp_call(blocks: int = 833, prefix: str = "layers") -> CallInfo:
 def rnn_call(steps: int = 12) -> CallInfo:
     """``h = tanh(h @ W + x[t] @ U)`` unrolled, then ``loss = h.sum()``: W and U feed every step,
     so their leaves sit at the bottom with long edges from each step (dummy points)."""
-    tensors = [tensor("tW", "W", [16, 16]), tensor("tU", "U", [8, 16]), tensor("tx", "x", [steps, 8], requires_grad=False)]
+    tensors = [
+        tensor("tW", "W", [16, 16]),
+        tensor("tU", "U", [8, 16]),
+        tensor("tx", "x", [steps, 8], requires_grad=False),
+    ]
     nodes = [node("loss", "SumBackward0", [f"tanh{steps - 1}"], label="loss")]
     for t in range(steps - 1, -1, -1):
         prev = (f"tanh{t - 1}", 0) if t else None

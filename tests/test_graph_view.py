@@ -53,7 +53,6 @@ def test_one_item_per_node_and_edge(view):
     assert styles["n6"].retained and not styles["n0"].retained
 
 
-
 def hover_tooltip(view: GraphView, node_id: str) -> str:
     pos = centre_of(view, node_id)
     QApplication.sendEvent(view.viewport(), QHelpEvent(QEvent.ToolTip, pos, view.viewport().mapToGlobal(pos)))
@@ -65,7 +64,12 @@ def test_tooltips_describe_the_node(view):
     view.set_call(mlp_call(), sync=True)
     assert view.node_items["n10"].toolTip() == ""  # built on first hover
     tip = hover_tooltip(view, "n10")
-    assert tip.splitlines() == ["torch::autograd::AccumulateGrad", "kind: leaf (AccumulateGrad)", "tensor: fc1.weight  [8, 3]  float32", "module fc1"]
+    assert tip.splitlines() == [
+        "torch::autograd::AccumulateGrad",
+        "kind: leaf (AccumulateGrad)",
+        "tensor: fc1.weight  [8, 3]  float32",
+        "module fc1",
+    ]
     tip = hover_tooltip(view, "n7")
     assert "AddmmBackward0" in tip and "line 6" in tip and "module fc1" in tip
 
@@ -165,7 +169,10 @@ def test_double_click_folds_and_unfolds_a_group(view, qtbot):
     view.set_call(mlp_call(), sync=True)
     frame = view.group_items["fc1"]
     corner = view.mapFromScene(frame.sceneBoundingRect().topLeft()) + QPoint(6, 30)
-    with qtbot.waitSignal(view.sig_group_toggled, timeout=1000) as toggled, qtbot.waitSignal(view.sig_scene_ready, timeout=10000):
+    with (
+        qtbot.waitSignal(view.sig_group_toggled, timeout=1000) as toggled,
+        qtbot.waitSignal(view.sig_scene_ready, timeout=10000),
+    ):
         QTest.mouseDClick(view.viewport(), Qt.LeftButton, Qt.NoModifier, corner)
     assert toggled.args == ["fc1"]
     assert view.collapsed() == frozenset({"fc1"})
@@ -179,7 +186,13 @@ def test_saved_boxes_and_shape_texts(view):
     view.set_call(mlp_call(), sync=True)
     assert view.saved_items == []
     view.set_show_saved(True, sync=True)
-    assert sorted(s.saved.label for s in view.saved_items) == ["mat1 [4, 3]", "mat1 [4, 8]", "result [4, 8]", "self [4, 2]", "target [4, 2]"]
+    assert sorted(s.saved.label for s in view.saved_items) == [
+        "mat1 [4, 3]",
+        "mat1 [4, 8]",
+        "result [4, 8]",
+        "self [4, 2]",
+        "target [4, 2]",
+    ]
     assert {s.saved.label for s in view.saved_items if s.no_grad} == {"mat1 [4, 3]", "target [4, 2]"}
     assert "saved" in view.legend.entries() and "no_grad" in view.legend.entries()
     view.set_show_shapes(True)
@@ -216,7 +229,16 @@ def test_wheel_zooms_around_the_mouse(view):
     pos = centre_of(view, "n9") + QPoint(40, 10)
     scene_point = view.mapToScene(pos)
     before = view.zoom_percent()
-    wheel = QWheelEvent(QPointF(pos), QPointF(view.viewport().mapToGlobal(pos)), QPoint(0, 0), QPoint(0, 240), Qt.NoButton, Qt.NoModifier, Qt.NoScrollPhase, False)
+    wheel = QWheelEvent(
+        QPointF(pos),
+        QPointF(view.viewport().mapToGlobal(pos)),
+        QPoint(0, 0),
+        QPoint(0, 240),
+        Qt.NoButton,
+        Qt.NoModifier,
+        Qt.NoScrollPhase,
+        False,
+    )
     QApplication.sendEvent(view.viewport(), wheel)
     assert view.zoom_percent() > before * 1.3
     assert (view.mapFromScene(scene_point) - pos).manhattanLength() <= 2
@@ -251,7 +273,9 @@ def test_big_graph_switches_to_overview_when_zoomed_out(view):
     assert view.search("layers.400.fc.weight") == ["w400"]  # centres on it, back at a readable zoom later
     view.set_zoom(100)
     assert view.node_items["w400"].isVisible() and not view.overview.isVisible()
-    assert view.mapToScene(view.viewport().rect()).boundingRect().intersects(view.node_items["w400"].sceneBoundingRect())
+    assert (
+        view.mapToScene(view.viewport().rect()).boundingRect().intersects(view.node_items["w400"].sceneBoundingRect())
+    )
     with view.export_mode():
         view.fit()
         assert view.node_items["n0"].isVisible()

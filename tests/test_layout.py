@@ -164,7 +164,9 @@ def test_5k_graph_no_overlaps_every_edge():
 def test_collapsing_a_group_merges_its_edges():
     c = residual_mlp_call(20)
     lay = layout_call(c, collapsed=frozenset({"layers.5"}))
-    inside_ids = {n.id for n in c.nodes if group_info(c).module[n.id] and group_info(c).module[n.id].startswith("layers.5")}
+    inside_ids = {
+        n.id for n in c.nodes if group_info(c).module[n.id] and group_info(c).module[n.id].startswith("layers.5")
+    }
     assert len(inside_ids) == 6
     assert "group:layers.5" in lay.nodes and not inside_ids & set(lay.nodes)
     assert lay.nodes["group:layers.5"].kind == "group"
@@ -221,7 +223,9 @@ def test_saved_tensor_boxes_sit_beside_their_node():
     assert layout_call(mul_call()).saved == []
 
 
-@pytest.mark.parametrize("make", [mlp_call, lambda: rnn_call(12), lambda: residual_mlp_call(60), lambda: _flat_residual(30)])
+@pytest.mark.parametrize(
+    "make", [mlp_call, lambda: rnn_call(12), lambda: residual_mlp_call(60), lambda: _flat_residual(30)]
+)
 def test_edges_go_around_nodes(make):
     for show_saved in (False, True):
         lay = layout_call(make(), show_saved=show_saved)

@@ -116,8 +116,11 @@ def paint_node(
         p.setBrush(Qt.NoBrush)
         p.setPen(_pen(border, lw * 0.8))
         p.drawPath(node_outline(rect.adjusted(3, 3, -3, -3), "group"))
-    ring = {"current": (theme.current, 3.2, Qt.SolidLine), "frontier": (theme.frontier, 1.8, Qt.DashLine),
-            "failed": (theme.failed, 3.0, Qt.SolidLine)}.get(state or "")
+    ring = {
+        "current": (theme.current, 3.2, Qt.SolidLine),
+        "frontier": (theme.frontier, 1.8, Qt.DashLine),
+        "failed": (theme.failed, 3.0, Qt.SolidLine),
+    }.get(state or "")
     if ring:
         p.setBrush(Qt.NoBrush)
         p.setPen(_pen(ring[0], ring[1], ring[2]))
@@ -202,7 +205,9 @@ class NodeItem(QGraphicsItem):
 
     def paint(self, p: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
         lod = option.levelOfDetailFromTransform(p.worldTransform())
-        paint_node(p, self._rect, self.style, self.theme, self.box.label, lod, self.state, self.selected, self.highlighted)
+        paint_node(
+            p, self._rect, self.style, self.theme, self.box.label, lod, self.state, self.selected, self.highlighted
+        )
 
     def set_state(self, state: str | None) -> None:
         if state != self.state:
@@ -270,7 +275,11 @@ class EdgeItem(QGraphicsItem):
         self._path = edge_path(pts[:-1] + [base], self._curved)
         nx, ny, half = -d[1], d[0], self.ARROW * 0.5
         self._arrow = QPolygonF(
-            [QPointF(xb, yb), QPointF(base[0] + nx * half, base[1] + ny * half), QPointF(base[0] - nx * half, base[1] - ny * half)]
+            [
+                QPointF(xb, yb),
+                QPointF(base[0] + nx * half, base[1] + ny * half),
+                QPointF(base[0] - nx * half, base[1] - ny * half),
+            ]
         )
 
     def boundingRect(self) -> QRectF:
@@ -398,7 +407,9 @@ class SavedItem(QGraphicsItem):
         self.setToolTip(tooltip)
 
     def boundingRect(self) -> QRectF:
-        return self._rect.united(QRectF(self._link_x, min(self._link_y, 0), 1, abs(self._link_y) + 1)).adjusted(-2, -2, 2, 2)
+        return self._rect.united(QRectF(self._link_x, min(self._link_y, 0), 1, abs(self._link_y) + 1)).adjusted(
+            -2, -2, 2, 2
+        )
 
     def paint(self, p: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
         t = self.theme

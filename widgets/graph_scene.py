@@ -35,11 +35,13 @@ class SceneItems:
     styles: dict[str, NodeStyle] = field(default_factory=dict)
 
 
-def build_scene(scene: QGraphicsScene, call: CallInfo, layout: Layout, theme: Theme, *, show: bool, with_overview: bool) -> SceneItems:
+def build_scene(
+    scene: QGraphicsScene, call: CallInfo, layout: Layout, theme: Theme, *, show: bool, with_overview: bool
+) -> SceneItems:
     """Add one item per box, edge, frame and saved tensor; ``show`` False adds them hidden.
 
-    Node tooltips are filled in when first asked for (``tooltip``), not here: building 5,000
-    strings nobody reads was a tenth of the build time.
+    Node tooltips are made on first hover (``tooltip``), not here: most are never read, and
+    making thousands of them up front costs a tenth of the build.
     """
     with paused_gc():
         return _build_scene(scene, call, layout, theme, show, with_overview)
@@ -63,7 +65,9 @@ def _build_scene(scene, call, layout, theme, show, with_overview) -> SceneItems:
         _add(scene, item, show)
     for s in layout.saved:
         tensor = call.tensor(s.tensor)
-        tip = f"saved for backward: {s.name}" + (f"\n{format_shape(tensor.shape)} {tensor.dtype}" if tensor else f"\n{s.state}")
+        tip = f"saved for backward: {s.name}" + (
+            f"\n{format_shape(tensor.shape)} {tensor.dtype}" if tensor else f"\n{s.state}"
+        )
         item = SavedItem(s, layout.nodes[s.node], t, tensor is not None and not tensor.requires_grad, tip)
         _add(scene, item, show)
         out.saved.append(item)
@@ -75,7 +79,9 @@ def _build_scene(scene, call, layout, theme, show, with_overview) -> SceneItems:
     if call.error is not None:  # a banner above the graph, part of the scene so exports show it
         f = font(t.font_family, t.font_px, True)
         message = f"This call raised {call.error.type}: {call.error.message}"
-        out.banner = QGraphicsSimpleTextItem(QFontMetricsF(f).elidedText(message, Qt.ElideRight, max(layout.width - 16, 640)))
+        out.banner = QGraphicsSimpleTextItem(
+            QFontMetricsF(f).elidedText(message, Qt.ElideRight, max(layout.width - 16, 640))
+        )
         out.banner.setFont(f)
         out.banner.setBrush(color(t.error))
         out.banner.setPos(8, -18)
@@ -156,7 +162,9 @@ def tooltip(call: CallInfo, box_id: str) -> str:
     if module:
         lines.append(f"module {module}")
     if n.stale is not None:
-        lines.append(f"stale saved tensor '{n.stale.saved}': version {n.stale.version}, saved at {n.stale.saved_version}")
+        lines.append(
+            f"stale saved tensor '{n.stale.saved}': version {n.stale.version}, saved at {n.stale.saved_version}"
+        )
     return "\n".join(lines)
 
 

@@ -20,7 +20,7 @@ from core.trace import CallInfo
 from widgets.graph_items import EdgeItem, GroupBoxItem, NodeItem, NodeStyle, SavedItem, color
 from widgets.graph_scene import LayoutRunner, box_states, build_message, build_scene, legend_entries
 from widgets.graph_scene import overview_marks, search_index, toggled, tooltip
-from widgets.minimap import Legend, Minimap, OverviewItem
+from widgets.minimap import Overlays, OverviewItem
 from widgets.theme import Theme, get_theme
 
 log = logging.getLogger(__name__)
@@ -86,8 +86,8 @@ class GraphView(QGraphicsView):
         self._runner = LayoutRunner(self)
         self._runner.sig_done.connect(self._on_done)
         self._runner.sig_failed.connect(self._on_failed)
-        self.legend = Legend(self)
-        self.minimap = Minimap(self)
+        self.overlays = Overlays(self)
+        self.legend, self.minimap = self.overlays.legend, self.overlays.minimap
         self.minimap.sig_center_on.connect(self.centerOn)
         self.horizontalScrollBar().valueChanged.connect(self._update_minimap)
         self.verticalScrollBar().valueChanged.connect(self._update_minimap)
@@ -179,7 +179,9 @@ class GraphView(QGraphicsView):
         self._layout = layout
         t, call = self._theme, self._call
         if layout is None:
-            text = message or ("Same graph as an earlier call" if call and call.same_as else "No autograd graph to show")
+            text = message or (
+                "Same graph as an earlier call" if call and call.same_as else "No autograd graph to show"
+            )
             build_message(scene, text, t)
             self.legend.set_entries([], t)
             self.minimap.hide()
@@ -192,7 +194,12 @@ class GraphView(QGraphicsView):
             self.setTransform(QTransform.fromScale(scale, scale))
         self._detail = not self._big or self.transform().m11() >= OVERVIEW_LOD
         items = build_scene(scene, call, layout, t, show=self._detail, with_overview=self._big)
-        self.node_items, self.edge_items, self.group_items, self.saved_items = items.nodes, items.edges, items.groups, items.saved
+        self.node_items, self.edge_items, self.group_items, self.saved_items = (
+            items.nodes,
+            items.edges,
+            items.groups,
+            items.saved,
+        )
         self.overview, self._banner, styles, members = items.overview, items.banner, items.styles, layout.members
         if self._show_shapes or self._edge_texts:
             self._apply_edge_texts()
@@ -232,8 +239,10 @@ class GraphView(QGraphicsView):
         self.centerOn(box.x + box.w / 2, box.y - 20 + half)
 
     def _legend_entries(self, styles: dict[str, NodeStyle]) -> None:
-        self.legend.set_entries(legend_entries(styles, bool(self.group_items), self.saved_items, self._states.values()), self._theme)
-        self._place_overlays()
+        self.legend.set_entries(
+            legend_entries(styles, bool(self.group_items), self.saved_items, self._states.values()), self._theme
+        )
+        self.overlays.place()
 
     @contextmanager
     def export_mode(self):
@@ -424,20 +433,7 @@ class GraphView(QGraphicsView):
             self.overview.setVisible(not detail)
 
     def _update_minimap(self, *_args) -> None:
-        scene_rect = self.scene().sceneRect()
-        visible = self.mapToScene(self.viewport().rect()).boundingRect()
-        larger = self._layout is not None and not visible.contains(scene_rect.adjusted(2, 2, -2, -2))
-        self.minimap.setVisible(larger)
-        if larger:
-            self.minimap.set_view_rect(visible)
-        self._place_overlays()
-
-    def _place_overlays(self) -> None:
-        vp = self.viewport().geometry()
-        self.legend.move(vp.left() + 8, vp.bottom() - self.legend.height() - 8)
-        self.minimap.move(vp.right() - self.minimap.width() - 8, vp.bottom() - self.minimap.height() - 8)
-        self.legend.raise_()
-        self.minimap.raise_()
+        self.overlays.update(self._layout is not None)
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)

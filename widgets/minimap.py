@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QPointF, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QPainterPath, QPen, QPixmap
-from PySide6.QtWidgets import QGraphicsItem, QWidget
+from PySide6.QtWidgets import QGraphicsItem, QGraphicsView, QWidget
 
 from core.layout import Layout
 from widgets.graph_items import NodeStyle, color, font, node_colors, paint_node
@@ -153,7 +153,12 @@ class Minimap(QWidget):
         p.drawPixmap(0, 0, self._pixmap)
         v = self._view_rect.intersected(self._scene_rect)
         if not v.isEmpty():
-            r = QRectF(ox + (v.x() - self._scene_rect.x()) * s, oy + (v.y() - self._scene_rect.y()) * s, v.width() * s, v.height() * s)
+            r = QRectF(
+                ox + (v.x() - self._scene_rect.x()) * s,
+                oy + (v.y() - self._scene_rect.y()) * s,
+                v.width() * s,
+                v.height() * s,
+            )
             r = r.adjusted(-1, -1, 1, 1)
             if r.width() < 6:
                 r.adjust(-(6 - r.width()) / 2, 0, (6 - r.width()) / 2, 0)
@@ -255,7 +260,11 @@ class Legend(QWidget):
         p.drawRoundedRect(QRectF(self.rect()).adjusted(0.5, 0.5, -0.5, -0.5), 5, 5)
         p.setFont(font(t.font_family, t.small_font_px + 1, True))
         p.setPen(color(t.text))
-        p.drawText(QRectF(10, 4, self.width() - 20, 16), Qt.AlignLeft | Qt.AlignVCenter, "Legend " + ("\u25b8" if self.folded else "\u25be"))
+        p.drawText(
+            QRectF(10, 4, self.width() - 20, 16),
+            Qt.AlignLeft | Qt.AlignVCenter,
+            "Legend " + ("\u25b8" if self.folded else "\u25be"),
+        )
         if not self.folded:
             y = 26.0
             for key in self._entries:
@@ -276,3 +285,33 @@ class Legend(QWidget):
                 p.drawText(QRectF(66, y, self.width() - 72, self.ROW - 2), Qt.AlignLeft | Qt.AlignVCenter, text)
                 y += self.ROW
         p.end()
+
+
+class Overlays:
+    """The legend (bottom left) and the minimap (bottom right) over a graphics view's viewport.
+
+    They are children of the view, not of its viewport, so scrolling does not move them.
+    """
+
+    def __init__(self, view: QGraphicsView):
+        self.view = view
+        self.legend = Legend(view)
+        self.minimap = Minimap(view)
+
+    def update(self, has_graph: bool) -> None:
+        """Show the minimap only while part of the graph is out of sight, and outline the view."""
+        view = self.view
+        scene_rect = view.scene().sceneRect()
+        visible = view.mapToScene(view.viewport().rect()).boundingRect()
+        larger = has_graph and not visible.contains(scene_rect.adjusted(2, 2, -2, -2))
+        self.minimap.setVisible(larger)
+        if larger:
+            self.minimap.set_view_rect(visible)
+        self.place()
+
+    def place(self) -> None:
+        vp = self.view.viewport().geometry()
+        self.legend.move(vp.left() + 8, vp.bottom() - self.legend.height() - 8)
+        self.minimap.move(vp.right() - self.minimap.width() - 8, vp.bottom() - self.minimap.height() - 8)
+        self.legend.raise_()
+        self.minimap.raise_()
