@@ -314,6 +314,7 @@ class MainWindow(QMainWindow):
                 self.center.setCurrentWidget(self.storage)
             self.sig_trace_shown.emit()
             return
+        self.docks["calls"].raise_()
         self.calls.select_call(first.id)
         self.show_call(first.id)
 

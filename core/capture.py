@@ -11,6 +11,7 @@ an earlier call keep a summary only, except the first few and the last.
 
 from __future__ import annotations
 
+import gc
 import inspect
 import logging
 import os
@@ -191,6 +192,7 @@ class Capture:
                             error, retain_graph, create_graph, t0)
             return result
         finally:
+            self.names.release()
             self.tagging = True
             self._depth -= 1
 
@@ -360,6 +362,8 @@ class Capture:
             sys.argv = saved_argv
             if sys.path[:1] != saved_path0:
                 sys.path.pop(0)
+        # Unreachable cycles (frames, closures) can still hold tensors the script no longer names.
+        gc.collect()
         self._capture_unreached()
         return self._trace(self.calls, error, source)
 
@@ -437,6 +441,7 @@ class Capture:
         if self.namespace:
             self.names.refresh([])
             tensors, storages = self._named_tensor_snapshot()
+            self.names.release()
         return Trace(
             calls=list(calls),
             error=error,

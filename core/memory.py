@@ -268,8 +268,11 @@ def sample_to_dict(sample: MemorySample) -> dict:
 class MemorySampler:
     """Samples a memory source at ``rate_hz`` on a daemon thread and at phase marks.
 
-    ``origin`` is the ``time.perf_counter()`` value that sample times count from; pass the
-    capture's ``started`` so samples and call events share one clock.
+    ``source`` is a source object or a device name ("cpu", "cuda:0"). ``origin`` is the
+    ``time.perf_counter()`` value sample times count from: the capture's ``started``, so samples
+    and call events share one clock. ``saved_bytes_fn`` returns the saved-tensor bytes of the
+    live graphs (e.g. ``saved_tensor_bytes`` over the script's tensors); it runs on the
+    script's thread only.
     """
 
     def __init__(
@@ -285,7 +288,9 @@ class MemorySampler:
     ):
         if rate_hz <= 0:
             raise ValueError("rate_hz must be positive")
-        self.source = source if source is not None else CpuSource()
+        if source is None or isinstance(source, str):
+            source = source_for(source or "cpu")
+        self.source = source
         self.device = getattr(self.source, "device", "cpu")
         self.period = 1.0 / rate_hz
         self.origin = time.perf_counter() if origin is None else origin

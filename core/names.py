@@ -86,6 +86,9 @@ class NameTable:
     # -- building the table ----------------------------------------------------------------
     def refresh(self, frames: list[FrameType] | None = None) -> None:
         """Rebuild the name table from live frames (innermost first), globals and memory."""
+        # Drop the previous table first: its strong references would keep every remembered
+        # local alive into this refresh, and so on, leaking one tensor per call.
+        self.release()
         names: dict[int, str] = {}
         tensors: list[tuple[str, torch.Tensor]] = []
         modules: list[tuple[str, torch.nn.Module]] = []
@@ -146,6 +149,12 @@ class NameTable:
                     names[key] = prefix + bname
                     tensors.append((prefix + bname, b))
         self.module_paths = paths
+
+    def release(self) -> None:
+        """Forget the table's strong references (call when a snapshot is done)."""
+        self._tensors = []
+        self._names = {}
+        self._bound = 0
 
     def name_of(self, t: torch.Tensor) -> str | None:
         return self._names.get(t._cdata)

@@ -111,6 +111,13 @@ def test_held_by_nodes_ranks_nodes_by_their_saved_bytes():
 # -- the sampler ----------------------------------------------------------------------------------
 
 
+def test_cpu_source_reads_this_process_rss():
+    psutil = pytest.importorskip("psutil")
+    source = CpuSource()
+    rss = source.read()["rss"]
+    assert abs(rss - psutil.Process().memory_info().rss) < 64 << 20
+
+
 def test_cpu_sampler_records_phases_around_forward_and_backward():
     roots: list = []
     sampler = MemorySampler(CpuSource(), rate_hz=200, saved_bytes_fn=lambda: saved_tensor_bytes(roots))

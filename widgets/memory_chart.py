@@ -331,8 +331,8 @@ class MemoryChart(QWidget):
     # -- markers -------------------------------------------------------------------------------
     def add_marker(self, t: float, text: str, color: str | None = None) -> pg.InfiniteLine:
         """A labelled vertical line at ``t`` (a note, apart from call markers)."""
-        pen = pg.mkPen(color or self._theme.executed_mark, width=1.5, style=Qt.DotLine)
-        opts = {"position": 0.85, "color": self._theme.text, "fill": self._theme.overlay_fill, "anchors": [(0, 0.5)] * 2}
+        pen = pg.mkPen(color or self._theme.executed_mark, width=2, style=Qt.DotLine)
+        opts = dict(position=0.85, color=self._theme.text, fill=self._theme.overlay_fill, anchors=[(0, 0.5)] * 2)
         line = pg.InfiniteLine(pos=t, angle=90, movable=False, pen=pen, label=text, labelOpts=opts)
         line.setZValue(25)
         self.view.addItem(line, ignoreBounds=True)
