@@ -48,7 +48,12 @@ class _CreationMode(TorchFunctionMode):
         self.capture = capture
 
     def __torch_function__(self, func, types_, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
+        try:
+            out = func(*args, **(kwargs or {}))
+        except RuntimeError as exc:
+            if self.capture.tagging and _is_device_error(exc):
+                self.capture.note_device_error(func, args, kwargs or {})
+            raise
         cap = self.capture
         if cap.tagging:
             name = getattr(func, "__name__", "")
@@ -92,6 +97,7 @@ class Capture:
         self._pending: int | None = None  # index into calls of the last full repeated call
         self._module_stack: list[int] = []
         self.inplace: dict[int, list[tuple[int, int | None, str]]] = {}
+        self.device_error: str | None = None
         self.namespace: dict = {}
         self.started = 0.0
 
@@ -108,12 +114,32 @@ class Capture:
             # The storages this op read and wrote: an in-place change to one of them later
             # is what makes a saved tensor of this node stale.
             md["bps_storages"] = tuple(_storage_ptr(a) for a in (*args, t) if isinstance(a, torch.Tensor))
+            md["bps_device"] = str(t.device)
 
     def record_inplace(self, t: torch.Tensor, op: str) -> None:
         """Remember each in-place op (version after it, line, name) per storage."""
         ptr = _storage_ptr(t)
         if ptr:
             self.inplace.setdefault(ptr, []).append((t._version, self.names.user_line(sys._getframe(2)), op))
+        fn = t.grad_fn
+        if fn is not None:
+            fn.metadata.setdefault("bps_inplace", op)
+
+    def note_device_error(self, func, args, kwargs) -> None:
+        """Which op and which tensors a device mismatch involved, by their script names."""
+        frames = self.names.user_frames(sys._getframe(2))
+        self.names.refresh(frames)
+        try:
+            tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+            parts = []
+            for i, t in enumerate(tensors):
+                name = self.names.name_of(t) or f"argument {i}"
+                parts.append(f"{name} is on {t.device} (shape {list(t.shape)})")
+            op = getattr(func, "__name__", str(func))
+            line = self.names.user_line(sys._getframe(2))
+            self.device_error = f"In {op}() at line {line}: " + "; ".join(parts) + "."
+        finally:
+            self.names.release()
 
     def _pre_forward(self, module, args):
         self._module_stack.append(id(module))
@@ -351,6 +377,8 @@ class Capture:
                 error = ErrorInfo(type="KeyboardInterrupt", message="the run was cancelled", kind="cancelled",
                                   line=_script_line(exc, self.names), file=self.script)
             except BaseException as exc:
+                if self.device_error and _is_device_error(exc):
+                    exc.args = (f"{exc}\n{self.device_error}",) + tuple(exc.args[1:])
                 if type(exc).__name__ == "StepperStopped":
                     error = ErrorInfo(type="StepperStopped", message="stepping was stopped before backward finished",
                                       line=_script_line(exc, self.names), kind="cancelled", file=self.script)
@@ -468,6 +496,11 @@ def capture_script(path: str, device: str = "cpu", mode: str = "auto", on_event=
 
 
 # -- helpers ----------------------------------------------------------------------------------------
+
+
+def _is_device_error(exc: BaseException) -> bool:
+    text = str(exc)
+    return "same device" in text or "on the expected device" in text
 
 
 def _storage_ptr(t: torch.Tensor) -> int:

@@ -304,6 +304,8 @@ class Snapshotter:
             line=line,
             module=module,
             stale=stale,
+            device=meta.get("bps_device"),
+            inplace=meta.get("bps_inplace"),
         )
 
 

@@ -113,6 +113,8 @@ class NodeInfo:
     line: int | None = None  # script line of the op that created the node
     module: str | None = None  # nn.Module path the node was created in
     stale: Stale | None = None
+    device: str | None = None  # device of the output of the op that created the node
+    inplace: str | None = None  # the in-place op that created the node (e.g. "mul_")
 
 
 @dataclass(frozen=True)

@@ -155,3 +155,24 @@ def test_create_graph_and_second_order(tmp_path):
     assert first.leaf_grads["x"].data == [12.0]
     assert second.leaf_grads["x"].data == [12.0]
     assert second.node(second.roots[0]).label == "g"
+
+
+def test_device_mismatch_names_the_op_and_both_tensors(tmp_path):
+    # The meta device stands in for a second device on machines without a GPU.
+    trace = _capture(tmp_path, """\
+        import torch
+        weights = torch.ones(2, device="meta", requires_grad=True)
+        inputs = torch.ones(2)
+        out = weights * inputs
+        """)
+    err = trace.error
+    assert err.type == "RuntimeError" and err.line == 4
+    assert "In mul() at line 4: weights is on meta (shape [2]); inputs is on cpu (shape [2])." in err.message
+
+
+def test_inplace_nodes_and_devices_are_marked():
+    trace = capture_script(str(EXAMPLES / "08_inplace_error.py"))
+    nodes = {n.name: n for n in trace.calls[0].nodes}
+    assert nodes["MulBackward0"].inplace == "mul_"
+    assert nodes["SigmoidBackward0"].inplace is None
+    assert nodes["SigmoidBackward0"].device == "cpu"
