@@ -12,7 +12,14 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in HEADLESS:
         from app import cli
 
-        return cli.main(argv)
+        try:
+            return cli.main(argv)
+        except BrokenPipeError:
+            # The reader went away (`... | head`): stop quietly, as command-line tools do.
+            import os
+
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 1
     from app.gui import main as gui_main
 
     return gui_main(argv)

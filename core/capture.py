@@ -594,6 +594,8 @@ def _format_tb(exc: BaseException, names: NameTable) -> str:
 
 def _error_info(exc: BaseException, line: int | None, names: NameTable) -> ErrorInfo:
     kind = "syntax" if isinstance(exc, SyntaxError) else "exception"
+    if isinstance(exc, torch.OutOfMemoryError) or "CUDA error" in str(exc) or "CUDA out of memory" in str(exc):
+        kind = "device"
     return ErrorInfo(
         type=type(exc).__name__,
         message=str(exc),

@@ -79,6 +79,30 @@ def check_device(device: str) -> str | None:
     return None
 
 
+def apply_device(device: str) -> None:
+    """Make the picked device the one a script finds.
+
+    Scripts choose with ``torch.device("cuda" if torch.cuda.is_available() else "cpu")``: on
+    ``cpu`` the worker answers that CUDA and MPS are unavailable; on ``cuda:N`` device N becomes
+    the current device, so a plain ``"cuda"`` means it. The choice is also in the environment
+    variable BACKPROP_STUDIO_DEVICE. The default device is left alone: setting it would move
+    tensors made from NumPy arrays and data loaders behind the script's back.
+    """
+    import torch
+
+    dev = torch.device(device)
+    if dev.type == "cpu":
+        torch.cuda.is_available = lambda: False
+        try:
+            torch.backends.mps.is_available = lambda: False
+        except AttributeError:
+            pass
+    elif dev.type == "cuda":
+        torch.cuda.set_device(dev.index or 0)
+    elif dev.type == "mps":
+        torch.cuda.is_available = lambda: False
+
+
 class Worker:
     STEP_COMMANDS = ("step", "step_to", "continue", "pause", "stop_step")
 
@@ -193,6 +217,7 @@ class Worker:
 
             self.running = True
             try:
+                apply_device(device)
                 capture = Capture(cmd["path"], device=device, mode=cmd.get("mode", "auto"), on_event=on_event)
                 if cmd.get("step"):
                     capture.call_hook = self._step_hook(capture, cmd["step"])
