@@ -24,6 +24,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                         help="run the script, save a picture of the whole window once the graph is shown, exit")
     parser.add_argument("--timeout", type=float, default=600.0, help="time limit of a run in seconds (default 600)")
     parser.add_argument("--select", metavar="NAME", help="select this variable, parameter or op once shown")
+    parser.add_argument("--show", metavar="PANEL", choices=("source", "output", "problems", "steps", "memory",
+                                                             "tensors", "storage"),
+                        help="bring a panel to the front before the screenshot")
     parser.add_argument("--size", default="1400x860", help="window size, WIDTHxHEIGHT (default 1400x860)")
     return parser.parse_args(argv)
 
@@ -91,6 +94,10 @@ def main(argv: list[str]) -> int:
 
         def grab() -> None:
             window.graph.fit()
+            if args.show == "storage":
+                window.center.setCurrentWidget(window.storage)
+            elif args.show:
+                window.docks[args.show].raise_()
             if args.select and not window.select_named(args.select):
                 sys.stderr.write(f"backprop-studio: nothing named {args.select!r} to select\n")
             app.processEvents()

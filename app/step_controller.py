@@ -93,6 +93,8 @@ class StepController(QObject):
         w.step_log.set_status(f"Re-running {Path(w.script_path).name} up to call #{call.index} ({call.api}, "
                               f"line {call.line})…")
         w.graph.clear_states()
+        w.memory.chart.clear()
+        w._last_saved = None
         device = w.device_box.currentData() or "cpu"
         self.run_id = self.handle.run(w.script_path, device=device, timeout=w.timeout,
                                       step={"call": call.index, "mode": "interactive"})

@@ -31,6 +31,7 @@ from core.trace import CallInfo, Trace
 from widgets.calls_panel import CallsPanel
 from widgets.graph_view import GraphView
 from widgets.inspector import InspectorPanel
+from widgets.memory_panel import MemoryPanel
 from widgets.output_panel import OutputPanel
 from widgets.problems_panel import ProblemsPanel
 from widgets.source_view import SourcePanel
@@ -98,6 +99,7 @@ class MainWindow(QMainWindow):
         self.output = OutputPanel(self)
         self.problems = ProblemsPanel(self)
         self.step_log = StepLogPanel(self)
+        self.memory = MemoryPanel(self)
         self.storage = StorageView(self)
         self.tensors = TensorsPanel(self)
         self.center.addTab(self.graph, "Graph")
@@ -114,9 +116,11 @@ class MainWindow(QMainWindow):
         self._dock("output", "Output", self.output, bottom)
         self._dock("problems", "Problems", self.problems, bottom)
         self._dock("steps", "Step Log", self.step_log, bottom)
+        self._dock("memory", "Memory", self.memory, bottom)
         self.tabifyDockWidget(self.docks["source"], self.docks["output"])
         self.tabifyDockWidget(self.docks["output"], self.docks["problems"])
         self.tabifyDockWidget(self.docks["problems"], self.docks["steps"])
+        self.tabifyDockWidget(self.docks["steps"], self.docks["memory"])
         self.docks["source"].raise_()
         self.resizeDocks([self.docks["calls"], self.docks["inspector"]], [230, 360], Qt.Orientation.Horizontal)
         self.resizeDocks([self.docks["source"]], [230], Qt.Orientation.Vertical)
@@ -152,6 +156,10 @@ class MainWindow(QMainWindow):
         h.sig_output.connect(self.output.append)
         h.sig_progress.connect(self._on_progress)
         h.sig_finished.connect(self._on_finished)
+        h.sig_memory.connect(self.memory.chart.append_samples)
+        h.sig_step_memory.connect(self._on_step_memory)
+        self.memory.chart.sig_call_selected.connect(self._select_call_index)
+        self.memory.sig_node_selected.connect(self.select_node)
         self.calls.sig_call_selected.connect(self.show_call)
         self.graph.sig_node_selected.connect(self.select_node)
         self.graph.sig_scene_ready.connect(self._on_scene_ready)
@@ -206,6 +214,8 @@ class MainWindow(QMainWindow):
         except (OSError, UnicodeDecodeError):
             pass
         self.output.clear()
+        self.memory.chart.clear()
+        self._last_saved = None
         device = self.device_box.currentData() or "cpu"
         self.handle.run(self.script_path, device=device, timeout=self.timeout)
         self._run_started = time.monotonic()
@@ -253,6 +263,8 @@ class MainWindow(QMainWindow):
         self.state_label.setText(f"{text}… {elapsed:.1f} s")
 
     def _on_progress(self, event: dict) -> None:
+        if event.get("type") == "call" and event.get("t") is not None:
+            self.memory.chart.add_call(int(event.get("index", 0)), float(event["t"]))
         if event.get("type") == "call":
             self.counts_label.setText(f"backward call #{event.get('index')} at line {event.get('line')}")
 
@@ -290,8 +302,10 @@ class MainWindow(QMainWindow):
         self.state_label.setText(status)
 
     def show_trace(self, trace: Trace) -> None:
-        """Show a trace: calls list, problems, and the first call's graph."""
+        """Show a trace: calls list, problems, memory, and the first call's graph."""
         self.trace = trace
+        if trace.memory:
+            self.memory.chart.set_samples(trace.memory)
         self.calls.set_trace(trace)
         self.tensors.set_tensors(trace.tensors)
         self.problems.set_trace(trace)
@@ -339,6 +353,7 @@ class MainWindow(QMainWindow):
         self.inspector.clear()
         self.source.clear_highlight()
         self.graph.set_call(call)
+        self.memory.set_call(call)
         self.center.setCurrentWidget(self.graph)
         self._update_actions()
 
@@ -348,6 +363,21 @@ class MainWindow(QMainWindow):
             # Describe the root (the loss) without moving the fitted view.
             self.inspector.show_node(self.call, self.call.roots[0])
         self.sig_trace_shown.emit()
+
+    def _select_call_index(self, index: int) -> None:
+        if self.trace is None:
+            return
+        call = next((c for c in self.trace.calls if c.index == index), None)
+        if call is not None:
+            self._select_call_from_elsewhere(call.id)
+
+    def _on_step_memory(self, event: dict) -> None:
+        """Mark on the chart the saved-tensor memory each stepped node released."""
+        saved = int(event.get("saved_bytes", 0))
+        previous = getattr(self, "_last_saved", None)
+        if previous is not None and saved < previous:
+            self.memory.chart.mark_freed(float(event.get("t", 0.0)), previous - saved)
+        self._last_saved = saved
 
     def _select_call_from_elsewhere(self, call_id: str) -> None:
         self.calls.select_call(call_id)

@@ -37,6 +37,10 @@ class WorkerHandle(QObject):
     """A node finished executing (``record``: node, name, grad_outputs, grad_inputs, leaf_grads, error)."""
     sig_step_end = Signal(dict)
     """The stepped backward ended: state finished, stopped or failed, with the error."""
+    sig_memory = Signal(list)
+    """A batch of memory samples (dicts: t, device, allocated, reserved, rss, saved_bytes, phase)."""
+    sig_step_memory = Signal(dict)
+    """Memory right after a stepped node ran (t, saved_bytes, allocated)."""
     sig_event = Signal(dict)
     """Any worker message, as received (internal: carried to the GUI thread)."""
 
@@ -105,6 +109,12 @@ class WorkerHandle(QObject):
 
     def _handle_step_end(self, event: dict) -> None:
         self.sig_step_end.emit(event)
+
+    def _handle_memory(self, event: dict) -> None:
+        self.sig_memory.emit(event.get("samples", []))
+
+    def _handle_step_memory(self, event: dict) -> None:
+        self.sig_step_memory.emit(event)
 
     def _handle_finished(self, event: dict) -> None:
         if event.get("run") == self.current_run:

@@ -98,6 +98,7 @@ class Capture:
         self._module_stack: list[int] = []
         self.inplace: dict[int, list[tuple[int, int | None, str]]] = {}
         self.device_error: str | None = None
+        self.phase = "forward"
         self.namespace: dict = {}
         self.started = 0.0
 
@@ -108,6 +109,10 @@ class Capture:
             return
         md = fn.metadata
         if "bps_line" not in md:
+            if self.phase != "forward":
+                # The first node after a backward: the script builds its next graph.
+                self.phase = "forward"
+                self.on_event({"type": "forward", "t": time.perf_counter() - self.started})
             md["bps_line"] = self.names.user_line(sys._getframe(2))
             if self._module_stack:
                 md["bps_module"] = self._module_stack[-1]
@@ -200,6 +205,7 @@ class Capture:
         try:
             with torch._C.DisableTorchFunction():
                 snap, nodes, ids, structure, root_ids, input_ids = self._before(roots, inputs, index)
+            self.phase = "backward"
             self.on_event({"type": "call", "index": index, "api": api, "line": line, "nodes": len(nodes),
                            "t": time.perf_counter() - self.started})
             error = None
@@ -293,6 +299,7 @@ class Capture:
             duration_s=time.perf_counter() - t0,
         )
         self._store(call)
+        self.phase = "between"
         self.on_event({"type": "call_done", "index": index, "error": error is not None,
                        "t": time.perf_counter() - self.started})
 
@@ -337,8 +344,16 @@ class Capture:
         torch.autograd.backward = _ORIG_BACKWARD
         torch.autograd.grad = _ORIG_GRAD
 
+    def live_saved_bytes(self) -> int:
+        """Bytes held by saved tensors of every graph the script can still reach."""
+        from core.memory import saved_tensor_bytes
+
+        with torch._C.DisableTorchFunction():
+            roots = self.names.graph_roots(self.names.user_frames(sys._getframe(1)))
+            return saved_tensor_bytes(roots)
+
     def run(self) -> Trace:
-        self.started = time.perf_counter()
+        self.started = self.started or time.perf_counter()
         error = None
         try:
             source = Path(self.script).read_text(encoding="utf-8")

@@ -225,6 +225,7 @@ class WorkerClient:
         self.on_event = on_event or (lambda e: None)
         self.python = python
         self.prestart = prestart
+        self.memory_rate = 50.0  # memory samples per second in the worker; 0 turns sampling off
         self.state = "starting"
         self.devices: list[dict] = [{"id": "cpu", "name": "CPU", "kind": "cpu"}]
         self.torch_version = ""
@@ -312,7 +313,7 @@ class WorkerClient:
             if self._run is None or self._run["id"] != run_id:
                 return
         if not worker.send({"cmd": "run", "run": run_id, "path": str(Path(path).resolve()), "device": device,
-                            "mode": mode, "step": step}):
+                            "mode": mode, "step": step, "memory_rate": self.memory_rate}):
             return  # the exit message reports the death
         if self.prestart:
             with self._lock:

@@ -150,6 +150,28 @@ class NameTable:
                     tensors.append((prefix + bname, b))
         self.module_paths = paths
 
+    def graph_roots(self, frames: list[FrameType]) -> list:
+        """grad_fn nodes of every tensor the script can reach by name (lists included), without
+        touching the name table: the sampler calls this in the middle of a capture."""
+        roots, seen = [], set()
+
+        def add(value, depth=0) -> None:
+            if isinstance(value, torch.Tensor):
+                fn = value.grad_fn
+                if fn is not None and id(fn) not in seen:
+                    seen.add(id(fn))
+                    roots.append(fn)
+            elif depth == 0 and isinstance(value, (list, tuple)) and 0 < len(value) <= 100_000:
+                for item in value:
+                    add(item, 1)
+
+        scopes = [f.f_locals for f in frames if f.f_code.co_name != "<module>"] + [self.globals]
+        for scope in scopes:
+            for name, value in list(scope.items()):
+                if not name.startswith("__"):
+                    add(value)
+        return roots
+
     def release(self) -> None:
         """Forget the table's strong references (call when a snapshot is done)."""
         self._tensors = []

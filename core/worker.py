@@ -23,7 +23,10 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import replace
 
+DEFAULT_MEMORY_RATE = 50.0  # samples per second while a script runs
+PHASE_OF_EVENT = {"call": "backward", "call_done": "between", "forward": "forward"}
 
 class Channel:
     """Writes one JSON message per line on the protocol descriptor, from any thread."""
@@ -111,6 +114,7 @@ class Worker:
         self.commands: queue.Queue = queue.Queue()
         self.running = False
         self.stepper = None
+        self.sampler = None
         self._early: list[dict] = []  # step commands that arrived before the stepped call began
 
     def read_commands(self) -> None:
@@ -144,6 +148,17 @@ class Worker:
             elif kind == "run":
                 self.run(cmd)
 
+    def _sampler(self, capture, device: str, rate: float, run_id):
+        from core.memory import MemorySampler
+
+        self.sampler = MemorySampler(
+            device if device.startswith("cuda") else "cpu",
+            rate_hz=rate,
+            saved_bytes_fn=capture.live_saved_bytes,
+            on_batch=lambda batch: self.channel.send({"type": "memory", "run": run_id, "samples": batch}),
+        )
+        return self.sampler
+
     def control_step(self, cmd: dict) -> None:
         """Drive the paused backward from the command thread."""
         stepper = self.stepper
@@ -162,6 +177,14 @@ class Worker:
         elif kind == "stop_step":
             stepper.stop()
 
+    def _on_step(self, index: int, record: dict) -> None:
+        self.channel.send({"type": "step", "call": index, "record": record})
+        if self.sampler is not None:
+            # A sample after each node: the memory its saved tensors held is released now.
+            sample = self.sampler.mark("backward", {"t": time.perf_counter() - self.sampler.origin})
+            self.channel.send({"type": "step_memory", "call": index, "step": record.get("index"),
+                               "t": sample.t, "saved_bytes": sample.saved_bytes, "allocated": sample.allocated})
+
     def _step_hook(self, capture, step: dict):
         """A call hook that runs backward call ``step['call']`` under a BackwardStepper."""
         from core.stepping import BackwardStepper
@@ -177,7 +200,7 @@ class Worker:
                 roots,
                 real,
                 names=capture.names.name_of,
-                on_step=lambda record: send({"type": "step", "call": index, "record": record}),
+                on_step=lambda record: self._on_step(index, record),
                 on_pause=lambda pending: send({"type": "step_paused", "call": index, "pending": pending}),
                 watch=[t for _, t in capture.names.named_tensors()],
             )
@@ -211,9 +234,16 @@ class Worker:
             err = ErrorInfo(type="DeviceError", message=problem, kind="device")
             trace = Trace(calls=[], error=err, script=cmd.get("path", ""), device=device)
         else:
+            sampler = None
+
             def on_event(event: dict) -> None:
                 event["run"] = run_id
-                self.channel.send(event)
+                if sampler is not None:
+                    phase = PHASE_OF_EVENT.get(event.get("type"))
+                    if phase:
+                        sampler.mark(phase, event)
+                if event.get("type") != "forward":
+                    self.channel.send(event)
 
             self.running = True
             try:
@@ -221,7 +251,20 @@ class Worker:
                 capture = Capture(cmd["path"], device=device, mode=cmd.get("mode", "auto"), on_event=on_event)
                 if cmd.get("step"):
                     capture.call_hook = self._step_hook(capture, cmd["step"])
-                trace = capture.run()
+                rate = float(cmd.get("memory_rate", DEFAULT_MEMORY_RATE))
+                if rate > 0:
+                    sampler = self._sampler(capture, device, rate, run_id)
+                capture.started = time.perf_counter()
+                if sampler is not None:
+                    sampler.origin = capture.started
+                    sampler.start()
+                try:
+                    trace = capture.run()
+                finally:
+                    if sampler is not None:
+                        sampler.stop()
+                if sampler is not None:
+                    trace = replace(trace, memory=sampler.samples)
             except KeyboardInterrupt:
                 err = ErrorInfo(type="KeyboardInterrupt", message="the run was cancelled", kind="cancelled")
                 trace = Trace(calls=[], error=err, script=cmd.get("path", ""), device=device)

@@ -170,3 +170,41 @@ def test_stepping_stops_at_the_inplace_error(qtbot, window):
     failed = next(n.id for n in window.call.nodes if n.name == "SigmoidBackward0")
     qtbot.waitUntil(lambda: window.graph.node_items[failed].state == "failed", timeout=5_000)
     assert "SigmoidBackward0" in window.state_label.text()
+
+
+def test_recent_files_drop_and_rerun_on_change(qtbot, window, tmp_path):
+    from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
+    from PySide6.QtGui import QDropEvent
+
+    script = tmp_path / "grow.py"
+    script.write_text("import torch\nx = torch.tensor(2.0, requires_grad=True)\n(x * 3).backward()\n")
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(script))])
+    drop = QDropEvent(QPointF(10, 10), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
+                      Qt.KeyboardModifier.NoModifier)
+    with qtbot.waitSignal(window.sig_trace_shown, timeout=60_000):
+        window.dropEvent(drop)
+    assert window.call.leaf_grads["x"].data == [3.0]
+    assert [a.text() for a in window.recent_menu.actions()][0] == str(script.resolve())
+    # Editing the file re-runs it when "Re-run When the File Changes" is on.
+    window.act_rerun_on_change.setChecked(True)
+    with qtbot.waitSignal(window.sig_trace_shown, timeout=60_000):
+        script.write_text("import torch\nx = torch.tensor(2.0, requires_grad=True)\n(x * 5).backward()\n")
+    assert window.call.leaf_grads["x"].data == [5.0]
+    assert window.device_box.itemData(0) == "cpu"
+    assert window.act_step.shortcut().toString() == "F10" and window.act_continue.shortcut().toString() == "F5"
+    assert window.act_stop.shortcut().toString() == "Shift+F5" and window.act_run.shortcut().toString() == "Ctrl+R"
+
+
+def test_anatomy_script_shows_tensors_and_storage(qtbot, window):
+    _open(qtbot, window, EXAMPLES / "20_views_and_strides.py")
+    assert window.call is None
+    assert window.center.currentWidget() is window.storage
+    names = [window.trace.tensors[[t.id for t in window.trace.tensors].index(i)].name
+             for i in window.tensors.tensor_ids()]
+    assert {"x", "transposed", "row", "flat", "permuted"} <= set(names)
+    assert window.select_named("transposed")
+    assert window.storage.highlighted_offsets() == [0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11]
+    assert window.select_named("row")
+    assert window.storage.highlighted_offsets() == [4, 5, 6, 7]
+    assert "(1, 4)" not in window.inspector.text() and "(1,)" in window.inspector.text()

@@ -387,7 +387,9 @@ class GroupBoxItem(QGraphicsItem):
             p.setFont(f)
             p.setPen(color(t.group_text))
             r = QRectF(10, 4, self._rect.width() - 20, 14)
-            text = QFontMetricsF(f).elidedText("\u2212 " + self.group.label, Qt.ElideMiddle, r.width())
+            # The fold sign is for the screen (widget is None when a scene is rendered for export).
+            sign = "\u2212 " if widget is not None else ""
+            text = QFontMetricsF(f).elidedText(sign + self.group.label, Qt.ElideMiddle, r.width())
             p.drawText(r, Qt.AlignLeft | Qt.AlignVCenter, text)
 
 

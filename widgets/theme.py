@@ -48,6 +48,9 @@ class Theme:
     overlay_fill: str  # legend and minimap panels
     overlay_border: str
     minimap_view: str
+    sharing: str = "#a0249b"  # same-storage links and view tags
+    inplace: str = "#9c4f00"  # in-place op tags
+    device: str = "#0b7285"  # device tags and device-change edges
     font_family: str = "DejaVu Sans"
     font_px: int = 11
     small_font_px: int = 9
@@ -132,6 +135,9 @@ DARK = Theme(
     overlay_fill="#2b2d31e6",
     overlay_border="#4a4e55",
     minimap_view="#58a6ff",
+    sharing="#e599f7",
+    inplace="#ffa94d",
+    device="#66d9e8",
 )
 
 PRINT = Theme(
@@ -172,6 +178,9 @@ PRINT = Theme(
     overlay_fill="#ffffff",
     overlay_border="#000000",
     minimap_view="#000000",
+    sharing="#000000",
+    inplace="#000000",
+    device="#000000",
     line_width=1.2,
 )
 

@@ -1,0 +1,433 @@
+"""Export a graph view as PNG, SVG, PDF, DOT or JSON, and a stepping session as frames and a GIF.
+
+Exports draw the view's own scene (every node item, never the zoomed-out overview) on a
+sheet with a title, a legend and a caption, so what is exported is what the view shows:
+collapsed groups, saved tensors, shapes, step states, edge gradients and search highlights.
+The selection ring is left out unless asked for. ``export_call`` does the same headless,
+from a CallInfo, on an offscreen view.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import tempfile
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+
+from PySide6.QtCore import QBuffer, QIODevice, QMarginsF, QRectF, QSize, QSizeF
+from PySide6.QtGui import QColor, QFontMetricsF, QImage, QPageLayout, QPageSize, QPainter, QPdfWriter
+from PySide6.QtSvg import QSvgGenerator
+from PySide6.QtWidgets import QApplication, QGraphicsItem
+
+from core.export_dot import call_to_dot
+from core.layout import Layout
+from core.step_state import short_values, step_view
+from core.trace import CallInfo, Trace
+from widgets.export_sheet import Sheet, layout_sheet, paint_sheet
+from widgets.graph_items import color, font
+from widgets.theme import get_theme
+
+log = logging.getLogger(__name__)
+
+FORMATS = ("png", "svg", "pdf", "dot", "json")
+MAX_PNG_SIDE = 32000  # pixels; bigger images are scaled down
+MAX_PNG_PIXELS = 64_000_000
+MAX_PDF_SIDE = 14400.0  # points: the largest page PDF readers accept (200 inches)
+PT_PER_UNIT = 0.75  # one scene unit is one pixel at 96 dpi
+
+
+class ExportError(RuntimeError):
+    """An export that cannot be made; the message says why."""
+
+
+def ensure_app() -> QApplication:
+    """The running QApplication, or a new one (offscreen when there is no display)."""
+    app = QApplication.instance()
+    if app is None:
+        if sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+            os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+        app = QApplication(["backprop-studio-export"])
+    elif not isinstance(app, QApplication):
+        raise ExportError("exports need a QApplication (a QGuiApplication cannot hold a graph view)")
+    return app
+
+
+def format_of(path, fmt: str | None = None) -> str:
+    fmt = (fmt or Path(path).suffix.lstrip(".")).lower()
+    if fmt not in FORMATS:
+        raise ExportError(f"{path}: unknown export format {fmt!r}; use one of {', '.join(FORMATS)}")
+    return fmt
+
+
+# -- preparing the view ------------------------------------------------------------------------
+
+
+@contextmanager
+def prepared(view, theme: str | None = None, selection: bool = False):
+    """The view in ``theme``, with every item shown and uncached (so vector output stays
+    vector) and, unless ``selection``, without the selection ring; all restored after."""
+    old_theme = view.theme().name
+    if theme and theme != old_theme:
+        view.set_theme(theme)
+    selected = [i for i in view.node_items.values() if i.selected] if not selection else []
+    active = [e for e in view.edge_items if e.active] if not selection else []
+    for item in selected:
+        item.set_selected(False)
+    for e in active:
+        e.set_active(False)
+    with view.export_mode() as scene:
+        caches = [(item, item.cacheMode()) for item in scene.items()]
+        for item, _ in caches:
+            item.setCacheMode(QGraphicsItem.NoCache)
+        try:
+            yield scene
+        finally:
+            for item, mode in caches:
+                item.setCacheMode(mode)
+            for item in selected:
+                item.set_selected(True)
+            for e in active:
+                e.set_active(True)
+            if view.theme().name != old_theme:
+                view.set_theme(old_theme)
+
+
+def source_rect(view, region: str = "all") -> QRectF:
+    """The scene rectangle to export: the whole graph (with edge texts that stick out) or what
+    the viewport shows."""
+    scene = view.scene()
+    rect = QRectF(scene.sceneRect())
+    if region == "visible":
+        visible = view.mapToScene(view.viewport().rect()).boundingRect()
+        return visible.intersected(rect) if visible.intersects(rect) else rect
+    if region != "all":
+        raise ExportError(f"unknown region {region!r}: use 'all' or 'visible'")
+    for e in view.edge_items:
+        if e.value_text or (e.show_shape and e.shape_text):
+            rect = rect.united(e.sceneBoundingRect())
+    return rect
+
+
+def make_sheet(view, *, region="all", title=None, caption=None, legend=True, source=None, entries=None) -> Sheet:
+    keys = (view.legend.entries() if entries is None else list(entries)) if legend else []
+    return layout_sheet(source or source_rect(view, region), view.theme(), title=title, caption=caption, legend=keys)
+
+
+def _background(background: str | None, theme_name: str) -> QColor | None:
+    if background == "transparent":
+        return None
+    if background in (None, "theme"):
+        return color(get_theme(theme_name).background)
+    if background == "white":
+        return QColor("#ffffff")
+    c = color(background)
+    if not c.isValid():
+        raise ExportError(f"unknown background {background!r}: use white, transparent, theme or #rrggbb")
+    return c
+
+
+# -- the three drawn formats -------------------------------------------------------------------
+
+
+def render_png(view, path, *, scale: float = 2.0, dpi: float | None = None, background: str | None = "white",
+               region: str = "all", title=None, caption=None, theme: str | None = None, legend: bool = True,
+               selection: bool = False, sheet: Sheet | None = None) -> Path:
+    """A PNG of the sheet at ``scale`` pixels per scene unit (or ``dpi``; 96 dpi is scale 1)."""
+    if dpi:
+        scale = dpi / 96.0
+    path = Path(path)
+    with prepared(view, theme, selection) as scene:
+        sheet = sheet or make_sheet(view, region=region, title=title, caption=caption, legend=legend)
+        scale = _fit_png_scale(sheet, scale)
+        image = QImage(max(1, round(sheet.width * scale)), max(1, round(sheet.height * scale)),
+                       QImage.Format_ARGB32_Premultiplied)
+        if image.isNull():
+            raise ExportError(f"{path}: the image ({sheet.width * scale:.0f} x {sheet.height * scale:.0f}) "
+                              "is too big; lower the scale")
+        image.fill(0)
+        dots = round(96 * scale / 0.0254)
+        image.setDotsPerMeterX(dots)
+        image.setDotsPerMeterY(dots)
+        p = QPainter(image)
+        p.scale(scale, scale)
+        paint_sheet(p, sheet, scene, view.theme(), _background(background, view.theme().name))
+        p.end()
+    if not image.save(str(path), "PNG"):
+        raise ExportError(f"{path}: cannot write the PNG file")
+    return path
+
+
+def _fit_png_scale(sheet: Sheet, scale: float) -> float:
+    w, h = sheet.width * scale, sheet.height * scale
+    shrink = min(1.0, MAX_PNG_SIDE / max(w, h, 1), (MAX_PNG_PIXELS / max(w * h, 1)) ** 0.5)
+    if shrink < 1.0:
+        log.warning("graph too big for a %.0f x %.0f PNG: scale %.2f instead of %.2f", w, h, scale * shrink, scale)
+    return scale * shrink
+
+
+def render_svg(view, path, *, background: str | None = "white", region: str = "all", title=None, caption=None,
+               theme: str | None = None, legend: bool = True, selection: bool = False) -> Path:
+    """A vector SVG of the sheet; every label line is a ``<text>`` element."""
+    path = Path(path)
+    with prepared(view, theme, selection) as scene:
+        sheet = make_sheet(view, region=region, title=title, caption=caption, legend=legend)
+        buffer = QBuffer()  # one write at the end: much faster than QFile's many small ones
+        buffer.open(QIODevice.OpenModeFlag.WriteOnly)
+        gen = QSvgGenerator()
+        gen.setOutputDevice(buffer)
+        gen.setSize(QSize(round(sheet.width), round(sheet.height)))
+        gen.setViewBox(QRectF(0, 0, round(sheet.width), round(sheet.height)))
+        gen.setResolution(96)
+        gen.setTitle(title or "Backprop Studio graph")
+        gen.setDescription(caption or "autograd graph exported by Backprop Studio")
+        p = QPainter()
+        if not p.begin(gen):
+            raise ExportError(f"{path}: cannot write the SVG file")
+        paint_sheet(p, sheet, scene, view.theme(), _background(background, view.theme().name))
+        p.end()
+    try:
+        path.write_bytes(buffer.data().data())
+    except OSError as exc:
+        raise ExportError(f"{path}: cannot write the SVG file: {exc}") from None
+    return path
+
+
+def render_pdf(view, path, *, background: str | None = "white", region: str = "all", title=None, caption=None,
+               theme: str | None = None, legend: bool = True, selection: bool = False) -> Path:
+    """A one-page vector PDF sized to the sheet (fonts embedded)."""
+    path = Path(path)
+    with prepared(view, theme, selection) as scene:
+        sheet = make_sheet(view, region=region, title=title, caption=caption, legend=legend)
+        k = min(PT_PER_UNIT, MAX_PDF_SIDE / max(sheet.width, sheet.height))
+        writer = QPdfWriter(str(path))
+        writer.setTitle(title or "Backprop Studio graph")
+        writer.setCreator("Backprop Studio")
+        writer.setPageMargins(QMarginsF(0, 0, 0, 0), QPageLayout.Unit.Point)
+        size = QPageSize(QSizeF(sheet.width * k, sheet.height * k), QPageSize.Unit.Point, "graph",
+                         QPageSize.SizeMatchPolicy.ExactMatch)
+        writer.setPageSize(size)
+        p = QPainter()
+        if not p.begin(writer):
+            raise ExportError(f"{path}: cannot write the PDF file")
+        unit = writer.resolution() / 72.0 * k
+        p.scale(unit, unit)
+        paint_sheet(p, sheet, scene, view.theme(), _background(background, view.theme().name))
+        p.end()
+    return path
+
+
+def render(view, path, fmt: str | None = None, **options) -> Path:
+    """Write ``view`` to ``path`` in ``fmt`` (from the suffix when None); DOT and JSON come
+    from the view's call and state."""
+    fmt = format_of(path, fmt)
+    if fmt == "png":
+        return render_png(view, path, **options)
+    opts = {k: v for k, v in options.items() if k not in ("scale", "dpi")}
+    if fmt == "svg":
+        return render_svg(view, path, **opts)
+    if fmt == "pdf":
+        return render_pdf(view, path, **opts)
+    call = view.call()
+    if call is None:
+        raise ExportError("there is no graph to export")
+    if fmt == "dot":
+        text = call_to_dot(call, title=options.get("title"), collapsed=view.collapsed(),
+                           states=getattr(view, "_states", {}), edge_texts=getattr(view, "_edge_texts", {}),
+                           theme=options.get("theme") or view.theme().name)
+        Path(path).write_text(text, encoding="utf-8")
+        return Path(path)
+    return save_json(call, path)
+
+
+def save_json(call: CallInfo, path, trace: Trace | None = None) -> Path:
+    """The trace as JSON: ``trace`` when given, else a trace holding only ``call``."""
+    trace = trace or Trace(calls=[call], call_count=1)
+    trace.save(path)
+    return Path(path)
+
+
+# -- headless --------------------------------------------------------------------------------
+
+
+@contextmanager
+def offscreen_view(call: CallInfo, *, theme="print", collapsed=None, show_saved=False, show_shapes=False,
+                   states=None, edge_texts=None):
+    """A GraphView that is never shown, holding ``call`` laid out with the given state."""
+    ensure_app()
+    from widgets.graph_view import GraphView
+
+    view = GraphView(theme=theme)
+    try:
+        view.resize(1200, 900)
+        if show_saved:
+            view.set_show_saved(True)
+        view.set_call(call, sync=True, collapsed=None if collapsed is None else frozenset(collapsed))
+        if show_shapes:
+            view.set_show_shapes(True)
+        if states:
+            view.set_node_states(states)
+        if edge_texts:
+            view.set_edge_texts(edge_texts)
+        yield view
+    finally:
+        import shiboken6
+
+        shiboken6.delete(view)
+
+
+def export_call(call: CallInfo, path, fmt: str | None = None, *, theme: str = "print", title=None, caption=None,
+                states=None, edge_texts=None, collapsed=None, show_saved=False, show_shapes=False,
+                scale: float = 2.0, background: str | None = None, trace: Trace | None = None) -> Path:
+    """Export one call without a window. ``background`` None is the theme's (white in print);
+    ``collapsed`` None collapses big graphs as the view does."""
+    fmt = format_of(path, fmt)
+    if fmt == "json":
+        return save_json(call, path, trace)
+    if fmt == "dot":
+        if collapsed is None:
+            from core.layout import default_collapsed
+
+            collapsed = default_collapsed(call)
+        Path(path).write_text(call_to_dot(call, title=title, collapsed=frozenset(collapsed), states=states,
+                                          edge_texts=edge_texts, theme=theme), encoding="utf-8")
+        return Path(path)
+    with offscreen_view(call, theme=theme, collapsed=collapsed, show_saved=show_saved, show_shapes=show_shapes,
+                        states=states, edge_texts=edge_texts) as view:
+        opts = dict(title=title, caption=caption, background=background)
+        if fmt == "png":
+            return render_png(view, path, scale=scale, **opts)
+        return (render_svg if fmt == "svg" else render_pdf)(view, path, **opts)
+
+
+# -- stepping ------------------------------------------------------------------------------------
+
+
+def step_texts(call: CallInfo, view) -> dict[tuple[str, str], str]:
+    """Edge texts of a step view, with each leaf's ``.grad`` added to the edge that filled it."""
+    texts = dict(view.edge_texts)
+    if not view.leaf_grads:
+        return texts
+    for node in call.nodes:
+        for e in node.next:
+            if e is None or (node.id, e.node) not in texts:
+                continue
+            leaf = call.node(e.node)
+            if leaf is not None and leaf.kind == "accumulate_grad" and leaf.label in view.leaf_grads:
+                texts[(node.id, e.node)] += f"  \u21d2 .grad {short_values(view.leaf_grads[leaf.label])}"
+    return texts
+
+
+def export_frames(call: CallInfo, steps: list[dict], directory, *, theme: str = "print", title=None,
+                  collapsed=None, show_shapes=False, scale: float = 1.5, view=None) -> list[Path]:
+    """``frame_000.png`` … one per step, each the graph after that step; all the same size."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    if not steps:
+        return []
+    views = [step_view(call, steps, upto=k + 1) for k in range(len(steps))]
+    with _frame_view(call, view, theme, collapsed, show_shapes) as v:
+        # Fixed geometry: the last frame has every edge text; the legend lists every state shown.
+        v.set_node_states(views[-1].states)
+        v.set_edge_texts(step_texts(call, views[-1]))
+        source = source_rect(v)
+        entries = list(v.legend.entries())
+        used = {s for sv in views for s in sv.states.values()}
+        entries += [s for s in ("executed", "current", "frontier", "failed") if s in used and s not in entries]
+        paths = []
+        for k, sv in enumerate(views):
+            v.set_node_states(sv.states)
+            v.set_edge_texts(step_texts(call, sv))
+            caption = f"Step {k + 1} of {len(steps)}: {_step_name(call, steps[k])}"
+            sheet = make_sheet(v, title=title, caption=caption, source=source, entries=entries)
+            paths.append(render_png(v, directory / f"frame_{k:03d}.png", scale=scale, sheet=sheet,
+                                    background=None))
+        return paths
+
+
+def _step_name(call: CallInfo, record: dict) -> str:
+    node = call.node(record.get("node") or "")
+    name = record.get("name") or (node.name if node else "")
+    label = node.label if node is not None and node.kind != "accumulate_grad" else None
+    return f"{name} ({label})" if label else name
+
+
+@contextmanager
+def _frame_view(call, view, theme, collapsed, show_shapes):
+    if view is None:
+        with offscreen_view(call, theme=theme, collapsed=collapsed, show_shapes=show_shapes) as v:
+            yield v
+        return
+    old = (dict(getattr(view, "_states", {})), dict(getattr(view, "_edge_texts", {})), view.theme().name)
+    view.set_theme(theme)
+    try:
+        yield view
+    finally:
+        view.set_node_states(old[0])
+        view.set_edge_texts(old[1])
+        view.set_theme(old[2])
+
+
+def export_gif(frames, path, duration_ms: int = 700, *, steps: list[dict] | None = None, **frame_options) -> Path:
+    """An animated GIF from frame PNGs, or from a call and its ``steps`` (frames made first)."""
+    from PIL import Image
+
+    if isinstance(frames, CallInfo):
+        with tempfile.TemporaryDirectory(prefix="bps-frames-") as tmp:
+            paths = export_frames(frames, steps or [], tmp, **frame_options)
+            return export_gif(paths, path, duration_ms)
+    paths = [Path(f) for f in frames]
+    if not paths:
+        raise ExportError("no frames to put in a GIF: the stepping session has no steps")
+    images = []
+    for f in paths:
+        with Image.open(f) as im:
+            images.append(im.convert("RGB").quantize(colors=255, method=Image.Quantize.MEDIANCUT))
+    images[0].save(path, save_all=True, append_images=images[1:], duration=duration_ms, loop=0, disposal=1,
+                   optimize=False)
+    return Path(path)
+
+
+# -- checks -------------------------------------------------------------------------------------
+
+
+def check_geometry(layout: Layout, theme: str = "print") -> list[str]:
+    """Problems a reader would see: overlapping boxes, labels that do not fit their box (they
+    would be cut short), edges without a route."""
+    ensure_app()
+    t = get_theme(theme)
+    problems = []
+    boxes = [(b.x, b.y, b.x + b.w, b.y + b.h, b.id) for b in layout.nodes.values()]
+    boxes += [(s.x, s.y, s.x + s.w, s.y + s.h, f"saved {s.node}.{s.name}") for s in layout.saved]
+    boxes.sort()
+    for i, (x0, y0, x1, y1, a) in enumerate(boxes):
+        for u0, v0, u1, v1, b in boxes[i + 1:]:
+            if u0 >= x1:
+                break
+            if v0 < y1 and y0 < v1 and min(x1, u1) - u0 > 0.5 and min(y1, v1) - max(y0, v0) > 0.5:
+                problems.append(f"boxes {a} and {b} overlap")
+    for b in layout.nodes.values():
+        lines = b.label.split("\n")
+        leaf = b.kind == "accumulate_grad"
+        pad = 8 + (b.h / 4 if leaf else 0)
+        inner = b.w - 2 * pad
+        heights = [t.font_px + 4] + [t.font_px + 3] * (len(lines) - 1)
+        if sum(heights) > b.h - 4:
+            problems.append(f"label of {b.id} ({len(lines)} lines) is taller than its box")
+        for i, line in enumerate(lines):
+            f = font(t.font_family, t.font_px if i == 0 else t.font_px - 1, i == 0 and b.kind in (
+                "accumulate_grad", "group"))
+            width = QFontMetricsF(f).horizontalAdvance(line)
+            if width > inner + 0.5:
+                problems.append(f"label line {line!r} of {b.id} is {width:.0f} px wide; its box has {inner:.0f}")
+    for e in layout.edges:
+        if len(e.points) < 2:
+            problems.append(f"edge {e.src} -> {e.dst} has no route")
+    return problems
+
+
+def strip_call(trace: Trace, call: CallInfo) -> Trace:
+    """A copy of ``trace`` holding only ``call`` (JSON export of one call)."""
+    return replace(trace, calls=[call])

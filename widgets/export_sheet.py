@@ -1,0 +1,148 @@
+"""The export sheet: title on top, the graph, a legend and an optional caption below.
+
+The view's legend is an overlay widget that no scene render sees, so the sheet draws its
+own, from the same entries and with the same ``paint_node`` samples. All geometry is in
+scene units (one unit is one pixel at 100 % zoom); each output format scales it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from PySide6.QtCore import QRectF, Qt
+from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QPen
+
+from widgets.graph_items import color, font, paint_node
+from widgets.minimap import LEGEND_ENTRIES
+from widgets.theme import Theme
+
+MARGIN = 20.0
+TITLE_PX = 20
+CAPTION_PX = 12
+LEGEND_ROW = 22.0
+SAMPLE_W, SAMPLE_H = 38.0, 17.0
+LEGEND_GAP = 22.0  # between legend entries on one row
+MIN_TEXT_W = 360.0  # the narrowest a sheet with a legend or caption gets
+# Texts that read well on paper; the rest come from the on-screen legend.
+PRINT_TEXT = {"frame": "module", "group": "collapsed module", "retained": "retains .grad"}
+
+
+def legend_text(key: str) -> str:
+    return PRINT_TEXT.get(key, LEGEND_ENTRIES[key][0])
+
+
+@dataclass
+class Sheet:
+    """Where each part of an export goes; ``source`` is the scene rectangle shown."""
+
+    source: QRectF
+    width: float
+    height: float
+    graph: QRectF
+    title: str = ""
+    title_rect: QRectF = field(default_factory=QRectF)
+    caption: str = ""
+    caption_rect: QRectF = field(default_factory=QRectF)
+    legend: list[tuple[str, QRectF]] = field(default_factory=list)  # key, rect of sample + text
+    legend_rect: QRectF = field(default_factory=QRectF)
+
+
+def layout_sheet(
+    source: QRectF, theme: Theme, *, title: str | None, caption: str | None, legend: list[str]
+) -> Sheet:
+    """Place title, graph, legend and caption around a graph of ``source``'s size."""
+    title = (title or "").strip()
+    caption = (caption or "").strip()
+    legend = [k for k in legend if k in LEGEND_ENTRIES]
+    title_font = font(theme.font_family, TITLE_PX, True)
+    legend_font = font(theme.font_family, theme.small_font_px + 1)
+    caption_font = font(theme.font_family, CAPTION_PX)
+    lfm = QFontMetricsF(legend_font)
+    entry_w = [SAMPLE_W + 8 + lfm.horizontalAdvance(legend_text(k)) for k in legend]
+    title_w = QFontMetricsF(title_font).horizontalAdvance(title) if title else 0.0
+    inner = max(source.width(), title_w, MIN_TEXT_W if (legend or caption) else 0.0)
+    if entry_w:
+        inner = max(inner, max(entry_w))
+    y = MARGIN
+    sheet = Sheet(QRectF(source), 0, 0, QRectF(), title, QRectF(), caption)
+    if title:
+        h = QFontMetricsF(title_font).height() * 1.3
+        sheet.title_rect = QRectF(MARGIN, y, inner, h)
+        y += h + 4
+    sheet.graph = QRectF(MARGIN + (inner - source.width()) / 2, y, source.width(), source.height())
+    y += source.height()
+    if legend:
+        rows: list[list[int]] = [[]]
+        row_w = 0.0
+        for i, w in enumerate(entry_w):
+            if rows[-1] and row_w + LEGEND_GAP + w > inner:
+                rows.append([])
+                row_w = 0.0
+            row_w += (LEGEND_GAP if rows[-1] else 0.0) + w
+            rows[-1].append(i)
+        y += 10
+        top = y
+        for row in rows:
+            width = sum(entry_w[i] for i in row) + LEGEND_GAP * (len(row) - 1)
+            x = MARGIN + (inner - width) / 2
+            for i in row:
+                sheet.legend.append((legend[i], QRectF(x, y, entry_w[i], LEGEND_ROW)))
+                x += entry_w[i] + LEGEND_GAP
+            y += LEGEND_ROW
+        sheet.legend_rect = QRectF(MARGIN, top, inner, y - top)
+    if caption:
+        y += 10
+        r = QFontMetricsF(caption_font).boundingRect(
+            QRectF(0, 0, inner, 1e6), int(Qt.TextWordWrap | Qt.AlignHCenter), caption
+        )
+        sheet.caption_rect = QRectF(MARGIN, y, inner, r.height() + 2)
+        y += r.height() + 2
+    sheet.width = inner + 2 * MARGIN
+    sheet.height = y + MARGIN
+    return sheet
+
+
+def paint_sheet(p: QPainter, sheet: Sheet, scene, theme: Theme, background: QColor | None) -> None:
+    """Draw the sheet in sheet units on a painter already scaled to its device."""
+    p.setRenderHints(QPainter.Antialiasing | QPainter.TextAntialiasing | QPainter.SmoothPixmapTransform)
+    if background is not None:
+        p.fillRect(QRectF(0, 0, sheet.width, sheet.height), background)
+    if sheet.title:
+        p.setFont(font(theme.font_family, TITLE_PX, True))
+        p.setPen(color(theme.text))
+        p.drawText(sheet.title_rect, int(Qt.AlignHCenter | Qt.AlignVCenter), sheet.title)
+    scene.render(p, sheet.graph, sheet.source, Qt.IgnoreAspectRatio)
+    if sheet.legend:
+        paint_legend(p, sheet, theme)
+    if sheet.caption:
+        p.setFont(font(theme.font_family, CAPTION_PX))
+        p.setPen(color(theme.muted_text))
+        p.drawText(sheet.caption_rect, int(Qt.TextWordWrap | Qt.AlignHCenter | Qt.AlignTop), sheet.caption)
+
+
+def paint_legend(p: QPainter, sheet: Sheet, theme: Theme) -> None:
+    """One sample and its meaning per entry, drawn as the on-screen legend draws them."""
+    t = theme
+    p.save()
+    p.setPen(QPen(color(t.group_box_border), 0.8))
+    top = sheet.legend_rect.top() - 5
+    p.drawLine(sheet.legend_rect.left(), top, sheet.legend_rect.right(), top)
+    text_font = font(t.font_family, t.small_font_px + 1)
+    for key, rect in sheet.legend:
+        _, style, state = LEGEND_ENTRIES[key]
+        sample = QRectF(rect.left() + 4, rect.center().y() - SAMPLE_H / 2, SAMPLE_W - 8, SAMPLE_H)
+        if key == "frame":
+            p.setPen(QPen(color(t.group_box_border), t.line_width * 0.9))
+            p.setBrush(color(t.group_box_fill))
+            p.drawRoundedRect(sample, 5, 5)
+        elif key == "saved":
+            p.setPen(QPen(color(t.saved_border), 1))
+            p.setBrush(color(t.saved_fill))
+            p.drawRoundedRect(sample.adjusted(4, 3, -4, -3), 3, 3)
+        else:
+            paint_node(p, sample, style, t, "", 1.0, state)
+        p.setFont(text_font)
+        p.setPen(color(t.text))
+        text_rect = QRectF(rect.left() + SAMPLE_W + 8, rect.top(), rect.width() - SAMPLE_W - 8, rect.height())
+        p.drawText(text_rect, int(Qt.AlignLeft | Qt.AlignVCenter), legend_text(key))
+    p.restore()
