@@ -47,9 +47,12 @@ class NodeStyle:
     no_grad: bool = False
     retained: bool = False
     error: bool = False
+    stale: bool = False  # a saved tensor was changed in place: backward will fail here
 
 
+@lru_cache(maxsize=256)
 def _pen(hex_str: str, width: float, style=Qt.SolidLine) -> QPen:
+    """A shared pen (QPainter copies it, so callers must not change it)."""
     pen = QPen(color(hex_str), width, style)
     pen.setJoinStyle(Qt.RoundJoin)
     pen.setCapStyle(Qt.RoundCap)
@@ -70,18 +73,24 @@ def node_outline(rect: QRectF, shape: str) -> QPainterPath:
     return path
 
 
+_SHAPE_COLORS = {"op": "op", "leaf": "leaf", "custom": "custom", "group": "group"}
+
+
 def node_colors(style: NodeStyle, theme: Theme) -> tuple[str, str]:
-    fill, border = {
-        "op": (theme.op_fill, theme.op_border),
-        "leaf": (theme.leaf_fill, theme.leaf_border),
-        "custom": (theme.custom_fill, theme.custom_border),
-        "group": (theme.group_fill, theme.group_border),
-    }.get(style.shape, (theme.other_fill, theme.other_border))
+    prefix = _SHAPE_COLORS.get(style.shape, "other")
+    fill, border = getattr(theme, prefix + "_fill"), getattr(theme, prefix + "_border")
     if style.no_grad:
         fill, border = theme.no_grad_fill, theme.no_grad_border
     if style.error:
         fill, border = theme.error_fill, theme.error
     return fill, border
+
+
+_RINGS = {  # state -> theme colour, width, line style of the ring drawn around the node
+    "current": ("current", 3.2, Qt.SolidLine),
+    "frontier": ("frontier", 1.8, Qt.DashLine),
+    "failed": ("failed", 3.0, Qt.SolidLine),
+}
 
 
 def paint_node(
@@ -108,7 +117,7 @@ def paint_node(
     if state == "executed":
         fill = theme.executed_fill
     p.setBrush(color(fill))
-    dash = Qt.DashLine if style.shape == "custom" else Qt.DotLine if style.no_grad else Qt.SolidLine
+    dash = Qt.DashLine if style.shape == "custom" or style.stale else Qt.DotLine if style.no_grad else Qt.SolidLine
     width = lw * (2.2 if style.error else 1.6 if style.shape == "group" else 1.0)
     p.setPen(_pen(border, width, dash))
     p.drawPath(outline)
@@ -116,14 +125,10 @@ def paint_node(
         p.setBrush(Qt.NoBrush)
         p.setPen(_pen(border, lw * 0.8))
         p.drawPath(node_outline(rect.adjusted(3, 3, -3, -3), "group"))
-    ring = {
-        "current": (theme.current, 3.2, Qt.SolidLine),
-        "frontier": (theme.frontier, 1.8, Qt.DashLine),
-        "failed": (theme.failed, 3.0, Qt.SolidLine),
-    }.get(state or "")
+    ring = _RINGS.get(state) if state else None
     if ring:
         p.setBrush(Qt.NoBrush)
-        p.setPen(_pen(ring[0], ring[1], ring[2]))
+        p.setPen(_pen(getattr(theme, ring[0]), ring[1], ring[2]))
         p.drawPath(node_outline(rect.adjusted(-3.5, -3.5, 3.5, 3.5), style.shape))
     if selected:
         p.setBrush(Qt.NoBrush)
@@ -143,13 +148,23 @@ def _paint_label(p: QPainter, rect: QRectF, style: NodeStyle, theme: Theme, labe
     heights = [theme.font_px + 4] + [theme.font_px + 3] * (len(lines) - 1)
     y = rect.center().y() - sum(heights) / 2
     text_color = color(theme.muted_text if state == "executed" else theme.text)
+    width = inner.width()
     for i, (line, lh) in enumerate(zip(lines, heights)):
         f = main if i == 0 else sub
         p.setFont(f)
         p.setPen(text_color if i == 0 else color(theme.muted_text))
-        text = QFontMetricsF(f).elidedText(line, Qt.ElideMiddle, inner.width())
-        p.drawText(QRectF(inner.left(), y, inner.width(), lh), Qt.AlignCenter, text)
+        text = _elided(theme.font_family, f.pixelSize(), f.bold(), line, round(width, 1))
+        p.drawText(QRectF(inner.left(), y, width, lh), _ALIGN_CENTER, text)
         y += lh
+
+
+_ALIGN_CENTER = Qt.AlignCenter
+
+
+@lru_cache(maxsize=4096)
+def _elided(family: str, px: int, bold: bool, text: str, width: float) -> str:
+    """Node labels repeat (every AddmmBackward0 is cut the same way): measure each once."""
+    return QFontMetricsF(font(family, px, bold)).elidedText(text, Qt.ElideMiddle, width)
 
 
 def _paint_badges(p: QPainter, rect: QRectF, style: NodeStyle, theme: Theme, state) -> None:
@@ -252,6 +267,7 @@ class EdgeItem(QGraphicsItem):
         self.key = (edge.src, edge.dst)
         self.theme = theme
         self.active = False
+        self.accent: str | None = None  # a theme colour name: the edge is drawn bold in it
         self.shape_text = shape_text
         self.show_shape = False
         self.value_text = ""
@@ -313,6 +329,12 @@ class EdgeItem(QGraphicsItem):
             self.active = active
             self.update()
 
+    def set_accent(self, accent: str | None) -> None:
+        """Drawn bold in the theme colour ``accent`` (e.g. "device"); None for the plain edge."""
+        if accent != self.accent:
+            self.accent = accent
+            self.update()
+
     def set_theme(self, theme: Theme) -> None:
         self.theme = theme
         self.set_texts()
@@ -321,8 +343,9 @@ class EdgeItem(QGraphicsItem):
         t = self.theme
         lod = option.levelOfDetailFromTransform(p.worldTransform())
         p.setRenderHint(QPainter.Antialiasing, True)
-        c = t.edge_active if self.active else t.edge
-        width = t.line_width * (2.0 if self.active else 1.0) * (1.0 + 0.35 * min(self.edge.count - 1, 3))
+        c = t.edge_active if self.active else getattr(t, self.accent) if self.accent else t.edge
+        bold = self.active or self.accent is not None
+        width = t.line_width * (2.0 if bold else 1.0) * (1.0 + 0.35 * min(self.edge.count - 1, 3))
         self._ensure_path()
         p.setPen(_pen(c, width))
         p.setBrush(Qt.NoBrush)
@@ -421,7 +444,7 @@ class SavedItem(QGraphicsItem):
         border = t.error if state == "stale" else t.no_grad_border if self.no_grad else t.saved_border
         p.setPen(_pen(border, 0.8, Qt.DotLine))
         p.drawLine(QPointF(self._link_x, self._link_y), QPointF(0, self._rect.height() / 2))
-        style = Qt.DashLine if state == "freed" else Qt.DotLine if self.no_grad else Qt.SolidLine
+        style = Qt.DashLine if state in ("freed", "stale") else Qt.DotLine if self.no_grad else Qt.SolidLine
         p.setPen(_pen(border, 1.0 if state != "stale" else 2.0, style))
         p.setBrush(color(t.no_grad_fill if self.no_grad else t.error_fill if state == "stale" else t.saved_fill))
         p.drawRoundedRect(self._rect, 3, 3)

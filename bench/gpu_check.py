@@ -1,0 +1,142 @@
+"""Check memory capture and stepping on an NVIDIA GPU (run on a machine with CUDA).
+
+    python bench/gpu_check.py [--device cuda:0]
+
+1. Runs bundled examples on the GPU in this process with the capture and the memory
+   sampler, and prints, at every backward call, the sampler's figures next to
+   ``torch.cuda.memory_allocated`` / ``memory_reserved`` read directly at the same moment.
+2. Runs the same examples through the worker process (as the app does) and prints the peak
+   allocated memory it reports.
+3. Steps backward of an MLP on the GPU node by node and checks that allocated memory and
+   the saved-tensor bytes of the graph fall as nodes release their saved tensors.
+Exits non-zero when a check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from core.capture import Capture  # noqa: E402
+from core.client import run_capture  # noqa: E402
+from core.memory import MemorySampler, saved_tensor_bytes  # noqa: E402
+from core.stepping import BackwardStepper  # noqa: E402
+from core.worker import apply_device  # noqa: E402
+
+EXAMPLES = ["01_multiply.py", "13_mlp_classifier.py", "30_graph_leak.py", "40_model_small_cnn.py",
+            "50_big_residual_mlp.py"]
+MB = 1 << 20
+
+
+def in_process(device: str) -> bool:
+    ok = True
+    print(f"== capture + sampler in this process on {device}")
+    print(f"{'example':<28}{'call':>5}{'sampler alloc MB':>18}{'direct alloc MB':>17}{'reserved MB':>13}"
+          f"{'saved MB':>10}")
+    for name in EXAMPLES:
+        rows = []
+        capture = Capture(str(ROOT / "resources" / "examples" / name), device=device)
+        sampler = MemorySampler(device, rate_hz=50, saved_bytes_fn=capture.live_saved_bytes)
+
+        def on_event(event, sampler=sampler, rows=rows):
+            if event.get("type") == "call":
+                sample = sampler.mark("backward", event)
+                rows.append((event["index"], sample.allocated, torch.cuda.memory_allocated(device),
+                             sample.reserved, sample.saved_bytes))
+            elif event.get("type") == "call_done":
+                sampler.mark("between", event)
+
+        capture.on_event = on_event
+        capture.started = time.perf_counter()
+        sampler.origin = capture.started
+        apply_device(device)
+        with sampler:
+            trace = capture.run()
+        for index, alloc, direct, reserved, saved in rows[:3] + rows[-1:]:
+            print(f"{name:<28}{index:>5}{alloc / MB:>18.2f}{direct / MB:>17.2f}{reserved / MB:>13.2f}"
+                  f"{saved / MB:>10.2f}")
+            if alloc != direct:
+                print(f"   MISMATCH: the sampler read {alloc} bytes, torch.cuda.memory_allocated {direct}")
+                ok = False
+        if trace.error and name not in ("08_inplace_error.py",):
+            print(f"   script error: {trace.error.type}: {trace.error.message}")
+        peak = max((s.max_allocated for s in sampler.samples), default=0)
+        print(f"{'':<28}  {len(sampler.samples)} samples, peak allocated {peak / MB:.2f} MB")
+    return ok
+
+
+def through_worker(device: str) -> bool:
+    print(f"== through the worker process on {device}")
+    ok = True
+    for name in EXAMPLES:
+        result = run_capture(str(ROOT / "resources" / "examples" / name), device=device, timeout=300)
+        trace = result.trace
+        samples = trace.memory
+        peak = max((s.max_allocated for s in samples), default=0)
+        devices = {s.device for s in samples}
+        print(f"{name:<28} {trace.call_count:>4} calls  {len(samples):>5} samples  devices {sorted(devices)}  "
+              f"peak allocated {peak / MB:.2f} MB  error: {trace.error.type if trace.error else None}")
+        if not samples or not any(d.startswith("cuda") for d in devices):
+            ok = False
+    return ok
+
+
+def stepping_frees(device: str) -> bool:
+    print(f"== stepping backward on {device}: saved tensors released node by node")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 1024),
+                                torch.nn.ReLU(), torch.nn.Linear(1024, 1)).to(device)
+    x = torch.randn(2048, 1024, device=device)
+    loss = model(x).pow(2).mean()
+    roots = [loss.grad_fn]
+    before_saved = saved_tensor_bytes(roots)
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
+    rows = []
+
+    def on_step(record):
+        torch.cuda.synchronize(device)
+        rows.append((record["index"], record["name"], torch.cuda.memory_allocated(device), saved_tensor_bytes(roots)))
+
+    stepper = BackwardStepper([loss], lambda: loss.backward(), on_step=on_step)
+    thread = threading.Thread(target=stepper.run)
+    thread.start()
+    while True:
+        pending = stepper.wait_paused(timeout=30)
+        if pending is None:
+            break
+        stepper.step()
+    thread.join(timeout=60)
+    print(f"before backward: allocated {before / MB:.1f} MB, saved tensors {before_saved / MB:.1f} MB")
+    for index, name, alloc, saved in rows:
+        print(f"  step {index:>2} {name:<22} allocated {alloc / MB:8.1f} MB   saved {saved / MB:8.1f} MB")
+    ok = stepper.state == "finished" and rows and rows[-1][3] == 0 and before_saved > 0
+    drops = sum(1 for a, b in zip(rows, rows[1:]) if b[3] < a[3])
+    print(f"saved bytes fell at {drops} steps, to {rows[-1][3] if rows else '?'}; state {stepper.state}: "
+          f"{'OK' if ok else 'FAILED'}")
+    return bool(ok)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--device", default="cuda:0")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("no CUDA device: this check needs an NVIDIA GPU")
+        return 2
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name(args.device)}")
+    results = [in_process(args.device), through_worker(args.device), stepping_frees(args.device)]
+    print("ALL OK" if all(results) else "SOME CHECKS FAILED")
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
