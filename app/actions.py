@@ -47,6 +47,9 @@ def build_actions(w) -> None:
                                   "Draw each node's saved tensors", "saved", checkable=True)
     w.act_shapes = make_action(w, "Show S&hapes on Edges", w.graph.set_show_shapes, "Ctrl+Shift+H",
                                    "Write tensor shapes on the edges", "shapes", checkable=True)
+    w.act_sharing = make_action(w, "Show Storage &Sharing", w.graph.set_show_sharing, "Ctrl+Shift+M",
+                                "Link tensors that share memory (same storage) and mark views with their base",
+                                "sharing", checkable=True)
     w.act_step = make_action(w, "&Step", lambda: w.stepper.step(), "F10",
                              "Run backward one node at a time: the next node", "step")
     w.act_step_to = make_action(w, "Step to Se&lected Node", w.step_to_selected, "Ctrl+F10",
@@ -59,8 +62,8 @@ def build_actions(w) -> None:
                                    "Show the autograd graph")
     w.act_show_storage = make_action(w, "S&torage", lambda: w.center.setCurrentWidget(w.storage), "Ctrl+2",
                                      "Show the selected tensor's storage, element by element")
-    for action, short in ((w.act_saved, "Saved"), (w.act_shapes, "Shapes"), (w.act_fit, "Fit"),
-                          (w.act_restart, "Restart")):
+    for action, short in ((w.act_saved, "Saved"), (w.act_shapes, "Shapes"), (w.act_sharing, "Sharing"),
+                          (w.act_fit, "Fit"), (w.act_restart, "Restart")):
         action.setIconText(short)
     w.act_quit = make_action(w, "&Quit", w.close, QKeySequence.StandardKey.Quit, "Quit Backprop Studio")
     w.act_about = make_action(w, "&About Backprop Studio", w.about, None, "About")
@@ -98,6 +101,7 @@ def build_toolbar(w) -> None:
     bar.addSeparator()
     bar.addAction(w.act_saved)
     bar.addAction(w.act_shapes)
+    bar.addAction(w.act_sharing)
     bar.addAction(w.act_fit)
     spacer = QWidget(w)
     spacer.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
@@ -135,6 +139,7 @@ def build_menus(w) -> None:
     view.addSeparator()
     view.addAction(w.act_saved)
     view.addAction(w.act_shapes)
+    view.addAction(w.act_sharing)
     view.addSeparator()
     theme_menu = view.addMenu("&Theme")
     group = QActionGroup(w)

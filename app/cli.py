@@ -9,6 +9,7 @@ from pathlib import Path
 import json
 from dataclasses import asdict
 
+from app import export_cli
 from core.client import run_capture
 from core.step_state import short_values
 from core.summary import trace_summary
@@ -108,7 +109,10 @@ def main(argv: list[str]) -> int:
     p.add_argument("--json", metavar="OUT", help="write the steps as JSON")
     p.add_argument("--mode", choices=("auto", "script", "model"), default="auto")
     p.add_argument("--timeout", type=float, default=600.0, help="time limit in seconds (default 600)")
+    export_cli.add_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "export":
+        return export_cli.main(args)
     if args.command == "trace":
         return _trace(args)
     if args.command == "step":

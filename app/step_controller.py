@@ -13,7 +13,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
-from core.step_state import short_values, step_view
+from core.step_state import StepTracker, short_values, step_texts, step_view
 from core.trace import CallInfo
 
 
@@ -27,6 +27,7 @@ class StepController(QObject):
         self.handle = window.handle
         self.call: CallInfo | None = None
         self.steps: list[dict] = []
+        self.tracker: StepTracker | None = None
         self.pending: dict | None = None
         self.state = "idle"  # idle, starting, paused, running, finished, failed, stopped
         self.run_id: int | None = None
@@ -87,6 +88,7 @@ class StepController(QObject):
             return
         self.call = call
         self.steps = []
+        self.tracker = StepTracker(call)
         self.pending = None
         self.state = "starting"
         w.step_log.set_steps(call, [])
@@ -137,6 +139,7 @@ class StepController(QObject):
             return
         record = event["record"]
         self.steps.append(record)
+        self.tracker.add(record)
         self.window.step_log.append_step(record)
         if self.state == "running":
             self._draw()
@@ -173,16 +176,12 @@ class StepController(QObject):
         w = self.window
         if self.call is None or w.call is None or w.call.structure != self.call.structure:
             return
-        view = step_view(self.call, self.steps, None if upto is not None else self.pending, upto=upto)
-        texts = dict(view.edge_texts)
-        for node in self.call.nodes:
-            if node.kind == "accumulate_grad" and node.label in view.leaf_grads:
-                for parent in self.call.nodes:
-                    for e in parent.next:
-                        if e is not None and e.node == node.id and (parent.id, node.id) in texts:
-                            texts[(parent.id, node.id)] += f"  ⇒ .grad {short_values(view.leaf_grads[node.label])}"
+        if upto is None:
+            view = self.tracker.view(self.pending)
+        else:
+            view = step_view(self.call, self.steps, None, upto=upto)
         w.graph.set_node_states(view.states)
-        w.graph.set_edge_texts(texts)
+        w.graph.set_edge_texts(step_texts(self.call, view))
 
     def _status(self, text: str) -> None:
         self.window.step_log.set_status(text)

@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.actions import build_actions, build_menus, build_toolbar
+from app.export_dialog import add_export_action
 from app.resources import icon
 from app.step_controller import StepController
 from app.worker_handle import WorkerHandle
@@ -76,6 +77,7 @@ class MainWindow(QMainWindow):
         build_actions(self)
         build_toolbar(self)
         build_menus(self)
+        add_export_action(self)
         self._build_status()
         self._connect()
         self._watcher = QFileSystemWatcher(self)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core.layout import format_shape
-from core.trace import CallInfo, NodeInfo, TensorInfo
+from core.trace import CallInfo, NodeInfo, StorageInfo, TensorInfo
 
 ARROW = "\u2192"
 
@@ -133,10 +133,15 @@ def _version(v: int | None) -> str:
     return "?" if v is None else str(v)
 
 
-def stale_tag(node: NodeInfo) -> str:
-    """``result v0 → v1``: the stale saved tensor, the version it was saved at and its version now."""
+def stale_versions(node: NodeInfo) -> str:
+    """``v0 → v1``: the version a stale tensor was saved at, and its version now."""
     s = node.stale
-    return f"{s.saved} v{_version(s.saved_version)} {ARROW} v{_version(s.version)}"
+    return f"v{_version(s.saved_version)} {ARROW} v{_version(s.version)}"
+
+
+def stale_tag(node: NodeInfo) -> str:
+    """``result v0 → v1``: the stale saved tensor's name and versions."""
+    return f"{node.stale.saved} {stale_versions(node)}"
 
 
 def stale_tip(call: CallInfo, node: NodeInfo) -> str:
@@ -155,13 +160,15 @@ def stale_tip(call: CallInfo, node: NodeInfo) -> str:
     )
 
 
-def inplace_tip(call: CallInfo, node: NodeInfo) -> str:
-    """What an in-place op did to the tensor and to the graph."""
+def inplace_tip(call: CallInfo, node: NodeInfo, stale: list[NodeInfo] | None = None) -> str:
+    """What an in-place op did to the tensor and to the graph; ``stale``: the call's stale nodes, if known."""
     name = node.label or (tensor_name(call, call.tensor(node.tensor)) if node.tensor else "its input")
     where = f" at line {node.line}" if node.line else ""
     prev = next((call.node(e.node) for e in node.next if e is not None), None)
     stacked = f", stacked on {prev.name}, which made it before" if prev is not None else ""
-    broken = [n.name for n in call.nodes if n.stale is not None and stale_culprit(call, n) is node]
+    if stale is None:
+        stale = [n for n in call.nodes if n.stale is not None]
+    broken = [n.name for n in stale if stale_culprit(call, n) is node]
     after = (
         f" {' and '.join(broken)} saved the old value: backward fails there."
         if broken
@@ -210,8 +217,9 @@ def holder_text(call: CallInfo, h: Holder) -> str:
     return f"{name}, output of {node.name}"
 
 
-def storage_tip(call: CallInfo, storage: str, holders: list[Holder]) -> str:
-    info = next((s for s in call.storages if s.id == storage), None)
+def storage_tip(call: CallInfo, storage: str, holders: list[Holder], info: StorageInfo | None = None) -> str:
+    """What a storage link means; ``info`` saves a search of the call's storages."""
+    info = info or next((s for s in call.storages if s.id == storage), None)
     size = f" ({info.nbytes:,} bytes on {info.device})" if info is not None else ""
     lines = [f"Same storage {storage}{size}: these tensors share one block of memory,"]
     lines.append("so an in-place change through one of them changes the others:")

@@ -344,7 +344,7 @@ class MemorySampler:
         return self._thread is not None
 
     # -- script-thread entry points -----------------------------------------------------------
-    def mark(self, phase: str, event: dict | None = None) -> MemorySample:
+    def mark(self, phase: str, event: dict | None = None, force_saved: bool = True) -> MemorySample:
         """Enter ``phase`` now and record a sample; call it on the script's thread.
 
         With a capture ``event`` ("call" or "call_done"), its ``t`` dates the sample, so the
@@ -357,7 +357,7 @@ class MemorySampler:
             t = time.perf_counter() - self.origin
         if phase == "backward" and event is not None and "index" in event:
             self.calls.append({"index": event["index"], "t": t})
-        self.tick(force=True)
+        self.tick(force=force_saved)
         return self._record(t, phase)
 
     def handle_event(self, event: dict) -> None:

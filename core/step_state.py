@@ -89,3 +89,79 @@ def step_view(call: CallInfo, steps: list[dict], pending: dict | None = None, up
             if all(u in done for u in users):
                 view.states[node_id] = "frontier"
     return view
+
+
+class StepTracker:
+    """``step_view`` kept up to date one step at a time, for live stepping of big graphs.
+
+    Recomputing the view from every recorded step costs O(nodes) per step (17 ms at 5,000
+    nodes); the tracker counts each node's consumers that have not run yet, so a step costs
+    only its own edges.
+    """
+
+    def __init__(self, call: CallInfo):
+        self.call = call
+        self.remaining: dict[str, int] = {}
+        for n in call.nodes:
+            for e in n.next:
+                if e is not None:
+                    self.remaining[e.node] = self.remaining.get(e.node, 0) + 1
+        self.done: set[str] = set()
+        self.frontier: set[str] = set()
+        self.edge_texts: dict[tuple[str, str], str] = {}
+        self.leaf_grads: dict[str, dict] = {}
+        self.executed: list[str] = []
+        self.failed: str | None = None
+
+    def add(self, record: dict) -> None:
+        node_id = record.get("node")
+        node = self.call.node(node_id) if node_id else None
+        if node is None:
+            return
+        if record.get("error"):
+            self.failed = node_id
+        if node_id in self.done:
+            return
+        self.done.add(node_id)
+        self.executed.append(node_id)
+        self.frontier.discard(node_id)
+        grads = record.get("grad_inputs") or []
+        for i, edge in enumerate(node.next):
+            if edge is None:
+                continue
+            if i < len(grads) and grads[i] is not None:
+                self.edge_texts[(node_id, edge.node)] = short_values(grads[i])
+            left = self.remaining.get(edge.node, 0) - 1
+            self.remaining[edge.node] = left
+            if left <= 0 and edge.node not in self.done:
+                self.frontier.add(edge.node)
+        for name, values in (record.get("leaf_grads") or {}).items():
+            self.leaf_grads[name] = values
+
+    def view(self, pending: dict | None = None) -> StepView:
+        states = dict.fromkeys(self.done, "executed")
+        current = pending.get("node") if pending else None
+        for node_id in self.frontier:
+            if node_id != current:
+                states[node_id] = "frontier"
+        if self.failed:
+            states[self.failed] = "failed"
+        elif current is not None:
+            states[current] = "current"
+        return StepView(states=states, edge_texts=dict(self.edge_texts), leaf_grads=dict(self.leaf_grads),
+                        executed=list(self.executed), current=current, failed=self.failed)
+
+
+def step_texts(call: CallInfo, view: StepView) -> dict[tuple[str, str], str]:
+    """Edge texts of a step view, with each leaf's ``.grad`` added to the edge that filled it."""
+    texts = dict(view.edge_texts)
+    if not view.leaf_grads:
+        return texts
+    for node in call.nodes:
+        for e in node.next:
+            if e is None or (node.id, e.node) not in texts:
+                continue
+            leaf = call.node(e.node)
+            if leaf is not None and leaf.kind == "accumulate_grad" and leaf.label in view.leaf_grads:
+                texts[(node.id, e.node)] += f"  \u21d2 .grad {short_values(view.leaf_grads[leaf.label])}"
+    return texts

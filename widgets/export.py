@@ -24,7 +24,7 @@ from PySide6.QtWidgets import QApplication, QGraphicsItem
 
 from core.export_dot import call_to_dot
 from core.layout import Layout
-from core.step_state import short_values, step_view
+from core.step_state import step_texts, step_view
 from core.trace import CallInfo, Trace
 from widgets.export_sheet import Sheet, layout_sheet, paint_sheet
 from widgets.graph_items import color, font
@@ -37,6 +37,9 @@ MAX_PNG_SIDE = 32000  # pixels; bigger images are scaled down
 MAX_PNG_PIXELS = 64_000_000
 MAX_PDF_SIDE = 14400.0  # points: the largest page PDF readers accept (200 inches)
 PT_PER_UNIT = 0.75  # one scene unit is one pixel at 96 dpi
+NOTICE_CHARS = 150
+STEP_STATES = ("executed", "current", "frontier", "failed")  # legend order of step marks
+_keep: dict[str, QApplication] = {}
 
 
 class ExportError(RuntimeError):
@@ -50,6 +53,7 @@ def ensure_app() -> QApplication:
         if sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
             os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
         app = QApplication(["backprop-studio-export"])
+        _keep["app"] = app  # the application must outlive every view made for exports
     elif not isinstance(app, QApplication):
         raise ExportError("exports need a QApplication (a QGuiApplication cannot hold a graph view)")
     return app
@@ -78,6 +82,9 @@ def prepared(view, theme: str | None = None, selection: bool = False):
         item.set_selected(False)
     for e in active:
         e.set_active(False)
+    banner = getattr(view, "_banner", None)  # the sheet writes the error itself, wrapped
+    if banner is not None:
+        banner.setVisible(False)
     with view.export_mode() as scene:
         caches = [(item, item.cacheMode()) for item in scene.items()]
         for item, _ in caches:
@@ -91,6 +98,8 @@ def prepared(view, theme: str | None = None, selection: bool = False):
                 item.set_selected(True)
             for e in active:
                 e.set_active(True)
+            if banner is not None:
+                banner.setVisible(True)
             if view.theme().name != old_theme:
                 view.set_theme(old_theme)
 
@@ -105,18 +114,36 @@ def source_rect(view, region: str = "all") -> QRectF:
         return visible.intersected(rect) if visible.intersects(rect) else rect
     if region != "all":
         raise ExportError(f"unknown region {region!r}: use 'all' or 'visible'")
-    for e in view.edge_items:
-        if e.value_text or (e.show_shape and e.shape_text):
-            rect = rect.united(e.sceneBoundingRect())
+    layout = view.graph_layout()
+    if layout is None:
+        return rect
+    rect = QRectF(0, 0, layout.width, layout.height)
+    skip = (view.overview, getattr(view, "_banner", None))
+    for item in scene.items():
+        if item.isVisible() and item not in skip:
+            rect = rect.united(item.sceneBoundingRect())
     return rect
+
+
+def error_notice(view) -> str:
+    """A line or two saying that the call raised (the banner's text, cut at a word after ~150 characters)."""
+    call = view.call()
+    if call is None or call.error is None:
+        return ""
+    message = " ".join(call.error.message.split())
+    if len(message) > NOTICE_CHARS:
+        message = message[: message.rfind(" ", 0, NOTICE_CHARS)] + " \u2026"
+    return f"This call raised {call.error.type}: {message}"
 
 
 def make_sheet(view, *, region="all", title=None, caption=None, legend=True, source=None, entries=None) -> Sheet:
     keys = (view.legend.entries() if entries is None else list(entries)) if legend else []
-    return layout_sheet(source or source_rect(view, region), view.theme(), title=title, caption=caption, legend=keys)
+    return layout_sheet(source or source_rect(view, region), view.theme(), title=title, caption=caption, legend=keys,
+                        notice=error_notice(view))
 
 
 def _background(background: str | None, theme_name: str) -> QColor | None:
+    """None or "theme": the theme's background (white in print); "white", "transparent" or #rrggbb."""
     if background == "transparent":
         return None
     if background in (None, "theme"):
@@ -132,7 +159,7 @@ def _background(background: str | None, theme_name: str) -> QColor | None:
 # -- the three drawn formats -------------------------------------------------------------------
 
 
-def render_png(view, path, *, scale: float = 2.0, dpi: float | None = None, background: str | None = "white",
+def render_png(view, path, *, scale: float = 2.0, dpi: float | None = None, background: str | None = None,
                region: str = "all", title=None, caption=None, theme: str | None = None, legend: bool = True,
                selection: bool = False, sheet: Sheet | None = None) -> Path:
     """A PNG of the sheet at ``scale`` pixels per scene unit (or ``dpi``; 96 dpi is scale 1)."""
@@ -152,9 +179,11 @@ def render_png(view, path, *, scale: float = 2.0, dpi: float | None = None, back
         image.setDotsPerMeterX(dots)
         image.setDotsPerMeterY(dots)
         p = QPainter(image)
-        p.scale(scale, scale)
-        paint_sheet(p, sheet, scene, view.theme(), _background(background, view.theme().name))
-        p.end()
+        try:
+            p.scale(scale, scale)
+            paint_sheet(p, sheet, scene, view.theme(), _background(background, view.theme().name))
+        finally:
+            p.end()
     if not image.save(str(path), "PNG"):
         raise ExportError(f"{path}: cannot write the PNG file")
     return path
@@ -168,7 +197,7 @@ def _fit_png_scale(sheet: Sheet, scale: float) -> float:
     return scale * shrink
 
 
-def render_svg(view, path, *, background: str | None = "white", region: str = "all", title=None, caption=None,
+def render_svg(view, path, *, background: str | None = None, region: str = "all", title=None, caption=None,
                theme: str | None = None, legend: bool = True, selection: bool = False) -> Path:
     """A vector SVG of the sheet; every label line is a ``<text>`` element."""
     path = Path(path)
@@ -186,8 +215,10 @@ def render_svg(view, path, *, background: str | None = "white", region: str = "a
         p = QPainter()
         if not p.begin(gen):
             raise ExportError(f"{path}: cannot write the SVG file")
-        paint_sheet(p, sheet, scene, view.theme(), _background(background, view.theme().name))
-        p.end()
+        try:
+            paint_sheet(p, sheet, scene, view.theme(), _background(background, view.theme().name))
+        finally:
+            p.end()
     try:
         path.write_bytes(buffer.data().data())
     except OSError as exc:
@@ -195,7 +226,7 @@ def render_svg(view, path, *, background: str | None = "white", region: str = "a
     return path
 
 
-def render_pdf(view, path, *, background: str | None = "white", region: str = "all", title=None, caption=None,
+def render_pdf(view, path, *, background: str | None = None, region: str = "all", title=None, caption=None,
                theme: str | None = None, legend: bool = True, selection: bool = False) -> Path:
     """A one-page vector PDF sized to the sheet (fonts embedded)."""
     path = Path(path)
@@ -212,10 +243,12 @@ def render_pdf(view, path, *, background: str | None = "white", region: str = "a
         p = QPainter()
         if not p.begin(writer):
             raise ExportError(f"{path}: cannot write the PDF file")
-        unit = writer.resolution() / 72.0 * k
-        p.scale(unit, unit)
-        paint_sheet(p, sheet, scene, view.theme(), _background(background, view.theme().name))
-        p.end()
+        try:
+            unit = writer.resolution() / 72.0 * k
+            p.scale(unit, unit)
+            paint_sheet(p, sheet, scene, view.theme(), _background(background, view.theme().name))
+        finally:
+            p.end()
     return path
 
 
@@ -305,37 +338,25 @@ def export_call(call: CallInfo, path, fmt: str | None = None, *, theme: str = "p
 # -- stepping ------------------------------------------------------------------------------------
 
 
-def step_texts(call: CallInfo, view) -> dict[tuple[str, str], str]:
-    """Edge texts of a step view, with each leaf's ``.grad`` added to the edge that filled it."""
-    texts = dict(view.edge_texts)
-    if not view.leaf_grads:
-        return texts
-    for node in call.nodes:
-        for e in node.next:
-            if e is None or (node.id, e.node) not in texts:
-                continue
-            leaf = call.node(e.node)
-            if leaf is not None and leaf.kind == "accumulate_grad" and leaf.label in view.leaf_grads:
-                texts[(node.id, e.node)] += f"  \u21d2 .grad {short_values(view.leaf_grads[leaf.label])}"
-    return texts
-
-
 def export_frames(call: CallInfo, steps: list[dict], directory, *, theme: str = "print", title=None,
-                  collapsed=None, show_shapes=False, scale: float = 1.5, view=None) -> list[Path]:
-    """``frame_000.png`` … one per step, each the graph after that step; all the same size."""
+                  collapsed=None, show_shapes=False, show_saved=False, scale: float = 1.5,
+                  progress=None) -> list[Path]:
+    """``frame_000.png`` … one per step, each the graph after that step; all the same size.
+
+    ``progress(done, total)`` is called after each frame; returning False stops early."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     if not steps:
         return []
     views = [step_view(call, steps, upto=k + 1) for k in range(len(steps))]
-    with _frame_view(call, view, theme, collapsed, show_shapes) as v:
+    with offscreen_view(call, theme=theme, collapsed=collapsed, show_shapes=show_shapes, show_saved=show_saved) as v:
         # Fixed geometry: the last frame has every edge text; the legend lists every state shown.
         v.set_node_states(views[-1].states)
         v.set_edge_texts(step_texts(call, views[-1]))
         source = source_rect(v)
-        entries = list(v.legend.entries())
         used = {s for sv in views for s in sv.states.values()}
-        entries += [s for s in ("executed", "current", "frontier", "failed") if s in used and s not in entries]
+        entries = [e for e in v.legend.entries() if e not in STEP_STATES]
+        entries += [s for s in STEP_STATES if s in used]
         paths = []
         for k, sv in enumerate(views):
             v.set_node_states(sv.states)
@@ -344,6 +365,8 @@ def export_frames(call: CallInfo, steps: list[dict], directory, *, theme: str = 
             sheet = make_sheet(v, title=title, caption=caption, source=source, entries=entries)
             paths.append(render_png(v, directory / f"frame_{k:03d}.png", scale=scale, sheet=sheet,
                                     background=None))
+            if progress is not None and progress(k + 1, len(views)) is False:
+                break
         return paths
 
 
@@ -352,22 +375,6 @@ def _step_name(call: CallInfo, record: dict) -> str:
     name = record.get("name") or (node.name if node else "")
     label = node.label if node is not None and node.kind != "accumulate_grad" else None
     return f"{name} ({label})" if label else name
-
-
-@contextmanager
-def _frame_view(call, view, theme, collapsed, show_shapes):
-    if view is None:
-        with offscreen_view(call, theme=theme, collapsed=collapsed, show_shapes=show_shapes) as v:
-            yield v
-        return
-    old = (dict(getattr(view, "_states", {})), dict(getattr(view, "_edge_texts", {})), view.theme().name)
-    view.set_theme(theme)
-    try:
-        yield view
-    finally:
-        view.set_node_states(old[0])
-        view.set_edge_texts(old[1])
-        view.set_theme(old[2])
 
 
 def export_gif(frames, path, duration_ms: int = 700, *, steps: list[dict] | None = None, **frame_options) -> Path:

@@ -13,6 +13,7 @@ from PySide6.QtCore import QObject, QRectF, Qt, QThreadPool, Signal
 from PySide6.QtGui import QFontMetricsF
 from PySide6.QtWidgets import QGraphicsScene, QGraphicsSimpleTextItem
 
+from core.anatomy import stale_tip
 from core.layout import Layout, default_collapsed, format_shape, group_info, layout_call, node_label, paused_gc
 from core.trace import CallInfo
 from widgets.graph_items import EdgeItem, GroupBoxItem, NodeItem, NodeStyle, SavedItem, color, font
@@ -119,7 +120,8 @@ def node_styles(call: CallInfo, box_ids) -> dict[str, NodeStyle]:
         shape = {"backward": "op", "accumulate_grad": "leaf", "custom": "custom"}.get(n.kind, "other")
         t = call.tensor(n.variable or n.tensor)
         no_grad = t is not None and not t.requires_grad
-        out[box_id] = NodeStyle(shape, no_grad, t is not None and t.retains_grad, n.stale is not None or failed_call)
+        stale = n.stale is not None
+        out[box_id] = NodeStyle(shape, no_grad, t is not None and t.retains_grad, stale or failed_call, stale)
     return out
 
 
@@ -161,10 +163,10 @@ def tooltip(call: CallInfo, box_id: str) -> str:
     module = group_info(call).module.get(n.id)
     if module:
         lines.append(f"module {module}")
+    if n.inplace:
+        lines.append(f"made by the in-place op {n.inplace}")
     if n.stale is not None:
-        lines.append(
-            f"stale saved tensor '{n.stale.saved}': version {n.stale.version}, saved at {n.stale.saved_version}"
-        )
+        lines.append(stale_tip(call, n))
     return "\n".join(lines)
 
 
@@ -181,8 +183,8 @@ def search_index(call: CallInfo) -> dict[str, str]:
     return out
 
 
-def legend_entries(styles: dict[str, NodeStyle], frames: bool, saved: list[SavedItem], states) -> list[str]:
-    """Legend keys for what the scene shows, in a fixed order."""
+def legend_entries(styles: dict[str, NodeStyle], frames: bool, saved: list[SavedItem], states, marks=()) -> list[str]:
+    """Legend keys for what the scene shows, in a fixed order; ``marks`` from ``MarkItems.legend``."""
     present = {s.shape for s in styles.values()}
     entries = [k for k in ("op", "leaf", "custom", "other", "group") if k in present]
     if frames:
@@ -195,6 +197,9 @@ def legend_entries(styles: dict[str, NodeStyle], frames: bool, saved: list[Saved
         entries.append("retained")
     if any(s.error for s in styles.values()):
         entries.append("error")
+    if any(s.stale for s in styles.values()):
+        entries.append("stale")
+    entries += marks
     return entries + [s for s in ("executed", "current", "frontier", "failed") if s in set(states)]
 
 

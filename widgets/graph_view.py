@@ -4,6 +4,7 @@ It takes plain data (a CallInfo) and knows nothing of processes. Layout runs on 
 thread and the scene is built when the result arrives (``sig_scene_ready``); pass
 ``sync=True`` to lay out and build at once (tests, exports). Zoomed far out, the per-node
 items are hidden and one overview picture is drawn instead, so big graphs pan smoothly.
+In-place, stale, device and storage-sharing marks are drawn by ``widgets.graph_marks``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from PySide6.QtWidgets import QGraphicsScene, QGraphicsView, QWidget
 from core.layout import Layout, group_info
 from core.trace import CallInfo
 from widgets.graph_items import EdgeItem, GroupBoxItem, NodeItem, NodeStyle, SavedItem, color
+from widgets.graph_marks import MarkItems, MarksMixin
 from widgets.graph_scene import LayoutRunner, box_states, build_message, build_scene, legend_entries
 from widgets.graph_scene import overview_marks, search_index, toggled, tooltip
 from widgets.minimap import Overlays, OverviewItem
@@ -32,8 +34,8 @@ MAX_ZOOM = 4.0
 EXPAND_ONE_LEVEL = 400  # expanding a group bigger than this keeps its subgroups collapsed
 
 
-class GraphView(QGraphicsView):
-    """The autograd graph of one call, with zoom, search, selection, groups and step states."""
+class GraphView(MarksMixin, QGraphicsView):
+    """The autograd graph of one call, with zoom, search, selection, groups, step states and marks."""
 
     sig_scene_ready = Signal(str)
     """The scene for a call is built and shown (the call's id, "" for no call)."""
@@ -68,6 +70,7 @@ class GraphView(QGraphicsView):
         self._collapsed: frozenset[str] = frozenset()
         self._show_saved = False
         self._show_shapes = False
+        self._init_marks()
         self._states: dict[str, str] = {}
         self._edge_texts: dict[tuple[str, str], str] = {}
         self._selected: str | None = None
@@ -175,7 +178,7 @@ class GraphView(QGraphicsView):
         scene = self.scene()
         scene.clear()
         self.node_items, self.edge_items, self.group_items, self.saved_items = {}, [], {}, []
-        self.overview, self._banner = None, None
+        self.overview, self._banner, self.marks = None, None, MarkItems()
         self._layout = layout
         t, call = self._theme, self._call
         if layout is None:
@@ -201,6 +204,7 @@ class GraphView(QGraphicsView):
             items.saved,
         )
         self.overview, self._banner, styles, members = items.overview, items.banner, items.styles, layout.members
+        self._add_marks(scene.sceneRect())
         if self._show_shapes or self._edge_texts:
             self._apply_edge_texts()
         self._apply_states()
@@ -239,9 +243,9 @@ class GraphView(QGraphicsView):
         self.centerOn(box.x + box.w / 2, box.y - 20 + half)
 
     def _legend_entries(self, styles: dict[str, NodeStyle]) -> None:
-        self.legend.set_entries(
-            legend_entries(styles, bool(self.group_items), self.saved_items, self._states.values()), self._theme
-        )
+        marks = self.marks.legend()
+        entries = legend_entries(styles, bool(self.group_items), self.saved_items, self._states.values(), marks)
+        self.legend.set_entries(entries, self._theme)
         self.overlays.place()
 
     @contextmanager
@@ -292,7 +296,7 @@ class GraphView(QGraphicsView):
     def set_theme(self, name: str) -> None:
         self._theme = t = get_theme(name)
         self.setBackgroundBrush(QBrush(color(t.background)))
-        for item in [*self.node_items.values(), *self.group_items.values(), *self.saved_items, *self.edge_items]:
+        for item in self._scene_items():
             item.set_theme(t)
         if self._banner is not None:
             self._banner.setBrush(color(t.error))
@@ -427,7 +431,7 @@ class GraphView(QGraphicsView):
         if detail == self._detail or not self.node_items:
             return
         self._detail = detail
-        for item in [*self.group_items.values(), *self.edge_items, *self.node_items.values(), *self.saved_items]:
+        for item in self._scene_items():
             item.setVisible(detail)
         if self.overview is not None and self.overview.scene() is not None:
             self.overview.setVisible(not detail)

@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QGraphicsItem, QGraphicsView, QWidget
 
 from core.layout import Layout
 from widgets.graph_items import NodeStyle, color, font, node_colors, paint_node
+from widgets.graph_marks import paint_legend_sample
 from widgets.theme import Theme
 
 
@@ -201,6 +202,11 @@ LEGEND_ENTRIES = {
     "no_grad": ("does not require grad", NodeStyle("op", no_grad=True), None),
     "retained": ("retains .grad", NodeStyle("op", retained=True), None),
     "error": ("raised an error", NodeStyle("op", error=True), None),
+    "stale": ("will fail: a saved tensor changed in place", NodeStyle("op", error=True, stale=True), None),
+    "inplace": ("made by an in-place op", None, None),
+    "sharing": ("dashed: same storage", None, None),
+    "view": ("view of \u2026: shares its base's memory", None, None),
+    "device": ("gradient crosses devices", None, None),
     "executed": ("executed", NodeStyle("op"), "executed"),
     "current": ("running now", NodeStyle("op"), "current"),
     "frontier": ("ready to run", NodeStyle("op"), "frontier"),
@@ -278,6 +284,8 @@ class Legend(QWidget):
                     p.setPen(QPen(color(t.saved_border), 1))
                     p.setBrush(color(t.saved_fill))
                     p.drawRoundedRect(sample.adjusted(6, 3, -6, -3), 3, 3)
+                elif style is None:
+                    paint_legend_sample(p, key, sample, t)
                 else:
                     paint_node(p, sample, style, t, "", 1.0, state)
                 p.setFont(font(t.font_family, t.small_font_px + 1))

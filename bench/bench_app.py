@@ -1,0 +1,159 @@
+"""The app on real captured graphs: worker result to first frame, and step latency.
+
+Run: python bench/bench_app.py   (offscreen; about two minutes)
+
+1. Captures resources/examples/50_big_residual_mlp.py (4,802 nodes) and
+   51_huge_residual_mlp.py (50,000 nodes) through the worker, then in a GUI process that never
+   imports torch, times from the worker's message (decoded JSON) to the first painted frame,
+   and a full-window repaint at fit and at 100 % zoom.
+2. Opens the 4,802-node example in the main window and steps backward: time from pressing
+   Step to the repainted frame that shows the new state (worker round trip included), median
+   over many steps, and Continue-to-end time against a plain backward of the same graph.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+BIG = ROOT / "resources" / "examples" / "50_big_residual_mlp.py"
+HUGE = ROOT / "resources" / "examples" / "51_huge_residual_mlp.py"
+
+
+def capture_json(script: Path, out: Path) -> None:
+    from core.client import run_capture
+
+    result = run_capture(str(script), timeout=600)
+    out.write_text(json.dumps(result.trace.to_dict()), encoding="utf-8")
+
+
+def first_frame(json_path: Path, repeats: int = 15) -> None:
+    """In this (torch-free) process: decoded worker message -> Trace -> first painted frame."""
+    from PySide6.QtWidgets import QApplication
+
+    from core.trace import Trace
+    from widgets.graph_view import GraphView
+
+    app = QApplication.instance() or QApplication([])
+    data = json.loads(json_path.read_text(encoding="utf-8"))
+    view = GraphView()
+    view.resize(1280, 800)
+    view.show()
+    app.processEvents()
+    start = time.perf_counter()
+    trace = Trace.from_dict(data)
+    call = trace.calls[0]
+    decoded = time.perf_counter()
+    view.set_call(call, sync=True)
+    view.viewport().repaint()
+    painted = time.perf_counter()
+    times = []
+    for _ in range(repeats):
+        start_r = time.perf_counter()
+        view.viewport().repaint()
+        times.append(time.perf_counter() - start_r)
+    view.fit()
+    app.processEvents()
+    fit_times = []
+    for _ in range(repeats):
+        start_r = time.perf_counter()
+        view.viewport().repaint()
+        fit_times.append(time.perf_counter() - start_r)
+    groups = len(view.collapsed())
+    target = 1.5 if call.node_count < 20_000 else 3.0
+    total = painted - start
+    print(f"{json_path.stem}: {call.node_count:,} nodes, {groups} groups collapsed on open")
+    print(f"  trace from message {decoded - start:.3f} s + layout, scene, paint {painted - decoded:.3f} s "
+          f"= first painted frame {total:.3f} s (target < {target} s) {'OK' if total < target else 'OVER'}")
+    print(f"  repaint at opening zoom {statistics.median(times) * 1000:.1f} ms, at fit "
+          f"{statistics.median(fit_times) * 1000:.1f} ms (median of {repeats}; target < 30 ms)")
+    print(f"  torch imported in the GUI process: {'torch' in sys.modules}")
+
+
+def step_latency(steps: int = 60) -> None:
+    from PySide6.QtWidgets import QApplication
+
+    from app.window import MainWindow
+
+    app = QApplication.instance() or QApplication([])
+    os.environ["BACKPROP_STUDIO_SETTINGS"] = str(Path(tempfile.mkdtemp()) / "settings.ini")
+    window = MainWindow(timeout=600)
+    window.resize(1400, 860)
+    window.show()
+
+    def wait(signal, timeout=600.0):
+        box = {}
+        signal.connect(lambda *a: box.setdefault("hit", True))
+        deadline = time.perf_counter() + timeout
+        while "hit" not in box and time.perf_counter() < deadline:
+            app.processEvents()
+            time.sleep(0.0005)
+        return "hit" in box
+
+    window.open_script(str(BIG))
+    wait(window.sig_trace_shown)
+    window.act_step.trigger()
+    wait(window.handle.sig_step_paused)
+    latencies = []
+    for _ in range(steps):
+        hit = {}
+        conn = window.handle.sig_step_paused.connect(lambda *_: hit.setdefault("t", True))
+        start = time.perf_counter()
+        window.act_step.trigger()
+        while "t" not in hit:
+            app.processEvents()
+        window.graph.viewport().repaint()
+        latencies.append(time.perf_counter() - start)
+        window.handle.sig_step_paused.disconnect(conn)
+    med = statistics.median(latencies) * 1000
+    print(f"step latency (Step pressed -> worker runs one node -> repainted frame), {window.call.node_count:,} "
+          f"nodes: median {med:.1f} ms, p90 {sorted(latencies)[int(0.9 * len(latencies))] * 1000:.1f} ms "
+          f"(target < 20 ms median) {'OK' if med < 20 else 'OVER'}")
+    start = time.perf_counter()
+    window.act_continue.trigger()
+    wait(window.handle.sig_step_end)
+    continue_s = time.perf_counter() - start
+    window.handle.close()
+    plain = subprocess.run([sys.executable, "-c", (
+        "import time, runpy, torch, sys, io\n"
+        "torch.set_num_threads(1)\n"
+        "sys.stdout = io.StringIO()\n"
+        f"g = runpy.run_path({str(BIG)!r})\n"
+        "model, inputs = g['model'], g['inputs']\n"
+        "best = 1e9\n"
+        "for _ in range(3):\n"
+        "    loss = model(inputs).pow(2).mean()\n"
+        "    t = time.perf_counter(); loss.backward(); best = min(best, time.perf_counter() - t)\n"
+        "sys.stdout = sys.__stdout__\n"
+        "print(best)\n")], capture_output=True, text=True, check=True)
+    backward_s = float(plain.stdout.strip().splitlines()[-1])
+    print(f"continue to end: {continue_s:.2f} s for the remaining nodes, plain backward {backward_s * 1000:.0f} ms: "
+          f"{continue_s / backward_s:.0f}x (every node's gradients recorded and streamed to the GUI)")
+
+
+def main() -> int:
+    if len(sys.argv) > 2 and sys.argv[1] == "--first-frame":
+        first_frame(Path(sys.argv[2]))
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for script in (BIG, HUGE):
+            out = Path(tmp) / f"{script.stem}.json"
+            capture_json(script, out)
+            # A fresh process per graph, without torch, like the app's GUI process.
+            subprocess.run([sys.executable, __file__, "--first-frame", str(out)], check=True)
+    step_latency()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
