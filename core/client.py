@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from core.trace import ErrorInfo, Trace, TraceFormatError
+from core.trace import ErrorInfo, Trace, TraceFormatError, paused_gc
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,11 @@ class WorkerProcess:
         assert self.proc is not None and self.proc.stdout is not None
         for raw in self.proc.stdout:
             try:
-                msg = json.loads(raw)
+                if len(raw) > 1 << 20:  # a big trace: millions of small objects at once
+                    with paused_gc():
+                        msg = json.loads(raw)
+                else:
+                    msg = json.loads(raw)
             except json.JSONDecodeError:
                 log.warning("worker %s sent a line that is not JSON", self.id)
                 continue

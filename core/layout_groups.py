@@ -8,30 +8,12 @@ unrelated nodes, and collapsing it would make a cycle.
 
 from __future__ import annotations
 
-import gc
 import logging
 import weakref
-from contextlib import contextmanager
 
-from core.trace import CallInfo
+from core.trace import CallInfo, paused_gc  # noqa: F401 (paused_gc is re-exported for layout users)
 
 log = logging.getLogger(__name__)
-
-
-@contextmanager
-def paused_gc():
-    """Pause the cyclic garbage collector around bulk work that allocates many small objects.
-
-    Each collection it triggers walks every object alive, and a 50,000-node trace is millions
-    of them: on big graphs that was up to half of the layout time. Nothing made here is cyclic.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 class GroupInfo:

@@ -36,7 +36,10 @@ class Channel:
         self._lock = threading.Lock()
 
     def send(self, msg: dict) -> None:
-        text = json.dumps(msg, separators=(",", ":"))
+        from core.trace import paused_gc
+
+        with paused_gc():
+            text = json.dumps(msg, separators=(",", ":"))
         with self._lock:
             self._file.write(text + "\n")
             self._file.flush()
