@@ -28,7 +28,7 @@ from torch.overrides import TorchFunctionMode
 
 from core.names import NameTable
 from core.snapshot import Snapshotter, label_nodes, values_of
-from core.trace import CallInfo, ErrorInfo, Trace
+from core.trace import CallInfo, ErrorInfo, Trace, paused_gc
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +203,7 @@ class Capture:
         self.tagging = False
         t0 = time.perf_counter()
         try:
-            with torch._C.DisableTorchFunction():
+            with torch._C.DisableTorchFunction(), paused_gc():
                 snap, nodes, ids, structure, root_ids, input_ids = self._before(roots, inputs, index)
             self.phase = "backward"
             self.on_event({"type": "call", "index": index, "api": api, "line": line, "nodes": len(nodes),
@@ -219,7 +219,7 @@ class Capture:
                 error = _error_info(exc, line, self.names)
                 raise
             finally:
-                with torch._C.DisableTorchFunction():
+                with torch._C.DisableTorchFunction(), paused_gc():
                     self._after(api, index, line, snap, nodes, ids, structure, root_ids, input_ids, result,
                             error, retain_graph, create_graph, t0)
             return result
@@ -405,8 +405,9 @@ class Capture:
             sys.argv = saved_argv
             if sys.path[:1] != saved_path0:
                 sys.path.pop(0)
-        # Unreachable cycles (frames, closures) can still hold tensors the script no longer names.
-        gc.collect()
+        # Unreachable cycles (frames, closures) can still hold tensors the script no longer names;
+        # the young generations hold them (the frames of the last calls), a full pass is not needed.
+        gc.collect(1)
         self._capture_unreached()
         return self._trace(self.calls, error, source)
 

@@ -15,11 +15,12 @@ from typing import Any, Callable
 
 import torch
 
-from core.trace import Edge, GradInfo, NodeInfo, Saved, Stale, StorageInfo, TensorInfo, Values
+from core.trace import Edge, GradInfo, NodeInfo, Saved, Stale, StorageInfo, TensorInfo, Values, fast_new, with_fields
 
 FULL_VALUES = 1000
 SAMPLE_VALUES = 24
-VALUE_BUDGET = 12_000
+VALUE_BUDGET = 6_000
+STATS_LIMIT = 1 << 20
 
 _saved_attrs_cache: dict[type, tuple[str, ...]] = {}
 
@@ -61,38 +62,43 @@ def _json_number(x: Any) -> Any:
 
 
 def _plain_list(flat: torch.Tensor) -> list:
+    """A small 1-d tensor as JSON-ready Python values (on the CPU)."""
+    if flat.device.type != "cpu":
+        flat = flat.cpu()
     if flat.is_complex():
         return [str(v) for v in flat.tolist()]
-    if flat.dtype == torch.float32 or flat.dtype == torch.float16 or flat.dtype == torch.bfloat16:
-        # Shortest decimal that round-trips at float32 precision: '0.1', not '0.10000000149011612'.
-        text = flat.float().numpy().astype(str)
-        return [_json_number(float(v)) for v in text]
-    if flat.is_floating_point() and not bool(torch.isfinite(flat).all()):
-        return [_json_number(v) for v in flat.tolist()]
-    return flat.tolist()
+    if flat.dtype in (torch.float16, torch.bfloat16) or (flat.is_floating_point() and flat.element_size() < 2):
+        flat = flat.float()
+    values = flat.tolist()
+    if flat.is_floating_point():
+        for v in values:
+            if not math.isfinite(v):
+                return [_json_number(x) for x in values]
+    return values
 
 
 def values_of(t: torch.Tensor, full_limit: int = FULL_VALUES) -> Values:
-    """A bounded preview: every value up to ``full_limit`` elements, else a sample and stats."""
+    """A bounded preview: every value up to ``full_limit`` elements, else a sample and stats.
+
+    Statistics are computed on the tensor's own device, over at most STATS_LIMIT evenly
+    spaced elements, so a preview never copies a whole activation to the host.
+    """
     numel = t.numel()
     try:
-        flat = t.detach()
-        if flat.device.type != "cpu":
-            flat = flat.cpu()
-        flat = flat.reshape(-1)
-        if flat.dtype in (torch.bfloat16, torch.float16) or flat.dtype.is_floating_point and flat.element_size() < 2:
-            flat = flat.float()
+        flat = t.detach().reshape(-1)
         if numel <= full_limit:
-            return Values(numel=numel, data=_plain_list(flat))
-        sample = _plain_list(flat[:SAMPLE_VALUES if full_limit else 8])
+            return fast_new(Values, {"numel": numel, "data": _plain_list(flat)})
+        sample = _plain_list(flat[: SAMPLE_VALUES if full_limit else 8])
         if flat.is_complex() or flat.dtype == torch.bool or numel == 0:
             return Values(numel=numel, sample=sample)
-        if not flat.is_floating_point():
-            flat = flat.double()
-        lo, hi = torch.aminmax(flat)
-        lo, hi, mean = _plain_list(torch.stack((lo, hi, flat.mean())))
-        return Values(numel=numel, sample=sample, min=_json_number(lo), max=_json_number(hi),
-                      mean=_json_number(mean))
+        src = flat if numel <= STATS_LIMIT else flat[:: -(-numel // STATS_LIMIT)]
+        if not src.is_floating_point():
+            src = src.double()
+        elif src.element_size() < 4:
+            src = src.float()
+        lo, hi = torch.aminmax(src)
+        lo, hi, mean = _plain_list(torch.stack((lo, hi, src.mean())))
+        return fast_new(Values, {"numel": numel, "sample": sample, "min": lo, "max": hi, "mean": mean})
     except Exception:  # sparse, meta, nested or otherwise unreadable tensors
         return Values(numel=numel)
 
@@ -218,7 +224,7 @@ class Snapshotter:
                 if g is not None:
                     raw["grad"] = GradInfo(shape=list(g.shape), values=self._values(g))
                 raw["version"] = t._version
-            out.append(TensorInfo(**raw))
+            out.append(fast_new(TensorInfo, raw))
         return out
 
     def finish_storages(self, tensors: list[TensorInfo]) -> list[StorageInfo]:
@@ -261,7 +267,8 @@ class Snapshotter:
 
     def _node_info(self, node, ids: dict[int, str]) -> NodeInfo:
         kind = node_kind(node)
-        nxt = [Edge(ids[id(fn)], nr) if fn is not None else None for fn, nr in node.next_functions]
+        nxt = [fast_new(Edge, {"node": ids[id(fn)], "input_nr": nr}) if fn is not None else None
+               for fn, nr in node.next_functions]
         saved: list[Saved] = []
         stale = None
         variable = None
@@ -283,18 +290,18 @@ class Snapshotter:
                 except Exception:
                     continue
                 if isinstance(value, torch.Tensor):
-                    saved.append(Saved(name=name, tensor=self.tensor_id(value, saved=True)))
+                    saved.append(fast_new(Saved, {"name": name, "tensor": self.tensor_id(value, saved=True)}))
                 elif isinstance(value, (list, tuple)) and value and all(isinstance(v, torch.Tensor) for v in value):
                     for i, v in enumerate(value):
                         saved.append(Saved(name=f"{name}[{i}]", tensor=self.tensor_id(v, saved=True)))
                 else:
-                    saved.append(Saved(name=name, value=_saved_value(value)))
+                    saved.append(fast_new(Saved, {"name": name, "value": _saved_value(value)}))
         meta = _metadata(node)
         if stale is not None:
             stale = self._stale_culprit(stale, meta.get("bps_storages", ()))
         line = meta.get("bps_line")
         module = self.module_paths.get(meta.get("bps_module")) if meta.get("bps_module") is not None else None
-        return NodeInfo(
+        return fast_new(NodeInfo, dict(
             id=ids[id(node)],
             name=node_name(node),
             kind=kind,
@@ -306,7 +313,7 @@ class Snapshotter:
             stale=stale,
             device=meta.get("bps_device"),
             inplace=meta.get("bps_inplace"),
-        )
+        ))
 
 
     def _stale_culprit(self, stale: Stale, storages) -> Stale:
@@ -353,7 +360,7 @@ def inherit_origin(nodes: list[NodeInfo]) -> list[NodeInfo]:
                     module[e.node] = module[n.id]
     return [
         n if n.kind == "accumulate_grad" or (n.line == line[n.id] and n.module == module[n.id])
-        else replace(n, line=line[n.id], module=module[n.id])
+        else with_fields(n, line=line[n.id], module=module[n.id])
         for n in nodes
     ]
 
@@ -371,8 +378,8 @@ def label_nodes(nodes: list[NodeInfo], tensors: list[TensorInfo]) -> list[NodeIn
     for n in nodes:
         t = by_node.get(n.id)
         if t is not None:
-            n = replace(n, tensor=t.id, label=t.name)
+            n = with_fields(n, tensor=t.id, label=t.name)
         elif n.variable is not None:
-            n = replace(n, label=names.get(n.variable))
+            n = with_fields(n, label=names.get(n.variable))
         out.append(n)
     return out

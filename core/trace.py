@@ -467,6 +467,30 @@ def _fast_spec(cls) -> tuple:
     return spec
 
 
+def fast_new(cls, values: dict):
+    """A frozen dataclass from trusted field values, without the per-field cost of __init__.
+
+    Capture builds tens of thousands of nodes and tensors; frozen __init__ sets each field
+    through object.__setattr__, which made it a tenth of the capture time.
+    """
+    _, _, defaults, factories = _fast_spec(cls)
+    made = cls.__new__(cls)
+    attrs = made.__dict__
+    attrs.update(defaults)
+    for name, factory in factories:
+        if name not in values:
+            attrs[name] = factory()
+    attrs.update(values)
+    return made
+
+
+def with_fields(obj, **changes):
+    """``dataclasses.replace`` for trusted values, at a fraction of its cost."""
+    values = {k: v for k, v in obj.__dict__.items() if not k.startswith("_")}
+    values.update(changes)
+    return fast_new(type(obj), values)
+
+
 def trace_from_dict(data: Any, source: str = "trace") -> Trace:
     """Build a Trace from decoded JSON, raising TraceFormatError that names the bad field."""
     with paused_gc():
