@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 
 from core.step_state import StepTracker, short_values, step_texts, step_view
 from core.trace import CallInfo
@@ -32,6 +32,9 @@ class StepController(QObject):
         self.state = "idle"  # idle, starting, paused, running, finished, failed, stopped
         self.run_id: int | None = None
         self._queued: list[tuple[str, dict]] = []
+        self._unlogged: list[dict] = []  # steps not yet in the log (drawn in batches while running)
+        self._redraw = QTimer(self, singleShot=True, interval=100)
+        self._redraw.timeout.connect(self._flush)
         self.handle.sig_step_begin.connect(self._on_begin)
         self.handle.sig_step_paused.connect(self._on_paused)
         self.handle.sig_step.connect(self._on_step)
@@ -88,6 +91,7 @@ class StepController(QObject):
             return
         self.call = call
         self.steps = []
+        self._unlogged = []
         self.tracker = StepTracker(call)
         self.pending = None
         self.state = "starting"
@@ -119,12 +123,21 @@ class StepController(QObject):
             self.handle.control(cmd, **args)
         self.sig_changed.emit()
 
+    def _flush(self) -> None:
+        """Log the steps that arrived since the last frame and draw the graph once."""
+        self._redraw.stop()
+        if self._unlogged:
+            for record in self._unlogged:
+                self.window.step_log.append_step(record)
+            self._unlogged = []
+        self._draw()
+
     def _on_paused(self, event: dict) -> None:
         if not self.active:
             return
         self.state = "paused"
         self.pending = event.get("pending")
-        self._draw()
+        self._flush()
         node = self.call.node(self.pending.get("node")) if self.call and self.pending else None
         if node is not None:
             grads = ", ".join(short_values(g) for g in self.pending.get("grad_outputs") or [])
@@ -140,16 +153,17 @@ class StepController(QObject):
         record = event["record"]
         self.steps.append(record)
         self.tracker.add(record)
-        self.window.step_log.append_step(record)
-        if self.state == "running":
-            self._draw()
+        self._unlogged.append(record)
+        if not self._redraw.isActive():
+            # Continue streams thousands of steps: draw at most ten frames a second.
+            self._redraw.start()
 
     def _on_end(self, event: dict) -> None:
         if self.call is None or event.get("call") != self.call.index:
             return
         self.state = event.get("state") or "finished"
         self.pending = None
-        self._draw()
+        self._flush()
         error = event.get("error")
         if error:
             failed = next((s for s in self.steps if s.get("error")), None)
@@ -178,10 +192,12 @@ class StepController(QObject):
             return
         if upto is None:
             view = self.tracker.view(self.pending)
+            texts = view.edge_texts  # the tracker keeps leaf .grad values on their edges
         else:
             view = step_view(self.call, self.steps, None, upto=upto)
+            texts = step_texts(self.call, view)
         w.graph.set_node_states(view.states)
-        w.graph.set_edge_texts(step_texts(self.call, view))
+        w.graph.set_edge_texts(texts)
 
     def _status(self, text: str) -> None:
         self.window.step_log.set_status(text)

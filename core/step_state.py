@@ -137,6 +137,13 @@ class StepTracker:
                 self.frontier.add(edge.node)
         for name, values in (record.get("leaf_grads") or {}).items():
             self.leaf_grads[name] = values
+        if node.kind == "accumulate_grad" and node.label in self.leaf_grads:
+            # The edge that filled this leaf also shows the accumulated .grad.
+            suffix = f"  \u21d2 .grad {short_values(self.leaf_grads[node.label])}"
+            for parent in self.call.consumers().get(node_id, []):
+                key = (parent, node_id)
+                if key in self.edge_texts:
+                    self.edge_texts[key] = self.edge_texts[key].split("  \u21d2 ")[0] + suffix
 
     def view(self, pending: dict | None = None) -> StepView:
         states = dict.fromkeys(self.done, "executed")

@@ -164,6 +164,18 @@ class CallInfo:
             object.__setattr__(self, "_node_map", cache)
         return cache
 
+    def consumers(self) -> dict[str, list[str]]:
+        """Node id -> ids of the nodes whose ``next`` points at it (one entry per edge)."""
+        cache = self.__dict__.get("_consumers")
+        if cache is None:
+            cache = {}
+            for n in self.nodes:
+                for e in n.next:
+                    if e is not None:
+                        cache.setdefault(e.node, []).append(n.id)
+            object.__setattr__(self, "_consumers", cache)
+        return cache
+
     def tensor_map(self) -> dict[str, TensorInfo]:
         cache = self.__dict__.get("_tensor_map")
         if cache is None:

@@ -602,15 +602,18 @@ def test_pause_after_resume():
 def test_step_tracker_matches_step_view():
     """The live, incremental view equals the view recomputed from all steps, at every step."""
     from core.capture import capture_script
-    from core.step_state import StepTracker, step_view
+    from core.step_state import StepTracker, step_texts, step_view
 
     trace = capture_script(str(Path(__file__).resolve().parents[1] / "resources" / "examples" / "13_mlp_classifier.py"))
     call = trace.calls[0]
     root = call.nodes[0]
     with_steps = []
     for i, node in enumerate(call.nodes):  # preorder: every consumer before the node it feeds
-        with_steps.append({"index": i, "node": node.id, "name": node.name,
-                           "grad_inputs": [{"numel": 1, "data": [float(i)]} for _ in node.next]})
+        record = {"index": i, "node": node.id, "name": node.name,
+                  "grad_inputs": [{"numel": 1, "data": [float(i)]} for _ in node.next]}
+        if node.kind == "accumulate_grad":
+            record["leaf_grads"] = {node.label: {"numel": 1, "data": [float(i)]}}
+        with_steps.append(record)
     assert with_steps[0]["node"] == root.id
     tracker = StepTracker(call)
     for k, record in enumerate(with_steps):
@@ -619,5 +622,5 @@ def test_step_tracker_matches_step_view():
         full = step_view(call, with_steps[: k + 1], pending)
         fast = tracker.view(pending)
         assert fast.states == full.states
-        assert fast.edge_texts == full.edge_texts
+        assert fast.edge_texts == step_texts(call, full)
     assert set(tracker.done) == {n.id for n in call.nodes}

@@ -20,7 +20,7 @@ from core.layout import Layout, group_info
 from core.trace import CallInfo
 from widgets.graph_items import EdgeItem, GroupBoxItem, NodeItem, NodeStyle, SavedItem, color
 from widgets.graph_marks import MarkItems, MarksMixin
-from widgets.graph_scene import LayoutRunner, box_states, build_message, build_scene, legend_entries
+from widgets.graph_scene import LayoutRunner, apply_edge_texts, box_states, build_message, build_scene, legend_entries
 from widgets.graph_scene import overview_marks, search_index, toggled, tooltip
 from widgets.minimap import Overlays, OverviewItem
 from widgets.theme import Theme, get_theme
@@ -178,6 +178,7 @@ class GraphView(MarksMixin, QGraphicsView):
         scene = self.scene()
         scene.clear()
         self.node_items, self.edge_items, self.group_items, self.saved_items = {}, [], {}, []
+        self._applied_texts = None
         self.overview, self._banner, self.marks = None, None, MarkItems()
         self._layout = layout
         t, call = self._theme, self._call
@@ -197,6 +198,7 @@ class GraphView(MarksMixin, QGraphicsView):
             self.setTransform(QTransform.fromScale(scale, scale))
         self._detail = not self._big or self.transform().m11() >= OVERVIEW_LOD
         items = build_scene(scene, call, layout, t, show=self._detail, with_overview=self._big)
+        self._applied_texts = None
         self.node_items, self.edge_items, self.group_items, self.saved_items = (
             items.nodes,
             items.edges,
@@ -288,10 +290,7 @@ class GraphView(MarksMixin, QGraphicsView):
         self._update_marks()
 
     def _apply_edge_texts(self) -> None:
-        members = self._layout.members if self._layout else {}
-        values = {(members.get(s, s), members.get(d, d)): v for (s, d), v in self._edge_texts.items()}
-        for item in self.edge_items:
-            item.set_texts(show_shape=self._show_shapes, value=values.get(item.key, ""))
+        apply_edge_texts(self)
 
     def set_theme(self, name: str) -> None:
         self._theme = t = get_theme(name)

@@ -335,7 +335,7 @@ class InspectorPanel(QWidget):
         else:
             parts.append("<p class='muted'>none: the gradient stops here</p>")
 
-        parents = [n.id for n in call.nodes if any(e is not None and e.node == node.id for e in n.next)]
+        parents = list(dict.fromkeys(call.consumers().get(node.id, [])))
         if parents:
             parts.append(self._section("Gradient comes from"))
             links = "<br>".join(self._node_link(call, p) for p in parents)
