@@ -127,8 +127,7 @@ class StepController(QObject):
         """Log the steps that arrived since the last frame and draw the graph once."""
         self._redraw.stop()
         if self._unlogged:
-            for record in self._unlogged:
-                self.window.step_log.append_step(record)
+            self.window.step_log.append_steps(self._unlogged)
             self._unlogged = []
         self._draw()
 

@@ -28,9 +28,12 @@ class StepLogPanel(QWidget):
         self.tree.setAlternatingRowColors(True)
         self.tree.setUniformRowHeights(True)
         header = self.tree.header()
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
+        # Fixed widths: sizing columns to their contents re-measures every row on each append,
+        # which made a 5,000-step Continue take minutes.
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         header.setStretchLastSection(True)
+        for column, width in enumerate((52, 260, 300)):
+            header.resizeSection(column, width)
         mono = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
         mono.setPointSizeF(max(8.0, QFont().pointSizeF() - 0.5))
         self._mono = mono
@@ -51,10 +54,19 @@ class StepLogPanel(QWidget):
     def set_steps(self, call: CallInfo | None, steps: list[dict]) -> None:
         self.tree.clear()
         self._call = call
-        for record in steps:
-            self.append_step(record)
+        self.append_steps(steps)
+
+    def append_steps(self, records: list[dict]) -> None:
+        """Append many steps at once, scrolling once."""
+        items = [self._item(r, self.tree.topLevelItemCount() + i) for i, r in enumerate(records)]
+        self.tree.addTopLevelItems(items)
+        if items:
+            self.tree.scrollToItem(items[-1])
 
     def append_step(self, record: dict) -> None:
+        self.append_steps([record])
+
+    def _item(self, record: dict, row: int) -> QTreeWidgetItem:
         node_id = record.get("node")
         node = self._call.node(node_id) if self._call is not None and node_id else None
         name = record.get("name") or (node.name if node else "?")
@@ -66,15 +78,14 @@ class StepLogPanel(QWidget):
             grads_out += "   → " + ", ".join(f"{k}.grad = {short_values(v)}" for k, v in record["leaf_grads"].items())
         if record.get("error"):
             grads_out = f"failed: {record['error'].get('type')}: {record['error'].get('message', '')[:120]}"
-        item = QTreeWidgetItem([str(record.get("index", self.tree.topLevelItemCount())), name, grads_in, grads_out])
+        item = QTreeWidgetItem([str(record.get("index", row)), name, grads_in, grads_out])
         for col in (2, 3):
             item.setFont(col, self._mono)
-        item.setData(0, Qt.ItemDataRole.UserRole, self.tree.topLevelItemCount())
+        item.setData(0, Qt.ItemDataRole.UserRole, row)
         item.setToolTip(3, grads_out)
         if record.get("error"):
             item.setForeground(3, Qt.GlobalColor.red)
-        self.tree.addTopLevelItem(item)
-        self.tree.scrollToItem(item)
+        return item
 
     def count(self) -> int:
         return self.tree.topLevelItemCount()
