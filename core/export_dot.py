@@ -9,6 +9,7 @@ them apart; the palettes repeat the Qt themes' colours because ``core`` never im
 from __future__ import annotations
 
 from core.layout import build_visible, group_info
+from core.step_state import box_states
 from core.trace import CallInfo
 
 _COMMON = {
@@ -147,7 +148,7 @@ def call_to_dot(
     out.append("  edge " + _attrs(color=pal["edge"], fontcolor=pal["edge_text"], fontname=font, fontsize=9,
                                   arrowsize=0.7, penwidth=_COMMON["edge_width"]) + ";")
 
-    box_state = _box_states(states, vis.members, {"group:" + g: c for g, c in vis.collapsed.items()})
+    box_state = box_states(states, vis.members, {"group:" + g: c for g, c in vis.collapsed.items()})
     texts = {(vis.members.get(s, s), vis.members.get(d, d)): text for (s, d), text in (edge_texts or {}).items()}
     present: dict[str, None] = {}
     lines: dict[str | None, list[str]] = {}
@@ -238,19 +239,3 @@ def _write_legend(out: list[str], keys: list[str], pal: dict) -> None:
     out.append("  }")
 
 
-def _box_states(states: dict[str, str], members: dict[str, str], counts: dict[str, int]) -> dict[str, str]:
-    """State per drawn box; a collapsed group shows its most urgent member's state, and
-    "executed" only once all its members ran (as the view does)."""
-    per: dict[str, list[str]] = {}
-    for nid, st in states.items():
-        vid = members.get(nid)
-        if vid is not None:
-            per.setdefault(vid, []).append(st)
-    out = {}
-    for vid, sts in per.items():
-        state = next((s for s in ("failed", "current", "frontier") if s in sts), None)
-        if state is None and sts.count("executed") >= counts.get(vid, 1):
-            state = "executed"
-        if state is not None:
-            out[vid] = state
-    return out

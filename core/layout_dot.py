@@ -103,7 +103,7 @@ def layout_dot(call: CallInfo, vis: Visible, timeout: float = 120.0) -> Layout:
     nodes: dict[str, NodeBox] = {}
     saved: list[SavedBox] = []
     for v in vis.ids:
-        (cx, cy), (fw, fh), (w, h) = centres[v], foot[v], vis.size[v]
+        (cx, cy), (fw, _), (w, h) = centres[v], foot[v], vis.size[v]
         left = cx - fw / 2
         nodes[v] = NodeBox(v, left, cy - h / 2, w, h, 0, vis.label[v], vis.kind[v])
         boxes = vis.saved.get(v, [])

@@ -172,3 +172,20 @@ def step_texts(call: CallInfo, view: StepView) -> dict[tuple[str, str], str]:
             if leaf is not None and leaf.kind == "accumulate_grad" and leaf.label in view.leaf_grads:
                 texts[(node.id, e.node)] += f"  \u21d2 .grad {short_values(view.leaf_grads[leaf.label])}"
     return texts
+
+
+def box_states(states: dict[str, str], members: dict[str, str], counts: dict[str, int]) -> dict[str, str]:
+    """Step states per drawn box; a collapsed group shows its most urgent member's state."""
+    per: dict[str, list[str]] = {}
+    for nid, st in states.items():
+        vid = members.get(nid)
+        if vid is not None:
+            per.setdefault(vid, []).append(st)
+    out = {}
+    for vid, sts in per.items():
+        state = next((s for s in ("failed", "current", "frontier") if s in sts), None)
+        if state is None and sts.count("executed") >= counts.get(vid, 1):
+            state = "executed"
+        if state is not None:
+            out[vid] = state
+    return out

@@ -203,23 +203,6 @@ def legend_entries(styles: dict[str, NodeStyle], frames: bool, saved: list[Saved
     return entries + [s for s in ("executed", "current", "frontier", "failed") if s in set(states)]
 
 
-def box_states(states: dict[str, str], members: dict[str, str], counts: dict[str, int]) -> dict[str, str]:
-    """Step states per drawn box; a collapsed group shows its most urgent member's state."""
-    per: dict[str, list[str]] = {}
-    for nid, st in states.items():
-        vid = members.get(nid)
-        if vid is not None:
-            per.setdefault(vid, []).append(st)
-    out = {}
-    for vid, sts in per.items():
-        state = next((s for s in ("failed", "current", "frontier") if s in sts), None)
-        if state is None and sts.count("executed") >= counts.get(vid, 1):
-            state = "executed"
-        if state is not None:
-            out[vid] = state
-    return out
-
-
 def toggled(info, collapsed: frozenset[str], path: str, one_level_above: int) -> frozenset[str]:
     """The collapsed set after folding or unfolding ``path``; a big group opens one level."""
     if path in collapsed:

@@ -20,7 +20,8 @@ from core.layout import Layout, group_info
 from core.trace import CallInfo
 from widgets.graph_items import EdgeItem, GroupBoxItem, NodeItem, NodeStyle, SavedItem, color
 from widgets.graph_marks import MarkItems, MarksMixin
-from widgets.graph_scene import LayoutRunner, apply_edge_texts, box_states, build_message, build_scene, legend_entries
+from core.step_state import box_states
+from widgets.graph_scene import LayoutRunner, apply_edge_texts, build_message, build_scene, legend_entries
 from widgets.graph_scene import overview_marks, search_index, toggled, tooltip
 from widgets.minimap import Overlays, OverviewItem
 from widgets.theme import Theme, get_theme

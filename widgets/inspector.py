@@ -15,6 +15,7 @@ from PySide6.QtCore import QEvent, QUrl, Signal
 from PySide6.QtGui import QColor, QFontDatabase, QPalette
 from PySide6.QtWidgets import QTextBrowser, QVBoxLayout, QWidget
 
+from core.storage_map import contiguity as is_contiguous
 from core.trace import CallInfo, NodeInfo, Stale, TensorInfo, Values
 
 log = logging.getLogger(__name__)
@@ -129,18 +130,6 @@ def stale_sentence(stale: Stale) -> str:
     if stale.message:
         text += f"<br><span class='muted'>{html.escape(stale.message)}</span>"
     return text
-
-
-def is_contiguous(shape: list[int], stride: list[int]) -> bool:
-    """Whether a shape/stride pair is row-major with no gaps, as torch's is_contiguous()."""
-    if len(shape) != len(stride) or 0 in shape:
-        return True
-    expected = 1
-    for size, step in zip(reversed(shape), reversed(stride)):
-        if size != 1 and step != expected:
-            return False
-        expected *= size
-    return True
 
 
 def _mix(a: QColor, b: QColor, t: float) -> str:
