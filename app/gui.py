@@ -96,6 +96,8 @@ def main(argv: list[str]) -> int:
             window.graph.fit()
             if args.show == "storage":
                 window.center.setCurrentWidget(window.storage)
+            elif args.show == "tensors":
+                window.left_tabs.setCurrentWidget(window.tensors)
             elif args.show:
                 window.docks[args.show].raise_()
             if args.select and not window.select_named(args.select):

@@ -108,10 +108,14 @@ class MainWindow(QMainWindow):
         self.center.addTab(self.storage, "Storage")
         self._tensor_scope = "call"
         self.docks: dict[str, QDockWidget] = {}
-        self._dock("calls", "Calls", self.calls, Qt.DockWidgetArea.LeftDockWidgetArea)
-        self._dock("tensors", "Tensors", self.tensors, Qt.DockWidgetArea.LeftDockWidgetArea)
-        self.tabifyDockWidget(self.docks["calls"], self.docks["tensors"])
-        self.docks["calls"].raise_()
+        # Calls and Tensors share one dock as tabs: a second group of tabified docks left a
+        # stale duplicate tab bar drawn over the panels.
+        self.left_tabs = QTabWidget(self)
+        self.left_tabs.setDocumentMode(True)
+        self.left_tabs.setTabPosition(QTabWidget.TabPosition.South)
+        self.left_tabs.addTab(self.calls, "Calls")
+        self.left_tabs.addTab(self.tensors, "Tensors")
+        self._dock("calls", "Calls and Tensors", self.left_tabs, Qt.DockWidgetArea.LeftDockWidgetArea)
         self._dock("inspector", "Inspector", self.inspector, Qt.DockWidgetArea.RightDockWidgetArea)
         bottom = Qt.DockWidgetArea.BottomDockWidgetArea
         self._dock("source", "Source", self.source, bottom)
@@ -119,10 +123,8 @@ class MainWindow(QMainWindow):
         self._dock("problems", "Problems", self.problems, bottom)
         self._dock("steps", "Step Log", self.step_log, bottom)
         self._dock("memory", "Memory", self.memory, bottom)
-        self.tabifyDockWidget(self.docks["source"], self.docks["output"])
-        self.tabifyDockWidget(self.docks["output"], self.docks["problems"])
-        self.tabifyDockWidget(self.docks["problems"], self.docks["steps"])
-        self.tabifyDockWidget(self.docks["steps"], self.docks["memory"])
+        for key in ("output", "problems", "steps", "memory"):
+            self.tabifyDockWidget(self.docks["source"], self.docks[key])
         self.docks["source"].raise_()
         self.resizeDocks([self.docks["calls"], self.docks["inspector"]], [230, 360], Qt.Orientation.Horizontal)
         self.resizeDocks([self.docks["source"]], [230], Qt.Orientation.Vertical)
@@ -325,12 +327,12 @@ class MainWindow(QMainWindow):
             named = [t for t in trace.tensors if t.name]
             if named:
                 # No graph: the script is about tensors themselves; show them.
-                self.docks["tensors"].raise_()
+                self.left_tabs.setCurrentWidget(self.tensors)
                 self.select_tensor(named[0].id, scope="top")
                 self.center.setCurrentWidget(self.storage)
             self.sig_trace_shown.emit()
             return
-        self.docks["calls"].raise_()
+        self.left_tabs.setCurrentWidget(self.calls)
         self.calls.select_call(first.id)
         self.show_call(first.id)
 
@@ -432,7 +434,7 @@ class MainWindow(QMainWindow):
         if self.trace is not None:
             t = next((t for t in self.trace.tensors if t.name == name), None)
             if t is not None:
-                self.docks["tensors"].raise_()
+                self.left_tabs.setCurrentWidget(self.tensors)
                 self.select_tensor(t.id, scope="top")
                 self.center.setCurrentWidget(self.storage)
                 return True
