@@ -240,20 +240,7 @@ class Snapshotter:
     # -- graphs ---------------------------------------------------------------------------
     def walk(self, roots: list) -> tuple[list[NodeInfo], dict[int, str], str]:
         """Snapshot every node reachable from ``roots``; returns nodes, id map and a structure hash."""
-        ids: dict[int, str] = {}
-        order: list = []
-        keep: list = []  # keeps node wrappers alive during the walk so id() stays unique
-        stack = [r for r in reversed(roots) if r is not None]
-        while stack:
-            node = stack.pop()
-            if id(node) in ids:
-                continue
-            ids[id(node)] = f"n{len(ids)}"
-            order.append(node)
-            keep.append(node)
-            for fn, _ in reversed(node.next_functions):
-                if fn is not None and id(fn) not in ids:
-                    stack.append(fn)
+        order, ids = number_nodes(roots)
         digest = hashlib.sha1()
         nodes = []
         for node in order:
@@ -344,6 +331,27 @@ def _stale_from(name: str, message: str) -> Stale:
         version=int(now.group(1)) if now else None,
         message=message.split("Hint:")[0].strip(),
     )
+
+
+def number_nodes(roots: list) -> tuple[list, dict[int, str]]:
+    """Nodes in DFS preorder (explicit stack, no recursion) with ids "n0", "n1", ...
+
+    The capture, the stepper and the memory report all number nodes this way, so their ids
+    agree. The returned list keeps the node wrappers alive, so the ``id()`` keys stay valid.
+    """
+    ids: dict[int, str] = {}
+    order: list = []
+    stack = [r for r in reversed(roots) if r is not None]
+    while stack:
+        node = stack.pop()
+        if id(node) in ids:
+            continue
+        ids[id(node)] = f"n{len(ids)}"
+        order.append(node)
+        for fn, _ in reversed(node.next_functions):
+            if fn is not None and id(fn) not in ids:
+                stack.append(fn)
+    return order, ids
 
 
 def inherit_origin(nodes: list[NodeInfo]) -> list[NodeInfo]:

@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from core.snapshot import FULL_VALUES, node_kind, node_name, values_of
+from core.snapshot import FULL_VALUES, node_kind, node_name, number_nodes, values_of
 
 log = logging.getLogger(__name__)
 
@@ -59,26 +59,6 @@ def root_nodes(roots: Iterable) -> list:
         if node is not None:
             out.append(node)
     return out
-
-
-def number_nodes(roots: list) -> tuple[list, dict[int, str]]:
-    """Nodes in DFS preorder with ids "n0", "n1", ... exactly as ``Snapshotter.walk`` numbers them.
-
-    The returned list keeps the node wrappers alive, so the ``id()`` keys stay valid while it lives.
-    """
-    ids: dict[int, str] = {}
-    order: list = []
-    stack = [r for r in reversed(roots) if r is not None]
-    while stack:
-        node = stack.pop()
-        if id(node) in ids:
-            continue
-        ids[id(node)] = f"n{len(ids)}"
-        order.append(node)
-        for fn, _ in reversed(node.next_functions):
-            if fn is not None and id(fn) not in ids:
-                stack.append(fn)
-    return order, ids
 
 
 class BackwardStepper:
