@@ -13,8 +13,8 @@ from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QPen
 from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem
 
-from widgets.graph_items import color, font, paint_node
-from widgets.minimap import LEGEND_ENTRIES
+from widgets.graph_items import color, font
+from widgets.minimap import LEGEND_ENTRIES, paint_legend_entry
 from widgets.theme import Theme
 
 MARGIN = 20.0
@@ -175,31 +175,10 @@ def paint_legend(p: QPainter, sheet: Sheet, theme: Theme) -> None:
     p.drawLine(sheet.legend_rect.left(), top, sheet.legend_rect.right(), top)
     text_font = font(t.font_family, t.small_font_px + 1)
     for key, rect in sheet.legend:
-        _, style, state = LEGEND_ENTRIES[key]
         sample = QRectF(rect.left() + 4, rect.center().y() - SAMPLE_H / 2, SAMPLE_W - 8, SAMPLE_H)
-        if key == "frame":
-            p.setPen(QPen(color(t.group_box_border), t.line_width * 0.9))
-            p.setBrush(color(t.group_box_fill))
-            p.drawRoundedRect(sample, 5, 5)
-        elif key == "saved":
-            p.setPen(QPen(color(t.saved_border), 1))
-            p.setBrush(color(t.saved_fill))
-            p.drawRoundedRect(sample.adjusted(4, 3, -4, -3), 3, 3)
-        elif style is None:
-            _paint_mark_sample(p, key, sample, t)
-        else:
-            paint_node(p, sample, style, t, "", 1.0, state)
+        paint_legend_entry(p, key, sample, t, frame_width=t.line_width * 0.9, saved_inset=4)
         p.setFont(text_font)
         p.setPen(color(t.text))
         text_rect = QRectF(rect.left() + SAMPLE_W + 8, rect.top(), rect.width() - SAMPLE_W - 8, rect.height())
         p.drawText(text_rect, int(Qt.AlignLeft | Qt.AlignVCenter), legend_text(key))
     p.restore()
-
-
-def _paint_mark_sample(p: QPainter, key: str, sample: QRectF, theme: Theme) -> None:
-    """Samples of the anatomy marks (in-place, view, device …), drawn by the module that draws the marks."""
-    try:
-        from widgets.graph_marks import paint_legend_sample
-    except ImportError:  # a build without anatomy marks has no such entries
-        return
-    paint_legend_sample(p, key, sample, theme)

@@ -214,6 +214,24 @@ LEGEND_ENTRIES = {
 }
 
 
+def paint_legend_entry(p: QPainter, key: str, sample: QRectF, theme: Theme, frame_width: float = 1.0,
+                       saved_inset: float = 6.0) -> None:
+    """The picture of one legend entry, the same on screen and in exports."""
+    _, style, state = LEGEND_ENTRIES[key]
+    if key == "frame":
+        p.setPen(QPen(color(theme.group_box_border), frame_width))
+        p.setBrush(color(theme.group_box_fill))
+        p.drawRoundedRect(sample, 5, 5)
+    elif key == "saved":
+        p.setPen(QPen(color(theme.saved_border), 1))
+        p.setBrush(color(theme.saved_fill))
+        p.drawRoundedRect(sample.adjusted(saved_inset, 3, -saved_inset, -3), 3, 3)
+    elif style is None:
+        paint_legend_sample(p, key, sample, theme)
+    else:
+        paint_node(p, sample, style, theme, "", 1.0, state)
+
+
 class Legend(QWidget):
     """What each shape and mark means, for the kinds present in the graph; click to fold."""
 
@@ -274,20 +292,9 @@ class Legend(QWidget):
         if not self.folded:
             y = 26.0
             for key in self._entries:
-                text, style, state = LEGEND_ENTRIES[key]
+                text = LEGEND_ENTRIES[key][0]
                 sample = QRectF(16, y + 2, 40, 17)
-                if key == "frame":
-                    p.setPen(QPen(color(t.group_box_border), 1))
-                    p.setBrush(color(t.group_box_fill))
-                    p.drawRoundedRect(sample, 5, 5)
-                elif key == "saved":
-                    p.setPen(QPen(color(t.saved_border), 1))
-                    p.setBrush(color(t.saved_fill))
-                    p.drawRoundedRect(sample.adjusted(6, 3, -6, -3), 3, 3)
-                elif style is None:
-                    paint_legend_sample(p, key, sample, t)
-                else:
-                    paint_node(p, sample, style, t, "", 1.0, state)
+                paint_legend_entry(p, key, sample, t)
                 p.setFont(font(t.font_family, t.small_font_px + 1))
                 p.setPen(color(t.text))
                 p.drawText(QRectF(66, y, self.width() - 72, self.ROW - 2), Qt.AlignLeft | Qt.AlignVCenter, text)
