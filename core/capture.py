@@ -27,7 +27,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from core.names import NameTable
-from core.snapshot import Snapshotter, label_nodes, values_of
+from core.snapshot import Snapshotter, label_nodes, number_nodes, values_of
 from core.trace import CallInfo, ErrorInfo, Trace, paused_gc
 
 log = logging.getLogger(__name__)
@@ -249,7 +249,7 @@ class Capture:
             if fn is not None and id(fn) in ids:
                 snap.tensor_id(t)
         input_ids = [snap.tensor_id(t) for t in _as_list(inputs) if isinstance(t, torch.Tensor)]
-        for node in _iter_nodes(root_nodes):
+        for node in number_nodes(root_nodes)[0]:
             try:
                 node.metadata["bps_seen"] = index
             except Exception:
@@ -450,7 +450,7 @@ class Capture:
         if not candidates:
             return
         children = set()
-        for node in _iter_nodes(candidates):
+        for node in number_nodes(candidates)[0]:
             for fn, _ in node.next_functions:
                 if fn is not None:
                     children.add(id(fn))
@@ -564,20 +564,6 @@ def _safe_metadata(node) -> dict:
         return node.metadata
     except Exception:
         return {}
-
-
-def _iter_nodes(roots):
-    seen = set()
-    stack = list(roots)
-    while stack:
-        node = stack.pop()
-        if node is None or id(node) in seen:
-            continue
-        seen.add(id(node))
-        yield node
-        for fn, _ in node.next_functions:
-            if fn is not None and id(fn) not in seen:
-                stack.append(fn)
 
 
 def _script_line(exc: BaseException, names: NameTable) -> int | None:
