@@ -28,6 +28,7 @@ from torch.overrides import TorchFunctionMode
 
 from core.names import NameTable
 from core.snapshot import Snapshotter, label_nodes, number_nodes, values_of
+from core.snapshot import root_nodes as shared_root_nodes
 from core.trace import CallInfo, ErrorInfo, Trace, paused_gc
 
 log = logging.getLogger(__name__)
@@ -231,17 +232,10 @@ class Capture:
     def _before(self, roots, inputs, index):
         self.names.refresh(self.names.user_frames(sys._getframe(3)))
         snap = Snapshotter(self.names.name_of, self.names.module_paths, self.inplace)
-        root_nodes = []
-        root_tensor_ids = []
         for t in roots:
-            if not isinstance(t, torch.Tensor):
-                continue
-            root_tensor_ids.append(snap.tensor_id(t))
-            node = t.grad_fn
-            if node is None and t.requires_grad:
-                node = torch.autograd.graph.get_gradient_edge(t).node
-            if node is not None:
-                root_nodes.append(node)
+            if isinstance(t, torch.Tensor):
+                snap.tensor_id(t)
+        root_nodes = shared_root_nodes(roots)
         nodes, ids, structure = snap.walk(root_nodes)
         # Named tensors whose grad_fn lies in this graph label their nodes.
         for _, t in self.names.named_tensors():
@@ -552,7 +546,7 @@ def _as_list(value) -> list:
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, torch.autograd.graph.GradientEdge):
-        return []
+        return [value]
     try:
         return list(value)
     except TypeError:
