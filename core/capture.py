@@ -102,6 +102,7 @@ class Capture:
         self.phase = "forward"
         self.namespace: dict = {}
         self.started = 0.0
+        self.hook_call: tuple | None = None  # what ``call_before`` needs while a call_hook runs
 
     # -- creation tagging -------------------------------------------------------------------
     def tag(self, t: torch.Tensor, args=()) -> None:
@@ -213,6 +214,7 @@ class Capture:
             result = None
             try:
                 if self.call_hook is not None:
+                    self.hook_call = (api, index, line, snap, nodes, ids, structure, root_ids)
                     result = self.call_hook(index=index, api=api, roots=roots, real=real)
                 else:
                     result = real()
@@ -250,6 +252,16 @@ class Capture:
                 pass
         roots_ids = [ids[id(n)] for n in root_nodes]
         return snap, nodes, ids, structure, roots_ids, input_ids
+
+    def call_before(self) -> CallInfo:
+        """The call a ``call_hook`` is running, as captured before backward (no grads read yet)."""
+        api, index, line, snap, nodes, ids, structure, root_ids = self.hook_call
+        with torch._C.DisableTorchFunction(), paused_gc():
+            tensors = snap.finish_tensors(ids, read_grads=False)
+            nodes = label_nodes(nodes, tensors)
+            return CallInfo(id=f"c{index}", index=index, api=api, line=line, roots=root_ids, nodes=nodes,
+                            tensors=tensors, storages=snap.finish_storages(tensors), structure=structure,
+                            node_count=len(nodes), edge_count=sum(1 for n in nodes for e in n.next if e is not None))
 
     def _after(self, api, index, line, snap, nodes, ids, structure, root_ids, input_ids, result, error,
                retain_graph, create_graph, t0):
