@@ -30,7 +30,8 @@ class WorkerHandle(QObject):
     sig_finished = Signal(object)
     """A run finished: a core.client.RunResult with the trace (or only an error)."""
     sig_step_begin = Signal(dict)
-    """The stepped backward call was reached: the engine will pause before its first node."""
+    """A stepped backward call was reached (with its graph, structure hash and leaf digest): the
+    engine will pause before its first node."""
     sig_step_paused = Signal(dict)
     """The engine is paused before a node (``pending``: node, name, grad_outputs)."""
     sig_step = Signal(dict)
@@ -52,12 +53,15 @@ class WorkerHandle(QObject):
 
     # -- commands --------------------------------------------------------------------------------
     def run(self, path: str, device: str = "cpu", mode: str = "auto", timeout: float = 600.0,
-            step: dict | None = None) -> int:
-        self.current_run = self.client.run(path, device=device, mode=mode, timeout=timeout, step=step)
+            step: dict | None = None, debug: dict | None = None, seeds: dict | None = None) -> int:
+        """Start a run (a debug run with ``debug``; reseeded with ``seeds``); returns its id."""
+        self.current_run = self.client.run(path, device=device, mode=mode, timeout=timeout, step=step,
+                                           debug=debug, seeds=seeds)
         return self.current_run
 
     def control(self, cmd: str, **args) -> bool:
-        """A stepping command for the running worker: step, step_to, continue, pause, stop_step."""
+        """A stepping or debug command for the running worker (``core.protocol.STEP_COMMANDS``,
+        ``breakpoints``)."""
         return self.client.control(cmd, **args)
 
     def cancel(self) -> None:

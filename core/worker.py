@@ -125,9 +125,10 @@ def seed_run(seeds: dict | None) -> dict:
     import torch
 
     seeds = dict(seeds or {})
-    fresh = int.from_bytes(os.urandom(8), "little")
-    seeds.setdefault("torch", torch.initial_seed() if not seeds else fresh)
-    seeds.setdefault("random", fresh >> 1)
+    # Fresh seeds fit in 63 bits, so every JSON and Qt layer carries them as plain integers.
+    fresh = [int.from_bytes(os.urandom(8), "little") >> 1 for _ in range(2)]
+    seeds.setdefault("torch", fresh[0])
+    seeds.setdefault("random", fresh[1])
     torch.manual_seed(int(seeds["torch"]))
     random.seed(int(seeds["random"]))
     try:
@@ -135,7 +136,7 @@ def seed_run(seeds: dict | None) -> dict:
     except ImportError:
         seeds.pop("numpy", None)
     else:
-        seeds.setdefault("numpy", fresh & 0xFFFFFFFF)
+        seeds.setdefault("numpy", fresh[1] & 0xFFFFFFFF)
         numpy.random.seed(int(seeds["numpy"]) & 0xFFFFFFFF)
     return seeds
 
