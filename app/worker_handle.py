@@ -29,7 +29,7 @@ class WorkerHandle(QObject):
     """A backward call started or finished (index, api, line, nodes)."""
     sig_finished = Signal(object)
     """A run finished: a core.client.RunResult with the trace (or only an error)."""
-    sig_step_begin = Signal(dict)
+    sig_step_begin = Signal(object)
     """A stepped backward call was reached (with its graph, structure hash and leaf digest): the
     engine will pause before its first node."""
     sig_step_paused = Signal(dict)
@@ -42,8 +42,10 @@ class WorkerHandle(QObject):
     """A batch of memory samples (dicts: t, device, allocated, reserved, rss, saved_bytes, phase)."""
     sig_step_memory = Signal(dict)
     """Memory right after a stepped node ran (t, saved_bytes, allocated)."""
-    sig_event = Signal(dict)
-    """Any worker message, as received (internal: carried to the GUI thread)."""
+    sig_event = Signal(object)
+    """Any worker message, as received (internal: carried to the GUI thread). An object, not a
+    dict signal: Qt would convert it to a QVariantMap, which cannot hold integers past 2**63
+    (a captured graph's ``ignore_index`` of -100 is saved as 2**64 - 100)."""
 
     def __init__(self, parent=None, prestart: bool = True):
         super().__init__(parent)

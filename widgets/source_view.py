@@ -217,8 +217,11 @@ class _Editor(QPlainTextEdit):
             from PySide6.QtCore import QPointF
             from PySide6.QtGui import QPolygonF
 
-            painter.setBrush(QColor("#e8a400"))
-            painter.drawPolygon(QPolygonF([QPointF(x, y + 1), QPointF(x + d, y + d / 2), QPointF(x, y + d - 1)]))
+            # The paused line's arrow, outlined so it reads over a breakpoint's dot.
+            painter.setPen(QColor("#5a4300"))
+            painter.setBrush(QColor("#ffc933"))
+            painter.drawPolygon(QPolygonF([QPointF(x - 3, y - 1), QPointF(x + d + 2, y + d / 2),
+                                           QPointF(x - 3, y + d + 1)]))
         painter.restore()
         painter.setPen(pen)
 
