@@ -48,8 +48,8 @@ class Session(QObject):
     """A plain run finished: a core.client.RunResult (the window decides how to show it)."""
     sig_step_begin = Signal(object)
     """A call is being stepped (its CallInfo): stepping views start from a clean graph."""
-    sig_step = Signal(dict)
-    """One node finished executing: its step record."""
+    sig_step = Signal(object)
+    """One node finished executing: its step record (a dict)."""
     sig_paused = Signal(dict)
     """The engine is paused before the node in this pending record."""
     sig_step_end = Signal(dict)
@@ -88,6 +88,7 @@ class Session(QObject):
         handle.sig_step_begin.connect(self._on_begin)
         handle.sig_step_paused.connect(self._on_paused)
         handle.sig_step.connect(self._on_step)
+        handle.sig_steps.connect(self._on_steps)
         handle.sig_step_end.connect(self._on_end)
         handle.sig_finished.connect(self._on_finished)
 
@@ -319,6 +320,14 @@ class Session(QObject):
         self.steps.append(record)
         self.tracker.add(record)
         self.sig_step.emit(record)
+
+    def _on_steps(self, event: dict) -> None:
+        if not self._current(event) or self.step_call is None or event.get("call") != self.step_call.index:
+            return
+        for record in event.get("records", ()):
+            self.steps.append(record)
+            self.tracker.add(record)
+            self.sig_step.emit(record)
 
     def _on_end(self, event: dict) -> None:
         if not self._current(event) or self.step_call is None or event.get("call") != self.step_call.index:

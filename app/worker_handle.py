@@ -32,10 +32,12 @@ class WorkerHandle(QObject):
     sig_step_begin = Signal(object)
     """A stepped backward call was reached (with its graph, structure hash and leaf digest): the
     engine will pause before its first node."""
-    sig_step_paused = Signal(dict)
+    sig_step_paused = Signal(object)
     """The engine is paused before a node (``pending``: node, name, grad_outputs)."""
-    sig_step = Signal(dict)
+    sig_step = Signal(object)
     """A node finished executing (``record``: node, name, grad_outputs, grad_inputs, leaf_grads, error)."""
+    sig_steps = Signal(object)
+    """Nodes that finished while backward ran on: a dict with ``call`` and ``records``."""
     sig_step_end = Signal(dict)
     """The stepped backward ended: state finished, stopped or failed, with the error."""
     sig_memory = Signal(list)
@@ -51,6 +53,7 @@ class WorkerHandle(QObject):
         super().__init__(parent)
         self.sig_event.connect(self._dispatch)
         self.client = WorkerClient(self.sig_event.emit, prestart=prestart)
+        self.client.expand_steps = False  # one Qt event per batch, not per node
         self.current_run: int | None = None
 
     # -- commands --------------------------------------------------------------------------------
@@ -112,6 +115,9 @@ class WorkerHandle(QObject):
 
     def _handle_step(self, event: dict) -> None:
         self.sig_step.emit(event)
+
+    def _handle_steps(self, event: dict) -> None:
+        self.sig_steps.emit(event)
 
     def _handle_step_end(self, event: dict) -> None:
         self.sig_step_end.emit(event)
