@@ -512,6 +512,15 @@ def trace_from_dict(data: Any, source: str = "trace") -> Trace:
             return _read(data, _Reader(source, careful=True))
 
 
+def call_from_dict(data: Any, source: str = "call") -> CallInfo:
+    """One call (as the worker streams it), raising TraceFormatError that names the bad field."""
+    with paused_gc():
+        try:
+            return _Reader(source).call(data, "call")
+        except _Retry:
+            return _Reader(source, careful=True).call(data, "call")
+
+
 def _read(data: Any, r: "_Reader") -> Trace:
     source = r.source
     if not isinstance(data, dict):
