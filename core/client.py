@@ -602,12 +602,12 @@ class WorkerClient:
             trace = Trace(calls=[], error=ErrorInfo(type="TraceFormatError", message=str(exc), kind="load"))
         with worker._lock:
             output = worker.output_tail.decode("utf-8", errors="replace")
-        self._complete(run, trace, output, worker.output_bytes)
         # The worker has served its run: it is closed off the caller's thread; close() waits for it.
         closer = threading.Thread(target=worker.close, name=f"close-worker-{worker.id}", daemon=True)
         closer.start()
         with self._lock:
             self._retired = [t for t in self._retired if t.is_alive()] + [closer]
+        self._complete(run, trace, output, worker.output_bytes)
 
     @staticmethod
     def _streamed_calls(run: dict) -> list:

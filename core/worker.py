@@ -65,6 +65,7 @@ class Channel:
         self.fallback = fallback
         self._identity = _identity(fd)
         self._lock = threading.Lock()
+        self.broken = False  # the script closed or replaced the descriptor
 
     def send(self, msg: dict) -> None:
         if os.getpid() != self.pid:
@@ -80,6 +81,7 @@ class Channel:
                     return
                 except OSError:
                     pass
+            self.broken = True
             self._send_fallback(data)
 
     def _send_fallback(self, data: bytes) -> None:
@@ -309,6 +311,8 @@ class Worker:
                 self.channel.send({"type": "devices", "devices": list_devices()})
             elif kind == "run":
                 self.run(cmd)
+                if self.channel.broken:
+                    return  # the script closed the channel: the parent reads the rest from the fallback file
 
     def _sampler(self, capture, device: str, rate: float, run_id):
         from core.memory import MemorySampler
