@@ -545,23 +545,23 @@ def _short(value: Any) -> str:
 
 
 def _is_int(v) -> bool:
-    return type(v) is int
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _is_num(v) -> bool:
-    return type(v) in (int, float)
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _t_str(v):
-    return None if type(v) is str else f"expected a string, got {_short(v)}"
+    return None if isinstance(v, str) else f"expected a string, got {_short(v)}"
 
 
 def _t_opt_str(v):
-    return None if v is None or type(v) is str else f"expected a string or null, got {_short(v)}"
+    return None if v is None or isinstance(v, str) else f"expected a string or null, got {_short(v)}"
 
 
 def _t_bool(v):
-    return None if type(v) is bool else f"expected true or false, got {_short(v)}"
+    return None if isinstance(v, bool) else f"expected true or false, got {_short(v)}"
 
 
 def _t_int(v):
@@ -585,73 +585,72 @@ def _t_opt_num(v):
 
 
 def _t_obj(v):
-    return None if type(v) is dict else f"expected an object, got {_short(v)}"
+    return None if isinstance(v, dict) else f"expected an object, got {_short(v)}"
 
 
 def _t_opt_obj(v):
-    return None if v is None or type(v) is dict else f"expected an object or null, got {_short(v)}"
+    return None if v is None or isinstance(v, dict) else f"expected an object or null, got {_short(v)}"
 
 
 def _t_list(v):
-    return None if type(v) is list else f"expected a list, got {_short(v)}"
+    return None if isinstance(v, list) else f"expected a list, got {_short(v)}"
 
 
 def _t_shape(v):
-    if type(v) is not list or not all(_is_int(x) and x >= 0 for x in v):
+    if not isinstance(v, list) or not all(_is_int(x) and x >= 0 for x in v):
         return f"expected a list of non-negative integers, got {_short(v)}"
     return None
 
 
 def _t_ints(v):
-    if type(v) is not list or not all(_is_int(x) for x in v):
+    if not isinstance(v, list) or not all(_is_int(x) for x in v):
         return f"expected a list of integers, got {_short(v)}"
     return None
 
 
 def _t_strs(v):
-    if type(v) is not list or not all(type(x) is str for x in v):
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
         return f"expected a list of strings, got {_short(v)}"
     return None
 
 
 def _element(x) -> bool:
-    t = type(x)
-    if t in (int, float, bool) or x is None:
+    if x is None or isinstance(x, (int, float)):
         return True
-    return t is list and len(x) == 2 and _is_num(x[0]) and _is_num(x[1])  # complex as [re, im]
+    return isinstance(x, list) and len(x) == 2 and _is_num(x[0]) and _is_num(x[1])  # complex as [re, im]
 
 
 def _t_elements(v):
     if v is None:
         return None
-    if type(v) is not list or not all(_element(x) for x in v):
+    if not isinstance(v, list) or not all(_element(x) for x in v):
         return f"expected a list of numbers or null, got {_short(v)}"
     return None
 
 
 def _t_edges(v):
-    if type(v) is not list or not all(x is None or type(x) is dict for x in v):
+    if not isinstance(v, list) or not all(x is None or isinstance(x, dict) for x in v):
         return f"expected a list of edges (objects or null), got {_short(v)}"
     return None
 
 
 def _t_objs(v):
-    if type(v) is not list or not all(type(x) is dict for x in v):
+    if not isinstance(v, list) or not all(isinstance(x, dict) for x in v):
         return f"expected a list of objects, got {_short(v)}"
     return None
 
 
 def _t_options(v):
-    if type(v) is not dict:
+    if not isinstance(v, dict):
         return f"expected an object, got {_short(v)}"
     if "inputs" in v and _t_strs(v["inputs"]) is not None:
         return "'inputs': expected a list of tensor ids"
     results = v.get("results")
     if results is not None:
-        if type(results) is not list:
+        if not isinstance(results, list):
             return "'results': expected a list"
         for item in results:
-            if type(item) is not dict or _t_opt_str(item.get("tensor")) or _t_opt_obj(item.get("values")):
+            if not isinstance(item, dict) or _t_opt_str(item.get("tensor")) or _t_opt_obj(item.get("values")):
                 return "'results': expected objects with 'tensor' and 'values'"
     return None
 
