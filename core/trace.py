@@ -216,6 +216,7 @@ class Trace:
     tensors: list[TensorInfo] = field(default_factory=list)
     storages: list[StorageInfo] = field(default_factory=list)
     memory: list[MemorySample] = field(default_factory=list)
+    seeds: dict = field(default_factory=dict)  # torch / random / numpy seeds the run used
     format: str = FORMAT
     version: int = VERSION
 
@@ -687,6 +688,18 @@ _CHECKS: dict[type, dict[str, Any]] = {
 }
 
 
+def call_to_dict(call: CallInfo) -> dict:
+    """One call in the trace format (the ``calls`` entry), JSON-ready."""
+    with paused_gc():
+        return _plain(call)
+
+
+def call_from_dict(data: Any, source: str = "call") -> CallInfo:
+    """One call from its trace-format dict, raising TraceFormatError that names the bad field."""
+    trace = trace_from_dict({"format": FORMAT, "version": VERSION, "calls": [data]}, source)
+    return trace.calls[0]
+
+
 def trace_from_dict(data: Any, source: str = "trace") -> Trace:
     """Build a Trace from decoded JSON, raising TraceFormatError that names the bad field."""
     with paused_gc():
@@ -694,15 +707,6 @@ def trace_from_dict(data: Any, source: str = "trace") -> Trace:
             return _read(data, _Reader(source))
         except _Retry:
             return _read(data, _Reader(source, careful=True))
-
-
-def call_from_dict(data: Any, source: str = "call") -> CallInfo:
-    """One call (as the worker streams it), raising TraceFormatError that names the bad field."""
-    with paused_gc():
-        try:
-            return _Reader(source).call(data, "call")
-        except _Retry:
-            return _Reader(source, careful=True).call(data, "call")
 
 
 def _read(data: Any, r: "_Reader") -> Trace:

@@ -146,5 +146,5 @@ def test_a_streamed_call_is_checked_the_same_way():
     data = json.loads(json.dumps(_base()))["calls"][0]
     assert call_from_dict(data).id == "c0"
     data["nodes"][0]["next"] = [{"node": "n1", "input_nr": "zero"}]
-    with pytest.raises(TraceFormatError, match=r"field 'call.nodes\[0\].next\[0\].input_nr'"):
+    with pytest.raises(TraceFormatError, match=r"call 0: field 'calls\[0\]\.nodes\[0\]\.next\[0\]\.input_nr'"):
         call_from_dict(data, "call 0")
