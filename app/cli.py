@@ -24,6 +24,10 @@ def _trace(args) -> int:
     if problem:
         print(f"backprop-studio: {problem}", file=sys.stderr)
         return 2
+    if script.suffix.lower() == ".json":
+        print(f"backprop-studio: {script} is a saved trace, not a script: open it with "
+              f"'python main.py view {script}'", file=sys.stderr)
+        return 2
     result = run_capture(str(script), device=args.device, mode=args.mode, timeout=args.timeout)
     trace = result.trace
     if args.json:

@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+import tokenize
 from pathlib import Path
 from typing import Callable
 
@@ -386,13 +387,19 @@ def summary_dict(call: dict) -> dict:
     return {**call, "nodes": [], "tensors": [], "storages": [], "roots": [], "snapshot": "summary"}
 
 
+def read_script(path: str | os.PathLike) -> str:
+    """A script's text decoded as Python decodes it (a PEP 263 coding cookie, a BOM, else UTF-8).
+
+    Raises OSError, or ValueError (SyntaxError, UnicodeDecodeError) for an unknown coding.
+    """
+    with tokenize.open(path) as f:
+        return f.read()
+
+
 def _source(path: str) -> str:
     try:
-        import tokenize
-
-        with tokenize.open(path) as f:
-            return f.read()
-    except (OSError, SyntaxError, UnicodeDecodeError):
+        return read_script(path)
+    except (OSError, ValueError):
         return ""
 
 
