@@ -371,3 +371,19 @@ def test_directory_and_symlink_loop_are_named(tmp_path):
                              text=True, timeout=60)
         assert out.returncode == 2
         assert words in out.stderr
+
+
+def test_export_name_template_stays_in_the_chosen_folder(tmp_path):
+    from app.export_cli import safe_name
+
+    assert safe_name(Path("/x/...py")) == "__"
+    assert safe_name(Path("/x/..py")) == "_"
+    assert safe_name(Path("/x/model.py")) == "model"
+    script = tmp_path / "...py"
+    script.write_text(BACKWARD)
+    out = tmp_path / "out"
+    result = subprocess.run([sys.executable, str(ROOT / "main.py"), "export", str(script), "-o",
+                             str(out / "{name}" / "graph.dot")], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert (out / "__" / "graph.dot").is_file()
+    assert not (tmp_path / "graph.dot").exists()
