@@ -27,7 +27,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from core.names import NameTable
-from core.snapshot import Snapshotter, label_nodes, number_nodes, values_of
+from core.snapshot import Snapshotter, grad_fn_of, label_nodes, number_nodes, values_of
 from core.trace import CallInfo, ErrorInfo, Trace, paused_gc
 
 log = logging.getLogger(__name__)
@@ -104,7 +104,7 @@ class Capture:
 
     # -- creation tagging -------------------------------------------------------------------
     def tag(self, t: torch.Tensor, args=()) -> None:
-        fn = t.grad_fn
+        fn = grad_fn_of(t)
         if fn is None:
             return
         md = fn.metadata
@@ -126,7 +126,7 @@ class Capture:
         ptr = _storage_ptr(t)
         if ptr:
             self.inplace.setdefault(ptr, []).append((t._version, self.names.user_line(sys._getframe(2)), op))
-        fn = t.grad_fn
+        fn = grad_fn_of(t)
         if fn is not None:
             fn.metadata.setdefault("bps_inplace", op)
 
@@ -245,7 +245,7 @@ class Capture:
         nodes, ids, structure = snap.walk(root_nodes)
         # Named tensors whose grad_fn lies in this graph label their nodes.
         for _, t in self.names.named_tensors():
-            fn = t.grad_fn
+            fn = grad_fn_of(t)
             if fn is not None and id(fn) in ids:
                 snap.tensor_id(t)
         input_ids = [snap.tensor_id(t) for t in _as_list(inputs) if isinstance(t, torch.Tensor)]
@@ -444,7 +444,7 @@ class Capture:
         self.names.refresh([])
         candidates = []
         for _, t in self.names.named_tensors():
-            fn = t.grad_fn
+            fn = grad_fn_of(t)
             if fn is not None and "bps_seen" not in _safe_metadata(fn):
                 candidates.append(fn)
         if not candidates:
@@ -462,7 +462,8 @@ class Capture:
         snap = Snapshotter(self.names.name_of, self.names.module_paths)
         nodes, ids, structure = snap.walk(roots)
         for _, t in self.names.named_tensors():
-            if t.grad_fn is not None and id(t.grad_fn) in ids:
+            fn = grad_fn_of(t)
+            if fn is not None and id(fn) in ids:
                 snap.tensor_id(t)
         tensors = snap.finish_tensors(ids)
         nodes = label_nodes(nodes, tensors)

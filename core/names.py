@@ -15,6 +15,8 @@ from types import FrameType
 
 import torch
 
+from core.snapshot import grad_fn_of
+
 MAX_LIST_ITEMS = 64
 
 
@@ -157,7 +159,7 @@ class NameTable:
 
         def add(value, depth=0) -> None:
             if isinstance(value, torch.Tensor):
-                fn = value.grad_fn
+                fn = grad_fn_of(value)
                 if fn is not None and id(fn) not in seen:
                     seen.add(id(fn))
                     roots.append(fn)

@@ -34,6 +34,21 @@ def saved_attr_names(node) -> tuple[str, ...]:
     return names
 
 
+def grad_fn_of(t: torch.Tensor):
+    """``t.grad_fn``, or None where reading it would raise.
+
+    Reading the grad_fn of a view made under ``no_grad`` whose base was later changed in
+    place with grad mode on raises, although the script itself never reads it (BERT's
+    weight initialisation does this). Capture must not turn that into the script's error.
+    """
+    if not t.requires_grad:
+        return None
+    try:
+        return t.grad_fn
+    except RuntimeError:
+        return None
+
+
 def node_kind(node) -> str:
     name = node.name()
     if name == "torch::autograd::AccumulateGrad" or name == "AccumulateGrad":
@@ -176,7 +191,7 @@ class Snapshotter:
         if ptr != 0:
             self.by_layout.setdefault(layout, tid)
         self.objects[tid] = t
-        grad_fn = t.grad_fn
+        grad_fn = grad_fn_of(t)
         is_leaf = t.is_leaf
         raw = dict(
             id=tid,
