@@ -249,12 +249,17 @@ class Capture:
             if fn is not None and id(fn) in ids:
                 snap.tensor_id(t)
         input_ids = [snap.tensor_id(t) for t in _as_list(inputs) if isinstance(t, torch.Tensor)]
-        for node in number_nodes(root_nodes)[0]:
+        for node in snap.walked:
             try:
                 node.metadata["bps_seen"] = index
             except Exception:
                 pass
         roots_ids = [ids[id(n)] for n in root_nodes]
+        # Previews are taken now, and every reference backward would otherwise free is dropped:
+        # the snapshot must not hold activations (device memory) the script does not hold.
+        snap.release(ids)
+        if self.call_hook is None:
+            self.names.release()
         return snap, nodes, ids, structure, roots_ids, input_ids
 
     def _after(self, api, index, line, snap, nodes, ids, structure, root_ids, input_ids, result, error,

@@ -20,7 +20,10 @@ from core.trace import Edge, GradInfo, NodeInfo, Saved, Stale, StorageInfo, Tens
 FULL_VALUES = 1000
 SAMPLE_VALUES = 24
 VALUE_BUDGET = 6_000
-STATS_LIMIT = 1 << 20
+EXACT_LIMIT = 1 << 28  # elements: statistics past this come from a strided sample, marked approx
+APPROX_SAMPLE = 1 << 20  # elements of that sample
+STACK_LIMIT = 1 << 16  # elements: smaller tensors of one shape are previewed stacked together
+CHUNK_ELEMENTS = 1 << 22  # elements copied at once when stacking (16 MB of float32)
 
 _saved_attrs_cache: dict[type, tuple[str, ...]] = {}
 
@@ -93,29 +96,152 @@ def _plain_list(flat: torch.Tensor) -> list:
 
 
 def values_of(t: torch.Tensor, full_limit: int = FULL_VALUES) -> Values:
-    """A bounded preview: every value up to ``full_limit`` elements, else a sample and stats.
+    """A bounded preview: every value up to ``full_limit`` elements, else a sample and stats."""
+    batch = ValueBatch()
+    out: dict = {}
+    batch.add(out, "values", t, full=t.numel() <= full_limit, sample=SAMPLE_VALUES if full_limit else 8)
+    batch.flush()
+    return out["values"]
 
-    Statistics are computed on the tensor's own device, over at most STATS_LIMIT evenly
-    spaced elements, so a preview never copies a whole activation to the host.
-    """
+
+def _flat_head(t: torch.Tensor, count: int) -> torch.Tensor:
+    """The first ``count`` elements in row-major order, without copying the whole tensor."""
+    if t.is_contiguous():
+        return t.reshape(-1)[:count]
+    index = torch.arange(min(count, t.numel()), device=t.device)
+    return t[torch.unravel_index(index, t.shape)]
+
+
+def _stats_dtype(t: torch.Tensor) -> torch.dtype:
+    return torch.float32 if t.device.type == "mps" else torch.float64
+
+
+def _one_stats(t: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """Min, max, mean of one tensor on its own device: exact up to EXACT_LIMIT elements, past it
+    from APPROX_SAMPLE evenly spaced elements (``approx``)."""
     numel = t.numel()
-    try:
-        flat = t.detach().reshape(-1)
-        if numel <= full_limit:
-            return fast_new(Values, {"numel": numel, "data": _plain_list(flat)})
-        sample = _plain_list(flat[: SAMPLE_VALUES if full_limit else 8])
-        if flat.is_complex() or flat.dtype == torch.bool or numel == 0:
-            return Values(numel=numel, sample=sample)
-        src = flat if numel <= STATS_LIMIT else flat[:: -(-numel // STATS_LIMIT)]
-        if not src.is_floating_point():
-            src = src.double()
-        elif src.element_size() < 4:
-            src = src.float()
-        lo, hi = torch.aminmax(src)
-        lo, hi, mean = _plain_list(torch.stack((lo, hi, src.mean())))
-        return fast_new(Values, {"numel": numel, "sample": sample, "min": lo, "max": hi, "mean": mean})
-    except Exception:  # sparse, meta, nested or otherwise unreadable tensors
-        return Values(numel=numel)
+    approx = numel > EXACT_LIMIT
+    src = t
+    if approx:
+        step = -(-numel // APPROX_SAMPLE)
+        if t.is_contiguous():
+            src = t.reshape(-1)[::step]
+        else:  # gather the sample without copying the whole tensor
+            src = t[torch.unravel_index(torch.arange(0, numel, step, device=t.device), t.shape)]
+    acc = _stats_dtype(t)
+    lo, hi = torch.aminmax(src)
+    if src.is_floating_point():
+        mean = src.mean(dtype=torch.float32) if src.element_size() < 4 else src.mean()
+    else:
+        mean = src.sum(dtype=acc) / src.numel()
+    return torch.stack((lo.to(acc), hi.to(acc), mean.to(acc))), approx
+
+
+class ValueBatch:
+    """Previews of many tensors computed together, on their own device, in bounded chunks.
+
+    One snapshot may preview thousands of small tensors; computing each alone costs a few
+    torch calls and a host copy per tensor, which on tiny tensors is more than the script's
+    own work. Here tensors of one shape, dtype and device are stacked (at most
+    CHUNK_ELEMENTS at a time, so the copy stays small next to the script's memory) and
+    reduced together, with one copy to the host per chunk. Statistics are exact: they are
+    taken over every element, except past EXACT_LIMIT elements, where a strided sample
+    gives them and ``approx`` says so.
+    """
+
+    def __init__(self):
+        self._full: list[tuple[dict, str, torch.Tensor, int]] = []
+        self._summary: list[tuple[dict, str, torch.Tensor, int]] = []
+
+    def add(self, target: dict, key: str, t: torch.Tensor, full: bool, sample: int = SAMPLE_VALUES) -> None:
+        """Set ``target[key]`` to the tensor's Values at the next ``flush()``: every value when
+        ``full``, else its first ``sample`` values and statistics."""
+        t = t.detach()
+        numel = t.numel()
+        if getattr(t, "is_sparse", False) or t.layout != torch.strided or t.is_nested or t.is_meta:
+            target[key] = Values(numel=numel)
+        elif full or numel == 0:
+            self._full.append((target, key, t, 0))
+        else:
+            self._summary.append((target, key, t, sample))
+
+    def flush(self) -> None:
+        """Compute every pending preview and drop the references to the tensors."""
+        full, summary = self._full, self._summary
+        self._full, self._summary = [], []
+        groups: dict[tuple, list] = {}
+        for item in full:
+            groups.setdefault((item[2].device, item[2].dtype), []).append(item)
+        for items in groups.values():
+            self._flush_full(items)
+        groups = {}
+        for item in summary:
+            t = item[2]
+            if t.numel() > STACK_LIMIT or t.is_complex() or t.dtype == torch.bool:
+                self._flush_one(item)
+            else:
+                groups.setdefault((t.device, t.dtype, tuple(t.shape), item[3]), []).append(item)
+        for items in groups.values():
+            per = max(1, CHUNK_ELEMENTS // max(1, items[0][2].numel()))
+            for start in range(0, len(items), per):
+                self._flush_stacked(items[start:start + per])
+
+    @staticmethod
+    def _flush_full(items) -> None:
+        try:
+            flat = torch.cat([t.reshape(-1) for _, _, t, _ in items])
+            values = _plain_list(flat)
+        except Exception:  # unreadable tensors: each alone, so one does not spoil the rest
+            for target, key, t, _ in items:
+                try:
+                    target[key] = fast_new(Values, {"numel": t.numel(), "data": _plain_list(t.reshape(-1))})
+                except Exception:
+                    target[key] = Values(numel=t.numel())
+            return
+        pos = 0
+        for target, key, t, _ in items:
+            n = t.numel()
+            target[key] = fast_new(Values, {"numel": n, "data": values[pos:pos + n]})
+            pos += n
+
+    @staticmethod
+    def _flush_one(item) -> None:
+        target, key, t, count = item
+        numel = t.numel()
+        try:
+            sample = _plain_list(_flat_head(t, count))
+            if t.is_complex() or t.dtype == torch.bool:
+                target[key] = Values(numel=numel, sample=sample)
+                return
+            stats, approx = _one_stats(t)
+            lo, hi, mean = _plain_list(stats)
+            target[key] = fast_new(Values, {"numel": numel, "sample": sample, "min": lo, "max": hi,
+                                            "mean": mean, "approx": approx})
+        except Exception:  # meta, sparse or otherwise unreadable tensors
+            target[key] = Values(numel=numel)
+
+    @classmethod
+    def _flush_stacked(cls, items) -> None:
+        try:
+            stacked = torch.stack([t for _, _, t, _ in items]).reshape(len(items), -1)
+            acc = _stats_dtype(stacked)
+            lo, hi = stacked.amin(1), stacked.amax(1)
+            if stacked.is_floating_point():
+                mean = stacked.mean(1, dtype=torch.float32) if stacked.element_size() < 4 else stacked.mean(1)
+            else:
+                mean = stacked.sum(1, dtype=acc) / stacked.shape[1]
+            stats = torch.stack((lo.to(acc), hi.to(acc), mean.to(acc)), 1).reshape(-1)
+            stats = _plain_list(stats)
+            width = min(items[0][3], stacked.shape[1])
+            samples = _plain_list(stacked[:, :width].reshape(-1))
+        except Exception:
+            for item in items:
+                cls._flush_one(item)
+            return
+        for i, (target, key, t, _) in enumerate(items):
+            target[key] = fast_new(Values, {"numel": t.numel(), "sample": samples[i * width:(i + 1) * width],
+                                            "min": stats[3 * i], "max": stats[3 * i + 1],
+                                            "mean": stats[3 * i + 2]})
 
 
 def dtype_name(dtype) -> str:
@@ -143,13 +269,17 @@ class Snapshotter:
         self.inplace = inplace or {}
         self.module_paths = module_paths or {}
         self.tensors: dict[int, dict] = {}  # key -> raw fields
-        self.objects: dict[str, torch.Tensor] = {}  # tensor id -> live tensor (for grads after the call)
+        # tensor id -> live tensor, for the grads read after the call; ``release()`` keeps only the
+        # tensors that can get one, so the snapshot never keeps an activation alive through backward.
+        self.objects: dict[str, torch.Tensor] = {}
         self.by_key: dict[int, str] = {}
         self.by_layout: dict[tuple, str] = {}
         self.storages: dict[tuple, str] = {}
         self.storage_nbytes: dict[str, tuple[int, str]] = {}
         # Big graphs: once this many values are stored, further tensors keep a sample and stats.
         self.value_budget = VALUE_BUDGET
+        self._batch = ValueBatch()
+        self.walked: list = []  # node wrappers of the last walk, in preorder
 
     # -- tensors --------------------------------------------------------------------------
     def storage_id(self, t: torch.Tensor) -> str | None:
@@ -206,7 +336,7 @@ class Snapshotter:
             storage_offset=offset,
             storage=self._storage_key(device, ptr, nbytes),
             version=t._version,
-            values=self._values(t),
+            values=None,
             is_view=t._is_view(),
             grad_fn_name=node_name(grad_fn) if grad_fn is not None else None,
             element_size=t.element_size(),
@@ -214,31 +344,57 @@ class Snapshotter:
             _grad_fn=grad_fn,
         )
         self.tensors[key] = raw
+        self._values(raw, "values", t)
         base = t._base
         if base is not None:
             raw["base"] = self.tensor_id(base)
         return tid
 
-    def _values(self, t: torch.Tensor) -> Values:
+    def _values(self, target: dict, key: str, t: torch.Tensor) -> None:
+        """Queue ``t``'s preview into ``target[key]`` (computed in bulk by ``flush``)."""
         numel = t.numel()
         if numel <= FULL_VALUES and numel <= self.value_budget:
             self.value_budget -= numel
-            return values_of(t)
-        return values_of(t, full_limit=0)
+            self._batch.add(target, key, t, full=True)
+        else:
+            self._batch.add(target, key, t, full=False, sample=8)
+
+    def release(self, node_ids: dict[int, str]) -> None:
+        """Compute the queued previews, then drop every reference the script would not hold:
+        node wrappers and all tensors except those that can receive a ``.grad``."""
+        self._batch.flush()
+        self.walked = []
+        for raw in self.tensors.values():
+            fn = raw.pop("_grad_fn", None)
+            if fn is not None:
+                raw["grad_fn"] = node_ids.get(id(fn))
+        self.objects = {
+            tid: t for tid, t in self.objects.items()
+            if (t.requires_grad and t.is_leaf) or (not t.is_leaf and t.retains_grad)
+        }
 
     def finish_tensors(self, node_ids: dict[int, str] | None = None, read_grads: bool = True) -> list[TensorInfo]:
-        out = []
+        self._batch.flush()
+        raws = []
         for raw in self.tensors.values():
             raw = dict(raw)
-            fn = raw.pop("_grad_fn")
+            fn = raw.pop("_grad_fn", None)
             if node_ids is not None and fn is not None:
                 raw["grad_fn"] = node_ids.get(id(fn))
-            t = self.objects[raw["id"]]
-            if read_grads and (t.is_leaf or t.retains_grad):
+            t = self.objects.get(raw["id"])
+            if t is not None and read_grads and (t.is_leaf or t.retains_grad):
                 g = t.grad
                 if g is not None:
-                    raw["grad"] = GradInfo(shape=list(g.shape), values=self._values(g))
+                    raw["_grad_shape"] = list(g.shape)
+                    self._values(raw, "_grad_values", g)
                 raw["version"] = t._version
+            raws.append(raw)
+        self._batch.flush()
+        out = []
+        for raw in raws:
+            shape = raw.pop("_grad_shape", None)
+            if shape is not None:
+                raw["grad"] = GradInfo(shape=shape, values=raw.pop("_grad_values"))
             out.append(fast_new(TensorInfo, raw))
         return out
 
@@ -256,6 +412,8 @@ class Snapshotter:
     def walk(self, roots: list) -> tuple[list[NodeInfo], dict[int, str], str]:
         """Snapshot every node reachable from ``roots``; returns nodes, id map and a structure hash."""
         order, ids = number_nodes(roots)
+        # The wrappers stay alive until ``release()``, so the ``id()`` keys of ``ids`` stay valid.
+        self.walked = order
         digest = hashlib.sha1()
         nodes = []
         for node in order:
