@@ -26,7 +26,7 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
-from core.names import NameTable
+from core.names import OP_FRAME, NameTable
 from core.snapshot import Snapshotter, grad_fn_of, label_nodes, number_nodes, values_of
 from core.trace import CallInfo, ErrorInfo, Trace, paused_gc
 
@@ -49,7 +49,7 @@ class _CreationMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types_, args=(), kwargs=None):
         try:
-            out = func(*args, **(kwargs or {}))
+            out = _call_at(sys._getframe(1))(func, args, kwargs or {})
         except RuntimeError as exc:
             if self.capture.tagging and _is_device_error(exc):
                 self.capture.note_device_error(func, args, kwargs or {})
@@ -68,6 +68,30 @@ class _CreationMode(TorchFunctionMode):
                     if isinstance(o, torch.Tensor):
                         cap.tag(o, args)
         return out
+
+
+# A warning raised inside an op (PyTorch's C++ warns at stack level 1) is reported at the
+# innermost Python frame, which under the mode would be ``__torch_function__``. So the op is
+# called from a one-line function whose code claims the caller's file and line and whose
+# globals are the caller's: the warning then names the script's line, lands in the script's
+# ``__warningregistry__`` and is shown once per line, exactly as under plain ``python``.
+_OP_CODE = next(c for c in compile("def _(f, a, k): return f(*a, **k)", "<op>", "exec").co_consts
+                if isinstance(c, types.CodeType)).replace(co_name=OP_FRAME)
+_HANDLE_CODE = torch.overrides.handle_torch_function.__code__
+_call_sites: dict[tuple, Callable] = {}
+
+
+def _call_at(frame) -> Callable:
+    """A caller of ops that warnings attribute to ``frame``'s file and line."""
+    if frame.f_code is _HANDLE_CODE:  # a Python-level torch function: attribute to its caller
+        frame = frame.f_back
+    code, line = frame.f_code, frame.f_lineno
+    fn = _call_sites.get((code, line))
+    if fn is None:
+        fn = types.FunctionType(_OP_CODE.replace(co_filename=code.co_filename, co_firstlineno=line or 1),
+                                frame.f_globals)
+        _call_sites[(code, line)] = fn
+    return fn
 
 
 class Capture:
@@ -589,7 +613,7 @@ def _format_tb(exc: BaseException, names: NameTable) -> str:
     here = str(Path(__file__).resolve())
     out, skip = [], False
     for chunk in lines:
-        if chunk.lstrip().startswith(f'File "{here}"'):
+        if chunk.lstrip().startswith(f'File "{here}"') or f", in {OP_FRAME}\n" in chunk:
             skip = True
             continue
         if skip and not chunk.lstrip().startswith("File "):

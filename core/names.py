@@ -18,6 +18,7 @@ import torch
 from core.snapshot import grad_fn_of
 
 MAX_LIST_ITEMS = 64
+OP_FRAME = "<op>"  # name of the capture's call frames that carry the script's file and line
 
 
 class NameTable:
@@ -54,7 +55,7 @@ class NameTable:
         frames = []
         f = start or sys._getframe(1)
         while f is not None:
-            if self.is_user_file(f.f_code.co_filename):
+            if self.is_user_file(f.f_code.co_filename) and f.f_code.co_name != OP_FRAME:
                 frames.append(f)
             f = f.f_back
         return frames

@@ -20,8 +20,12 @@ from core.trace import Edge, GradInfo, NodeInfo, Saved, Stale, StorageInfo, Tens
 FULL_VALUES = 1000
 SAMPLE_VALUES = 24
 VALUE_BUDGET = 6_000
-EXACT_LIMIT = 1 << 28  # elements: statistics past this come from a strided sample, marked approx
-APPROX_SAMPLE = 1 << 20  # elements of that sample
+EXACT_LIMIT = 1 << 28  # elements: statistics of a bigger tensor come from a strided sample (approx)
+# Elements of CPU tensors one snapshot reduces exactly; past it, statistics come from a strided
+# sample (approx). On a CPU a full pass over every weight, grad and activation of GPT-2 small
+# (~300 M elements) would cost seconds; on an accelerator it is milliseconds, so no budget there.
+CPU_EXACT_BUDGET = 1 << 25
+APPROX_SAMPLE = 1 << 16  # elements of that sample
 STACK_LIMIT = 1 << 16  # elements: smaller tensors of one shape are previewed stacked together
 CHUNK_ELEMENTS = 1 << 22  # elements copied at once when stacking (16 MB of float32)
 
@@ -116,11 +120,11 @@ def _stats_dtype(t: torch.Tensor) -> torch.dtype:
     return torch.float32 if t.device.type == "mps" else torch.float64
 
 
-def _one_stats(t: torch.Tensor) -> tuple[torch.Tensor, bool]:
-    """Min, max, mean of one tensor on its own device: exact up to EXACT_LIMIT elements, past it
-    from APPROX_SAMPLE evenly spaced elements (``approx``)."""
+def _one_stats(t: torch.Tensor, exact: bool = True) -> tuple[torch.Tensor, bool]:
+    """Min, max, mean of one tensor on its own device: exact when ``exact`` and up to EXACT_LIMIT
+    elements, else from APPROX_SAMPLE evenly spaced elements (``approx``)."""
     numel = t.numel()
-    approx = numel > EXACT_LIMIT
+    approx = not exact or numel > EXACT_LIMIT
     src = t
     if approx:
         step = -(-numel // APPROX_SAMPLE)
@@ -144,12 +148,14 @@ class ValueBatch:
     torch calls and a host copy per tensor, which on tiny tensors is more than the script's
     own work. Here tensors of one shape, dtype and device are stacked (at most
     CHUNK_ELEMENTS at a time, so the copy stays small next to the script's memory) and
-    reduced together, with one copy to the host per chunk. Statistics are exact: they are
-    taken over every element, except past EXACT_LIMIT elements, where a strided sample
-    gives them and ``approx`` says so.
+    reduced together, with one copy to the host per chunk. Statistics are exact (taken over
+    every element) except for tensors past EXACT_LIMIT elements and for CPU tensors once the
+    batch has reduced CPU_EXACT_BUDGET elements: those take a strided sample and say
+    ``approx``.
     """
 
-    def __init__(self):
+    def __init__(self, cpu_budget: int = CPU_EXACT_BUDGET):
+        self.cpu_budget = cpu_budget  # elements of CPU tensors still reduced exactly
         self._full: list[tuple[dict, str, torch.Tensor, int]] = []
         self._summary: list[tuple[dict, str, torch.Tensor, int]] = []
 
@@ -178,7 +184,12 @@ class ValueBatch:
         for item in summary:
             t = item[2]
             if t.numel() > STACK_LIMIT or t.is_complex() or t.dtype == torch.bool:
-                self._flush_one(item)
+                exact = True
+                if t.device.type == "cpu":
+                    exact = t.numel() <= self.cpu_budget
+                    if exact:
+                        self.cpu_budget -= t.numel()
+                self._flush_one(item, exact)
             else:
                 groups.setdefault((t.device, t.dtype, tuple(t.shape), item[3]), []).append(item)
         for items in groups.values():
@@ -205,7 +216,7 @@ class ValueBatch:
             pos += n
 
     @staticmethod
-    def _flush_one(item) -> None:
+    def _flush_one(item, exact: bool = True) -> None:
         target, key, t, count = item
         numel = t.numel()
         try:
@@ -213,7 +224,7 @@ class ValueBatch:
             if t.is_complex() or t.dtype == torch.bool:
                 target[key] = Values(numel=numel, sample=sample)
                 return
-            stats, approx = _one_stats(t)
+            stats, approx = _one_stats(t, exact)
             lo, hi, mean = _plain_list(stats)
             target[key] = fast_new(Values, {"numel": numel, "sample": sample, "min": lo, "max": hi,
                                             "mean": mean, "approx": approx})
