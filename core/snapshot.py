@@ -25,7 +25,7 @@ EXACT_LIMIT = 1 << 28  # elements: statistics of a bigger tensor come from a str
 # sample (approx). On a CPU a full pass over every weight, grad and activation of GPT-2 small
 # (~300 M elements) would cost seconds; on an accelerator it is milliseconds, so no budget there.
 CPU_EXACT_BUDGET = 1 << 25
-APPROX_SAMPLE = 1 << 16  # elements of that sample
+APPROX_SAMPLE = 4096  # elements of that sample
 STACK_LIMIT = 1 << 16  # elements: smaller tensors of one shape are previewed stacked together
 CHUNK_ELEMENTS = 1 << 22  # elements copied at once when stacking (16 MB of float32)
 
@@ -120,54 +120,65 @@ def _stats_dtype(t: torch.Tensor) -> torch.dtype:
     return torch.float32 if t.device.type == "mps" else torch.float64
 
 
-def _one_stats(t: torch.Tensor, exact: bool = True) -> tuple[torch.Tensor, bool]:
-    """Min, max, mean of one tensor on its own device: exact when ``exact`` and up to EXACT_LIMIT
-    elements, else from APPROX_SAMPLE evenly spaced elements (``approx``)."""
+def _strided_sample(t: torch.Tensor, count: int) -> torch.Tensor:
+    """``count`` evenly spaced elements of ``t`` (a view when ``t`` is contiguous)."""
     numel = t.numel()
-    approx = not exact or numel > EXACT_LIMIT
-    src = t
-    if approx:
-        step = -(-numel // APPROX_SAMPLE)
-        if t.is_contiguous():
-            src = t.reshape(-1)[::step]
-        else:  # gather the sample without copying the whole tensor
-            src = t[torch.unravel_index(torch.arange(0, numel, step, device=t.device), t.shape)]
-    acc = _stats_dtype(t)
-    lo, hi = torch.aminmax(src)
-    if src.is_floating_point():
-        mean = src.mean(dtype=torch.float32) if src.element_size() < 4 else src.mean()
+    step = max(1, numel // count)
+    if t.is_contiguous():
+        return t.reshape(-1)[::step][:count]
+    index = torch.arange(0, step * count, step, device=t.device)
+    return t[torch.unravel_index(index, t.shape)]
+
+
+def _reduce_rows(rows: torch.Tensor) -> torch.Tensor:
+    """min, max, mean of each row of a 2-d tensor, as one (rows x 3) tensor in float64."""
+    acc = _stats_dtype(rows)
+    lo, hi = rows.amin(1), rows.amax(1)
+    if rows.is_floating_point():
+        mean = rows.mean(1, dtype=torch.float32) if rows.element_size() < 4 else rows.mean(1)
     else:
-        mean = src.sum(dtype=acc) / src.numel()
-    return torch.stack((lo.to(acc), hi.to(acc), mean.to(acc))), approx
+        mean = rows.sum(1, dtype=acc) / rows.shape[1]
+    return torch.stack((lo.to(acc), hi.to(acc), mean.to(acc)), 1)
+
+
+def _one_stats(t: torch.Tensor) -> torch.Tensor:
+    """Exact min, max, mean of one tensor, on its own device, without copying it."""
+    acc = _stats_dtype(t)
+    lo, hi = torch.aminmax(t)
+    if t.is_floating_point():
+        mean = t.mean(dtype=torch.float32) if t.element_size() < 4 else t.mean()
+    else:
+        mean = t.sum(dtype=acc) / t.numel()
+    return torch.stack((lo.to(acc), hi.to(acc), mean.to(acc)))
 
 
 class ValueBatch:
     """Previews of many tensors computed together, on their own device, in bounded chunks.
 
-    One snapshot may preview thousands of small tensors; computing each alone costs a few
-    torch calls and a host copy per tensor, which on tiny tensors is more than the script's
-    own work. Here tensors of one shape, dtype and device are stacked (at most
+    One snapshot may preview thousands of tensors; computing each alone costs a few torch
+    calls and a host copy per tensor, which on tiny tensors is more than the script's own
+    work. Here small tensors of one shape, dtype and device are stacked (at most
     CHUNK_ELEMENTS at a time, so the copy stays small next to the script's memory) and
-    reduced together, with one copy to the host per chunk. Statistics are exact (taken over
-    every element) except for tensors past EXACT_LIMIT elements and for CPU tensors once the
-    batch has reduced CPU_EXACT_BUDGET elements: those take a strided sample and say
-    ``approx``.
+    reduced together, with one copy to the host per chunk; big tensors are reduced in place.
+    Statistics are exact (over every element) except for tensors past EXACT_LIMIT elements
+    and for CPU tensors once the batch has reduced CPU_EXACT_BUDGET elements: those are
+    taken over APPROX_SAMPLE evenly spaced elements and say ``approx``.
     """
 
     def __init__(self, cpu_budget: int = CPU_EXACT_BUDGET):
         self.cpu_budget = cpu_budget  # elements of CPU tensors still reduced exactly
-        self._full: list[tuple[dict, str, torch.Tensor, int]] = []
-        self._summary: list[tuple[dict, str, torch.Tensor, int]] = []
+        self._full: list[tuple] = []
+        self._summary: list[tuple] = []
 
     def add(self, target: dict, key: str, t: torch.Tensor, full: bool, sample: int = SAMPLE_VALUES) -> None:
         """Set ``target[key]`` to the tensor's Values at the next ``flush()``: every value when
         ``full``, else its first ``sample`` values and statistics."""
         t = t.detach()
         numel = t.numel()
-        if getattr(t, "is_sparse", False) or t.layout != torch.strided or t.is_nested or t.is_meta:
+        if t.layout != torch.strided or t.is_nested or t.is_meta:
             target[key] = Values(numel=numel)
         elif full or numel == 0:
-            self._full.append((target, key, t, 0))
+            self._full.append((target, key, t))
         else:
             self._summary.append((target, key, t, sample))
 
@@ -181,78 +192,83 @@ class ValueBatch:
         for items in groups.values():
             self._flush_full(items)
         groups = {}
-        for item in summary:
-            t = item[2]
-            if t.numel() > STACK_LIMIT or t.is_complex() or t.dtype == torch.bool:
-                exact = True
-                if t.device.type == "cpu":
-                    exact = t.numel() <= self.cpu_budget
-                    if exact:
-                        self.cpu_budget -= t.numel()
-                self._flush_one(item, exact)
-            else:
-                groups.setdefault((t.device, t.dtype, tuple(t.shape), item[3]), []).append(item)
-        for items in groups.values():
-            per = max(1, CHUNK_ELEMENTS // max(1, items[0][2].numel()))
+        for target, key, t, count in summary:
+            numel = t.numel()
+            if t.is_complex() or t.dtype == torch.bool:
+                self._flush_plain(target, key, t, count)
+                continue
+            rows, approx = t, False
+            if numel > STACK_LIMIT:
+                exact = numel <= EXACT_LIMIT and (t.device.type != "cpu" or numel <= self.cpu_budget)
+                if exact:
+                    if t.device.type == "cpu":
+                        self.cpu_budget -= numel
+                    self._flush_one(target, key, t, count)
+                    continue
+                rows, approx = _strided_sample(t, APPROX_SAMPLE), True
+            groups.setdefault((t.device, t.dtype, rows.numel(), count, approx), []).append(
+                (target, key, t, count, rows))
+        for (_, _, width, _, approx), items in groups.items():
+            per = max(1, CHUNK_ELEMENTS // max(1, width))
             for start in range(0, len(items), per):
-                self._flush_stacked(items[start:start + per])
+                self._flush_stacked(items[start:start + per], approx)
 
     @staticmethod
     def _flush_full(items) -> None:
         try:
-            flat = torch.cat([t.reshape(-1) for _, _, t, _ in items])
-            values = _plain_list(flat)
+            values = _plain_list(torch.cat([t.reshape(-1) for _, _, t in items]))
         except Exception:  # unreadable tensors: each alone, so one does not spoil the rest
-            for target, key, t, _ in items:
+            for target, key, t in items:
                 try:
                     target[key] = fast_new(Values, {"numel": t.numel(), "data": _plain_list(t.reshape(-1))})
                 except Exception:
                     target[key] = Values(numel=t.numel())
             return
         pos = 0
-        for target, key, t, _ in items:
+        for target, key, t in items:
             n = t.numel()
             target[key] = fast_new(Values, {"numel": n, "data": values[pos:pos + n]})
             pos += n
 
     @staticmethod
-    def _flush_one(item, exact: bool = True) -> None:
-        target, key, t, count = item
-        numel = t.numel()
+    def _flush_plain(target, key, t, count) -> None:
+        try:
+            target[key] = Values(numel=t.numel(), sample=_plain_list(_flat_head(t, count)))
+        except Exception:
+            target[key] = Values(numel=t.numel())
+
+    @staticmethod
+    def _flush_one(target, key, t, count) -> None:
         try:
             sample = _plain_list(_flat_head(t, count))
-            if t.is_complex() or t.dtype == torch.bool:
-                target[key] = Values(numel=numel, sample=sample)
-                return
-            stats, approx = _one_stats(t, exact)
-            lo, hi, mean = _plain_list(stats)
-            target[key] = fast_new(Values, {"numel": numel, "sample": sample, "min": lo, "max": hi,
-                                            "mean": mean, "approx": approx})
-        except Exception:  # meta, sparse or otherwise unreadable tensors
-            target[key] = Values(numel=numel)
+            lo, hi, mean = _plain_list(_one_stats(t))
+            target[key] = fast_new(Values, {"numel": t.numel(), "sample": sample, "min": lo, "max": hi,
+                                            "mean": mean})
+        except Exception:  # unreadable tensors
+            target[key] = Values(numel=t.numel())
 
     @classmethod
-    def _flush_stacked(cls, items) -> None:
+    def _flush_stacked(cls, items, approx: bool) -> None:
         try:
-            stacked = torch.stack([t for _, _, t, _ in items]).reshape(len(items), -1)
-            acc = _stats_dtype(stacked)
-            lo, hi = stacked.amin(1), stacked.amax(1)
-            if stacked.is_floating_point():
-                mean = stacked.mean(1, dtype=torch.float32) if stacked.element_size() < 4 else stacked.mean(1)
+            rows = torch.stack([r.reshape(-1) for *_, r in items])
+            stats = _plain_list(_reduce_rows(rows).reshape(-1))
+            count = items[0][3]
+            if approx:  # the preview's first values come from the tensors, not the sample
+                heads = torch.stack([_flat_head(t, count) for _, _, t, _, _ in items])
             else:
-                mean = stacked.sum(1, dtype=acc) / stacked.shape[1]
-            stats = torch.stack((lo.to(acc), hi.to(acc), mean.to(acc)), 1).reshape(-1)
-            stats = _plain_list(stats)
-            width = min(items[0][3], stacked.shape[1])
-            samples = _plain_list(stacked[:, :width].reshape(-1))
+                heads = rows[:, :count]
+            width = heads.shape[1]
+            samples = _plain_list(heads.reshape(-1))
         except Exception:
-            for item in items:
-                cls._flush_one(item)
+            for target, key, t, count, _ in items:
+                cls._flush_one(target, key, t, count)
             return
-        for i, (target, key, t, _) in enumerate(items):
-            target[key] = fast_new(Values, {"numel": t.numel(), "sample": samples[i * width:(i + 1) * width],
-                                            "min": stats[3 * i], "max": stats[3 * i + 1],
-                                            "mean": stats[3 * i + 2]})
+        for i, (target, key, t, _, _) in enumerate(items):
+            values = {"numel": t.numel(), "sample": samples[i * width:(i + 1) * width],
+                      "min": stats[3 * i], "max": stats[3 * i + 1], "mean": stats[3 * i + 2]}
+            if approx:
+                values["approx"] = True
+            target[key] = fast_new(Values, values)
 
 
 def dtype_name(dtype) -> str:
