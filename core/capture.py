@@ -369,6 +369,7 @@ class Capture:
             log.exception("leaving the creation mode failed")
         for h in self._hooks:
             h.remove()
+        _call_sites.clear()  # its functions hold the script's globals, and with them its tensors
         torch.Tensor.backward = _ORIG_TENSOR_BACKWARD
         torch.autograd.backward = _ORIG_BACKWARD
         torch.autograd.grad = _ORIG_GRAD

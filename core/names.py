@@ -129,6 +129,9 @@ class NameTable:
                 self._bound += 1
         self._names = names
         self._tensors = tensors
+        # ``add`` refers to itself through its closure: a reference cycle that would keep this
+        # table (and every tensor in it) alive until the next garbage collection.
+        add = None  # noqa: F841
 
     def _add_module_names(self, modules, names, tensors) -> None:
         paths: dict[int, str] = {}
@@ -173,6 +176,7 @@ class NameTable:
             for name, value in list(scope.items()):
                 if not name.startswith("__"):
                     add(value)
+        add = None  # noqa: F841  (breaks the closure's cycle, see refresh)
         return roots
 
     def release(self) -> None:
