@@ -165,8 +165,9 @@ class ValueBatch:
     taken over APPROX_SAMPLE evenly spaced elements and say ``approx``.
     """
 
-    def __init__(self, cpu_budget: int = CPU_EXACT_BUDGET):
-        self.cpu_budget = cpu_budget  # elements of CPU tensors still reduced exactly
+    def __init__(self, cpu_budget: int | None = None):
+        # elements of CPU tensors still reduced exactly
+        self.cpu_budget = CPU_EXACT_BUDGET if cpu_budget is None else cpu_budget
         self._full: list[tuple] = []
         self._summary: list[tuple] = []
 
