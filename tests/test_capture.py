@@ -263,3 +263,20 @@ def test_capture_holds_no_activation_through_backward(tmp_path):
     # Only SinBackward0 holds `hidden`; the engine frees it once that node ran, before w's grad,
     # and the capture must not keep it alive longer.
     assert capture.namespace["alive"] == [True, False]
+
+
+def test_cuda_samples_carry_host_rss():
+    from core.memory import CpuSource, CudaSource
+
+    class Allocator:  # torch.cuda's counters, without a GPU
+        @staticmethod
+        def memory_stats(index):
+            return {"allocated_bytes.all.current": 1024, "reserved_bytes.all.current": 2048,
+                    "allocated_bytes.all.peak": 4096}
+
+    source = CudaSource("cuda:0")
+    source._cuda = Allocator()
+    sample = source.read()
+    assert (sample["allocated"], sample["reserved"], sample["max_allocated"]) == (1024, 2048, 4096)
+    host = CpuSource().read()["rss"]
+    assert sample["rss"] > 0 and abs(sample["rss"] - host) < 64 << 20
