@@ -618,17 +618,10 @@ def _format_tb(exc: BaseException, names: NameTable) -> str:
         tb = tb.tb_next
     lines = traceback.format_exception(type(exc), exc, tb)
     here = str(Path(__file__).resolve())
-    out, skip = [], False
-    for chunk in lines:
-        if chunk.lstrip().startswith(f'File "{here}"') or f", in {OP_FRAME}\n" in chunk:
-            skip = True
-            continue
-        if skip and not chunk.lstrip().startswith("File "):
-            skip = False
-            continue
-        skip = False
-        out.append(chunk)
-    return "".join(out)
+    # Each frame is one chunk (its "File" line with its source lines); the exception's own
+    # message is the last chunk and is always kept.
+    return "".join(chunk for chunk in lines
+                   if not (chunk.lstrip().startswith(f'File "{here}"') or f", in {OP_FRAME}\n" in chunk))
 
 
 def _error_info(exc: BaseException, line: int | None, names: NameTable) -> ErrorInfo:

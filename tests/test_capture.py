@@ -280,3 +280,20 @@ def test_cuda_samples_carry_host_rss():
     assert (sample["allocated"], sample["reserved"], sample["max_allocated"]) == (1024, 2048, 4096)
     host = CpuSource().read()["rss"]
     assert sample["rss"] > 0 and abs(sample["rss"] - host) < 64 << 20
+
+
+def test_an_error_inside_an_op_shows_the_script_traceback_only(tmp_path):
+    trace = _capture(tmp_path, """\
+        import torch
+        a = torch.randn(2, 3, requires_grad=True)
+        def f(x):
+            return x @ torch.randn(4, 2)
+        y = f(a)
+        """)
+    err = trace.error
+    assert err.type == "RuntimeError" and err.line == 4
+    lines = err.traceback.strip().splitlines()
+    assert lines[-1] == "RuntimeError: mat1 and mat2 shapes cannot be multiplied (2x3 and 4x2)"
+    frames = [ln.strip() for ln in lines if ln.strip().startswith("File ")]
+    assert frames == [f'File "{tmp_path / "script.py"}", line 5, in <module>',
+                      f'File "{tmp_path / "script.py"}", line 4, in f']
