@@ -183,7 +183,7 @@ def build_visible(call: CallInfo, collapsed: frozenset[str], show_saved: bool) -
         else:
             kind[vid] = "group"
             coll[outer] = info.count[outer]
-            label[vid] = f"{outer}\n{info.count[outer]:,} nodes"
+            label[vid] = f"{info.title(outer)}\n{info.count[outer]:,} nodes"
     edges: list[tuple[str, str, int, int, int]] = []
     merged: dict[tuple[str, str], int] = {}
     for n in call.nodes:
@@ -355,7 +355,7 @@ def _compound(call: CallInfo, vis: Visible) -> Layout:
         results[c] = (order, index, keys, res)
         if c is not None:
             parent = info.drawn_parent(c)
-            text = c if parent is None else c[len(parent) + 1 :]
+            text = info.title(c, parent)
             bw = max(res.width + 2 * GROUP_PAD, len(text) * CHAR_W + 2 * GROUP_PAD)
             bh = res.height + GROUP_LABEL + GROUP_BOTTOM
             dx = (bw - res.width) / 2
@@ -428,3 +428,45 @@ def _compound(call: CallInfo, vis: Visible) -> Layout:
     width = root.width + 2 * MARGIN
     height = root.height + 2 * MARGIN
     return Layout(nodes, edges, groups, width, height, saved_boxes, vis.members, "layered", crossings)
+
+
+# -- the opening fold ---------------------------------------------------------------------------
+
+READABLE_SCALE = 0.9  # node sub-labels are 10 px: at this scale the smallest text is 9 px on screen
+SMALL_GRAPH = 150  # graphs up to this many nodes open unfolded (every op is the lesson)
+MAX_OPEN_BOXES = 400
+
+
+def opening_layout(
+    call: CallInfo,
+    area: tuple[float, float],
+    *,
+    show_saved: bool = False,
+    engine: str = "auto",
+    scale: float = READABLE_SCALE,
+    small: int = SMALL_GRAPH,
+) -> tuple[frozenset[str], Layout]:
+    """The fold a graph opens at: the deepest level of the module tree whose layout fits ``area``
+    (width, height in pixels) at ``scale``, opening whole levels at a time, as Model Explorer does.
+    When not even the top level fits, the top level (a view opens it on the loss)."""
+    if len(call.nodes) <= small:
+        return frozenset(), layout_call(call, show_saved=show_saved, engine=engine)
+    info = group_info(call)
+    w, h = area
+    best: tuple[frozenset[str], Layout] | None = None
+    previous = None
+    for depth in range(64):
+        coll = info.fold_to_depth(depth)
+        if coll == previous:
+            break
+        previous = coll
+        boxes = len(call.nodes) - sum(info.count[g] for g in coll) + len(coll)
+        if best is not None and boxes > MAX_OPEN_BOXES:
+            break
+        lay = layout_call(call, collapsed=coll, show_saved=show_saved, engine=engine)
+        fits = lay.width * scale <= w and lay.height * scale <= h
+        if best is None or fits:
+            best = (coll, lay)
+        if not fits or not coll:
+            break
+    return best

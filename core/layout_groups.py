@@ -51,12 +51,48 @@ class GroupInfo:
                 self._members.setdefault(g, []).extend(idx)
         self.count: dict[str, int] = {g: len(m) for g, m in self._members.items()}
         self.module_count: dict[str | None, int] = {m: len(idx) for m, idx in by_module.items()}
+        self.repeat: dict[str, int] = _repeats(nodes, self)
         self._drawn: dict[str, bool] = {}
         self._graph = None
         self._budget = 400_000
 
     def node_groups(self, node_id: str) -> tuple[str, ...]:
         return self.ancestors[self.module[node_id]]
+
+    def title(self, g: str, parent: str | None = None) -> str:
+        """``g`` relative to ``parent``, with "× N" for a stack of identical modules."""
+        text = g if parent is None or not g.startswith(parent + ".") else g[len(parent) + 1 :]
+        n = self.repeat.get(g)
+        return f"{text} \u00d7 {n}" if n else text
+
+    def depth(self, g: str) -> int:
+        """Nesting depth among drawn groups: 0 for a top-level group."""
+        d, p = 0, self.drawn_parent(g)
+        while p is not None:
+            d, p = d + 1, self.drawn_parent(p)
+        return d
+
+    def fold_to_depth(self, depth: int) -> frozenset[str]:
+        """The collapsed set that shows drawn groups down to ``depth`` levels open (0: all folded)."""
+        out: set[str] = set()
+        level = self.drawn_children(None)
+        for _ in range(max(0, depth)):
+            level = [c for g in level for c in self.drawn_children(g)]
+        out.update(level)
+        return frozenset(out)
+
+    def expand_path(self, collapsed: frozenset[str], node_id: str) -> frozenset[str]:
+        """``collapsed`` less every group around ``node_id``; the groups beside that path stay
+        folded (Model Explorer opens only the path), so a 50,000-node graph stays small."""
+        chain = self.node_groups(node_id)
+        first = next((i for i, g in enumerate(chain) if g in collapsed), None)
+        if first is None:
+            return collapsed
+        around = set(chain)
+        out = set(collapsed) - around
+        for g in chain[first:]:
+            out.update(c for c in self.drawn_children(g) if c not in around)
+        return frozenset(out)
 
     def is_drawn(self, g: str) -> bool:
         """True when group ``g`` is convex, so it gets a frame or a box."""
@@ -115,6 +151,32 @@ class GroupInfo:
                 if depth[x] < dmax and x not in seen:
                     stack.append(x)
         return True
+
+
+def _repeats(nodes, info: GroupInfo) -> dict[str, int]:
+    """Groups whose children are ``0 … N-1`` (a ModuleList, a Sequential of blocks) all built of
+    the same ops: drawn as one "× N" stack that opens to its members."""
+    candidates = {}
+    for g, kids in info.children.items():
+        if g is None or len(kids) < 2 or info.module_count.get(g):
+            continue
+        tails = [k[len(g) + 1 :] for k in kids]
+        if all(t.isdigit() for t in tails) and sorted(map(int, tails)) == list(range(len(kids))):
+            candidates[g] = kids
+    if not candidates:
+        return {}
+    sig: dict[str, list] = {k: [] for kids in candidates.values() for k in kids}
+    for n in nodes:
+        mod = info.module[n.id]
+        for a in info.ancestors[mod]:
+            if a in sig:
+                sig[a].append((mod[len(a) :], n.name))
+    out = {}
+    for g, kids in candidates.items():
+        first = sorted(sig[kids[0]])
+        if all(len(sig[k]) == len(first) and sorted(sig[k]) == first for k in kids[1:]):
+            out[g] = len(kids)
+    return out
 
 
 def _owners(call: CallInfo, paths: set[str]) -> dict[str, str]:

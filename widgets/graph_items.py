@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem
 from core.layout import EdgePath, GroupBox, NodeBox, SavedBox
 from widgets.theme import Theme
 
-MIN_TEXT_PX = 5.0  # text smaller than this on screen is not drawn
+MIN_TEXT_PX = 6.0  # text smaller than this on screen is drawn as a summary at this size
 STATES = ("executed", "current", "frontier", "failed")  # what set_node_states understands
 _DEVICE_CACHE = QGraphicsItem.DeviceCoordinateCache
 
@@ -37,6 +37,16 @@ def font(family: str, px: int, bold: bool = False) -> QFont:
     f.setPixelSize(px)
     f.setBold(bold)
     return f
+
+
+def summary_px(lod: float, px: float, room: float) -> int:
+    """Scene pixel size for text of ``px`` at ``lod``: ``px`` while it reads (>= 6 px on screen);
+    below that, as large as 6 screen pixels when that fits ``room`` (scene px), else 0 (no text).
+    Zoomed out, a chip then shows its first words rather than nothing."""
+    if lod * px >= MIN_TEXT_PX:
+        return int(px)
+    big = MIN_TEXT_PX / max(lod, 1e-6)
+    return int(big + 0.999) if big <= room else 0
 
 
 @dataclass(frozen=True)
@@ -137,6 +147,14 @@ def paint_node(
     if lod * theme.font_px >= MIN_TEXT_PX:
         _paint_label(p, rect, style, theme, label, state)
         _paint_badges(p, rect, style, theme, state)
+    elif label:
+        px = summary_px(lod, theme.font_px, rect.height() * 0.8)
+        if px:  # the op name (or module path) alone, large enough to read
+            f = font(theme.font_family, px, style.shape in ("leaf", "group"))
+            p.setFont(f)
+            p.setPen(color(theme.text))
+            line = label.split("\n", 1)[0]
+            p.drawText(rect, _ALIGN_CENTER, _elided(theme.font_family, px, f.bold(), line, round(rect.width() - 4, 1)))
 
 
 def _paint_label(p: QPainter, rect: QRectF, style: NodeStyle, theme: Theme, label: str, state) -> None:
@@ -320,7 +338,9 @@ class EdgeItem(QGraphicsItem):
         if rect != self._text_rect:
             self.prepareGeometryChange()
             self._text_rect = rect
-            self._bounds = self._line_bounds.united(rect) if not rect.isNull() else self._line_bounds
+            # Room for the text enlarged twice about its centre (zoomed out, see ``summary_px``).
+            big = rect.adjusted(-rect.width() / 2, -rect.height() / 2, rect.width() / 2, rect.height() / 2)
+            self._bounds = self._line_bounds.united(big) if not rect.isNull() else self._line_bounds
         self.update()
 
     def set_active(self, active: bool) -> None:
@@ -354,12 +374,18 @@ class EdgeItem(QGraphicsItem):
         p.setBrush(color(c))
         p.drawPolygon(self._arrow)
         text = self._text()
-        if text and lod * t.small_font_px >= MIN_TEXT_PX:
+        px = summary_px(lod, t.small_font_px, 2.0 * t.small_font_px) if text else 0
+        if px:
+            r = self._text_rect
+            if px != t.small_font_px:  # zoomed out: the same text, enlarged about its centre
+                k = px / t.small_font_px
+                r = QRectF(r.center().x() - r.width() * k / 2, r.center().y() - r.height() * k / 2,
+                           r.width() * k, r.height() * k)
             p.setBrush(color(t.background))
-            p.drawRoundedRect(self._text_rect, 3, 3)
-            p.setFont(font(t.font_family, t.small_font_px))
+            p.drawRoundedRect(r, 3, 3)
+            p.setFont(font(t.font_family, px))
             p.setPen(color(t.edge_text))
-            p.drawText(self._text_rect, Qt.AlignCenter, text)
+            p.drawText(r, Qt.AlignCenter, text)
 
 
 def _unit(dx: float, dy: float) -> tuple[float, float]:
@@ -448,10 +474,12 @@ class SavedItem(QGraphicsItem):
         p.setPen(_pen(border, 1.0 if state != "stale" else 2.0, style))
         p.setBrush(color(t.no_grad_fill if self.no_grad else t.error_fill if state == "stale" else t.saved_fill))
         p.drawRoundedRect(self._rect, 3, 3)
-        if lod * t.small_font_px >= MIN_TEXT_PX:
-            p.setFont(font(t.font_family, t.small_font_px))
+        px = summary_px(lod, t.small_font_px, self._rect.height())
+        if px:
+            p.setFont(font(t.font_family, px))
             p.setPen(color(t.muted_text if state == "freed" else t.text))
-            p.drawText(self._rect, Qt.AlignCenter, self.saved.label)
+            label = self.saved.label if px == t.small_font_px else self.saved.label.split(" ", 1)[0]
+            p.drawText(self._rect, Qt.AlignCenter, label)
 
     def set_theme(self, theme: Theme) -> None:
         self.theme = theme

@@ -14,7 +14,8 @@ from PySide6.QtGui import QFontMetricsF
 from PySide6.QtWidgets import QGraphicsScene, QGraphicsSimpleTextItem
 
 from core.anatomy import stale_tip
-from core.layout import Layout, default_collapsed, format_shape, group_info, layout_call, node_label, paused_gc
+from core.layout import Layout, default_collapsed, format_shape, group_info, layout_call, node_label, opening_layout
+from core.layout import paused_gc
 from core.trace import CallInfo
 from widgets.graph_items import EdgeItem, GroupBoxItem, NodeItem, NodeStyle, SavedItem, color, font
 from widgets.minimap import OverviewItem
@@ -207,8 +208,8 @@ def toggled(info, collapsed: frozenset[str], path: str, one_level_above: int) ->
     """The collapsed set after folding or unfolding ``path``; a big group opens one level."""
     if path in collapsed:
         paths = set(collapsed) - {path}
-        if info.count.get(path, 0) > one_level_above:
-            paths |= set(info.drawn_children(path))
+        if info.count.get(path, 0) > one_level_above or path in info.repeat:
+            paths |= set(info.drawn_children(path))  # a "× N" stack opens to its members
     else:
         paths = {p for p in collapsed if not p.startswith(path + ".")} | {path}
     return frozenset(paths)
@@ -223,8 +224,11 @@ def overview_marks(nodes: dict[str, NodeItem], selected: str | None) -> dict[str
     return marks
 
 
-def compute_layout(call: CallInfo, collapsed, show_saved: bool, engine: str):
-    """(collapsed groups, layout); big graphs get ``default_collapsed`` when ``collapsed`` is None."""
+def compute_layout(call: CallInfo, collapsed, show_saved: bool, engine: str, area=None):
+    """(collapsed groups, layout). When ``collapsed`` is None: the opening fold that fits ``area``
+    (viewport width, height) readably, or ``default_collapsed`` without an area."""
+    if collapsed is None and area is not None:
+        return opening_layout(call, area, show_saved=show_saved, engine=engine)
     if collapsed is None:
         collapsed = default_collapsed(call)
     collapsed = frozenset(collapsed)
@@ -244,10 +248,11 @@ class LayoutRunner(QObject):
         self._pool = QThreadPool(self)
         self._pool.setMaxThreadCount(1)
 
-    def run(self, gen: int, call: CallInfo, collapsed, show_saved: bool, engine: str, *, sync: bool = False) -> None:
+    def run(self, gen: int, call: CallInfo, collapsed, show_saved: bool, engine: str, *, sync: bool = False,
+            area=None) -> None:
         def job() -> None:
             try:
-                result = compute_layout(call, collapsed, show_saved, engine)
+                result = compute_layout(call, collapsed, show_saved, engine, area)
             except Exception as exc:  # a bad trace must not take the window down
                 log.exception("layout failed")
                 _emit(self.sig_failed, gen, f"{type(exc).__name__}: {exc}")

@@ -16,7 +16,7 @@ from PySide6.QtCore import QCoreApplication, QDeadlineTimer, QEvent, QPointF, QR
 from PySide6.QtGui import QBrush, QKeySequence, QPainter, QTransform
 from PySide6.QtWidgets import QGraphicsScene, QGraphicsView, QWidget
 
-from core.layout import Layout, group_info
+from core.layout import READABLE_SCALE, Layout, group_info
 from core.trace import CallInfo
 from widgets.graph_items import EdgeItem, GroupBoxItem, NodeItem, NodeStyle, SavedItem, color
 from widgets.graph_marks import MarkItems, MarksMixin
@@ -60,6 +60,11 @@ class GraphView(MarksMixin, QGraphicsView):
         self.setViewportUpdateMode(QGraphicsView.SmartViewportUpdate)
         self.setOptimizationFlags(QGraphicsView.DontAdjustForAntialiasing)
         self.setBackgroundBrush(QBrush(color(self._theme.background)))
+        # No scroll bars (drag, the wheel and the minimap move the view); the view's scene rect is
+        # the graph's with a margin of one viewport, so any point can be brought anywhere.
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        self._opening = False  # the opening frame is shown and the user has not moved it
         self.node_items: dict[str, NodeItem] = {}
         self.edge_items: list[EdgeItem] = []
         self.group_items: dict[str, GroupBoxItem] = {}
@@ -86,6 +91,7 @@ class GraphView(MarksMixin, QGraphicsView):
         self._fit_next = False
         self._focus_after: str | None = None
         self._press: QPointF | None = None
+        self._sync = False  # whether the last layout ran on the GUI thread (tests, exports)
         self.engine = "auto"
         self._runner = LayoutRunner(self)
         self._runner.sig_done.connect(self._on_done)
@@ -103,7 +109,7 @@ class GraphView(MarksMixin, QGraphicsView):
         self._selected, self._matches, self._match_index = None, [], -1
         self._states, self._edge_texts, self._search_index = {}, {}, None
         self._fit_next = True
-        self._relayout(sync, collapsed)
+        self._relayout(sync, collapsed, opening=collapsed is None)
 
     def call(self) -> CallInfo | None:
         return self._call
@@ -149,7 +155,8 @@ class GraphView(MarksMixin, QGraphicsView):
         for item in self.edge_items:
             item.set_texts(show_shape=show)
 
-    def _relayout(self, sync: bool, collapsed) -> None:
+    def _relayout(self, sync: bool, collapsed, opening: bool = False) -> None:
+        self._sync = sync
         self._generation += 1
         gen, call = self._generation, self._call
         if call is None or not call.nodes:
@@ -158,7 +165,9 @@ class GraphView(MarksMixin, QGraphicsView):
             self.sig_scene_ready.emit(call.id if call else "")
             return
         self._pending = True
-        self._runner.run(gen, call, collapsed, self._show_saved, self.engine, sync=sync)
+        area = self._area() if opening else None
+        self._runner.run(gen, call, collapsed, self._show_saved, self.engine, sync=sync,
+                         area=(area.width(), area.height()) if area is not None else None)
 
     def _on_done(self, gen: int, result) -> None:
         if gen != self._generation:
@@ -208,6 +217,7 @@ class GraphView(MarksMixin, QGraphicsView):
         )
         self.overview, self._banner, styles, members = items.overview, items.banner, items.styles, layout.members
         self._add_marks(scene.sceneRect())
+        self._pad_scene_rect()
         if self._show_shapes or self._edge_texts:
             self._apply_edge_texts()
         self._apply_states()
@@ -221,29 +231,66 @@ class GraphView(MarksMixin, QGraphicsView):
             self._selected = None
         if self._fit_next:
             self._fit_next = False
+            scale = self._initial_scale(layout)  # again, now that the legend's size is known
+            self.setTransform(QTransform.fromScale(scale, scale))
             self._initial_view(layout)
         elif self._focus_after is not None:
-            target = self.node_items.get(self._focus_after) or self.group_items.get(self._focus_after)
+            focus = layout.members.get(self._focus_after, self._focus_after)
+            target = self.node_items.get(focus) or self.group_items.get(focus)
             if target is not None:
-                self.centerOn(target.sceneBoundingRect().center())
+                self._reveal(target)
         self._focus_after = None
         self._after_zoom()
 
     def _initial_scale(self, layout: Layout) -> float:
-        fit = self._fit_scale(QRectF(0, 0, layout.width, layout.height))
-        return fit if fit >= 0.3 or not self._big else 1.0
+        """Fitted when the whole graph then reads (text at least 9 px), else the readable scale."""
+        fit = self._fit_scale(QRectF(0, 0, layout.width, layout.height), self._area())
+        return max(fit, READABLE_SCALE)
 
     def _initial_view(self, layout: Layout) -> None:
-        """Small graphs are fitted; big ones open at 100 % on the root, where backward starts."""
-        if abs(self.transform().m11() - 1.0) > 1e-9 or not self._big:
-            self.centerOn(self.scene().sceneRect().center())
+        """The whole graph when it fits readably; else the region around the loss, at the top."""
+        self._opening = True
+        r = self.scene().sceneRect()
+        area = self._area()
+        s = self.transform().m11()
+        if r.width() * s <= area.width() + 1 and r.height() * s <= area.height() + 1:
+            self._center_in(r.center(), area)
             return
         root = self._call.roots[0] if self._call.roots else None
         box = layout.nodes.get(layout.members.get(root, "")) if root else None
         if box is None:
+            self._center_in(r.center(), area)
             return
-        half = self.viewport().height() / 2
-        self.centerOn(box.x + box.w / 2, box.y - 20 + half)
+        x = box.x + box.w / 2 if r.width() * s > area.width() else r.center().x()
+        top = min(box.y, r.top() + 4) - 12
+        self._center_in(QPointF(x, top + area.height() / 2 / s), area)
+
+    def _area(self) -> QRectF:
+        """The part of the viewport not covered by the legend (bottom left), in viewport pixels.
+
+        Of the strip right of the legend and the band above it, the larger one."""
+        vp = QRectF(self.viewport().rect())
+        leg = self.legend
+        if leg.isHidden() or not leg.entries():
+            return vp
+        lw, lh = leg.width() + 16, leg.height() + 16
+        right = QRectF(vp.left() + lw, vp.top(), max(1.0, vp.width() - lw), vp.height())
+        above = QRectF(vp.left(), vp.top(), vp.width(), max(1.0, vp.height() - lh))
+        return right if right.width() * right.height() >= above.width() * above.height() else above
+
+    def _center_in(self, point: QPointF, area: QRectF) -> None:
+        """Scroll so that scene ``point`` shows at the centre of ``area`` (viewport pixels)."""
+        s = self.transform().m11()
+        vc = QRectF(self.viewport().rect()).center()
+        shift = (area.center() - vc) / s
+        self._pad_scene_rect()
+        self.centerOn(point - shift)
+
+    def _pad_scene_rect(self) -> None:
+        r = self.scene().sceneRect()
+        s = max(self.transform().m11(), 1e-3)
+        mx, my = self.viewport().width() / s, self.viewport().height() / s
+        self.setSceneRect(r.adjusted(-mx, -my, mx, my))
 
     def _legend_entries(self, styles: dict[str, NodeStyle]) -> None:
         marks = self.marks.legend()
@@ -328,8 +375,50 @@ class GraphView(MarksMixin, QGraphicsView):
             return None
         self._match_index = (self._match_index + 1) % len(self._matches)
         nid = self._matches[self._match_index]
-        self._select(nid, emit=True, center=True)
+        if self.ensure_visible(nid, select=True):
+            self.sig_node_selected.emit(nid)
         return nid
+
+    def ensure_visible(self, node_id: str, *, select: bool = False, sync: bool | None = None) -> bool:
+        """Expand the folds around ``node_id`` (a trace node id) as needed and scroll it into view,
+        zooming in when the view is too far out to read it; ``select`` also selects it (no signal).
+
+        Only the path to the node opens (its siblings stay folded). When folds open, the layout
+        runs like any other (on the worker thread unless ``sync``, by default as the last one did)
+        and the node is shown once it is drawn. False for an unknown node."""
+        call = self._call
+        if call is None or self._layout is None and not self._pending:
+            return False
+        if call.node(node_id) is None and node_id not in self.node_items:
+            return False
+        target = self._collapsed
+        if call.node(node_id) is not None:
+            target = group_info(call).expand_path(self._collapsed, node_id)
+        self._opening = False
+        if target != self._collapsed or self._pending:
+            if select:
+                self._selected = node_id
+            self._focus_after = node_id
+            self._relayout(self._sync if sync is None else sync, target)
+            return True
+        if select:
+            self._select(node_id, emit=False, center=False)
+        item = self.node_items.get(self._layout.members.get(node_id, node_id))
+        if item is not None:
+            self._reveal(item)
+        return item is not None
+
+    def _reveal(self, item) -> None:
+        """Zoom in to a readable scale if needed and centre ``item`` unless it is in sight already."""
+        if self.transform().m11() < READABLE_SCALE * 0.6:
+            s = READABLE_SCALE
+            self.setTransform(QTransform.fromScale(s, s))
+        area = self._area()
+        box = item.sceneBoundingRect()
+        shown = self.mapFromScene(box).boundingRect()
+        if not area.contains(QRectF(shown)):
+            self._center_in(box.center(), area)
+        self._after_zoom()
 
     def _apply_matches(self) -> None:
         members = self._layout.members if self._layout else {}
@@ -339,8 +428,12 @@ class GraphView(MarksMixin, QGraphicsView):
         self._update_marks()
 
     def select_node(self, node_id: str | None) -> None:
-        """Select and centre a node (a trace id or group id) without emitting sig_node_selected."""
-        self._select(node_id, emit=False, center=True)
+        """Select a node (a trace id or group id) and bring it into view, opening folds around it,
+        without emitting sig_node_selected."""
+        if node_id is None or node_id.startswith("group:") or self._call is None:
+            self._select(node_id, emit=False, center=True)
+        else:
+            self.ensure_visible(node_id, select=True)
 
     def selected_node(self) -> str | None:
         return self._selected
@@ -374,6 +467,7 @@ class GraphView(MarksMixin, QGraphicsView):
         return round(self.transform().m11() * 100)
 
     def set_zoom(self, percent: float) -> None:
+        self._opening = False
         s = max(self._min_zoom(), min(MAX_ZOOM, percent / 100))
         anchor = self.transformationAnchor()
         self.setTransformationAnchor(QGraphicsView.AnchorViewCenter)
@@ -388,15 +482,17 @@ class GraphView(MarksMixin, QGraphicsView):
         self.set_zoom(self.transform().m11() * 80)
 
     def fit(self) -> None:
-        """Show the whole graph (never enlarged past 150 %)."""
+        """Show the whole graph beside the legend (never enlarged past 150 %)."""
+        self._opening = False
         r = self.scene().sceneRect()
-        s = self._fit_scale(r)
+        area = self._area()
+        s = self._fit_scale(r, area)
         self.setTransform(QTransform.fromScale(s, s))
-        self.centerOn(r.center())
+        self._center_in(r.center(), area)
         self._after_zoom()
 
-    def _fit_scale(self, r: QRectF) -> float:
-        vp = self.viewport().rect()
+    def _fit_scale(self, r: QRectF, area: QRectF | None = None) -> float:
+        vp = area if area is not None else QRectF(self.viewport().rect())
         if r.width() <= 0 or r.height() <= 0:
             return 1.0
         return min(MAX_FIT, (vp.width() - 16) / r.width(), (vp.height() - 16) / r.height())
@@ -408,6 +504,7 @@ class GraphView(MarksMixin, QGraphicsView):
         dy = event.angleDelta().y()
         if dy == 0:
             return super().wheelEvent(event)
+        self._opening = False
         current = self.transform().m11()
         target = max(self._min_zoom(), min(MAX_ZOOM, current * 1.0015**dy))
         pos = event.position().toPoint()
@@ -422,6 +519,7 @@ class GraphView(MarksMixin, QGraphicsView):
         event.accept()
 
     def _after_zoom(self) -> None:
+        self._pad_scene_rect()
         if self._big and self.node_items and not self._exporting:
             self._set_detail(self.transform().m11() >= OVERVIEW_LOD)
         self._update_minimap()
@@ -441,6 +539,11 @@ class GraphView(MarksMixin, QGraphicsView):
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
+        if self._opening and self._layout is not None:  # the window was laid out after the graph
+            s = self._initial_scale(self._layout)
+            self.setTransform(QTransform.fromScale(s, s))
+            self._initial_view(self._layout)
+            self._after_zoom()
         self._update_minimap()
 
     def keyPressEvent(self, event) -> None:
@@ -468,6 +571,7 @@ class GraphView(MarksMixin, QGraphicsView):
         return super().viewportEvent(event)
 
     def mousePressEvent(self, event) -> None:
+        self._opening = False
         self._press = event.position() if event.button() == Qt.LeftButton else None
         super().mousePressEvent(event)
 
