@@ -540,6 +540,8 @@ class MainWindow(QMainWindow):
         if isinstance(state, QByteArray):
             self.restoreState(state)
         self.act_rerun_on_change.setChecked(str(s.value("rerun_on_change", "false")).lower() == "true")
+        self.graph.legend.set_folded(str(s.value("legend_folded", "false")).lower() == "true")
+        self.graph.legend.sig_folded.connect(lambda folded: settings().setValue("legend_folded", folded))
         self._fill_recent()
 
     def closeEvent(self, event) -> None:

@@ -302,3 +302,51 @@ def test_default_collapse_for_big_graphs(view):
     assert view.collapsed() == frozenset(f"layers.{i}" for i in range(833) if i != 5)
     assert view.node_items["w5"].selected and view.selected_node() == "w5"
     assert "group:layers.4" in view.node_items and "w4" not in view.node_items
+
+
+def test_transformer_opens_readable_and_find_opens_the_fold(view):
+    from tests.fixtures_graphs import transformer_call
+
+    view.set_call(transformer_call(12), sync=True)
+    assert view.collapsed() == frozenset({"transformer", "lm_head"})
+    assert view.smallest_text_px() >= 9
+    assert view.search("h.7.mlp.c_fc.weight") == ["p_transformer.h.7.mlp.c_fc.weight"]
+    assert "transformer.h.7.mlp" not in view.collapsed() and "transformer.h.6" in view.collapsed()
+    item = view.node_items["p_transformer.h.7.mlp.c_fc.weight"]
+    assert item.selected and view.selected_node() == "p_transformer.h.7.mlp.c_fc.weight"
+    shown = view.mapFromScene(item.sceneBoundingRect()).boundingRect()
+    assert view.viewport().rect().contains(shown)
+    assert not shown.intersects(view.legend.geometry())
+    assert view.smallest_text_px() >= 9
+
+
+def test_find_on_a_background_layout_scrolls_once_drawn(view, qtbot):
+    c = residual_mlp_call(800, "blocks")
+    view.set_call(c)
+    assert view.wait_ready()
+    assert view.collapsed() == frozenset({"blocks"})
+    view.search("blocks.412.fc.weight")
+    assert view.wait_ready()
+    item = view.node_items["w412"]
+    assert item.selected and view.viewport().rect().contains(view.mapFromScene(item.sceneBoundingRect()).boundingRect())
+    assert len(view.node_items) < 900  # the other 799 blocks stay folded
+
+
+def test_fit_leaves_the_legend_clear(view, qtbot):
+    view.set_call(mlp_call(error=True), sync=True)
+    assert len(view.legend.entries()) >= 5
+    view.fit()
+    legend = view.legend.geometry()
+    for nid, item in view.node_items.items():
+        box = view.mapFromScene(item.sceneBoundingRect()).boundingRect()
+        assert view.viewport().rect().contains(box), nid
+        assert not box.intersects(legend), nid
+    with qtbot.waitSignal(view.legend.sig_folded) as folded:
+        view.legend.mousePressEvent(_click())  # fold the legend: the window stores it
+    assert folded.args == [True] and view.legend.folded and view.legend.height() == 24
+
+
+def _click():
+    from PySide6.QtGui import QMouseEvent
+
+    return QMouseEvent(QEvent.MouseButtonPress, QPointF(5, 5), QPointF(5, 5), Qt.LeftButton, Qt.LeftButton, Qt.NoModifier)

@@ -462,6 +462,23 @@ class GraphView(MarksMixin, QGraphicsView):
         selected = self._layout.members.get(self._selected, self._selected) if self._selected else None
         self.overview.set_marks(overview_marks(self.node_items, selected))
 
+    def smallest_text_px(self) -> float:
+        """On-screen pixel height of the smallest text drawn in the visible part of the graph
+        (node labels, frame titles, saved chips and edge texts that are shown); 0 for none."""
+        t, s = self._theme, self.transform().m11()
+        seen = self.mapToScene(self.viewport().rect()).boundingRect()
+        sizes = []
+        for item in self.node_items.values():
+            if item.isVisible() and item.sceneBoundingRect().intersects(seen):
+                sizes.append(t.font_px - 1 if "\n" in item.box.label else t.font_px)
+        if any(g.isVisible() and g.sceneBoundingRect().intersects(seen) for g in self.group_items.values()):
+            sizes.append(t.small_font_px + 1)
+        if any(i.isVisible() and i.sceneBoundingRect().intersects(seen) for i in self.saved_items):
+            sizes.append(t.small_font_px)
+        if self._show_shapes or self._edge_texts:
+            sizes.append(t.small_font_px)
+        return min(sizes) * s if sizes else 0.0
+
     # -- zoom and navigation ----------------------------------------------------------------------
     def zoom_percent(self) -> int:
         return round(self.transform().m11() * 100)

@@ -235,6 +235,9 @@ def paint_legend_entry(p: QPainter, key: str, sample: QRectF, theme: Theme, fram
 class Legend(QWidget):
     """What each shape and mark means, for the kinds present in the graph; click to fold."""
 
+    sig_folded = Signal(bool)
+    """The user folded (True) or unfolded the legend; the window remembers it."""
+
     ROW = 22
 
     def __init__(self, parent: QWidget):
@@ -264,10 +267,17 @@ class Legend(QWidget):
         self.setFixedSize(int(width), 24 + rows * self.ROW + (6 if rows else 0))
         self.move(self.x(), bottom - self.height())  # folding keeps the bottom corner in place
 
+    def set_folded(self, folded: bool) -> None:
+        if folded != self.folded:
+            self.folded = folded
+            self._resize()
+            self.update()
+            if self.parent() is not None and hasattr(self.parent(), "overlays"):
+                self.parent().overlays.place()
+
     def mousePressEvent(self, event) -> None:
-        self.folded = not self.folded
-        self._resize()
-        self.update()
+        self.set_folded(not self.folded)
+        self.sig_folded.emit(self.folded)
         event.accept()
 
     def mouseReleaseEvent(self, event) -> None:
