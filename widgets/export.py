@@ -138,6 +138,9 @@ def error_notice(view) -> str:
 
 def make_sheet(view, *, region="all", title=None, caption=None, legend=True, source=None, entries=None) -> Sheet:
     keys = (view.legend.entries() if entries is None else list(entries)) if legend else []
+    layout = view.graph_layout()
+    if keys and layout is not None and not any(k.startswith("flow_") for k in keys):
+        keys.append("flow_forward" if layout.direction == "forward" else "flow_backward")
     return layout_sheet(source or source_rect(view, region), view.theme(), title=title, caption=caption, legend=keys,
                         notice=error_notice(view))
 

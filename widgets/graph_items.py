@@ -262,11 +262,18 @@ class NodeItem(QGraphicsItem):
         self.update()
 
 
-def edge_path(points: list[tuple[float, float]], curved: bool = True) -> QPainterPath:
-    """Straight runs through layer bands, S-curves (vertical tangents) across the gaps."""
+def edge_path(points: list[tuple[float, float]], curved: bool = True, horizontal: bool = False) -> QPainterPath:
+    """Straight runs through layer bands, S-curves (vertical tangents, horizontal ones for a
+    left-to-right layout) across the gaps."""
     path = QPainterPath(QPointF(*points[0]))
     for (x0, y0), (x1, y1) in zip(points, points[1:]):
-        if not curved or abs(x1 - x0) < 0.5:
+        if horizontal:
+            if not curved or abs(y1 - y0) < 0.5:
+                path.lineTo(x1, y1)
+            else:
+                mx = (x0 + x1) / 2
+                path.cubicTo(mx, y0, mx, y1, x1, y1)
+        elif not curved or abs(x1 - x0) < 0.5:
             path.lineTo(x1, y1)
         else:
             my = (y0 + y1) / 2
@@ -279,9 +286,11 @@ class EdgeItem(QGraphicsItem):
 
     ARROW = 7.0
 
-    def __init__(self, edge: EdgePath, theme: Theme, shape_text: str = "", curved: bool = True):
+    def __init__(self, edge: EdgePath, theme: Theme, shape_text: str = "", curved: bool = True,
+                 horizontal: bool = False):
         super().__init__()
         self.edge = edge
+        self._horizontal = horizontal
         self.key = (edge.src, edge.dst)
         self.theme = theme
         self.active = False
@@ -304,9 +313,14 @@ class EdgeItem(QGraphicsItem):
             return
         pts = self.edge.points
         (xa, ya), (xb, yb) = pts[-2], pts[-1]
-        d = (0.0, 1.0 if yb >= ya else -1.0) if self._curved else _unit(xb - xa, yb - ya)
+        if not self._curved:
+            d = _unit(xb - xa, yb - ya)
+        elif self._horizontal:
+            d = (1.0 if xb >= xa else -1.0, 0.0)
+        else:
+            d = (0.0, 1.0 if yb >= ya else -1.0)
         base = (xb - d[0] * self.ARROW, yb - d[1] * self.ARROW)
-        self._path = edge_path(pts[:-1] + [base], self._curved)
+        self._path = edge_path(pts[:-1] + [base], self._curved, self._horizontal)
         nx, ny, half = -d[1], d[0], self.ARROW * 0.5
         self._arrow = QPolygonF(
             [

@@ -59,7 +59,7 @@ def _build_scene(scene, call, layout, theme, show, with_overview) -> SceneItems:
             _add(scene, item, show)
     shapes = edge_shapes(call)
     for e in layout.edges:
-        item = EdgeItem(e, t, shapes.get(e.dst, ""), curved)
+        item = EdgeItem(e, t, shapes.get(e.dst, ""), curved, layout.direction == "LR")
         _add(scene, item, show)
         out.edges.append(item)
     for box in layout.nodes.values():
@@ -224,15 +224,15 @@ def overview_marks(nodes: dict[str, NodeItem], selected: str | None) -> dict[str
     return marks
 
 
-def compute_layout(call: CallInfo, collapsed, show_saved: bool, engine: str, area=None):
+def compute_layout(call: CallInfo, collapsed, show_saved: bool, engine: str, area=None, direction: str = "TB"):
     """(collapsed groups, layout). When ``collapsed`` is None: the opening fold that fits ``area``
     (viewport width, height) readably, or ``default_collapsed`` without an area."""
     if collapsed is None and area is not None:
-        return opening_layout(call, area, show_saved=show_saved, engine=engine)
+        return opening_layout(call, area, show_saved=show_saved, engine=engine, direction=direction)
     if collapsed is None:
         collapsed = default_collapsed(call)
     collapsed = frozenset(collapsed)
-    return collapsed, layout_call(call, collapsed=collapsed, show_saved=show_saved, engine=engine)
+    return collapsed, layout_call(call, collapsed=collapsed, show_saved=show_saved, engine=engine, direction=direction)
 
 
 class LayoutRunner(QObject):
@@ -249,10 +249,10 @@ class LayoutRunner(QObject):
         self._pool.setMaxThreadCount(1)
 
     def run(self, gen: int, call: CallInfo, collapsed, show_saved: bool, engine: str, *, sync: bool = False,
-            area=None) -> None:
+            area=None, direction: str = "TB") -> None:
         def job() -> None:
             try:
-                result = compute_layout(call, collapsed, show_saved, engine, area)
+                result = compute_layout(call, collapsed, show_saved, engine, area, direction)
             except Exception as exc:  # a bad trace must not take the window down
                 log.exception("layout failed")
                 _emit(self.sig_failed, gen, f"{type(exc).__name__}: {exc}")

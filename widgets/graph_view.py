@@ -93,6 +93,7 @@ class GraphView(MarksMixin, QGraphicsView):
         self._press: QPointF | None = None
         self._sync = False  # whether the last layout ran on the GUI thread (tests, exports)
         self.engine = "auto"
+        self.direction = "TB"  # "TB", "LR" or "forward" (core.layout.DIRECTIONS)
         self._runner = LayoutRunner(self)
         self._runner.sig_done.connect(self._on_done)
         self._runner.sig_failed.connect(self._on_failed)
@@ -167,7 +168,7 @@ class GraphView(MarksMixin, QGraphicsView):
         self._pending = True
         area = self._area() if opening else None
         self._runner.run(gen, call, collapsed, self._show_saved, self.engine, sync=sync,
-                         area=(area.width(), area.height()) if area is not None else None)
+                         area=(area.width(), area.height()) if area is not None else None, direction=self.direction)
 
     def _on_done(self, gen: int, result) -> None:
         if gen != self._generation:

@@ -211,6 +211,8 @@ LEGEND_ENTRIES = {
     "current": ("running now", NodeStyle("op"), "current"),
     "frontier": ("ready to run", NodeStyle("op"), "frontier"),
     "failed": ("failed", NodeStyle("op"), "failed"),
+    "flow_backward": ("arrows: gradients, from the loss to the leaves", None, None),
+    "flow_forward": ("arrows: forward order, from the inputs to the loss", None, None),
 }
 
 
@@ -218,7 +220,15 @@ def paint_legend_entry(p: QPainter, key: str, sample: QRectF, theme: Theme, fram
                        saved_inset: float = 6.0) -> None:
     """The picture of one legend entry, the same on screen and in exports."""
     _, style, state = LEGEND_ENTRIES[key]
-    if key == "frame":
+    if key.startswith("flow_"):
+        y = sample.center().y()
+        p.setPen(QPen(color(theme.edge), 1.4))
+        p.drawLine(QPointF(sample.left() + 2, y), QPointF(sample.right() - 7, y))
+        p.setPen(Qt.NoPen)
+        p.setBrush(color(theme.edge))
+        tip = sample.right() - 1
+        p.drawPolygon([QPointF(tip, y), QPointF(tip - 7, y - 3.5), QPointF(tip - 7, y + 3.5)])
+    elif key == "frame":
         p.setPen(QPen(color(theme.group_box_border), frame_width))
         p.setBrush(color(theme.group_box_fill))
         p.drawRoundedRect(sample, 5, 5)
