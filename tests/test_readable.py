@@ -38,12 +38,23 @@ def _calls(name: str):
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in EXAMPLES.glob("[0-9]*.py")))
-def test_every_example_opens_readable(view, name):
+def test_every_example_opens_readable_and_fits_a_slide(view, name, tmp_path):
+    from PySide6.QtGui import QImage
+
+    from widgets.export import make_sheet, offscreen_view, render_png
+    from widgets.export_page import plan_page
+
     for call in _calls(name):
         view.set_call(call, sync=True)
         px = view.smallest_text_px()
         assert px >= 9, f"{name} call #{call.index}: smallest text {px:.1f} px at zoom {view.zoom_percent()} %"
         assert len(view.node_items) <= 400
+        with offscreen_view(call) as off:
+            plan = plan_page(off, "16:9", "png", make_sheet, title=call.title)
+            assert plan.text >= 9, f"{name} call #{call.index}: {plan.text:.1f} px on the slide"
+            out = render_png(off, tmp_path / f"{call.index}.png", plan=plan)
+        image = QImage(str(out))
+        assert (image.width(), image.height()) == (1920, 1080)
 
 
 def test_gpt2_sized_model_opens_readable_and_ocr_reads_its_modules(view, tmp_path):

@@ -223,7 +223,7 @@ def render_svg(view, path, *, background: str | None = None, region: str = "all"
         w, h = (round(sheet.width), round(sheet.height)) if plan is None else (round(plan.size[0]), round(plan.size[1]))
         gen.setSize(QSize(w, h))
         gen.setViewBox(QRectF(0, 0, w, h))
-        gen.setResolution(96)
+        gen.setResolution(96 if plan is None else 72)  # a page's units are points
         gen.setTitle(title or "Backprop Studio graph")
         gen.setDescription(caption or "autograd graph exported by Backprop Studio")
         p = QPainter()
@@ -345,7 +345,7 @@ def offscreen_view(call: CallInfo, *, theme="print", collapsed=None, show_saved=
 def export_call(call: CallInfo, path, fmt: str | None = None, *, theme: str = "print", title=None, caption=None,
                 states=None, edge_texts=None, collapsed=None, show_saved=False, show_shapes=False,
                 scale: float = 2.0, background: str | None = None, trace: Trace | None = None,
-                direction: str = "TB", page: str | None = None) -> Path:
+                direction: str = "TB", page: str | None = None, fold: bool | None = None) -> Path:
     """Export one call without a window. ``background`` None is the theme's (white in print);
     ``collapsed`` None collapses big graphs as the view does; ``direction`` "TB", "LR" or
     "forward"; ``page`` fits a slide or paper page ("16:9", "4:3", "A4", "Letter", see
@@ -367,8 +367,8 @@ def export_call(call: CallInfo, path, fmt: str | None = None, *, theme: str = "p
         if page is not None:
             from widgets.export_page import plan_page
 
-            opts["plan"] = plan_page(view, page, fmt, make_sheet, fold=collapsed is None, caption=caption,
-                                     title=title)
+            fold = collapsed is None if fold is None else fold
+            opts["plan"] = plan_page(view, page, fmt, make_sheet, fold=fold, caption=caption, title=title)
         if fmt == "png":
             return render_png(view, path, scale=scale, **opts)
         return (render_svg if fmt == "svg" else render_pdf)(view, path, **opts)

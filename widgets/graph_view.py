@@ -151,6 +151,20 @@ class GraphView(MarksMixin, QGraphicsView):
             self._show_saved = show
             self._relayout(sync, self._collapsed)
 
+    def shows_saved(self) -> bool:
+        return self._show_saved
+
+    def shows_shapes(self) -> bool:
+        return self._show_shapes
+
+    def node_states(self) -> dict[str, str]:
+        """Step states by trace node id (see ``set_node_states``)."""
+        return dict(self._states)
+
+    def edge_texts(self) -> dict[tuple[str, str], str]:
+        """Texts on edges by (src, dst) trace node ids (see ``set_edge_texts``)."""
+        return dict(self._edge_texts)
+
     def set_show_shapes(self, show: bool) -> None:
         self._show_shapes = show
         for item in self.edge_items:
