@@ -356,6 +356,7 @@ class MainWindow(QMainWindow):
         self._selected_node = None
         self.inspector.clear()
         self.source.clear_highlight()
+        self.graph.set_peer_calls(self.trace.calls)
         self.graph.set_call(call)
         self.memory.set_call(call)
         self.center.setCurrentWidget(self.graph)

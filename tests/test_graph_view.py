@@ -350,3 +350,64 @@ def _click():
     from PySide6.QtGui import QMouseEvent
 
     return QMouseEvent(QEvent.MouseButtonPress, QPointF(5, 5), QPointF(5, 5), Qt.LeftButton, Qt.LeftButton, Qt.NoModifier)
+
+
+def test_upstream_downstream_and_paths_are_marked(view):
+    from tests.test_graph_query import shared_call
+
+    view.set_call(shared_call(), sync=True)
+    assert view.show_related("n2", "downstream") == {"n2", "n4", "n5"}
+    assert {v for v, i in view.node_items.items() if i.highlighted} == {"n2", "n4", "n5"}
+    assert {e.key for e in view.edge_items if e.accent == "highlight"} == {("n2", "n4"), ("n2", "n5")}
+    view.show_related("n2", "upstream")
+    assert {v for v, i in view.node_items.items() if i.highlighted} == {"n0", "n1", "n2", "n3"}
+    view.show_related("n5", "paths")
+    assert {e.key for e in view.edge_items if e.accent == "highlight"} == {
+        ("n0", "n1"), ("n1", "n2"), ("n2", "n5"), ("n1", "n3"), ("n3", "n2")}
+    assert view.related_note() == "2 paths from the loss to torch::autograd::AccumulateGrad"
+    assert view.crumbs.isVisible() and "2 paths" in view.crumbs.text()
+    view.clear_related()
+    assert not any(i.highlighted for i in view.node_items.values())
+    assert not any(e.accent for e in view.edge_items)
+    menu = view.context_menu(centre_of(view, "n2"))
+    assert [a.text() for a in menu.actions()][:3] == [
+        "What feeds it gradient (toward the loss)", "Where its gradient flows (toward the leaves)",
+        "Paths from the loss to here"]
+
+
+def test_compare_two_calls_on_the_graph(view):
+    a, b = residual_mlp_call(3), replace(residual_mlp_call(5), id="c1", index=1)
+    view.set_peer_calls([a, b])
+    view.set_call(b, sync=True)
+    diff = view.show_diff(a)
+    assert not diff.same_structure
+    marked = {v for v, i in view.node_items.items() if i.highlighted}
+    assert marked == {f"{k}{i}" for i in (3, 4) for k in ("add", "relu", "mm", "b", "t", "w")}
+    assert view.related_note() == "since #0: 12 nodes added, 15 edges added, 1 edge removed"
+    compare = next(a for a in view.context_menu(QPoint(2, 2)).actions() if a.text() == "Compare with call")
+    assert [x.text() for x in compare.menu().actions()] == [a.title]
+    view.show_diff(replace(residual_mlp_call(5), id="c2", index=2))
+    assert view.related_note() == "same structure as #2 (verified node by node)"
+    assert not any(i.highlighted for i in view.node_items.values())
+
+
+def test_fold_depth_expand_all_and_breadcrumbs(view):
+    from tests.fixtures_graphs import transformer_call
+
+    view.set_call(transformer_call(12), sync=True)
+    view.set_fold_depth(2)
+    assert view.collapsed() == frozenset(f"transformer.h.{i}" for i in range(12))
+    assert view.node_items["group:transformer.h.3"].box.label == "transformer.h.3\n44 nodes"
+    view.toggle_group("transformer.h.3", sync=True)
+    assert "transformer.h.3" not in view.collapsed() and "transformer.h.4" in view.collapsed()
+    view.ensure_visible("p_transformer.h.3.mlp.c_fc.weight")
+    assert view.crumbs.isVisible()
+    assert view.crumbs.text().count("\u203a") == 5  # graph › transformer › h × 12 › 3 › mlp › c_fc
+    assert ">h \u00d7 12<" in view.crumbs.text() and ">c_fc<" in view.crumbs.text()
+    view.crumbs.linkActivated.emit("transformer.h.3")  # frames that block
+    frame = view.mapFromScene(view.group_items["transformer.h.3"].sceneBoundingRect()).boundingRect()
+    assert view.viewport().rect().contains(frame)
+    view.expand_all()
+    assert view.collapsed() == frozenset() and len(view.node_items) == 542
+    view.collapse_all()
+    assert view.collapsed() == frozenset({"transformer", "lm_head"})

@@ -21,6 +21,7 @@ from core.trace import CallInfo
 from widgets.graph_items import EdgeItem, GroupBoxItem, NodeItem, NodeStyle, SavedItem, color
 from widgets.graph_marks import MarkItems, MarksMixin
 from widgets.graph_nav import MAX_FIT, MAX_ZOOM, NavigationMixin  # noqa: F401 - public constants
+from widgets.graph_relations import RelationsMixin
 from core.step_state import box_states
 from widgets.graph_scene import LayoutRunner, apply_edge_texts, build_message, build_scene, legend_entries
 from widgets.graph_scene import overview_marks, search_index, toggled, tooltip
@@ -34,7 +35,7 @@ SMALL_SCENE = 1500  # scenes with fewer items always draw their own items
 EXPAND_ONE_LEVEL = 400  # expanding a group bigger than this keeps its subgroups collapsed
 
 
-class GraphView(NavigationMixin, MarksMixin, QGraphicsView):
+class GraphView(NavigationMixin, RelationsMixin, MarksMixin, QGraphicsView):
     """The autograd graph of one call, with zoom, search, selection, groups, step states and marks."""
 
     sig_scene_ready = Signal(str)
@@ -99,6 +100,7 @@ class GraphView(NavigationMixin, MarksMixin, QGraphicsView):
         self.overlays = Overlays(self)
         self.legend, self.minimap = self.overlays.legend, self.overlays.minimap
         self.minimap.sig_center_on.connect(self.centerOn)
+        self._init_relations()
         self.horizontalScrollBar().valueChanged.connect(self._update_minimap)
         self.verticalScrollBar().valueChanged.connect(self._update_minimap)
 
@@ -106,6 +108,7 @@ class GraphView(NavigationMixin, MarksMixin, QGraphicsView):
     def set_call(self, call: CallInfo | None, *, sync: bool = False, collapsed: frozenset[str] | None = None) -> None:
         """Show ``call``; big graphs open with module groups collapsed unless ``collapsed`` is given."""
         self._call = call
+        self._related = None
         self._selected, self._matches, self._match_index = None, [], -1
         self._states, self._edge_texts, self._search_index = {}, {}, None
         self._fit_next = True
@@ -235,7 +238,10 @@ class GraphView(NavigationMixin, MarksMixin, QGraphicsView):
         if self._show_shapes or self._edge_texts:
             self._apply_edge_texts()
         self._apply_states()
-        if self._matches:
+        self._accented = []
+        if self._related is not None:
+            self._apply_related()
+        elif self._matches:
             self._apply_matches()
         self._legend_entries(styles)
         self.minimap.set_overview(self.overview, scene.sceneRect(), t)
@@ -404,6 +410,7 @@ class GraphView(NavigationMixin, MarksMixin, QGraphicsView):
 
     def _update_minimap(self, *_args) -> None:
         self.overlays.update(self._layout is not None)
+        self._update_crumbs()
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
