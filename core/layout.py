@@ -161,7 +161,7 @@ def build_visible(call: CallInfo, collapsed: frozenset[str], show_saved: bool) -
     label: dict[str, str] = {}
     coll: dict[str, int] = {}
     ids: list[str] = []
-    per_module: dict[str | None, tuple[str | None, str | None]] = {}  # module -> (collapsed group, container)
+    per_module: dict[str | None, tuple] = {}  # module -> (collapsed group, container, its box id)
     for n in call.nodes:
         mod = info.module[n.id]
         hit = per_module.get(mod)
@@ -171,9 +171,9 @@ def build_visible(call: CallInfo, collapsed: frozenset[str], show_saved: bool) -
             if outer is not None:
                 groups = groups[: groups.index(outer)]
             drawn = [g for g in groups if info.is_drawn(g)]
-            hit = per_module[mod] = (outer, drawn[-1] if drawn else None)
+            hit = per_module[mod] = (outer, drawn[-1] if drawn else None, None if outer is None else "group:" + outer)
         outer = hit[0]
-        vid = n.id if outer is None else "group:" + outer
+        vid = hit[2] or n.id
         members[n.id] = vid
         if outer is not None and vid in kind:
             continue
@@ -209,7 +209,7 @@ def build_visible(call: CallInfo, collapsed: frozenset[str], show_saved: bool) -
         while c is not None and c not in used:
             used.add(c)
             c = info.drawn_parent(c)
-    groups = sorted(used, key=lambda g: (g.count("."), g))
+    groups = sorted(used, key=lambda g: (len(info.ancestors[g]), g))  # parents first
     saved = _saved_boxes(call, kind) if show_saved else {}
     size = {v: text_size(label[v], kind[v]) for v in ids}
     return Visible(ids, kind, label, size, container, edges, members, groups, coll, saved)

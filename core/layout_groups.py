@@ -15,6 +15,8 @@ from core.trace import CallInfo, paused_gc  # noqa: F401 (paused_gc is re-export
 
 log = logging.getLogger(__name__)
 
+CHUNK = 64  # a stack of more than twice this many modules opens as runs of this many
+
 
 class GroupInfo:
     """Module groups of a call: paths, nesting, node counts; which are drawn is found lazily.
@@ -52,6 +54,10 @@ class GroupInfo:
         self.count: dict[str, int] = {g: len(m) for g, m in self._members.items()}
         self.module_count: dict[str | None, int] = {m: len(idx) for m, idx in by_module.items()}
         self.repeat: dict[str, int] = _repeats(nodes, self)
+        self.chunk_of: dict[str, str] = {}  # a chunk of a long stack -> the stack
+        for g, n in list(self.repeat.items()):
+            if n > 2 * CHUNK:
+                self._chunk(g)
         self._drawn: dict[str, bool] = {}
         self._graph = None
         self._budget = 400_000
@@ -59,8 +65,34 @@ class GroupInfo:
     def node_groups(self, node_id: str) -> tuple[str, ...]:
         return self.ancestors[self.module[node_id]]
 
+    def _chunk(self, g: str) -> None:
+        """Split the stack ``g`` (say 8,333 blocks) into runs of ``CHUNK`` (``g.0–63`` …), each a
+        group of its own: opening the stack then draws 131 boxes, not 8,333."""
+        kids = sorted(self.children[g], key=lambda k: int(k[len(g) + 1 :]))
+        depth = len(self.ancestors[g])
+        chunk_of: dict[str, str] = {}
+        chunks = []
+        k = -(-len(kids) // CHUNK)  # runs of even length, none longer than CHUNK
+        bounds = [round(i * len(kids) / k) for i in range(k + 1)]
+        for a, b in zip(bounds, bounds[1:]):
+            part = kids[a:b]
+            c = f"{g}.{a}\u2013{b - 1}"
+            chunks.append(c)
+            self.children[c] = part
+            self.ancestors[c] = self.ancestors[g] + (c,)
+            self._members[c] = [i for k in part for i in self._members[k]]
+            self.count[c] = len(self._members[c])
+            self.repeat[c] = len(part)
+            self.chunk_of[c] = g
+            chunk_of.update((k, c) for k in part)
+        self.children[g] = chunks
+        for path, chain in list(self.ancestors.items()):
+            if len(chain) > depth and chain[depth] in chunk_of:
+                self.ancestors[path] = chain[:depth] + (chunk_of[chain[depth]],) + chain[depth:]
+
     def title(self, g: str, parent: str | None = None) -> str:
         """``g`` relative to ``parent``, with "× N" for a stack of identical modules."""
+        parent = self.chunk_of.get(parent, parent)
         text = g if parent is None or not g.startswith(parent + ".") else g[len(parent) + 1 :]
         n = self.repeat.get(g)
         return f"{text} \u00d7 {n}" if n else text

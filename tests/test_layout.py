@@ -187,7 +187,10 @@ def test_default_collapsed_opens_whole_levels():
     c = residual_mlp_call(833)
     coll = default_collapsed(c)
     assert coll == frozenset(f"layers.{i}" for i in range(833))  # 835 boxes fit in 2,000
-    assert default_collapsed(c, threshold=500) == frozenset({"layers"})
+    chunks = group_info(c).children["layers"]  # 833 blocks open as 14 runs of 59 or 60
+    assert len(chunks) == 14 and chunks[0] == "layers.0\u201359" and chunks[-1] == "layers.774\u2013832"
+    assert default_collapsed(c, threshold=500) == frozenset(chunks)
+    assert default_collapsed(c, threshold=10) == frozenset({"layers"})
     lay = layout_call(c, collapsed=coll)
     assert len(lay.nodes) == 835
     assert overlaps(node_boxes(lay)) == []
@@ -314,7 +317,12 @@ def test_transformer_stacks_its_blocks_and_folds_at_any_depth():
 
 def test_800_block_example_opens_as_one_stack_and_fits():
     c = residual_mlp_call(800, "blocks")
-    assert group_info(c).repeat == {"blocks": 800}
+    info = group_info(c)
+    assert info.repeat["blocks"] == 800 and len(info.children["blocks"]) == 13  # runs of 61 or 62 blocks
+    assert sum(info.repeat[k] for k in info.children["blocks"]) == 800
+    assert info.title("blocks.62\u2013122", "blocks") == "62\u2013122 \u00d7 61"
+    assert info.title("blocks.100", "blocks.62\u2013122") == "100"
+    assert info.node_groups("mm100") == ("blocks", "blocks.62\u2013122", "blocks.100", "blocks.100.fc")
     coll, lay = opening_layout(c, (900, 600))
     assert coll == frozenset({"blocks"})
     assert sorted(b.label for b in lay.nodes.values()) == ["MeanBackward0\nloss", "PowBackward0",
