@@ -498,20 +498,25 @@ def opening_layout(
         return frozenset(), layout_call(call, show_saved=show_saved, engine=engine, direction=direction)
     info = group_info(call)
     w, h = area
+    # A level with more boxes than the area holds (a box and the gap around it take at least
+    # 4 x 64 x 31 px at scale 1) cannot fit: no need to lay it out.
+    room = max(8, int(w * h / (4 * MIN_W * (LINE_H + 2 * PAD_Y) * scale * scale)))
     best: tuple[frozenset[str], Layout] | None = None
-    previous = None
-    for depth in range(64):
-        coll = info.fold_to_depth(depth)
-        if coll == previous:
+    level = frozenset(info.drawn_children(None))
+    while True:
+        boxes = len(call.nodes) - sum(info.count[g] for g in level) + len(level)
+        if best is not None and boxes > min(MAX_OPEN_BOXES, room):
             break
-        previous = coll
-        boxes = len(call.nodes) - sum(info.count[g] for g in coll) + len(coll)
-        if best is not None and boxes > MAX_OPEN_BOXES:
-            break
-        lay = layout_call(call, collapsed=coll, show_saved=show_saved, engine=engine, direction=direction)
+        lay = layout_call(call, collapsed=level, show_saved=show_saved, engine=engine, direction=direction)
         fits = lay.width * scale <= w and lay.height * scale <= h
         if best is None or fits:
-            best = (coll, lay)
-        if not fits or not coll:
+            best = (level, lay)
+        if not fits or not level:
             break
+        # Opening a group shows at least its own nodes and one box per child: a cheap bound
+        # that spares checking thousands of subgroups when the next level is too big anyway.
+        bound = boxes + sum(info.module_count.get(g, 0) + len(info.children.get(g, ())) - 1 for g in level)
+        if bound > min(MAX_OPEN_BOXES, room):
+            break
+        level = frozenset(c for g in level for c in info.drawn_children(g))
     return best
