@@ -97,6 +97,17 @@ class GroupInfo:
         n = self.repeat.get(g)
         return f"{text} \u00d7 {n}" if n else text
 
+    def boundary(self, g: str) -> tuple[int, int]:
+        """(inputs, outputs) of module ``g`` in the forward sense: nodes outside it that its nodes
+        read from (their next functions) and nodes outside it that read its results."""
+        call = self._call()
+        nodes = call.nodes
+        inside = {nodes[i].id for i in self._members.get(g, ())}
+        ins = {e.node for i in self._members.get(g, ()) for e in nodes[i].next if e is not None and e.node not in inside}
+        users = call.consumers()
+        outs = {u for nid in inside for u in users.get(nid, ()) if u not in inside}
+        return len(ins), len(outs)
+
     def depth(self, g: str) -> int:
         """Nesting depth among drawn groups: 0 for a top-level group."""
         d, p = 0, self.drawn_parent(g)

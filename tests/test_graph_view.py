@@ -413,3 +413,14 @@ def test_fold_depth_expand_all_and_breadcrumbs(view):
     assert view.collapsed() == frozenset() and len(view.node_items) == 542
     view.collapse_all()
     assert view.collapsed() == frozenset({"transformer", "lm_head"})
+
+
+def test_folded_module_tooltip_says_what_goes_in_and_out():
+    from tests.fixtures_graphs import transformer_call
+    from widgets.graph_scene import tooltip
+
+    c = transformer_call(12)
+    assert tooltip(c, "group:transformer.h") == (
+        "module transformer.h (collapsed)\n528 nodes\n12 identical blocks\n"
+        "reads 1 node from outside, read by 1\ndouble-click to expand")
+    assert "reads 0 nodes from outside, read by 2" in tooltip(c, "group:transformer.wte")  # tied to lm_head

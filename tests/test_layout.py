@@ -333,3 +333,30 @@ def test_800_block_example_opens_as_one_stack_and_fits():
     coll, lay = opening_layout(transformer_call(12), (2000, 1400))
     assert coll == frozenset({"transformer.wte", "transformer.wpe", "transformer.h", "transformer.ln_f"})
     assert lay.width * 0.9 <= 2000 and lay.height * 0.9 <= 1400
+
+
+def test_left_to_right_and_forward_directions():
+    c = mlp_call()
+    tb = layout_call(c)
+    lr = layout_call(c, direction="LR")
+    fw = layout_call(c, direction="forward")
+    assert (lr.direction, fw.direction) == ("LR", "forward")
+    # LR: the loss is the leftmost box and every edge runs left to right; boxes keep their sizes.
+    root = lr.nodes["n0"]
+    assert all(root.x < b.x for v, b in lr.nodes.items() if v != "n0")
+    assert all(e.points[0][0] < e.points[-1][0] for e in lr.edges)
+    assert {v: (b.w, b.h) for v, b in lr.nodes.items()} == {v: (b.w, b.h) for v, b in tb.nodes.items()}
+    assert lr.width > lr.height and tb.height > tb.width
+    # forward: leaves on top, the loss at the bottom, and each edge's points end at its consumer.
+    assert all(fw.nodes["n0"].y > b.y for v, b in fw.nodes.items() if v != "n0")
+    for e in fw.edges:
+        src, dst = fw.nodes[e.src], fw.nodes[e.dst]
+        assert e.points[-1][1] == pytest.approx(src.y, abs=1) and e.points[0][1] == pytest.approx(dst.y + dst.h, abs=1)
+    for lay in (lr, fw):
+        assert overlaps(node_boxes(lay)) == []
+        for g in lay.groups:  # frames still hold their nodes
+            for v, b in lay.nodes.items():
+                if group_info(c).module.get(v) == g.path:
+                    assert g.x <= b.x and b.x + b.w <= g.x + g.w and g.y <= b.y and b.y + b.h <= g.y + g.h
+    with pytest.raises(ValueError, match="unknown direction"):
+        layout_call(c, direction="RL")

@@ -147,7 +147,13 @@ def tooltip(call: CallInfo, box_id: str) -> str:
     if box_id.startswith("group:"):
         path = box_id[6:]
         count = group_info(call).count.get(path, 0)
-        return f"module {path} (collapsed)\n{count:,} nodes\ndouble-click to expand"
+        info = group_info(call)
+        ins, outs = info.boundary(path)
+        lines = [f"module {path} (collapsed)", f"{count:,} nodes"]
+        if path in info.repeat:
+            lines.append(f"{info.repeat[path]} identical blocks")
+        lines.append(f"reads {ins} node{'s' if ins != 1 else ''} from outside, read by {outs}")
+        return "\n".join(lines + ["double-click to expand"])
     n = call.node(box_id)
     lines = [n.name, f"kind: {KIND_NAMES.get(n.kind, n.kind)}"]
     t = call.tensor(n.variable or n.tensor)
