@@ -349,3 +349,24 @@ def test_dialog_exports_the_window_state_and_reports_errors(qtbot, tmp_path, mon
     (tmp_path / "file").write_text("")
     bad.path.setText(str(tmp_path / "file" / "x.png"))  # a file where a folder should be
     assert bad.export() == [] and len(errors) == 1 and "x.png" in errors[0]
+
+
+def test_dialog_exports_a_slide_in_forward_order_with_the_window_state(qtbot, tmp_path):
+    from app import export_dialog
+
+    w = _stub_window(qtbot)
+    w.graph.set_collapsed({"fc1"}, sync=True)
+    w.graph.set_node_states({"n0": "executed", "n1": "current"})
+    dialog = export_dialog.ExportDialog(w)
+    qtbot.addWidget(dialog)
+    dialog.path.setText(str(tmp_path / "slide.svg"))
+    dialog._path_edited(dialog.path.text())
+    dialog.direction.setCurrentIndex(dialog.direction.findData("forward"))
+    dialog.page.setCurrentIndex(dialog.page.findData("4:3"))
+    assert dialog.options()["direction"] == "forward" and dialog.options()["page"] == "4:3"
+    [path] = dialog.export()
+    pos = {t: y for t, _, y in svg_texts(path)}
+    assert {"fc1", "running now", "arrows: forward order, from the inputs to the loss"} <= set(pos)
+    assert pos["fc1"] < pos["MseLossBackward0"]  # the folded input module above the loss
+    assert ET.parse(path).getroot().get("viewBox") == "0 0 720 540"
+    assert w.graph.graph_layout().direction == "TB"  # the window's own view is left as it was
