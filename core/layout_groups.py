@@ -197,8 +197,8 @@ class GroupInfo:
 
 
 def _repeats(nodes, info: GroupInfo) -> dict[str, int]:
-    """Groups whose children are ``0 … N-1`` (a ModuleList, a Sequential of blocks) all built of
-    the same ops: drawn as one "× N" stack that opens to its members."""
+    """Groups whose children are ``0 … N-1`` (a ModuleList, a Sequential of blocks) built of the
+    same ops (all but perhaps the first): drawn as one "× N" stack that opens to its members."""
     candidates = {}
     for g, kids in info.children.items():
         if g is None or len(kids) < 2 or info.module_count.get(g):
@@ -216,8 +216,11 @@ def _repeats(nodes, info: GroupInfo) -> dict[str, int]:
                 sig[a].append((mod[len(a) :], n.name))
     out = {}
     for g, kids in candidates.items():
-        first = sorted(sig[kids[0]])
-        if all(len(sig[k]) == len(first) and sorted(sig[k]) == first for k in kids[1:]):
+        kids = sorted(kids, key=lambda k: int(k[len(g) + 1 :]))
+        # The first block may differ: its input often needs no grad, so some ops are missing.
+        rest = kids[1:] if len(kids) > 2 else kids
+        last = sorted(sig[rest[-1]])
+        if all(len(sig[k]) == len(last) and sorted(sig[k]) == last for k in rest[:-1]):
             out[g] = len(kids)
     return out
 
@@ -231,17 +234,20 @@ def _owners(call: CallInfo, paths: set[str]) -> dict[str, str]:
     out = {}
     for t in call.tensors:
         if t.is_leaf and t.name and "." in t.name:
-            owner = t.name.rsplit(".", 1)[0]
-            if owner in paths:
+            owner = _owner_of(t.name, paths)
+            if owner is not None:
                 out[t.id] = owner
     return out
 
 
 def _owner_of(name: str | None, paths: set[str]) -> str | None:
-    if not name or "." not in name:
-        return None
-    owner = name.rsplit(".", 1)[0]
-    return owner if owner in paths else None
+    """The nearest module on the name's path that made nodes: ``attn.out_proj.weight`` belongs
+    to ``attn`` when ``out_proj`` never ran its own forward (nn.MultiheadAttention)."""
+    while name and "." in name:
+        name = name.rsplit(".", 1)[0]
+        if name in paths:
+            return name
+    return None
 
 
 def _depths(succ: list[list[int]]) -> list[int]:

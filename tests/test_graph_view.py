@@ -421,6 +421,6 @@ def test_folded_module_tooltip_says_what_goes_in_and_out():
 
     c = transformer_call(12)
     assert tooltip(c, "group:transformer.h") == (
-        "module transformer.h (collapsed)\n528 nodes\n12 identical blocks\n"
+        "module transformer.h (collapsed)\n528 nodes\n12 blocks built of the same ops\n"
         "reads 1 node from outside, read by 1\ndouble-click to expand")
     assert "reads 0 nodes from outside, read by 2" in tooltip(c, "group:transformer.wte")  # tied to lm_head

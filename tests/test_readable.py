@@ -106,3 +106,69 @@ def test_screenshot_of_the_graph_region_alone(tmp_path):
     assert 300 < image.width() < 1200 and 300 < image.height() < 800  # the view, not the window
     colours = {image.pixel(x, y) for x in range(0, image.width(), 9) for y in range(0, image.height(), 9)}
     assert len(colours) > 20  # nodes, edges and the legend drawn
+
+
+MODELS = '''
+import torch
+from torch import nn
+
+
+class Basic(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.downsample = None
+        if stride != 1 or cin != cout:
+            self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        out = torch.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return torch.relu(out + (x if self.downsample is None else self.downsample(x)))
+
+
+class ResNet18(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, 1, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(8)
+        widths, cin = (8, 16, 32, 64), 8
+        for i, w in enumerate(widths):
+            setattr(self, f"layer{i + 1}", nn.Sequential(Basic(cin, w, 1 if i == 0 else 2), Basic(w, w, 1)))
+            cin = w
+        self.fc = nn.Linear(64, 10)
+
+    def forward(self, x):
+        x = torch.relu(self.bn1(self.conv1(x)))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(x.mean((2, 3)))
+
+
+resnet = ResNet18()
+loss = nn.functional.cross_entropy(resnet(torch.randn(2, 3, 16, 16)), torch.tensor([1, 2]))
+loss.backward()
+
+bert = nn.TransformerEncoder(nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True), 12,
+                             enable_nested_tensor=False)
+loss = bert(torch.randn(2, 5, 32)).pow(2).mean()
+loss.backward()
+'''
+
+
+def test_resnet18_and_bert_sized_models_open_readable(view, tmp_path):
+    pytest.importorskip("torch")
+    from core.capture import capture_script
+    from core.layout import group_info
+
+    script = tmp_path / "models.py"
+    script.write_text(MODELS)
+    resnet, bert = capture_script(str(script), mode="script").calls[:2]
+    assert group_info(bert).repeat == {"bert.layers": 12}  # layer 0 lacks the ops on its input: still stacked
+    assert group_info(resnet).repeat.get("layer1") == 2  # two identical BasicBlocks
+    for call in (resnet, bert):
+        assert len(call.nodes) > 100
+        view.set_call(call, sync=True)
+        assert view.smallest_text_px() >= 9, (len(call.nodes), view.zoom_percent(), sorted(view.collapsed()))

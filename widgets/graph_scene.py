@@ -151,7 +151,7 @@ def tooltip(call: CallInfo, box_id: str) -> str:
         ins, outs = info.boundary(path)
         lines = [f"module {path} (collapsed)", f"{count:,} nodes"]
         if path in info.repeat:
-            lines.append(f"{info.repeat[path]} identical blocks")
+            lines.append(f"{info.repeat[path]} blocks built of the same ops")
         lines.append(f"reads {ins} node{'s' if ins != 1 else ''} from outside, read by {outs}")
         return "\n".join(lines + ["double-click to expand"])
     n = call.node(box_id)
