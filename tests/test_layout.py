@@ -10,7 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from core.layout import default_collapsed, group_info, layout_call, node_label, opening_layout
+from core.layout import default_collapsed, group_info, layout_call, node_label
+from core.layout_open import opening_layout
 from core.layout_dot import dot_available
 from core.layout_layered import layered
 from tests.conftest import ROOT

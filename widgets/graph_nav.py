@@ -12,7 +12,8 @@ from PySide6.QtCore import QPointF, QRectF
 from PySide6.QtWidgets import QGraphicsView
 from PySide6.QtGui import QTransform
 
-from core.layout import READABLE_SCALE, Layout, group_info
+from core.layout import Layout, group_info
+from core.layout_open import READABLE_SCALE
 
 MAX_FIT = 1.5
 MAX_ZOOM = 4.0

@@ -14,7 +14,8 @@ from PySide6.QtGui import QFontMetricsF
 from PySide6.QtWidgets import QGraphicsScene, QGraphicsSimpleTextItem
 
 from core.anatomy import stale_tip
-from core.layout import Layout, default_collapsed, format_shape, group_info, layout_call, node_label, opening_layout
+from core.layout import Layout, default_collapsed, format_shape, group_info, layout_call, node_label
+from core.layout_open import opening_layout
 from core.layout import paused_gc
 from core.trace import CallInfo
 from widgets.graph_items import EdgeItem, GroupBoxItem, NodeItem, NodeStyle, SavedItem, color, font
