@@ -424,3 +424,25 @@ def test_folded_module_tooltip_says_what_goes_in_and_out():
         "module transformer.h (collapsed)\n528 nodes\n12 blocks built of the same ops\n"
         "reads 1 node from outside, read by 1\ndouble-click to expand")
     assert "reads 0 nodes from outside, read by 2" in tooltip(c, "group:transformer.wte")  # tied to lm_head
+
+
+def test_zoomed_out_nodes_keep_a_readable_summary(view):
+    view.set_call(mlp_call(), sync=True, collapsed=frozenset())
+    view.set_zoom(35)  # 11 px labels would be under 4 px: each box shows its op name at 6 px
+    image = view.viewport().grab().toImage()
+    item = view.node_items["n1"]  # AddmmBackward0 / out
+    box = view.mapFromScene(item.sceneBoundingRect()).boundingRect().adjusted(4, 4, -4, -4)
+    text = color(view.theme().text)
+    dark = sum(1 for x in range(box.left(), box.right()) for y in range(box.top(), box.bottom())
+               if QColor(image.pixel(x, y)).lightness() < (text.lightness() + 255) // 2)
+    assert dark >= 15, dark  # glyphs, not an empty box
+
+
+def test_ensure_visible_opens_folds_without_selecting(view):
+    c = residual_mlp_call(800, "blocks")
+    view.set_call(c, sync=True)
+    assert view.ensure_visible("relu700", sync=True)
+    item = view.node_items["relu700"]
+    assert view.selected_node() is None and not item.selected
+    assert view.viewport().rect().contains(view.mapFromScene(item.sceneBoundingRect()).boundingRect())
+    assert not view.ensure_visible("no-such-node")
