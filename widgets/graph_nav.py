@@ -38,6 +38,7 @@ class NavigationMixin:
             return
         root = self._call.roots[0] if self._call.roots else None
         box = layout.nodes.get(layout.members.get(root, "")) if root else None
+        area = self._area(minimap=True)  # part of the graph is out of sight: the minimap shows
         if box is None:
             self._center_in(r.center(), area)
             return
@@ -45,18 +46,22 @@ class NavigationMixin:
         top = min(box.y, r.top() + 4) - 12
         self._center_in(QPointF(x, top + area.height() / 2 / s), area)
 
-    def _area(self) -> QRectF:
-        """The part of the viewport not covered by the legend (bottom left), in viewport pixels.
-
-        Of the strip right of the legend and the band above it, the larger one."""
+    def _area(self, minimap: bool = False) -> QRectF:
+        """The part of the viewport not covered by the legend (bottom left) and, with ``minimap``,
+        the minimap (bottom right), in viewport pixels: of the strip between them and the band
+        above them, the larger one."""
         vp = QRectF(self.viewport().rect())
-        leg = self.legend
-        if leg.isHidden() or not leg.entries():
+        leg, mm = self.legend, self.minimap
+        lw = lh = mw = mh = 0.0
+        if not leg.isHidden() and leg.entries():
+            lw, lh = leg.width() + 16, leg.height() + 16
+        if minimap and mm.has_overview():
+            mw, mh = mm.width() + 16, mm.height() + 16
+        if not (lw or mw):
             return vp
-        lw, lh = leg.width() + 16, leg.height() + 16
-        right = QRectF(vp.left() + lw, vp.top(), max(1.0, vp.width() - lw), vp.height())
-        above = QRectF(vp.left(), vp.top(), vp.width(), max(1.0, vp.height() - lh))
-        return right if right.width() * right.height() >= above.width() * above.height() else above
+        middle = QRectF(vp.left() + lw, vp.top(), max(1.0, vp.width() - lw - mw), vp.height())
+        above = QRectF(vp.left(), vp.top(), vp.width(), max(1.0, vp.height() - max(lh, mh)))
+        return middle if middle.width() * middle.height() >= above.width() * above.height() else above
 
     def _center_in(self, point: QPointF, area: QRectF) -> None:
         """Scroll so that scene ``point`` shows at the centre of ``area`` (viewport pixels)."""

@@ -109,6 +109,10 @@ class Minimap(QWidget):
         self._theme: Theme | None = None
         self.hide()
 
+    def has_overview(self) -> bool:
+        """True when there is a graph to show (the minimap appears once part of it is out of sight)."""
+        return self._overview is not None and not self._scene_rect.isEmpty()
+
     def set_overview(self, overview: OverviewItem | None, scene_rect: QRectF, theme: Theme) -> None:
         self._overview = overview
         self._scene_rect = QRectF(scene_rect)
