@@ -185,7 +185,8 @@ def build_visible(call: CallInfo, collapsed: frozenset[str], show_saved: bool) -
         else:
             kind[vid] = "group"
             coll[outer] = info.count[outer]
-            label[vid] = f"{info.title(outer)}\n{info.count[outer]:,} nodes"
+            cls = info.class_of(outer)
+            label[vid] = f"{info.title(outer)}\n{cls + ' · ' if cls else ''}{info.count[outer]:,} nodes"
     edges: list[tuple[str, str, int, int, int]] = []
     merged: dict[tuple[str, str], int] = {}
     for n in call.nodes:
@@ -373,6 +374,8 @@ def _compound(call: CallInfo, vis: Visible, lr: bool = False, top: float = GROUP
         if c is not None:
             parent = info.drawn_parent(c)
             text = info.title(c, parent)
+            if info.class_of(c):
+                text += f" \u00b7 {info.class_of(c)}"
             tw = len(text) * CHAR_W + 2 * GROUP_PAD
             if lr:  # layout space is the drawing transposed: the title band is on the left here
                 bw, bh = res.width + GROUP_LABEL + GROUP_BOTTOM, max(res.height + 2 * GROUP_PAD, tw)

@@ -54,6 +54,7 @@ class GroupInfo:
         self.count: dict[str, int] = {g: len(m) for g, m in self._members.items()}
         self.module_count: dict[str | None, int] = {m: len(idx) for m, idx in by_module.items()}
         self.repeat: dict[str, int] = _repeats(nodes, self)
+        self._classes: dict[str, str] = dict((call.options or {}).get("module_classes") or {})
         self.chunk_of: dict[str, str] = {}  # a chunk of a long stack -> the stack
         for g, n in list(self.repeat.items()):
             if n > 2 * CHUNK:
@@ -107,6 +108,17 @@ class GroupInfo:
         users = call.consumers()
         outs = {u for nid in inside for u in users.get(nid, ()) if u not in inside}
         return len(ins), len(outs)
+
+    def class_of(self, g: str) -> str | None:
+        """The module's class name when the capture recorded it; a stack's (or a run's) is its
+        blocks' class."""
+        if g in self.repeat:
+            kids = self.children.get(g) or [g]
+            first = kids[0]
+            while first in self.chunk_of:
+                first = self.children[first][0]
+            return self._classes.get(first)
+        return self._classes.get(g)
 
     def depth(self, g: str) -> int:
         """Nesting depth among drawn groups: 0 for a top-level group."""

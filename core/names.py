@@ -28,6 +28,7 @@ class NameTable:
         self._tensors: list[tuple[str, torch.Tensor]] = []
         self._bound = 0
         self.module_paths: dict[int, str] = {}
+        self.module_classes: dict[str, str] = {}  # module path -> class name (folded boxes show it)
         self._user_files: dict[str, bool] = {}
 
     # -- which frames are the user's ------------------------------------------------------
@@ -129,6 +130,7 @@ class NameTable:
 
     def _add_module_names(self, modules, names, tensors) -> None:
         paths: dict[int, str] = {}
+        classes: dict[str, str] = {}
         single = len(modules) == 1
         for var, module in modules:
             has_children = any(True for _ in module.children())
@@ -138,6 +140,7 @@ class NameTable:
                     continue  # the script's one model: its own forward is the top level, not a group
                 full = (prefix + path).rstrip(".") if path else var
                 paths.setdefault(id(sub), full)
+                classes.setdefault(full, type(sub).__name__)
             for pname, p in module.named_parameters():
                 key = p._cdata
                 if key not in names:
@@ -149,6 +152,7 @@ class NameTable:
                     names[key] = prefix + bname
                     tensors.append((prefix + bname, b))
         self.module_paths = paths
+        self.module_classes = classes
 
     def graph_roots(self, frames: list[FrameType]) -> list:
         """grad_fn nodes of every tensor the script can reach by name (lists included), without

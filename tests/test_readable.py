@@ -168,7 +168,14 @@ def test_resnet18_and_bert_sized_models_open_readable(view, tmp_path):
     resnet, bert = capture_script(str(script), mode="script").calls[:2]
     assert group_info(bert).repeat == {"bert.layers": 12}  # layer 0 lacks the ops on its input: still stacked
     assert group_info(resnet).repeat.get("layer1") == 2  # two identical BasicBlocks
+    classes = bert.options["module_classes"]
+    assert classes["bert"] == "TransformerEncoder" and classes["bert.layers.3.self_attn"] == "MultiheadAttention"
+    assert group_info(bert).class_of("bert.layers") == "TransformerEncoderLayer"  # the stack: its blocks' class
+    assert resnet.options["module_classes"]["layer2.0.downsample"] == "Sequential"
     for call in (resnet, bert):
         assert len(call.nodes) > 100
         view.set_call(call, sync=True)
         assert view.smallest_text_px() >= 9, (len(call.nodes), view.zoom_percent(), sorted(view.collapsed()))
+    assert view.node_items["group:bert.layers"].box.label == (
+        f"bert.layers \u00d7 12\nTransformerEncoderLayer \u00b7 {group_info(bert).count['bert.layers']} nodes")
+    assert view.group_items["bert"].group.label == "bert \u00b7 TransformerEncoder"
