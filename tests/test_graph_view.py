@@ -406,6 +406,8 @@ def test_fold_depth_expand_all_and_breadcrumbs(view):
     assert view.crumbs.isVisible()
     assert view.crumbs.text().count("\u203a") == 5  # graph › transformer › h × 12 › 3 › mlp › c_fc
     assert ">h \u00d7 12<" in view.crumbs.text() and ">c_fc<" in view.crumbs.text()
+    menu = view.context_menu(centre_of(view, "p_transformer.h.3.mlp.c_fc.weight"))
+    assert "Collapse transformer.h.3.mlp.c_fc" in [a.text() for a in menu.actions()]
     view.crumbs.linkActivated.emit("transformer.h.3")  # frames that block
     frame = view.mapFromScene(view.group_items["transformer.h.3"].sceneBoundingRect()).boundingRect()
     assert view.viewport().rect().contains(frame)

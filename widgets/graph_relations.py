@@ -194,7 +194,7 @@ class RelationsMixin:
 
     def context_menu(self, pos: QPoint) -> QMenu:
         """The menu for a right-click at ``pos`` (viewport coordinates)."""
-        from widgets.graph_items import NodeItem
+        from widgets.graph_items import GroupBoxItem, NodeItem
 
         menu = QMenu(self)
         item = self._item_at(pos, NodeItem)
@@ -206,6 +206,10 @@ class RelationsMixin:
             menu.addAction("Paths from the loss to here", lambda: self.show_related(node, "paths"))
         elif item is not None:
             menu.addAction("Expand this module", lambda: self.toggle_group(item.node_id[6:]))
+        if item is None or node is not None:
+            frame = self._item_at(pos, GroupBoxItem)
+            if frame is not None:
+                menu.addAction(f"Collapse {frame.path}", lambda: self.toggle_group(frame.path))
         peers = [c for c in self._peers if self._call is not None and c.id != self._call.id]
         if peers:
             sub = menu.addMenu("Compare with call")
