@@ -11,16 +11,18 @@ from dataclasses import asdict
 
 from app import export_cli
 from core.client import run_capture
+from core.programs import is_openable
 from core.step_state import short_values
 from core.summary import trace_summary
 
 
 def _trace(args) -> int:
     script = Path(args.script)
-    if not script.is_file():
+    if not (script.is_file() or (script.is_dir() and is_openable(script))):
         print(f"backprop-studio: {script}: no such file", file=sys.stderr)
         return 2
-    result = run_capture(str(script), device=args.device, mode=args.mode, timeout=args.timeout)
+    result = run_capture(str(script), device=args.device, mode=args.mode, timeout=args.timeout,
+                         load=load_options(args))
     trace = result.trace
     if args.json:
         trace.save(args.json)
@@ -36,7 +38,7 @@ def _trace(args) -> int:
 
 def _step(args) -> int:
     script = Path(args.script)
-    if not script.is_file():
+    if not (script.is_file() or (script.is_dir() and is_openable(script))):
         print(f"backprop-studio: {script}: no such file", file=sys.stderr)
         return 2
     steps: list[dict] = []
@@ -50,7 +52,7 @@ def _step(args) -> int:
             info[kind] = event
 
     result = run_capture(str(script), device=args.device, mode=args.mode, timeout=args.timeout,
-                         on_event=on_event, step={"call": args.call, "mode": "all"})
+                         on_event=on_event, step={"call": args.call, "mode": "all"}, load=load_options(args))
     trace = result.trace
     if "step_begin" not in info:
         reason = f"{trace.error.type}: {trace.error.message}" if trace.error else "the script made fewer calls"
@@ -92,6 +94,23 @@ def _step(args) -> int:
     return 1 if doc["error"] else 0
 
 
+def add_load_options(p: argparse.ArgumentParser) -> None:
+    """How to open notebooks and saved models (see README, "Notebooks and saved models")."""
+    p.add_argument("--weights", metavar="FILE", help="a state_dict or .safetensors file to load into the model "
+                   "the script defines")
+    p.add_argument("--input-shape", action="append", metavar="SHAPE",
+                   help="input shape for a TorchScript archive or pickled model, e.g. 2,4 or 2x8:int64; "
+                   "repeat once per input")
+    p.add_argument("--trust-pickle", action="store_true",
+                   help="allow a whole pickled model (torch.save(model)); loading it runs code from the file")
+
+
+def load_options(args) -> dict:
+    return {"weights": str(Path(args.weights).resolve()) if getattr(args, "weights", None) else None,
+            "input_shapes": ";".join(getattr(args, "input_shape", None) or []),
+            "trust_pickle": bool(getattr(args, "trust_pickle", False))}
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="backprop-studio", description="Backprop Studio headless commands")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -102,11 +121,13 @@ def main(argv: list[str]) -> int:
     p.add_argument("--mode", choices=("auto", "script", "model"), default="auto")
     p.add_argument("--timeout", type=float, default=600.0, help="time limit in seconds (default 600)")
     p.add_argument("--quiet", action="store_true", help="do not echo the script's output")
+    add_load_options(p)
     p = sub.add_parser("step", help="step through one backward call node by node and print every step")
     p.add_argument("script")
     p.add_argument("--call", type=int, default=0, help="which backward / grad call to step (default 0)")
     p.add_argument("--device", default="cpu", help="cpu, cuda:N or mps (default cpu)")
     p.add_argument("--json", metavar="OUT", help="write the steps as JSON")
+    add_load_options(p)
     p.add_argument("--mode", choices=("auto", "script", "model"), default="auto")
     p.add_argument("--timeout", type=float, default=600.0, help="time limit in seconds (default 600)")
     export_cli.add_parser(sub)

@@ -27,6 +27,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from core.names import NameTable
+from core.programs import ProgramError, load_program
 from core.snapshot import Snapshotter, label_nodes, number_nodes, values_of
 from core.trace import CallInfo, ErrorInfo, Trace, paused_gc
 
@@ -81,6 +82,7 @@ class Capture:
         on_event: Callable[[dict], None] | None = None,
         keep_first: int = KEEP_FIRST,
         call_hook: Callable[..., Any] | None = None,
+        load: dict | None = None,
     ):
         self.script = str(Path(script).resolve())
         self.device = device
@@ -88,6 +90,8 @@ class Capture:
         self.on_event = on_event or (lambda event: None)
         self.keep_first = keep_first
         self.call_hook = call_hook
+        self.load = load or {}  # how to open the file: weights, trust_pickle, input_shapes
+        self.program = None
         self.names = NameTable(self.script)
         self.calls: list[CallInfo] = []
         self.call_count = 0
@@ -356,11 +360,13 @@ class Capture:
         self.started = self.started or time.perf_counter()
         error = None
         try:
-            source = Path(self.script).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            err = ErrorInfo(type=type(exc).__name__, message=f"cannot read {self.script}: {exc}", kind="load",
-                            file=self.script)
+            self.program = program = load_program(self.script, self.load)
+        except ProgramError as exc:
+            err = ErrorInfo(type="OpenError", message=str(exc), kind="load", file=self.script, reason=exc.reason)
             return self._trace([], err, "")
+        source = program.source
+        for note in program.notes:
+            print(note, file=sys.stderr)
         try:
             code = compile(source, self.script, "exec")
         except SyntaxError as exc:
@@ -381,6 +387,8 @@ class Capture:
         try:
             try:
                 exec(code, self.namespace)
+                if program.after_exec is not None:
+                    program.after_exec(self.namespace)
                 if self.mode in ("auto", "model"):
                     self._run_model()
             except SystemExit as exc:
@@ -481,6 +489,10 @@ class Capture:
         return tensors, snap.finish_storages(tensors)
 
     def _trace(self, calls, error, source) -> Trace:
+        cells = self.program.cells if self.program is not None else []
+        if error is not None and cells:
+            error = replace(error, where=self.program.where(error.line),
+                            traceback=self.program.map_traceback(error.traceback, self.script))
         tensors, storages = ([], [])
         if self.namespace:
             self.names.refresh([])
@@ -498,6 +510,7 @@ class Capture:
             call_count=self.call_count,
             tensors=tensors,
             storages=storages,
+            cells=cells,
         )
 
 

@@ -243,7 +243,7 @@ class WorkerClient:
 
     # -- public --------------------------------------------------------------------------------
     def run(self, path: str, device: str = "cpu", mode: str = "auto", timeout: float = DEFAULT_TIMEOUT,
-            step: dict | None = None) -> int:
+            step: dict | None = None, load: dict | None = None) -> int:
         """Start running ``path``; returns the run id. A run in progress is cancelled first.
 
         ``step`` (``{"call": N, "mode": "interactive" | "all"}``) runs backward call N under the
@@ -260,7 +260,7 @@ class WorkerClient:
                          "worker": worker, "timeout": timeout, "done": False, "step": step}
             self._set_state("running")
         threading.Thread(target=self._launch, args=(worker, run_id, path, device, mode, timeout, step),
-                         name=f"run-{run_id}", daemon=True).start()
+                         kwargs={"load": load}, name=f"run-{run_id}", daemon=True).start()
         return run_id
 
     def control(self, cmd: str, **args) -> bool:
@@ -311,13 +311,14 @@ class WorkerClient:
         self.on_event({"type": "state", "state": state})
 
     def _launch(self, worker: WorkerProcess, run_id: int, path: str, device: str, mode: str, timeout: float,
-                step: dict | None = None):
+                step: dict | None = None, load: dict | None = None):
         worker.ready.wait(timeout=120)
         with self._lock:
             if self._run is None or self._run["id"] != run_id:
                 return
         if not worker.send({"cmd": "run", "run": run_id, "path": str(Path(path).resolve()), "device": device,
-                            "mode": mode, "step": step, "memory_rate": self.memory_rate}):
+                            "mode": mode, "step": step, "memory_rate": self.memory_rate,
+                            "load": load}):
             return  # the exit message reports the death
         if self.prestart:
             with self._lock:
@@ -411,7 +412,8 @@ class WorkerClient:
 
 
 def run_capture(path: str, device: str = "cpu", mode: str = "auto", timeout: float = DEFAULT_TIMEOUT,
-                on_event: Callable[[dict], None] | None = None, step: dict | None = None) -> RunResult:
+                on_event: Callable[[dict], None] | None = None, step: dict | None = None,
+                load: dict | None = None) -> RunResult:
     """Run one script in a fresh worker and wait for its result (the CLI and tests use this)."""
     done = threading.Event()
     box: dict = {}
@@ -425,7 +427,7 @@ def run_capture(path: str, device: str = "cpu", mode: str = "auto", timeout: flo
 
     client = WorkerClient(handle, prestart=False)
     try:
-        client.run(path, device=device, mode=mode, timeout=timeout, step=step)
+        client.run(path, device=device, mode=mode, timeout=timeout, step=step, load=load)
         done.wait()
         return box["result"]
     finally:

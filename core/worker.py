@@ -267,7 +267,8 @@ class Worker:
             self.running = True
             try:
                 apply_device(device)
-                capture = Capture(cmd["path"], device=device, mode=cmd.get("mode", "auto"), on_event=on_event)
+                capture = Capture(cmd["path"], device=device, mode=cmd.get("mode", "auto"), on_event=on_event,
+                                  load=cmd.get("load"))
                 if cmd.get("step"):
                     capture.call_hook = self._step_hook(capture, cmd["step"])
                 rate = float(cmd.get("memory_rate", DEFAULT_MEMORY_RATE))
@@ -330,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
             # The parent sends SIGUSR1 before killing a hung run: the dump names the line.
             faulthandler.register(signal.SIGUSR1, file=fault, all_threads=True, chain=False)
     _patch_exit(channel)
+    os.environ["BACKPROP_STUDIO_WORKER"] = "1"  # show() inside a traced script leaves the capture to us
     import torch
 
     channel.send({"type": "hello", "pid": os.getpid(), "torch": torch.__version__, "devices": list_devices(),
