@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import re
 import zipfile
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 EXPORT_SUFFIXES = (".pt2",)
@@ -201,11 +202,24 @@ def example_inputs(shapes: list[tuple[list[int], str]]):
     return out[0] if len(out) == 1 else tuple(out)
 
 
+@contextmanager
+def _modes_off():
+    """Pop the torch function modes around a load (the capture's tagging mode): the loader's own
+    modes (transformers' device mode) then work as they do outside a capture."""
+    from torch.overrides import _get_current_function_mode_stack, _pop_mode_temporarily
+
+    with ExitStack() as stack:
+        for _ in _get_current_function_mode_stack():
+            stack.enter_context(_pop_mode_temporarily())
+        yield
+
+
 def open_export(path: str):
     """A torch.export program as (module, example inputs made from its input specs)."""
     import torch
 
-    program = torch.export.load(path)
+    with _modes_off():
+        program = torch.export.load(path)
     shapes = []
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     for spec in program.graph_signature.input_specs:
@@ -305,7 +319,10 @@ def open_huggingface(folder: str):
     import torch
 
     config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
-    model = transformers.AutoModel.from_pretrained(folder, local_files_only=True)
+    # Loading runs outside the capture's op tagging: transformers builds modules under its own
+    # device mode, and the tagging mode stacked under it breaks in-place initialisation.
+    with _modes_off():
+        model = transformers.AutoModel.from_pretrained(folder, local_files_only=True)
     model.config.return_dict = False  # a tuple of tensors: the loss sums them
     gen = torch.Generator().manual_seed(SEED)
     if getattr(model, "main_input_name", "input_ids") == "pixel_values":
