@@ -110,7 +110,7 @@ def main(argv: list[str]) -> int:
                 status["code"] = 2
             elif window.last_error is not None:
                 e = window.last_error
-                where = f" at line {e.line}" if e.line else ""
+                where = f" at {e.where}" if e.where else (f" at line {e.line}" if e.line else "")
                 sys.stderr.write(f"backprop-studio: the script failed{where}: {e.type}: {e.message}\n")
                 status["code"] = 1
             else:

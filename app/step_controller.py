@@ -103,7 +103,8 @@ class StepController(QObject):
         w._last_saved = None
         device = w.device_box.currentData() or "cpu"
         self.run_id = self.handle.run(w.script_path, device=device, timeout=w.timeout,
-                                      step={"call": call.index, "mode": "interactive"})
+                                      step={"call": call.index, "mode": "interactive"},
+                                      load=getattr(w, "load_options", None))
         w.begin_busy(f"Starting a stepping session for call #{call.index}")
         w.docks["steps"].show()
         w.docks["steps"].raise_()

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app import open_files
 from app.actions import build_actions, build_menus, build_toolbar
 from app.export_dialog import add_export_action
 from app.resources import icon
@@ -66,6 +67,7 @@ class MainWindow(QMainWindow):
         self.resize(1400, 860)
         self.timeout = timeout
         self.script_path: str | None = None
+        self.load_options: dict = {}  # how the open file is loaded: weights, input_shapes, trust_pickle
         self.trace: Trace | None = None
         self.call: CallInfo | None = None
         self.last_error = None
@@ -185,26 +187,31 @@ class MainWindow(QMainWindow):
     # -- opening and running ---------------------------------------------------------------------------
     def open_dialog(self) -> None:
         start = str(Path(self.script_path).parent) if self.script_path else str(Path.home())
-        path, _ = QFileDialog.getOpenFileName(self, "Open a PyTorch script", start, "Python scripts (*.py)")
+        path, _ = QFileDialog.getOpenFileName(self, "Open a script, notebook or model", start, open_files.OPEN_FILTER)
         if path:
             self.open_script(path)
 
-    def open_script(self, path: str, run: bool = True) -> bool:
+    def open_script(self, path: str, run: bool = True, load: dict | None = None) -> bool:
+        """Open a script, notebook, saved model or Hugging Face folder (``load``: weights,
+        input_shapes, trust_pickle), or a saved trace, and run it."""
         p = Path(path)
-        if not p.is_file():
+        if not (p.is_file() or (p.is_dir() and open_files.is_openable(p))):
             self._show_problem(f"{path}: no such file")
             return False
+        if open_files.file_kind(p) == "trace":
+            return self.open_trace(str(p))
         try:
-            text = p.read_text(encoding="utf-8")
+            text, cells = open_files.display_source(p)
         except (OSError, UnicodeDecodeError) as exc:
             self._show_problem(f"{path}: cannot read the file: {exc}")
             return False
+        self.load_options = dict(load or {})
         if self.script_path:
             self._watcher.removePath(self.script_path)
         self.script_path = str(p.resolve())
         self._watcher.addPath(self.script_path)
         self.setWindowTitle(f"{p.name} — Backprop Studio")
-        self.source.set_source(text, self.script_path)
+        self.source.set_source(text, self.script_path, cells)
         self._add_recent(self.script_path)
         if run:
             self.run_script()
@@ -214,14 +221,15 @@ class MainWindow(QMainWindow):
         if not self.script_path:
             return
         try:
-            self.source.set_source(Path(self.script_path).read_text(encoding="utf-8"), self.script_path)
+            text, cells = open_files.display_source(self.script_path)
+            self.source.set_source(text, self.script_path, cells)
         except (OSError, UnicodeDecodeError):
             pass
         self.output.clear()
         self.memory.chart.clear()
         self._last_saved = None
         device = self.device_box.currentData() or "cpu"
-        self.handle.run(self.script_path, device=device, timeout=self.timeout)
+        self.handle.run(self.script_path, device=device, timeout=self.timeout, load=self.load_options)
         self._run_started = time.monotonic()
         self._elapsed_timer.start()
         self.busy.show()
@@ -287,6 +295,11 @@ class MainWindow(QMainWindow):
             return
         if trace.error is not None:
             self.last_error = trace.error
+            fix = open_files.ask_fix(self, trace.error, self.load_options) if trace.error.reason else None
+            if fix is not None:
+                self.load_options = fix
+                self.run_script()
+                return
         else:
             self.last_error = None
         keep_previous = not trace.calls and self.trace is not None and trace.error is not None
@@ -308,6 +321,10 @@ class MainWindow(QMainWindow):
     def show_trace(self, trace: Trace) -> None:
         """Show a trace: calls list, problems, memory, and the first call's graph."""
         self.trace = trace
+        self.inspector.cells = trace.cells
+        if trace.source and (trace.cells or trace.mode == "model"):
+            # What ran: a notebook's cells, or the script that opened a saved model.
+            self.source.set_source(trace.source, trace.script, trace.cells)
         if trace.memory:
             self.memory.chart.set_samples(trace.memory)
         self.calls.set_trace(trace)
@@ -552,15 +569,34 @@ class MainWindow(QMainWindow):
 
     # -- drag and drop ---------------------------------------------------------------------------------
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:
-        if any(u.toLocalFile().endswith(".py") for u in event.mimeData().urls()):
+        if any(open_files.is_openable(u.toLocalFile()) for u in event.mimeData().urls()):
             event.acceptProposedAction()
 
     def dropEvent(self, event: QDropEvent) -> None:
-        for url in event.mimeData().urls():
-            if url.toLocalFile().endswith(".py"):
-                self.open_script(url.toLocalFile())
-                event.acceptProposedAction()
-                return
+        path, load = open_files.split_dropped([u.toLocalFile() for u in event.mimeData().urls()])
+        if path is not None:
+            self.open_script(path, load=load)
+            event.acceptProposedAction()
+
+    def open_trace(self, path: str) -> bool:
+        """Show a saved trace (``trace --json``, or a graph sent by ``show()``); nothing runs."""
+        from core.trace import TraceFormatError
+
+        try:
+            trace = Trace.load(path)
+        except TraceFormatError as exc:
+            self._show_problem(str(exc))
+            return False
+        if self.script_path:
+            self._watcher.removePath(self.script_path)
+        self.script_path = None  # a saved trace does not run again
+        self.setWindowTitle(f"{Path(trace.script or path).name} — Backprop Studio")
+        self.source.set_source(trace.source, trace.script or path, trace.cells)
+        self._add_recent(str(Path(path).resolve()))
+        self.last_error = trace.error
+        self.show_trace(trace)
+        self.state_label.setText(f"Showing {Path(path).name}")
+        return True
 
     # -- messages ------------------------------------------------------------------------------------------
     def _show_problem(self, message: str) -> None:

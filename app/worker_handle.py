@@ -52,8 +52,8 @@ class WorkerHandle(QObject):
 
     # -- commands --------------------------------------------------------------------------------
     def run(self, path: str, device: str = "cpu", mode: str = "auto", timeout: float = 600.0,
-            step: dict | None = None) -> int:
-        self.current_run = self.client.run(path, device=device, mode=mode, timeout=timeout, step=step)
+            step: dict | None = None, load: dict | None = None) -> int:
+        self.current_run = self.client.run(path, device=device, mode=mode, timeout=timeout, step=step, load=load)
         return self.current_run
 
     def control(self, cmd: str, **args) -> bool:

@@ -19,6 +19,8 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QLabel, QPlainTextEdit, QTextEdit, QVBoxLayout, QWidget
 
+from core.notebook import gutter_labels
+
 log = logging.getLogger(__name__)
 
 LIGHT = {"keyword": "#8a3ab9", "builtin": "#0b6e99", "string": "#2f7d32", "comment": "#8a8f98",
@@ -133,6 +135,7 @@ class _Editor(QPlainTextEdit):
         super().__init__(panel)
         self.panel = panel
         self.marked: set[int] = set()
+        self.labels: dict[int, str] = {}  # a notebook's "[cell]" headers and lines within cells
         self.gutter = _Gutter(self)
         self.setReadOnly(True)
         self.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
@@ -143,7 +146,7 @@ class _Editor(QPlainTextEdit):
         self.setViewportMargins(self.gutter_width(), 0, 0, 0)
 
     def gutter_width(self) -> int:
-        digits = max(3, len(str(self.blockCount())))
+        digits = max(3, len(str(self.blockCount())), *(len(t) for t in self.labels.values()))
         return 14 + self.fontMetrics().horizontalAdvance("9") * digits
 
     def line_clicked(self, line: int) -> None:
@@ -185,8 +188,9 @@ class _Editor(QPlainTextEdit):
                     painter.setPen(pal.color(QPalette.ColorRole.Text))
                 else:
                     painter.setPen(muted)
+                label = self.labels.get(line, "") if self.labels else str(line)
                 painter.drawText(0, top, self.gutter.width() - 8, height,
-                                 Qt.AlignmentFlag.AlignRight, str(line))
+                                 Qt.AlignmentFlag.AlignRight, label)
             block = block.next()
             top = bottom
 
@@ -215,9 +219,14 @@ class SourcePanel(QWidget):
         self._lines: list[int] = []
         self.set_source("", None)
 
-    def set_source(self, text: str, path: str | None = None) -> None:
-        """Show ``text`` (the script at ``path``) and drop any highlight."""
+    def set_source(self, text: str, path: str | None = None, cells: list[dict] | None = None) -> None:
+        """Show ``text`` (the script at ``path``) and drop any highlight. ``cells`` (a notebook's,
+        see core.notebook) numbers the gutter by cell: ``[4]`` on a cell's header, then 1, 2, ..."""
+        self.editor.labels = gutter_labels(cells) if cells else {}
         self.editor.setPlainText(text)
+        self.editor.setViewportMargins(self.editor.gutter_width(), 0, 0, 0)
+        cr = self.editor.contentsRect()
+        self.editor.gutter.setGeometry(QRect(cr.left(), cr.top(), self.editor.gutter_width(), cr.height()))
         self.path_label.setText(Path(path).name if path else "")
         self.path_label.setToolTip(str(path) if path else "")
         self.path_label.setVisible(bool(path))
