@@ -73,6 +73,12 @@ def main(argv: list[str]) -> int:
     _install_excepthooks(window_ref)
     window = MainWindow(timeout=args.timeout)
     window_ref.append(window)
+    if not args.screenshot:
+        from app.show_server import ShowServer
+
+        # show(tensor) from a notebook or script opens its graph in this window.
+        window.show_server = ShowServer(window)
+        window.show_server.sig_open.connect(window.open_sent_trace)
     try:
         width, height = (int(v) for v in args.size.lower().split("x"))
         window.resize(width, height)

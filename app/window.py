@@ -578,6 +578,13 @@ class MainWindow(QMainWindow):
             self.open_script(path, load=load)
             event.acceptProposedAction()
 
+    def open_sent_trace(self, path: str) -> None:
+        """A trace sent by ``show()``: open it and come to the front."""
+        if self.open_trace(path):
+            self.showNormal()
+            self.raise_()
+            self.activateWindow()
+
     def open_trace(self, path: str) -> bool:
         """Show a saved trace (``trace --json``, or a graph sent by ``show()``); nothing runs."""
         from core.trace import TraceFormatError
