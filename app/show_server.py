@@ -41,8 +41,12 @@ class ShowServer(QObject):
     def _accept(self) -> None:
         while self.server.hasPendingConnections():
             sock = self.server.nextPendingConnection()
-            sock.readyRead.connect(lambda s=sock: self._read(s))
-            sock.disconnected.connect(sock.deleteLater)
+            sock.readyRead.connect(self._on_ready_read)
+
+    def _on_ready_read(self) -> None:
+        sock = self.sender()
+        if isinstance(sock, QLocalSocket):
+            self._read(sock)
 
     def _read(self, sock: QLocalSocket) -> None:
         if not sock.canReadLine():
@@ -54,5 +58,7 @@ class ShowServer(QObject):
             path = None
         sock.write(b"ok\n" if isinstance(path, str) else b"error: expected {\"open\": PATH}\n")
         sock.flush()
+        sock.disconnectFromServer()
+        sock.deleteLater()
         if isinstance(path, str):
             self.sig_open.emit(path)

@@ -197,3 +197,39 @@ def test_display_source_needs_no_torch(tmp_path):
     (tmp_path / "m.pt2").write_bytes(b"PK")
     text, cells = display_source(tmp_path / "m.pt2")
     assert text.startswith("# m.pt2: a torch.export program") and cells == []
+
+
+def test_dropped_script_and_weights_open_together(tmp_path):
+    from app.open_files import split_dropped
+
+    assert split_dropped(["/a/net.py", "/a/w.safetensors"]) == ("/a/net.py", {"weights": "/a/w.safetensors"})
+    assert split_dropped(["/a/readme.txt", "/a/nb.ipynb"]) == ("/a/nb.ipynb", {})
+    assert split_dropped(["/a/readme.txt"]) == (None, {})
+
+
+def test_window_asks_before_running_a_pickled_model(qtbot, tmp_path, monkeypatch):
+    monkeypatch.setenv("BACKPROP_STUDIO_SETTINGS", str(tmp_path / "settings.ini"))
+    from PySide6.QtWidgets import QInputDialog, QMessageBox
+
+    from app.window import MainWindow
+
+    model = small_model()
+    path = tmp_path / "whole.pt"
+    torch.save(model, path)
+    asked = []
+    monkeypatch.setattr(QMessageBox, "warning", lambda *a, **k: asked.append(a[2]) or QMessageBox.StandardButton.Yes)
+    monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: ("3,4", True))
+    w = MainWindow(timeout=120)
+    qtbot.addWidget(w)
+    w.show()
+    try:
+        with qtbot.waitSignal(w.sig_trace_shown, timeout=120_000):
+            w.open_script(str(path))
+        assert len(asked) == 1 and "whole pickled model" in asked[0]
+        assert w.load_options == {"trust_pickle": True, "input_shapes": "3,4"}
+        assert w.trace.error is None and w.call is not None
+        expected = plain_grads(model, example_inputs([([3, 4], "float32")]))
+        assert {k: v.data for k, v in w.call.leaf_grads.items()} == expected
+        assert "open_pickled_model(" in w.source.editor.toPlainText()
+    finally:
+        w.handle.close()

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from PySide6.QtCore import Qt
 
 from core.notebook import NotebookError, gutter_labels, locate, map_traceback, notebook_script, where
 
@@ -139,3 +140,28 @@ def test_source_panel_numbers_cells(qtbot, tmp_path):
     assert 1 not in panel.editor.labels  # the script's own header line has no number
     panel.set_source("x = 1\n", "a.py")
     assert panel.editor.labels == {}
+
+
+def test_window_opens_a_notebook(qtbot, tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.setenv("BACKPROP_STUDIO_SETTINGS", str(tmp_path / "settings.ini"))
+    from app.window import MainWindow
+
+    path = write_notebook(tmp_path / "nb.ipynb", CELLS)
+    w = MainWindow(timeout=120)
+    qtbot.addWidget(w)
+    w.show()
+    try:
+        with qtbot.waitSignal(w.sig_trace_shown, timeout=120_000):
+            w.open_script(str(path))
+        assert w.call is not None and w.call.api == "Tensor.backward"
+        assert w.source.editor.toPlainText() == w.trace.source
+        assert w.source.editor.labels[w.trace.cells[2]["first"]] == "[4]"
+        problem = [p for p in w.problems.problems() if p.severity == "error"][0]
+        assert problem.where == "cell 5, line 2"
+        mul = next(n for n in w.call.nodes if n.name == "MulBackward0")
+        w.select_node(mul.id)
+        assert "cell 4, line 2" in w.inspector.text()
+        assert w.calls.list.item(0).data(Qt.ItemDataRole.UserRole + 3).startswith("cell 4, line 3")
+    finally:
+        w.handle.close()
