@@ -41,7 +41,7 @@ class WorkerHandle(QObject):
     """A batch of memory samples (dicts: t, device, allocated, reserved, rss, saved_bytes, phase)."""
     sig_step_memory = Signal(dict)
     """Memory right after a stepped node ran (t, saved_bytes, allocated)."""
-    sig_event = Signal(dict)
+    sig_event = Signal(object)
     """Any worker message, as received (internal: carried to the GUI thread)."""
 
     def __init__(self, parent=None, prestart: bool = True):
