@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import inspect
+import linecache
 import logging
 import os
 import sys
@@ -371,6 +372,9 @@ class Capture:
             err = ErrorInfo(type="OpenError", message=str(exc), kind="load", file=self.script, reason=exc.reason)
             return self._trace([], err, "")
         source = program.source
+        if program.kind != "script":
+            # Tracebacks quote the lines that ran (a notebook's cells, a model's driver), not the file's bytes.
+            linecache.cache[self.script] = (len(source), None, source.splitlines(keepends=True), self.script)
         for note in program.notes:
             print(note, file=sys.stderr)
         try:

@@ -109,6 +109,7 @@ def test_notebook_runs_in_the_worker(tmp_path):
     err = trace.error
     assert (err.type, err.where, err.message) == ("ValueError", "cell 5, line 2", "cell five fails")
     assert f'File "{path.resolve()}", cell 5, line 2' in err.traceback
+    assert "    raise ValueError('cell five fails')\n" in err.traceback  # the cell's line, not the JSON's
     # The skipped lines are said in the output, before the script's own.
     assert result.output.splitlines()[:3] == [
         "cell 2, line 1: skipped '%matplotlib inline' (IPython magic)",

@@ -305,7 +305,8 @@ class InspectorPanel(QWidget):
             rows.append(("script line", f"<a href='line:{node.line}'>{html.escape(line_where(self.cells, node.line))}</a>"))
         if node.module:
             rows.append(("module", f"<code>{html.escape(node.module)}</code>"))
-        rows.append(("call", html.escape(call.title)))
+        title = call.title if not self.cells else f"#{call.index} {call.api} ({line_where(self.cells, call.line) or 'no line'})"
+        rows.append(("call", html.escape(title)))
         rows.append(("id", f"<code>{html.escape(node.id)}</code>"))
         parts.append(self._rows(rows))
 
