@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import zipfile
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -204,14 +205,20 @@ def example_inputs(shapes: list[tuple[list[int], str]]):
 
 @contextmanager
 def _modes_off():
-    """Pop the torch function modes around a load (the capture's tagging mode): the loader's own
-    modes (transformers' device mode) then work as they do outside a capture."""
+    """Load outside the capture: its torch function mode popped (the loader's own modes, such
+    as transformers' device mode, then work as they do elsewhere) and its trace function off."""
     from torch.overrides import _get_current_function_mode_stack, _pop_mode_temporarily
 
-    with ExitStack() as stack:
-        for _ in _get_current_function_mode_stack():
-            stack.enter_context(_pop_mode_temporarily())
-        yield
+    # The capture's trace function sees every Python call; loading a big program makes millions.
+    tracer = sys.gettrace()
+    sys.settrace(None)
+    try:
+        with ExitStack() as stack:
+            for _ in _get_current_function_mode_stack():
+                stack.enter_context(_pop_mode_temporarily())
+            yield
+    finally:
+        sys.settrace(tracer)
 
 
 def open_export(path: str):
@@ -220,6 +227,7 @@ def open_export(path: str):
 
     with _modes_off():
         program = torch.export.load(path)
+        module = program.module()
     shapes = []
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     for spec in program.graph_signature.input_specs:
@@ -230,7 +238,7 @@ def open_export(path: str):
             raise ModelFileError(f"{Path(path).name}: input {getattr(spec.arg, 'name', '?')} is not a tensor; "
                                  "only programs whose inputs are tensors can be opened")
         shapes.append(([_concrete(d) for d in val.shape], str(val.dtype).replace("torch.", "")))
-    return program.module(), example_inputs(shapes)
+    return module, example_inputs(shapes)
 
 
 def _concrete(dim) -> int:
@@ -244,7 +252,9 @@ def _concrete(dim) -> int:
 def open_torchscript(path: str, shapes: str):
     import torch
 
-    return torch.jit.load(path, map_location="cpu"), example_inputs(parse_shapes(shapes))
+    with _modes_off():
+        module = torch.jit.load(path, map_location="cpu")
+    return module, example_inputs(parse_shapes(shapes))
 
 
 def open_pickled_model(path: str, shapes: str):
@@ -252,7 +262,8 @@ def open_pickled_model(path: str, shapes: str):
     import torch
 
     try:
-        model = torch.load(path, map_location="cpu", weights_only=False)
+        with _modes_off():
+            model = torch.load(path, map_location="cpu", weights_only=False)
     except (AttributeError, ModuleNotFoundError) as exc:
         raise ModelFileError(f"{Path(path).name}: the model's class cannot be found ({exc}); pickled models "
                              "need the code that defined them importable") from None
