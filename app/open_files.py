@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtWidgets import QInputDialog, QLineEdit, QMessageBox, QWidget
+from PySide6.QtWidgets import QFileDialog, QInputDialog, QLineEdit, QMessageBox, QWidget
 
 from core import model_files
 from core.programs import OPEN_FILTER, display_source, file_kind, is_openable
@@ -20,8 +20,9 @@ __all__ = ["OPEN_FILTER", "display_source", "file_kind", "is_openable", "ask_fix
 WEIGHT_SUFFIXES = model_files.CHECKPOINT_SUFFIXES + model_files.SAFETENSORS_SUFFIXES
 
 
-def ask_fix(parent: QWidget, error: ErrorInfo, options: dict) -> dict | None:
-    """New load options that fix ``error`` once the user agreed, or None (leave it shown)."""
+def ask_fix(parent: QWidget, error: ErrorInfo, options: dict, path: str | None = None) -> dict | None:
+    """New load options that fix ``error`` once the user agreed, or None (leave it shown).
+    For weights opened alone, ``script`` in the result names the model's script to open."""
     if error.reason == "unsafe_pickle":
         answer = QMessageBox.warning(
             parent, "Open a pickled model?",
@@ -35,6 +36,11 @@ def ask_fix(parent: QWidget, error: ErrorInfo, options: dict) -> dict | None:
         return options
     if error.reason == "needs_shapes":
         return ask_shapes(parent, options, error.message)
+    if error.reason == "needs_code" and path:
+        script, _ = QFileDialog.getOpenFileName(
+            parent, f"The script that defines the model of {Path(path).name}", str(Path(path).parent),
+            "Python scripts (*.py)")
+        return {"script": script, "weights": str(Path(path).resolve())} if script else None
     return None
 
 

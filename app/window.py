@@ -191,6 +191,12 @@ class MainWindow(QMainWindow):
         if path:
             self.open_script(path)
 
+    def open_folder_dialog(self) -> None:
+        start = str(Path(self.script_path).parent) if self.script_path else str(Path.home())
+        path = QFileDialog.getExistingDirectory(self, "Open a Hugging Face model folder", start)
+        if path:
+            self.open_script(path)
+
     def open_script(self, path: str, run: bool = True, load: dict | None = None) -> bool:
         """Open a script, notebook, saved model or Hugging Face folder (``load``: weights,
         input_shapes, trust_pickle), or a saved trace, and run it."""
@@ -295,8 +301,13 @@ class MainWindow(QMainWindow):
             return
         if trace.error is not None:
             self.last_error = trace.error
-            fix = open_files.ask_fix(self, trace.error, self.load_options) if trace.error.reason else None
+            fix = open_files.ask_fix(self, trace.error, self.load_options, self.script_path) \
+                if trace.error.reason else None
             if fix is not None:
+                script = fix.pop("script", None)
+                if script:  # weights opened alone: run them with the script of their model
+                    self.open_script(script, load=fix)
+                    return
                 self.load_options = fix
                 self.run_script()
                 return

@@ -73,6 +73,17 @@ def _zip_names(p: Path) -> list[str]:
         return []
 
 
+def recorded_shapes(p: Path) -> str:
+    """Input shapes saved in a TorchScript archive as the extra file ``input_shapes``
+    (``torch.jit.save(m, path, _extra_files={"input_shapes": "2,4"})``); empty when absent."""
+    try:
+        with zipfile.ZipFile(p) as z:
+            name = next((n for n in z.namelist() if n.endswith("/extra/input_shapes")), None)
+            return z.read(name).decode("utf-8").strip() if name else ""
+    except (OSError, zipfile.BadZipFile, UnicodeDecodeError):
+        return ""
+
+
 def parse_shapes(text: str | list[str] | None) -> list[tuple[list[int], str]]:
     """``"2,4"``, ``"2x4:int64"`` or ``"2,4; 3"`` (one per input) as [(shape, dtype)].
 
@@ -116,10 +127,11 @@ def driver_source(path: str | Path, options: dict | None = None) -> str:
     if kind == "export":
         what, call = "a torch.export program", f"open_export({str(p)!r})"
     elif kind == "torchscript":
+        shapes = shapes or recorded_shapes(p)
         parse_shapes(shapes)
         if not shapes:
             raise ModelFileError(
-                f"{p.name} is a TorchScript archive, which does not record its input shapes: give them with "
+                f"{p.name} is a TorchScript archive that does not record its input shapes: give them with "
                 f"--input-shape (e.g. --input-shape 2,4) or in the window's dialog", "needs_shapes")
         what, call = "a TorchScript archive", f"open_torchscript({str(p)!r}, {shapes!r})"
     elif kind == "huggingface":

@@ -91,6 +91,11 @@ def test_torchscript_needs_shapes_then_matches(tmp_path):
     assert "does not record its input shapes" in err.message and "--input-shape" in err.message
     trace = capture_script(str(path), load={"input_shapes": "6,4"})
     assert traced_grads(trace) == plain_grads(model, example_inputs([([6, 4], "float32")]))
+    # An archive that records its shapes as the extra file "input_shapes" needs none.
+    recorded = tmp_path / "recorded.ts"
+    torch.jit.script(model).save(str(recorded), _extra_files={"input_shapes": "2,4"})
+    trace = capture_script(str(recorded))
+    assert traced_grads(trace) == plain_grads(model, example_inputs([([2, 4], "float32")]))
 
 
 def test_safetensors_checkpoint_with_its_model_class(tmp_path):
@@ -233,3 +238,16 @@ def test_window_asks_before_running_a_pickled_model(qtbot, tmp_path, monkeypatch
         assert "open_pickled_model(" in w.source.editor.toPlainText()
     finally:
         w.handle.close()
+
+
+def test_weights_opened_alone_ask_for_their_script(qtbot, tmp_path, monkeypatch):
+    from PySide6.QtWidgets import QFileDialog
+
+    from app.open_files import ask_fix
+    from core.trace import ErrorInfo
+
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (str(tmp_path / "net.py"), ""))
+    err = ErrorInfo(type="OpenError", message="w.safetensors holds weights only", kind="load", reason="needs_code")
+    fix = ask_fix(None, err, {}, str(tmp_path / "w.safetensors"))
+    assert fix == {"script": str(tmp_path / "net.py"), "weights": str((tmp_path / "w.safetensors").resolve())}
+    assert ask_fix(None, ErrorInfo(type="X", message="", reason=""), {}, "a.py") is None
