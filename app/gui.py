@@ -18,7 +18,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         description="See PyTorch's autograd: open a script, watch its graphs. "
         "Headless commands: 'trace SCRIPT' (see 'trace --help').",
     )
-    parser.add_argument("script", nargs="?", help="a PyTorch script or model file (default: a bundled example)")
+    parser.add_argument("script", nargs="?", help="a PyTorch script, notebook, saved model, Hugging Face model "
+                        "folder or saved trace (default: a bundled example)")
     parser.add_argument("--device", default=None, help="cpu, cuda:N or mps")
     parser.add_argument("--screenshot", metavar="OUT.png",
                         help="run the script, save a picture of the whole window once the graph is shown, exit")
@@ -28,6 +29,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                                                              "tensors", "storage"),
                         help="bring a panel to the front before the screenshot")
     parser.add_argument("--size", default="1400x860", help="window size, WIDTHxHEIGHT (default 1400x860)")
+    from app.cli import add_load_options
+
+    add_load_options(parser)
     return parser.parse_args(argv)
 
 
@@ -62,7 +66,7 @@ def main(argv: list[str]) -> int:
     from app.window import MainWindow
 
     script = args.script or str(DEFAULT_EXAMPLE)
-    if args.screenshot and not Path(script).is_file():
+    if args.screenshot and not Path(script).exists():
         sys.stderr.write(f"backprop-studio: {script}: no such file\n")
         return 2
     app = QApplication.instance() or QApplication([sys.argv[0]])
@@ -133,7 +137,9 @@ def main(argv: list[str]) -> int:
         window.sig_trace_shown.connect(shoot)
         QTimer.singleShot(int((args.timeout + 60) * 1000), give_up)
     window.show()
-    if not window.open_script(script):
+    from app.cli import load_options
+
+    if not window.open_script(script, load=load_options(args)):
         if args.screenshot:
             return 2
     code = app.exec()
