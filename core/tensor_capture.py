@@ -10,6 +10,7 @@ backwarded. Nodes know the line that created them when the code ran inside
 
 from __future__ import annotations
 
+import linecache
 import sys
 import time
 from pathlib import Path
@@ -70,6 +71,8 @@ def capture_tensor(tensor: torch.Tensor, frame: FrameType) -> Trace:
             source = Path(script).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
             source = ""
+    if not source:  # a notebook cell: IPython keeps its text in linecache, not on disk
+        source = "".join(linecache.getlines(script))
     return Trace(calls=calls, script=script, source=source, device=str(tensor.device), mode="script",
                  duration_s=time.perf_counter() - started, torch_version=torch.__version__, call_count=0,
                  tensors=named, storages=storages)
