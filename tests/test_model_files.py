@@ -109,7 +109,7 @@ def test_safetensors_checkpoint_with_its_model_class(tmp_path):
     trained = ns["Net"]()  # other weights than the script's own
     weights = tmp_path / "net.safetensors"
     save_file(trained.state_dict(), str(weights))
-    trace = run_capture(str(script), timeout=120, load={"weights": str(weights)}).trace  # through the worker
+    trace = run_capture(str(script), timeout=300, load={"weights": str(weights)}).trace  # through the worker
     assert traced_grads(trace) == plain_grads(trained, ns["example_input"])
     assert sorted(trace.calls[0].leaf_grads) == ["fc1.bias", "fc1.weight", "fc2.bias", "fc2.weight"]
     # The same weights as a state_dict saved with torch.save.
@@ -224,7 +224,7 @@ def test_window_asks_before_running_a_pickled_model(qtbot, tmp_path, monkeypatch
     asked = []
     monkeypatch.setattr(QMessageBox, "warning", lambda *a, **k: asked.append(a[2]) or QMessageBox.StandardButton.Yes)
     monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: ("3,4", True))
-    w = MainWindow(timeout=120)
+    w = MainWindow(timeout=300)
     qtbot.addWidget(w)
     w.show()
     try:

@@ -91,7 +91,7 @@ def test_notebook_runs_in_the_worker(tmp_path):
     from core.client import run_capture
 
     path = write_notebook(tmp_path / "nb.ipynb", CELLS)
-    result = run_capture(str(path), timeout=120)
+    result = run_capture(str(path), timeout=300)
     trace = result.trace
     # The calls: one backward, with the script's names and its place in cell 4.
     assert [(c.api, where(trace.cells, c.line)) for c in trace.calls] == [("Tensor.backward", "cell 4, line 3")]
@@ -124,7 +124,7 @@ def test_notebook_syntax_error_names_its_cell(tmp_path):
     from core.client import run_capture
 
     path = write_notebook(tmp_path / "syn.ipynb", [("code", "a = 1"), ("markdown", "text"), ("code", "b = (\n")])
-    err = run_capture(str(path), timeout=120).trace.error
+    err = run_capture(str(path), timeout=300).trace.error
     assert (err.type, err.kind, err.where) == ("SyntaxError", "syntax", "cell 3, line 1")
 
 
@@ -149,7 +149,7 @@ def test_window_opens_a_notebook(qtbot, tmp_path, monkeypatch):
     from app.window import MainWindow
 
     path = write_notebook(tmp_path / "nb.ipynb", CELLS)
-    w = MainWindow(timeout=120)
+    w = MainWindow(timeout=300)
     qtbot.addWidget(w)
     w.show()
     try:

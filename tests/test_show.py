@@ -45,7 +45,7 @@ def test_show_gives_the_call_of_a_traced_run(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str(out.resolve())
     shown = Trace.load(out)
-    traced = run_capture(str(script), timeout=120).trace  # show() does nothing inside a traced run
+    traced = run_capture(str(script), timeout=300).trace  # show() does nothing inside a traced run
     assert traced.error is None and traced.output.strip() == "None"
     assert len(shown.calls) == len(traced.calls) == 1
     assert shown.calls[0] == traced.calls[0]  # nodes, names, lines, saved tensors, values: all equal
@@ -102,7 +102,7 @@ def test_caller_needs_no_qt(tmp_path):
         """), encoding="utf-8")
     env = dict(os.environ, PYTHONPATH=str(ROOT), BACKPROP_STUDIO_SOCKET=str(tmp_path / "none.sock"))
     proc = subprocess.run([sys.executable, str(script), str(tmp_path / "t.json")], env=env, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
 
 
