@@ -125,7 +125,9 @@ def notebook_script(path: str | Path) -> NotebookScript:
             stripped = text.strip()
             if n == 1 and stripped.startswith("%%"):
                 cell_magic = stripped[2:].split()[0] if len(stripped) > 2 else ""
-                why = f"cell magic %%{cell_magic}" + ("" if cell_magic in PYTHON_CELL_MAGICS else ": the cell did not run")
+                why = f"cell magic %%{cell_magic}"
+                if cell_magic not in PYTHON_CELL_MAGICS:
+                    why += ": the cell did not run"
                 skipped.append({"cell": position, "line": n, "text": stripped, "why": why})
                 out.append(f"pass  # skipped: {stripped} ({why})")
                 continue

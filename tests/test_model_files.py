@@ -156,7 +156,8 @@ def test_cli_flags(tmp_path):
     script.write_text(NET_PY, encoding="utf-8")
     ns: dict = {}
     exec(compile(NET_PY, str(script), "exec"), ns)
-    save_file({k: torch.full_like(v, 0.5) for k, v in ns["model"].state_dict().items()}, str(tmp_path / "h.safetensors"))
+    halves = {k: torch.full_like(v, 0.5) for k, v in ns["model"].state_dict().items()}
+    save_file(halves, str(tmp_path / "h.safetensors"))
     out = io.StringIO()
     with redirect_stdout(out):
         code = cli.main(["trace", str(script), "--weights", str(tmp_path / "h.safetensors"), "--quiet",

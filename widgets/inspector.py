@@ -302,10 +302,13 @@ class InspectorPanel(QWidget):
         if node.tensor:
             rows.append(("grad_fn of", self._tensor_link(call, None, node.tensor)))
         if node.line:
-            rows.append(("script line", f"<a href='line:{node.line}'>{html.escape(line_where(self.cells, node.line))}</a>"))
+            where = html.escape(line_where(self.cells, node.line))
+            rows.append(("script line", f"<a href='line:{node.line}'>{where}</a>"))
         if node.module:
             rows.append(("module", f"<code>{html.escape(node.module)}</code>"))
-        title = call.title if not self.cells else f"#{call.index} {call.api} ({line_where(self.cells, call.line) or 'no line'})"
+        title = call.title
+        if self.cells:  # a notebook: the call's line as "cell 4, line 2"
+            title = f"#{call.index} {call.api} ({line_where(self.cells, call.line) or 'no line'})"
         rows.append(("call", html.escape(title)))
         rows.append(("id", f"<code>{html.escape(node.id)}</code>"))
         parts.append(self._rows(rows))
