@@ -111,7 +111,8 @@ def read_cells(path: str | Path) -> list[tuple[int, str, str]]:
 
 def notebook_script(path: str | Path) -> NotebookScript:
     """The code cells of ``path`` as one script, with the line map and the skipped lines."""
-    out: list[str] = [f"# {Path(path).name}: the code cells of this notebook, run in order"]
+    out: list[str] = [f"# {Path(path).name}: the code cells of this notebook, run in order",
+                      "display = print  # IPython's display(), for cells that call it without importing it"]
     cells: list[dict] = []
     skipped: list[dict] = []
     for position, kind, src in read_cells(path):

@@ -42,8 +42,8 @@ def test_cells_become_one_script_with_a_line_map(tmp_path):
     assert labels[nb.cells[2]["first"]] == "[4]" and labels[loss_line] == "2"
 
 
-def test_magics_inside_blocks_and_cell_magics(tmp_path):
-    cells = [("code", "for i in range(2):\n    %time x = i\n    files = !ls\ny = 1"),
+def test_magics_inside_blocks_and_cell_magics(tmp_path, capsys):
+    cells = [("code", "for i in range(2):\n    %time x = i\n    files = !ls\ny = 1\ndisplay(y)"),
              ("code", "%%bash\necho hi\n"),
              ("code", "%%time\nz = 3\n"),
              ("code", "torch.ones?\n")]
@@ -51,6 +51,7 @@ def test_magics_inside_blocks_and_cell_magics(tmp_path):
     ns: dict = {}
     exec(compile(nb.source, "m.ipynb", "exec"), ns)  # still valid Python, indentation kept
     assert ns["y"] == 1 and ns["z"] == 3 and "files" not in ns
+    assert capsys.readouterr().out == "1\n"  # display() without IPython prints
     whys = [s["why"] for s in nb.skipped]
     assert whys == ["IPython magic", "shell command", "cell magic %%bash: the cell did not run",
                     "cell magic %%time", "IPython help"]
@@ -75,7 +76,7 @@ def test_format_3_notebooks(tmp_path):
     path = tmp_path / "old.ipynb"
     path.write_text(json.dumps(doc), encoding="utf-8")
     nb = notebook_script(path)
-    assert nb.cells == [{"cell": 1, "first": 2, "lines": 2}]
+    assert nb.cells == [{"cell": 1, "first": 3, "lines": 2}]
     assert "b = a + 1" in nb.source
 
 
