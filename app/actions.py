@@ -31,7 +31,7 @@ def make_action(w, text: str, slot, shortcut=None, tip: str = "", icon_name: str
 def build_actions(w) -> None:
     w.act_open = make_action(w, "&Open…", w.open_dialog, QKeySequence.StandardKey.Open,
                                  "Open a PyTorch script or model file", "open")
-    w.act_open_folder = make_action(w, "Open &Model Folder…", w.open_folder_dialog, "Ctrl+Shift+O",
+    w.act_open_folder = make_action(w, "Open &Model Folder…", w.open_folder_dialog, "Ctrl+Alt+O",
                                     "Open a Hugging Face model folder (config.json and weights)")
     w.act_run = make_action(w, "&Run", w.run_script, "Ctrl+R", "Run the script again", "run")
     w.act_stop = make_action(w, "&Stop", w.stop, "Shift+F5", "Stop the running script", "stop")

@@ -26,6 +26,8 @@ from PySide6.QtWidgets import (
 
 from app import open_files
 from app.actions import build_actions, build_menus, build_toolbar
+from app.open_trace import add_open_trace_action, is_trace_path, open_trace
+from core.client import read_script
 from app.export_dialog import add_export_action
 from app.resources import icon
 from app.session import Session
@@ -79,6 +81,7 @@ class MainWindow(QMainWindow):
         build_toolbar(self)
         build_menus(self)
         add_export_action(self)
+        add_open_trace_action(self)
         self._build_status()
         self._connect()
         self._watcher = QFileSystemWatcher(self)
@@ -252,11 +255,11 @@ class MainWindow(QMainWindow):
         if not (p.is_file() or (p.is_dir() and open_files.is_openable(p))):
             self._show_problem(f"{path}: no such file")
             return False
-        if open_files.file_kind(p) == "trace":
-            return self.open_trace(str(p))
+        if is_trace_path(str(p)):
+            return open_trace(self, str(p))
         try:
             text, cells = open_files.display_source(p)
-        except (OSError, UnicodeDecodeError) as exc:
+        except (OSError, ValueError) as exc:
             self._show_problem(f"{path}: cannot read the file: {exc}")
             return False
         self.load_options = dict(load or {})
@@ -278,7 +281,7 @@ class MainWindow(QMainWindow):
         try:
             text, cells = open_files.display_source(self.script_path)
             self.source.set_source(text, self.script_path, cells)
-        except (OSError, UnicodeDecodeError):
+        except (OSError, ValueError):
             pass
         self.output.clear()
         self.memory.chart.clear()
@@ -669,6 +672,7 @@ class MainWindow(QMainWindow):
             event.acceptProposedAction()
 
     def dropEvent(self, event: QDropEvent) -> None:
+        # A .json is a saved trace: opened, not run; a script dropped with weights runs with them.
         path, load = open_files.split_dropped([u.toLocalFile() for u in event.mimeData().urls()])
         if path is not None:
             self.open_script(path, load=load)
@@ -676,31 +680,10 @@ class MainWindow(QMainWindow):
 
     def open_sent_trace(self, path: str) -> None:
         """A trace sent by ``show()``: open it and come to the front."""
-        if self.open_trace(path):
+        if open_trace(self, path):
             self.showNormal()
             self.raise_()
             self.activateWindow()
-
-    def open_trace(self, path: str) -> bool:
-        """Show a saved trace (``trace --json``, or a graph sent by ``show()``); nothing runs."""
-        from core.trace import TraceFormatError
-
-        try:
-            trace = Trace.load(path)
-        except TraceFormatError as exc:
-            self._show_problem(str(exc))
-            return False
-        if self.script_path:
-            self._watcher.removePath(self.script_path)
-        self.script_path = None  # a saved trace does not run again
-        self.setWindowTitle(f"{Path(trace.script or path).name} — Backprop Studio")
-        self.source.set_source(trace.source, trace.script or path, trace.cells)
-        self._add_recent(str(Path(path).resolve()))
-        self.last_error = trace.error
-        self.show_trace(trace)
-        self._update_actions()
-        self.state_label.setText(f"Showing {Path(path).name}")
-        return True
 
     # -- messages ------------------------------------------------------------------------------------------
     def _show_problem(self, message: str) -> None:

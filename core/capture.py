@@ -18,6 +18,7 @@ import logging
 import os
 import sys
 import time
+import tokenize
 import traceback
 import types
 from dataclasses import replace
@@ -27,6 +28,7 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
+from core.memory import saved_tensor_bytes
 from core.names import NameTable
 from core.programs import ProgramError, load_program
 from core.snapshot import Snapshotter, label_nodes, number_nodes, values_of
@@ -357,8 +359,6 @@ class Capture:
 
     def live_saved_bytes(self) -> int:
         """Bytes held by saved tensors of every graph the script can still reach."""
-        from core.memory import saved_tensor_bytes
-
         with torch._C.DisableTorchFunction():
             roots = self.names.graph_roots(self.names.user_frames(sys._getframe(1)))
             return saved_tensor_bytes(roots)
@@ -387,6 +387,7 @@ class Capture:
         module.__file__ = self.script
         module.__builtins__ = __builtins__
         self.namespace = module.__dict__
+        self.namespace.update(program.globals)
         self.names.globals = self.namespace
         saved_main, saved_argv, saved_path0 = sys.modules.get("__main__"), sys.argv, sys.path[:1]
         sys.modules["__main__"] = module

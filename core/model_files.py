@@ -114,7 +114,8 @@ def parse_shapes(text: str | list[str] | None) -> list[tuple[list[int], str]]:
 # -- drivers ------------------------------------------------------------------------------------------
 
 _HEADER = "# Backprop Studio opens {name} ({what}) with this script and runs it as a model file:\n" \
-          "# forward, a sum of the outputs as the loss, backward.\n"
+          "# forward, a sum of the outputs as the loss, backward. {loader}() is its loader\n" \
+          "# (core/model_files.py), given to this script: the app's own modules stay out of sys.modules.\n"
 
 
 def driver_source(path: str | Path, options: dict | None = None) -> str:
@@ -147,9 +148,14 @@ def driver_source(path: str | Path, options: dict | None = None) -> str:
             raise ModelFileError(f"{p.name} holds a whole pickled model: give its input shapes with "
                                  f"--input-shape (e.g. --input-shape 2,4)", "needs_shapes")
         what, call = "a pickled model, trusted", f"open_pickled_model({str(p)!r}, {shapes!r})"
-    return (_HEADER.format(name=p.name, what=what)
-            + "from core.model_files import " + call.split("(")[0] + "\n\n"
-            + f"model, example_input = {call}\n")
+    return (_HEADER.format(name=p.name, what=what, loader=call.split("(")[0])
+            + f"\nmodel, example_input = {call}\n")
+
+
+def loaders() -> dict:
+    """The functions a driver calls, bound in its namespace before it runs."""
+    return {"open_export": open_export, "open_torchscript": open_torchscript,
+            "open_pickled_model": open_pickled_model, "open_huggingface": open_huggingface}
 
 
 def _needs_code(p: Path) -> str:

@@ -9,6 +9,7 @@ No torch at import: the GUI uses ``file_kind`` and ``display_source``.
 
 from __future__ import annotations
 
+import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -37,6 +38,7 @@ class Program:
     cells: list[dict] = field(default_factory=list)  # notebooks: see core.notebook.NotebookScript
     notes: list[str] = field(default_factory=list)  # printed before the run (skipped notebook lines)
     after_exec: Callable[[dict], None] | None = None  # runs on the namespace before the model step
+    globals: dict = field(default_factory=dict)  # bound in the namespace before the source runs
 
     def where(self, line: int | None) -> str:
         return where(self.cells, line)
@@ -74,8 +76,8 @@ def load_program(path: str | Path, options: dict | None = None) -> Program:
             return Program(nb.source, "notebook", nb.cells, skipped_notes(nb))
         if kind == "script":
             try:
-                source = p.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as exc:
+                source = _read_script(p)
+            except (OSError, ValueError) as exc:  # ValueError: SyntaxError / UnicodeDecodeError of the coding
                 raise ProgramError(f"cannot read {p}: {exc}") from None
             program = Program(source)
             weights = options.get("weights")
@@ -86,9 +88,15 @@ def load_program(path: str | Path, options: dict | None = None) -> Program:
             return program
         if kind == "trace":
             raise ProgramError(f"{p.name} is a saved trace: open it in the window (python main.py {p.name})")
-        return Program(model_files.driver_source(p, options), kind)
+        return Program(model_files.driver_source(p, options), kind, globals=model_files.loaders())
     except (NotebookError, model_files.ModelFileError) as exc:
         raise ProgramError(str(exc), getattr(exc, "reason", "load")) from None
+
+
+def _read_script(p: Path) -> str:
+    """The text as Python decodes it: a PEP 263 coding cookie, a BOM, else UTF-8."""
+    with tokenize.open(p) as f:
+        return f.read()
 
 
 def display_source(path: str | Path) -> tuple[str, list[dict]]:
@@ -102,7 +110,7 @@ def display_source(path: str | Path) -> tuple[str, list[dict]]:
             return f"# {exc}\n", []
         return nb.source, nb.cells
     if kind == "script":
-        return p.read_text(encoding="utf-8"), []
+        return _read_script(p), []
     if kind == "trace":
         return "", []
     what = {"export": "a torch.export program", "torchscript": "a TorchScript archive",
