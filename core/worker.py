@@ -691,6 +691,11 @@ def main(argv: list[str] | None = None) -> int:
             faulthandler.register(signal.SIGUSR1, file=fault, all_threads=True, chain=False)
     _patch_exit(channel)
     os.environ["BACKPROP_STUDIO_WORKER"] = "1"  # show() inside a traced script leaves the capture to us
+    try:
+        # Imported now, while the app's folder is on sys.path: a script that calls show() finds it.
+        import backprop_studio  # noqa: F401
+    except ImportError:
+        pass
     import torch
 
     import core.capture  # noqa: F401  (loaded before the script hides the app's modules)
