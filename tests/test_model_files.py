@@ -70,7 +70,7 @@ def test_export_program_grads_equal_a_plain_run(tmp_path):
     path = tmp_path / "mlp.pt2"
     torch.export.save(torch.export.export(model, (x,)), str(path))
     assert file_kind(path) == "export"
-    trace = capture_script(str(path))
+    trace = run_capture(str(path), timeout=300).trace  # through the worker, as the app opens it
     assert trace.mode == "model"
     # The inputs come from the program's input specs: shape (5, 4), float32, seeded values.
     expected = plain_grads(model, example_inputs([([5, 4], "float32")]))
