@@ -131,3 +131,24 @@ def test_window_opens_a_sent_trace(qtbot, tmp_path, monkeypatch):
         assert w.source.editor.toPlainText() == "import torch\nloss = x.sum()\n"
     finally:
         w.handle.close()
+
+
+def test_show_opens_a_new_window_when_none_listens(tmp_path, monkeypatch):
+    torch = pytest.importorskip("torch")
+    import backprop_studio
+    import core.show_link
+
+    started = []
+    monkeypatch.delenv("BACKPROP_STUDIO_WORKER", raising=False)
+    monkeypatch.setattr(core.show_link, "send_open", lambda path, timeout=3.0: False)
+    monkeypatch.setattr(backprop_studio.subprocess, "Popen", lambda args, **kw: started.append((args, kw)))
+    a = torch.tensor([2.0], requires_grad=True)
+    c = a * 3
+    path = backprop_studio.show(c, save=tmp_path / "c.json")
+    ((args, kw),) = started
+    assert args[0] == sys.executable and args[-1] == path == str((tmp_path / "c.json").resolve())
+    assert "from app.main import main" in args[2] and kw["stdin"] == subprocess.DEVNULL
+    assert str(ROOT) in kw["env"]["PYTHONPATH"].split(os.pathsep)
+    call = json.loads((tmp_path / "c.json").read_text())["calls"][0]
+    assert [n["name"] for n in call["nodes"]] == ["MulBackward0", "AccumulateGrad"]
+    assert call["nodes"][0]["label"] == "c"
