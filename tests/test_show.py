@@ -63,7 +63,10 @@ def test_show_reaches_a_running_window(qtbot, tmp_path):
     pytest.importorskip("torch")
     from app.show_server import ShowServer
 
-    sock = str(tmp_path / "show.sock")
+    import tempfile
+
+    short = Path(tempfile.mkdtemp(prefix="bps-"))  # Unix socket paths must stay under ~100 bytes
+    sock = str(short / "show.sock")
     server = ShowServer(name=sock)
     assert server.listening
     script = tmp_path / "loss.py"
@@ -82,6 +85,8 @@ def test_show_reaches_a_running_window(qtbot, tmp_path):
         if proc.poll() is None:
             proc.kill()
         server.close()
+        Path(sock).unlink(missing_ok=True)
+        short.rmdir()
     assert proc.returncode == 0, stderr
     assert "PyQt" not in stderr and json.loads(out.read_text())["calls"][0]["api"] == "unreached"
 
