@@ -9,7 +9,7 @@ Loading is safe by default: checkpoints are read with ``torch.load(..., weights_
 or safetensors; a whole pickled model (``torch.save(model)``) runs code from the file when
 loaded, so it is refused unless the user trusts it (``--trust-pickle`` or the window's
 confirmation). torch, safetensors and transformers are imported only inside the functions:
-the GUI imports this module's file-kind helpers without torch.
+the GUI imports this module's file-kind functions without torch.
 """
 
 from __future__ import annotations
