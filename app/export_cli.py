@@ -147,7 +147,10 @@ def _export_one(args, script: Path, batch: bool) -> tuple[list[str], list[str]]:
     loader.start()
     result = run_capture(str(script), device=args.device, mode=args.mode, timeout=args.timeout,
                          on_event=on_event if want_steps else None,
-                         step={"call": index, "mode": "all"} if want_steps else None)
+                         step={"call": index, "mode": "all"} if want_steps else None,
+                         # only a JSON export keeps the memory samples
+                         memory_rate=None if _format(args, output_path(args.output, script, args.format or "png"))
+                         == "json" else 0)
     loader.join()
     trace = result.trace
     call, notes, warnings = _pick_call(trace, index)
