@@ -682,8 +682,10 @@ class WorkerClient:
 
 def run_capture(path: str, device: str = "cpu", mode: str = "auto", timeout: float = DEFAULT_TIMEOUT,
                 on_event: Callable[[dict], None] | None = None, step: dict | None = None,
-                seeds: dict | None = None, load: dict | None = None) -> RunResult:
-    """Run one script in a fresh worker and wait for its result (the CLI and tests use this)."""
+                seeds: dict | None = None, load: dict | None = None,
+                memory_rate: float | None = None) -> RunResult:
+    """Run one script in a fresh worker and wait for its result (the CLI and tests use this).
+    ``memory_rate`` sets the memory samples per second (0: none, when nothing shows them)."""
     done = threading.Event()
     box: dict = {}
 
@@ -695,6 +697,8 @@ def run_capture(path: str, device: str = "cpu", mode: str = "auto", timeout: flo
             done.set()
 
     client = WorkerClient(handle, prestart=False)
+    if memory_rate is not None:
+        client.memory_rate = memory_rate
     try:
         client.run(path, device=device, mode=mode, timeout=timeout, step=step, seeds=seeds, load=load)
         done.wait()
