@@ -104,17 +104,9 @@ class MainWindow(QMainWindow):
     def trace(self) -> Trace | None:
         return self.session.trace
 
-    @trace.setter
-    def trace(self, trace: Trace | None) -> None:
-        self.session.trace = trace
-
     @property
     def call(self) -> CallInfo | None:
         return self.session.call
-
-    @call.setter
-    def call(self, call: CallInfo | None) -> None:
-        self.session.call = call
 
     # -- construction ---------------------------------------------------------------------------------
     def _build_views(self) -> None:
