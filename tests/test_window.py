@@ -160,8 +160,9 @@ def test_step_continue_and_replay(qtbot, window):
     assert window.graph.node_items[mul].state == "current"
     assert window.graph.node_items[leaf_a].state == "frontier"
     # The graph stays usable: a normal run afterwards shows the new result.
-    _open(qtbot, window, EXAMPLES / "02_polynomial.py")
-    assert {n.name for n in window.call.nodes} >= {"PowBackward0", "AccumulateGrad"}
+    window.open_script(str(EXAMPLES / "02_polynomial.py"))
+    qtbot.waitUntil(lambda: window.call is not None and
+                    {n.name for n in window.call.nodes} >= {"PowBackward0", "AccumulateGrad"}, timeout=60_000)
 
 
 def test_stepping_stops_at_the_inplace_error(qtbot, window):
