@@ -379,10 +379,10 @@ class Worker:
             cmd = self.commands.get()
             kind = cmd.get("cmd")
             if kind == "quit":
-                self.channel.send({"type": "bye"})
+                self.channel.send(protocol.Bye().to_dict())
                 return
             if kind == "devices":
-                self.channel.send({"type": "devices", "devices": list_devices()})
+                self.channel.send(protocol.Devices(devices=list_devices()).to_dict())
             elif kind == "run":
                 self.run(cmd)
                 if self.channel.broken:
@@ -440,11 +440,11 @@ class Worker:
     def _flush_steps(self, index: int) -> None:
         if self._steps:
             records, self._steps = self._steps, []
-            self.channel.send({"type": "steps", "call": index, "records": records})
+            self.channel.send(protocol.Steps(call=index, records=records).to_dict())
 
     def _on_pause(self, index: int, pending: dict) -> None:
         self._flush_steps(index)
-        self.channel.send({"type": "step_paused", "call": index, "pending": pending})
+        self.channel.send(protocol.StepPaused(call=index, pending=pending).to_dict())
         self._step_memory(index)
 
     def _step_memory(self, index: int) -> None:
@@ -458,8 +458,8 @@ class Worker:
             return
         # Saved bytes are recomputed at most ~5% of the time: fast stepping stays fast.
         sample = self.sampler.mark("backward", {"t": time.perf_counter() - self.sampler.origin}, force_saved=False)
-        self.channel.send({"type": "step_memory", "call": index, "step": step, "t": sample.t,
-                           "saved_bytes": sample.saved_bytes, "allocated": sample.allocated})
+        self.channel.send(protocol.StepMemory(call=index, step=step, t=sample.t, saved_bytes=sample.saved_bytes,
+                                              allocated=sample.allocated).to_dict())
 
     def _step_hook(self, capture, step: dict | None = None, debug: DebugPlan | None = None):
         """A call hook that runs backward calls under a BackwardStepper: call ``step['call']``
