@@ -37,8 +37,9 @@ class WorkerProcess:
 
     _ids = itertools.count()
 
-    def __init__(self, on_message: Callable[[dict], None], python: str | None = None):
+    def __init__(self, on_message: Callable[[dict], None], python: str | None = None, launcher=None):
         self.on_message = on_message
+        self.launcher = launcher  # a core.launchers.Launcher: the worker runs behind that command
         self.python = python or sys.executable
         self.id = next(self._ids)
         self.fault_path = Path(tempfile.gettempdir()) / f"backprop-studio-fault-{os.getpid()}-{self.id}.txt"
@@ -48,6 +49,8 @@ class WorkerProcess:
         self.output_tail = bytearray()
         self.output_bytes = 0
         self.exiting: dict | None = None
+        self.refused = ""  # why the worker's hello was refused (another protocol version)
+        self.remote_fault = ""  # stacks a remote worker sent back in answer to ``dump``
         self._lock = threading.Lock()
         self.finished = threading.Event()
         self._output_done = threading.Event()
@@ -57,14 +60,19 @@ class WorkerProcess:
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         env["PYTHONUNBUFFERED"] = "1"
         env["PYTHONFAULTHANDLER"] = "1"
-        self.proc = subprocess.Popen(
-            [self.python, "-m", "core.worker", "--fault-file", str(self.fault_path)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=str(ROOT),
-            env=env,
-        )
+        if self.launcher is not None:
+            from core.launchers import popen_launcher
+
+            self.proc = popen_launcher(self.launcher, env, str(ROOT))
+        else:
+            self.proc = subprocess.Popen(
+                [self.python, "-m", "core.worker", "--fault-file", str(self.fault_path)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=str(ROOT),
+                env=env,
+            )
         threading.Thread(target=self._read_protocol, name=f"worker-{self.id}-proto", daemon=True).start()
         threading.Thread(target=self._read_output, name=f"worker-{self.id}-output", daemon=True).start()
 
@@ -84,13 +92,19 @@ class WorkerProcess:
 
     def dump_stacks(self) -> None:
         """Ask faulthandler in the worker to write every thread's stack to the fault file."""
-        if self.alive and hasattr(signal, "SIGUSR1"):
+        if self.launcher is not None:  # signals do not cross ssh: ask over the pipe
+            self.send({"cmd": "dump"})
+        elif self.alive and hasattr(signal, "SIGUSR1"):
             try:
                 self.proc.send_signal(signal.SIGUSR1)
             except OSError:
                 pass
 
     def kill(self) -> None:
+        if self.launcher is not None and self.proc is not None:
+            from core.launchers import kill_launcher
+
+            kill_launcher(self.proc)
         if self.proc is not None and self.proc.poll() is None:
             try:
                 self.proc.kill()
@@ -107,6 +121,12 @@ class WorkerProcess:
         self.kill()
 
     def fault_text(self) -> str:
+        if self.launcher is not None:
+            from core.launchers import fault_in_output
+
+            with self._lock:
+                tail = self.output_tail.decode("utf-8", errors="replace")
+            return self.remote_fault or fault_in_output(tail)
         try:
             return self.fault_path.read_text(encoding="utf-8", errors="replace")
         except OSError:
@@ -115,6 +135,12 @@ class WorkerProcess:
     def _read_protocol(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
         for raw in self.proc.stdout:
+            if raw.startswith(b'{"type": "frame"') or raw.startswith(b'{"type":"frame"'):
+                from core.launchers import read_frame_message
+
+                raw = read_frame_message(self.proc.stdout, raw, self._deliver)
+                if raw is None:
+                    break
             try:
                 if len(raw) > 1 << 20:  # a big trace: millions of small objects at once
                     with paused_gc():
@@ -126,8 +152,20 @@ class WorkerProcess:
                 continue
             kind = msg.get("type")
             if kind == "hello":
+                from core.wire import ProtocolMismatch, check_hello
+
+                try:
+                    check_hello(msg, f"the worker on {self.launcher.name}" if self.launcher else "the worker")
+                except ProtocolMismatch as exc:
+                    self.refused = str(exc)
+                    self._deliver({"type": "refused", "message": self.refused})
+                    self.kill()
+                    continue
                 self.hello = msg
                 self.ready.set()
+            elif kind == "fault":
+                self.remote_fault = msg.get("text", "")
+                continue
             elif kind == "exiting":
                 self.exiting = msg
             self._deliver(msg)
@@ -225,9 +263,10 @@ class WorkerClient:
     """
 
     def __init__(self, on_event: Callable[[dict], None] | None = None, python: str | None = None,
-                 prestart: bool = True):
+                 prestart: bool = True, launcher=None):
         self.on_event = on_event or (lambda e: None)
         self.python = python
+        self.launcher = launcher  # a core.launchers.Launcher, or None for a local worker
         self.prestart = prestart
         self.memory_rate = 50.0  # memory samples per second in the worker; 0 turns sampling off
         self.state = "starting"
@@ -243,7 +282,7 @@ class WorkerClient:
 
     # -- public --------------------------------------------------------------------------------
     def run(self, path: str, device: str = "cpu", mode: str = "auto", timeout: float = DEFAULT_TIMEOUT,
-            step: dict | None = None) -> int:
+            step: dict | None = None, ddp: dict | None = None) -> int:
         """Start running ``path``; returns the run id. A run in progress is cancelled first.
 
         ``step`` (``{"call": N, "mode": "interactive" | "all"}``) runs backward call N under the
@@ -257,7 +296,8 @@ class WorkerClient:
             run_id = next(self._run_ids)
             self._active = worker
             self._run = {"id": run_id, "path": str(path), "device": device, "start": time.monotonic(),
-                         "worker": worker, "timeout": timeout, "done": False, "step": step}
+                         "worker": worker, "timeout": timeout, "done": False, "step": step,
+                         "extra": {"ddp": ddp} if ddp else {}}
             self._set_state("running")
         threading.Thread(target=self._launch, args=(worker, run_id, path, device, mode, timeout, step),
                          name=f"run-{run_id}", daemon=True).start()
@@ -301,7 +341,7 @@ class WorkerClient:
         def on_message(msg: dict) -> None:
             self._on_worker_message(holder["w"], msg)
 
-        w = WorkerProcess(on_message, python=self.python)
+        w = WorkerProcess(on_message, python=self.python, launcher=self.launcher)
         holder["w"] = w
         w.start()
         return w
@@ -316,8 +356,20 @@ class WorkerClient:
         with self._lock:
             if self._run is None or self._run["id"] != run_id:
                 return
-        if not worker.send({"cmd": "run", "run": run_id, "path": str(Path(path).resolve()), "device": device,
-                            "mode": mode, "step": step, "memory_rate": self.memory_rate}):
+            run = self._run
+        cmd = {"cmd": "run", "run": run_id, "path": str(Path(path).resolve()), "device": device,
+               "mode": mode, "step": step, "memory_rate": self.memory_rate, **run.get("extra", {})}
+        if self.launcher is not None:
+            from core.launchers import run_payload
+
+            try:
+                cmd.update(run_payload(self.launcher, path))
+            except (OSError, ValueError) as exc:
+                err = ErrorInfo(type=type(exc).__name__, message=str(exc), kind="load", file=str(path))
+                self._complete(run, Trace(calls=[], error=err, script=str(path), device=device), "", 0)
+                threading.Thread(target=worker.close, daemon=True).start()
+                return
+        if not worker.send(cmd):
             return  # the exit message reports the death
         if self.prestart:
             with self._lock:
@@ -333,6 +385,10 @@ class WorkerClient:
             return
         run["worker"].dump_stacks()
         time.sleep(0.3)
+        for _ in range(20):  # a remote worker's stacks travel back over the connection
+            if run["worker"].launcher is None or run["worker"].remote_fault:
+                break
+            time.sleep(0.1)
         self._kill_if_running(run_id, f"the run passed its time limit of {timeout:g} s")
 
     def _kill_if_running(self, run_id: int, reason: str) -> None:
@@ -387,7 +443,11 @@ class WorkerClient:
             worker.finished.wait(timeout=5)
             code = worker.proc.returncode if worker.proc is not None else -9
         reason = reason or run.get("reason", "")
-        err = death_error(code if code is not None else -9, worker.fault_text(), worker.exiting, run["path"], reason)
+        if worker.refused:
+            err = ErrorInfo(type="ProtocolMismatch", message=worker.refused, kind="load")
+        else:
+            err = death_error(code if code is not None else -9, worker.fault_text(), worker.exiting, run["path"],
+                              reason)
         trace = Trace(calls=[], error=err, script=run["path"], device=run["device"])
         with worker._lock:
             output = worker.output_tail.decode("utf-8", errors="replace")
@@ -411,7 +471,8 @@ class WorkerClient:
 
 
 def run_capture(path: str, device: str = "cpu", mode: str = "auto", timeout: float = DEFAULT_TIMEOUT,
-                on_event: Callable[[dict], None] | None = None, step: dict | None = None) -> RunResult:
+                on_event: Callable[[dict], None] | None = None, step: dict | None = None,
+                launcher=None, ddp: dict | None = None) -> RunResult:
     """Run one script in a fresh worker and wait for its result (the CLI and tests use this)."""
     done = threading.Event()
     box: dict = {}
@@ -423,9 +484,9 @@ def run_capture(path: str, device: str = "cpu", mode: str = "auto", timeout: flo
             box["result"] = event["result"]
             done.set()
 
-    client = WorkerClient(handle, prestart=False)
+    client = WorkerClient(handle, prestart=False, launcher=launcher)
     try:
-        client.run(path, device=device, mode=mode, timeout=timeout, step=step)
+        client.run(path, device=device, mode=mode, timeout=timeout, step=step, ddp=ddp)
         done.wait()
         return box["result"]
     finally:

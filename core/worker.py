@@ -20,6 +20,7 @@ import json
 import os
 import queue
 import signal
+import socket
 import sys
 import threading
 import time
@@ -43,6 +44,19 @@ class Channel:
         with self._lock:
             self._file.write(text + "\n")
             self._file.flush()
+
+    def send_frame(self, msg: dict, codec: str) -> None:
+        """Send a big message compressed, as a header line and its bytes (see ``core.wire``)."""
+        from core.trace import paused_gc
+        from core.wire import encode_frame
+
+        with paused_gc():
+            header, payload = encode_frame(msg, codec)
+        with self._lock:
+            self._file.write(json.dumps(header) + "\n")
+            self._file.flush()
+            self._file.buffer.write(payload)
+            self._file.buffer.flush()
 
 
 def list_devices() -> list[dict]:
@@ -127,6 +141,11 @@ class Worker:
                 cmd = json.loads(line)
             except json.JSONDecodeError:
                 continue
+            if cmd.get("cmd") == "dump":
+                from core.worker_remote import dump_stacks
+
+                self.channel.send({"type": "fault", "text": dump_stacks()})
+                continue
             if cmd.get("cmd") == "cancel":
                 if self.stepper is not None:
                     self.stepper.stop()
@@ -137,6 +156,10 @@ class Worker:
                 self.control_step(cmd)
                 continue
             self.commands.put(cmd)
+        if self.running:  # the connection dropped mid-run: end everything this worker started
+            from core.worker_remote import end_group
+
+            end_group()
         self.commands.put({"cmd": "quit"})
 
     def serve(self) -> None:
@@ -242,12 +265,27 @@ class Worker:
         return hook
 
     def run(self, cmd: dict) -> None:
+        run_id = cmd.get("run")
+        self.channel.send({"type": "started", "run": run_id, "t": time.time()})
+        if "source" in cmd:  # the script travelled from another machine
+            from core.worker_remote import run_materialized
+
+            trace = run_materialized(self, cmd)
+        else:
+            trace = self.capture_trace(cmd)
+        self.send_trace(cmd, trace)
+
+    def capture_trace(self, cmd: dict):
+        """Run the script at ``cmd['path']`` under capture (or its DDP ranks) and return the trace."""
         from core.capture import Capture
         from core.trace import ErrorInfo, Trace
 
         run_id = cmd.get("run")
         device = cmd.get("device") or "cpu"
-        self.channel.send({"type": "started", "run": run_id, "t": time.time()})
+        if cmd.get("ddp"):
+            from core.ddp import run_ranks
+
+            return run_ranks(self, cmd)
         problem = check_device(device)
         if problem:
             err = ErrorInfo(type="DeviceError", message=problem, kind="device")
@@ -291,7 +329,17 @@ class Worker:
                 self.running = False
             sys.stdout.flush()
             sys.stderr.flush()
-        self.channel.send({"type": "trace", "run": run_id, "trace": trace.to_dict()})
+        return trace
+
+    def send_trace(self, cmd: dict, trace) -> None:
+        from core.wire import pick_codec
+
+        msg = {"type": "trace", "run": cmd.get("run"), "trace": trace.to_dict()}
+        codec = pick_codec(cmd.get("compress"))
+        if codec:
+            self.channel.send_frame(msg, codec)
+        else:
+            self.channel.send(msg)
 
 
 def _patch_exit(channel: Channel) -> None:
@@ -319,6 +367,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="core.worker")
     parser.add_argument("--fault-file", default=None)
     args = parser.parse_args(argv)
+    from core.worker_remote import become_group_leader
+
+    become_group_leader()
 
     channel = Channel(os.dup(1))
     os.dup2(2, 1)
@@ -329,11 +380,16 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(signal, "SIGUSR1"):
             # The parent sends SIGUSR1 before killing a hung run: the dump names the line.
             faulthandler.register(signal.SIGUSR1, file=fault, all_threads=True, chain=False)
+    else:  # behind a launcher: a hard crash's dump travels back with the output
+        faulthandler.enable(file=sys.stderr, all_threads=True)
     _patch_exit(channel)
     import torch
 
+    from core.wire import PROTOCOL_VERSION, available_codecs
+
     channel.send({"type": "hello", "pid": os.getpid(), "torch": torch.__version__, "devices": list_devices(),
-                  "python": sys.version.split()[0]})
+                  "python": sys.version.split()[0], "protocol": PROTOCOL_VERSION, "codecs": available_codecs(),
+                  "host": socket.gethostname()})
     Worker(channel).serve()
     return 0
 

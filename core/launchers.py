@@ -1,0 +1,205 @@
+"""Where a worker runs: the local interpreter, or any command whose stdin/stdout are the worker's.
+
+The protocol is JSON lines over pipes, so a worker can sit behind ``ssh gpu-box python3 -m
+core.worker``, ``srun --pty=no ... python -m core.worker``, ``docker exec -i CONTAINER python
+-m core.worker`` or ``kubectl exec -i POD -- python -m core.worker``: the app starts that
+command, writes commands to its stdin and reads the worker's messages from its stdout and
+the script's output from its stderr. ``ssh`` uses the user's own ``~/.ssh/config``, keys and
+agent (BatchMode: the app never asks for or stores a password).
+
+A *host* is a plain record (saved by the app in its settings)::
+
+    {"name": "gpu-box", "kind": "ssh", "dest": "me@gpu-box", "python": "python3",
+     "remote_cwd": "/data/run1", "send_folder": false}
+    {"name": "slurm-a100", "kind": "command",
+     "command": "srun -p gpu --gres=gpu:1 python -m core.worker"}
+
+``resolve(spec, hosts)`` turns a host name, or any ssh destination (``user@host``, a
+``~/.ssh/config`` alias) when no host has that name, into a ``Launcher``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+from dataclasses import dataclass, field
+
+WORKER_MODULE = "core.worker"
+DEFAULT_PYTHON = "python3"
+CODECS = ("zlib", "zstd", "none")
+
+
+class LauncherError(ValueError):
+    """A host record or worker command that cannot start a worker; the message names the field."""
+
+
+@dataclass(frozen=True)
+class Launcher:
+    """How to start one remote worker and what to send it with each run."""
+
+    name: str  # shown in the device picker before each device ("gpu-box: cuda:0")
+    argv: tuple[str, ...]  # the command; its stdin/stdout/stderr become the worker's
+    kind: str = "command"  # "ssh" or "command"
+    compress: str = "zlib"  # how traces travel back: zlib, zstd (where installed) or none
+    remote_cwd: str | None = None  # run the script in this remote folder instead of a temporary one
+    send_folder: bool = False  # also send the files beside the script
+    env: dict = field(default_factory=dict)  # extra environment for the local command (tests, PATH)
+
+    @property
+    def remote(self) -> bool:
+        """The worker cannot read local files: the script's text travels with each run."""
+        return True
+
+    def describe(self) -> str:
+        return f"{self.name} ({shlex.join(self.argv)})"
+
+
+def worker_command(python: str = DEFAULT_PYTHON) -> str:
+    """The remote shell command that starts a worker with ``python``."""
+    return f"{python} -m {WORKER_MODULE}"
+
+
+def ssh_argv(dest: str, python: str = DEFAULT_PYTHON, ssh: str | None = None,
+             options: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """``ssh`` with no terminal, no password prompt and a keep-alive, running the worker on ``dest``."""
+    exe = ssh or shutil.which("ssh") or "ssh"
+    return (exe, "-T", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=15", *options, "--", dest,
+            worker_command(python))
+
+
+_DEST = re.compile(r"^(?:[A-Za-z0-9._-]+@)?[A-Za-z0-9._:\[\]-]+$")
+
+
+def from_host(host: dict) -> Launcher:
+    """A launcher from a saved host record; a bad record raises LauncherError naming the field."""
+    name = str(host.get("name") or "").strip()
+    if not name:
+        raise LauncherError("host record: 'name' is empty")
+    kind = host.get("kind", "ssh")
+    compress = host.get("compress", "zlib")
+    if compress not in CODECS:
+        raise LauncherError(f"host '{name}': 'compress' must be one of {', '.join(CODECS)}, not {compress!r}")
+    common = dict(name=name, compress=compress, remote_cwd=host.get("remote_cwd") or None,
+                  send_folder=bool(host.get("send_folder", False)))
+    if kind == "ssh":
+        dest = str(host.get("dest") or name)
+        if not _DEST.match(dest):
+            raise LauncherError(f"host '{name}': 'dest' {dest!r} is not an ssh destination (user@host or an alias)")
+        options = tuple(shlex.split(host.get("ssh_options", "")))
+        return Launcher(argv=ssh_argv(dest, host.get("python") or DEFAULT_PYTHON, options=options), kind="ssh",
+                        **common)
+    if kind == "command":
+        return Launcher(argv=split_command(host.get("command", ""), f"host '{name}': 'command'"), **common)
+    raise LauncherError(f"host '{name}': 'kind' must be 'ssh' or 'command', not {kind!r}")
+
+
+def split_command(command: str, what: str = "--worker-command") -> tuple[str, ...]:
+    """A worker command line split like a POSIX shell would, or LauncherError saying what is wrong."""
+    try:
+        argv = tuple(shlex.split(command or ""))
+    except ValueError as exc:
+        raise LauncherError(f"{what}: {exc} in {command!r}") from None
+    if not argv:
+        raise LauncherError(f"{what} is empty: give the command that starts "
+                            f"'{worker_command()}' with its stdin and stdout as the worker's")
+    return argv
+
+
+def from_command(command: str, name: str | None = None, **options) -> Launcher:
+    """A launcher from a whole command line (``--worker-command "docker exec -i box python -m core.worker"``)."""
+    argv = split_command(command)
+    return Launcher(name=name or os.path.basename(argv[0]), argv=argv, **options)
+
+
+def resolve(spec: str, hosts: list[dict] | None = None, **options) -> Launcher:
+    """``--host SPEC``: a saved host by name, else ``SPEC`` taken as an ssh destination."""
+    for host in hosts or []:
+        if host.get("name") == spec:
+            launcher = from_host(host)
+            break
+    else:
+        if not spec or not _DEST.match(spec):
+            raise LauncherError(f"--host {spec!r}: no saved host has that name, and it is not an ssh "
+                                f"destination (user@host or a ~/.ssh/config alias)")
+        launcher = from_host({"name": spec, "kind": "ssh", "dest": spec})
+    return replace_options(launcher, **options)
+
+
+def replace_options(launcher: Launcher, **options) -> Launcher:
+    from dataclasses import replace
+
+    given = {k: v for k, v in options.items() if v is not None}
+    return replace(launcher, **given) if given else launcher
+
+
+# -- the app's side of the pipe --------------------------------------------------------------------
+def popen_launcher(launcher: Launcher, env: dict, cwd: str):
+    """Start the launcher's command in its own process group, its three pipes the worker's."""
+    import subprocess
+
+    env = {**env, **launcher.env}
+    try:
+        return subprocess.Popen(list(launcher.argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, cwd=cwd, env=env, start_new_session=True)
+    except OSError as exc:
+        raise LauncherError(f"host '{launcher.name}': cannot start {launcher.argv[0]!r}: {exc}") from None
+
+
+def kill_launcher(proc) -> None:
+    """End the local command (ssh, docker, kubectl) and its group; the remote worker sees its stdin
+    close and ends its own group."""
+    import signal
+
+    if proc.poll() is None and hasattr(os, "killpg"):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def fault_in_output(output: str) -> str:
+    """The faulthandler dump a crashed remote worker wrote into its output, or ''."""
+    for marker in ("Fatal Python error", "Thread 0x", "Current thread 0x"):
+        at = output.find(marker)
+        if at >= 0:
+            return output[at:]
+    return ""
+
+
+def read_frame_message(stream, header_line: bytes, deliver) -> bytes | None:
+    """Read a compressed frame whose header is ``header_line``; report progress as ``transfer``
+    messages (at most one per MiB); return the message's JSON, or None when the pipe closed."""
+    import json
+
+    from core.wire import read_frame
+
+    header = json.loads(header_line)
+    last = [0]
+
+    def progress(got: int, size: int) -> None:
+        if got - last[0] >= 1 << 20 or got == size:
+            last[0] = got
+            deliver({"type": "transfer", "of": header.get("of"), "received": got, "total": size,
+                     "raw": header.get("raw"), "codec": header.get("codec")})
+
+    try:
+        return read_frame(stream, header, progress)
+    except EOFError:
+        return None
+
+
+def run_payload(launcher: Launcher, path: str) -> dict:
+    """What a ``run`` command carries to a remote worker besides the local one's fields."""
+    from pathlib import Path
+
+    from core.worker_remote import pack_folder
+
+    p = Path(path)
+    payload = {"source": p.read_text(encoding="utf-8"), "name": p.name, "compress": launcher.compress}
+    if launcher.remote_cwd:
+        payload["remote_cwd"] = launcher.remote_cwd
+    if launcher.send_folder:
+        payload["folder"] = pack_folder(p.parent, skip=str(p))
+    return payload
