@@ -46,6 +46,9 @@ def end_group() -> None:
         sys.stderr.flush()
     except Exception:
         pass
+    from core.ddp import end_children
+
+    end_children()
     if hasattr(os, "killpg") and os.getpgrp() == os.getpid():
         os.killpg(os.getpgrp(), signal.SIGKILL)
     os._exit(1)
