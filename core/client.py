@@ -51,6 +51,7 @@ class WorkerProcess:
         self.exiting: dict | None = None
         self.refused = ""  # why the worker's hello was refused (another protocol version)
         self.remote_fault = ""  # stacks a remote worker sent back in answer to ``dump``
+        self.placed = ("", "")  # (path on the worker's host, the app's path) of the script
         self._lock = threading.Lock()
         self.finished = threading.Event()
         self._output_done = threading.Event()
@@ -126,7 +127,8 @@ class WorkerProcess:
 
             with self._lock:
                 tail = self.output_tail.decode("utf-8", errors="replace")
-            return self.remote_fault or fault_in_output(tail)
+            text = self.remote_fault or fault_in_output(tail)
+            return text.replace(*self.placed) if self.placed[0] else text
         try:
             return self.fault_path.read_text(encoding="utf-8", errors="replace")
         except OSError:
@@ -166,6 +168,8 @@ class WorkerProcess:
             elif kind == "fault":
                 self.remote_fault = msg.get("text", "")
                 continue
+            elif kind == "placed":  # where the travelling script was written on the worker's host
+                self.placed = (msg.get("path", ""), msg.get("local", ""))
             elif kind == "exiting":
                 self.exiting = msg
             self._deliver(msg)
@@ -446,6 +450,10 @@ class WorkerClient:
         if worker.refused:
             err = ErrorInfo(type="ProtocolMismatch", message=worker.refused, kind="load")
         else:
+            if worker.launcher is not None and code is not None:
+                from core.launchers import remote_exit_code
+
+                code = remote_exit_code(code, worker.fault_text())
             err = death_error(code if code is not None else -9, worker.fault_text(), worker.exiting, run["path"],
                               reason)
         trace = Trace(calls=[], error=err, script=run["path"], device=run["device"])

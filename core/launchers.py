@@ -203,3 +203,18 @@ def run_payload(launcher: Launcher, path: str) -> dict:
     if launcher.send_folder:
         payload["folder"] = pack_folder(p.parent, skip=str(p))
     return payload
+
+
+_FATAL = {"Segmentation fault": 11, "Aborted": 6, "Floating point exception": 8, "Bus error": 7,
+          "Illegal instruction": 4}
+
+
+def remote_exit_code(code: int, fault: str) -> int:
+    """The exit code as a local worker would report it: a remote shell turns signal N into
+    128+N and ssh may say 255, but the faulthandler dump names the signal."""
+    for text, signum in _FATAL.items():
+        if f"Fatal Python error: {text}" in fault:
+            return -signum
+    if 128 < code < 160:
+        return -(code - 128)
+    return code

@@ -155,6 +155,7 @@ def run_materialized(worker, cmd: dict):
         err = ErrorInfo(type=type(exc).__name__, kind="load",
                         message=f"the script could not be written on {socket.gethostname()}: {exc}")
         return Trace(calls=[], error=err, script=str(cmd.get("path", "")), device=cmd.get("device") or "cpu")
+    worker.channel.send({"type": "placed", "run": cmd.get("run"), "path": place.path, "local": place.local_path})
     try:
         with place:
             inner = {k: v for k, v in cmd.items() if k not in ("source", "folder")}
