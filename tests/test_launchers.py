@@ -208,6 +208,26 @@ def test_time_limit_names_the_line(launcher, tmp_path):
     assert err.line in (3, 4)
 
 
+def test_worker_runs_with_only_torch_and_the_standard_library(tmp_path):
+    """numpy, psutil and Qt blocked: trace, step and memory samples still work, compressed."""
+    mark = uuid.uuid4().hex
+    bare = Path(__file__).with_name("bare_worker.py")
+    launcher = from_command(f"sh -c 'cd {shlex.quote(str(ROOT))} && exec {shlex.quote(PY)} {shlex.quote(str(bare))}'",
+                            name="bare", env={"BPS_TEST_MARK": mark})
+    script = write(tmp_path, "product.py", PRODUCT)
+    events = []
+    result = run_capture(str(script), launcher=launcher, timeout=60, on_event=events.append,
+                         step={"call": 0, "mode": "all"})
+    assert result.trace.error is None, (result.trace.error, result.output)
+    assert "Failed to initialize NumPy" in result.output  # numpy really was missing
+    assert result.trace.calls[0].leaf_grads["a"].data == [4.0, -1.0]
+    assert len([e for e in events if e.get("type") == "step"]) == 4
+    assert result.trace.memory and all(s.rss > 0 for s in result.trace.memory)
+    (transfer,) = [e for e in events if e.get("type") == "transfer"]
+    assert transfer["codec"] == "zlib" and transfer["received"] == transfer["total"] < transfer["raw"]
+    assert_no_process(mark)
+
+
 def test_protocol_version_mismatch_is_refused(tmp_path):
     fake = ('{"type": "hello", "protocol": 999, "torch": "9.9", "python": "3.99", "devices": []}')
     launcher = from_command(f"sh -c {shlex.quote(f'echo {shlex.quote(fake)}; exec cat >/dev/null')}", name="old-box")
