@@ -10,6 +10,8 @@ import json
 from dataclasses import asdict
 
 from app import export_cli
+from app.hosts import add_hosts_parser, add_worker_args, hosts_main, worker_options
+from core.launchers import LauncherError
 from core.client import run_capture
 from core.step_state import short_values
 from core.summary import trace_summary
@@ -20,7 +22,8 @@ def _trace(args) -> int:
     if not script.is_file():
         print(f"backprop-studio: {script}: no such file", file=sys.stderr)
         return 2
-    result = run_capture(str(script), device=args.device, mode=args.mode, timeout=args.timeout)
+    result = run_capture(str(script), device=args.device, mode=args.mode, timeout=args.timeout,
+                         **worker_options(args))
     trace = result.trace
     if args.json:
         trace.save(args.json)
@@ -50,7 +53,7 @@ def _step(args) -> int:
             info[kind] = event
 
     result = run_capture(str(script), device=args.device, mode=args.mode, timeout=args.timeout,
-                         on_event=on_event, step={"call": args.call, "mode": "all"})
+                         on_event=on_event, step={"call": args.call, "mode": "all"}, **worker_options(args))
     trace = result.trace
     if "step_begin" not in info:
         reason = f"{trace.error.type}: {trace.error.message}" if trace.error else "the script made fewer calls"
@@ -102,6 +105,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--mode", choices=("auto", "script", "model"), default="auto")
     p.add_argument("--timeout", type=float, default=600.0, help="time limit in seconds (default 600)")
     p.add_argument("--quiet", action="store_true", help="do not echo the script's output")
+    add_worker_args(p)
     p = sub.add_parser("step", help="step through one backward call node by node and print every step")
     p.add_argument("script")
     p.add_argument("--call", type=int, default=0, help="which backward / grad call to step (default 0)")
@@ -109,8 +113,20 @@ def main(argv: list[str]) -> int:
     p.add_argument("--json", metavar="OUT", help="write the steps as JSON")
     p.add_argument("--mode", choices=("auto", "script", "model"), default="auto")
     p.add_argument("--timeout", type=float, default=600.0, help="time limit in seconds (default 600)")
+    add_worker_args(p)
     export_cli.add_parser(sub)
+    add_hosts_parser(sub)
     args = parser.parse_args(argv)
+    try:
+        return _dispatch(parser, args)
+    except LauncherError as exc:
+        print(f"backprop-studio {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+def _dispatch(parser, args) -> int:
+    if args.command == "hosts":
+        return hosts_main(args)
     if args.command == "export":
         return export_cli.main(args)
     if args.command == "trace":

@@ -13,6 +13,7 @@ import logging
 import sys
 from pathlib import Path
 
+from app.hosts import worker_options
 from core.client import run_capture
 from core.trace import CallInfo, Trace
 
@@ -51,6 +52,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="cpu, cuda:N or mps (default cpu)")
     p.add_argument("--mode", choices=("auto", "script", "model"), default="auto")
     p.add_argument("--timeout", type=float, default=600.0, help="time limit per script in seconds (default 600)")
+    from app.hosts import add_worker_args
+
+    add_worker_args(p)
     return p
 
 
@@ -134,7 +138,7 @@ def _export_one(args, script: Path, batch: bool) -> tuple[list[str], list[str]]:
 
     result = run_capture(str(script), device=args.device, mode=args.mode, timeout=args.timeout,
                          on_event=on_event if want_steps else None,
-                         step={"call": index, "mode": "all"} if want_steps else None)
+                         step={"call": index, "mode": "all"} if want_steps else None, **worker_options(args))
     trace = result.trace
     call, notes, warnings = _pick_call(trace, index)
     if want_steps and not steps:

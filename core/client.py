@@ -449,6 +449,12 @@ class WorkerClient:
         reason = reason or run.get("reason", "")
         if worker.refused:
             err = ErrorInfo(type="ProtocolMismatch", message=worker.refused, kind="load")
+        elif worker.launcher is not None and worker.hello is None and code is not None:
+            from core.launchers import start_failure
+
+            with worker._lock:
+                said = worker.output_tail.decode("utf-8", errors="replace")
+            err = ErrorInfo(type="LauncherError", message=start_failure(worker.launcher, code, said), kind="load")
         else:
             if worker.launcher is not None and code is not None:
                 from core.launchers import remote_exit_code

@@ -218,3 +218,16 @@ def remote_exit_code(code: int, fault: str) -> int:
     if 128 < code < 160:
         return -(code - 128)
     return code
+
+
+def start_failure(launcher: Launcher, code: int, output: str) -> str:
+    """Why a worker behind ``launcher`` never said hello, with the launcher's last words."""
+    lines = [ln.strip() for ln in output.strip().splitlines() if ln.strip()]
+    said = f": {lines[-1]}" if lines else ""
+    hint = ""
+    if launcher.kind == "ssh" and code == 255:
+        hint = " (check that 'ssh' to it works without a password prompt: keys or an agent)"
+    elif code == 127 or "No module named" in output:
+        hint = " (is Python with torch and Backprop Studio installed there? set the host's python)"
+    return (f"the worker on {launcher.name} did not start: {os.path.basename(launcher.argv[0])} exited with "
+            f"code {code}{said}{hint}")
