@@ -170,7 +170,8 @@ def fault_in_output(output: str) -> str:
 
 def read_frame_message(stream, header_line: bytes, deliver) -> bytes | None:
     """Read a compressed frame whose header is ``header_line``; report progress as ``transfer``
-    messages (at most one per MiB); return the message's JSON, or None when the pipe closed."""
+    messages (bytes received, raw bytes decoded of ``raw``; at most one per MiB received);
+    return the message's JSON, or None when the pipe closed."""
     import json
 
     from core.wire import read_frame
@@ -178,11 +179,11 @@ def read_frame_message(stream, header_line: bytes, deliver) -> bytes | None:
     header = json.loads(header_line)
     last = [0]
 
-    def progress(got: int, size: int) -> None:
-        if got - last[0] >= 1 << 20 or got == size:
+    def progress(got: int, decoded: int, raw: int) -> None:
+        if got - last[0] >= 1 << 20 or decoded >= raw:
             last[0] = got
-            deliver({"type": "transfer", "of": header.get("of"), "received": got, "total": size,
-                     "raw": header.get("raw"), "codec": header.get("codec")})
+            deliver({"type": "transfer", "of": header.get("of"), "received": got, "decoded": decoded,
+                     "raw": raw, "codec": header.get("codec")})
 
     try:
         return read_frame(stream, header, progress)

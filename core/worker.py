@@ -48,15 +48,26 @@ class Channel:
     def send_frame(self, msg: dict, codec: str) -> None:
         """Send a big message compressed, as a header line and its bytes (see ``core.wire``)."""
         from core.trace import paused_gc
-        from core.wire import encode_frame
+        from core.wire import frame_chunks, frame_header
 
         with paused_gc():
-            header, payload = encode_frame(msg, codec)
-        with self._lock:
-            self._file.write(json.dumps(header) + "\n")
-            self._file.flush()
-            self._file.buffer.write(payload)
+            raw = json.dumps(msg, separators=(",", ":")).encode("utf-8")
+        out: queue.Queue = queue.Queue(maxsize=16)
+
+        def write() -> None:  # blocks on a slow link while the next chunks are compressed
+            while (chunk := out.get()) is not None:
+                self._file.buffer.write(chunk)
             self._file.buffer.flush()
+
+        with self._lock:
+            self._file.write(json.dumps(frame_header(msg, raw, codec)) + "\n")
+            self._file.flush()
+            writer = threading.Thread(target=write, name="frame-writer", daemon=True)
+            writer.start()
+            for chunk in frame_chunks(raw, codec):
+                out.put(chunk)
+            out.put(None)
+            writer.join()
 
 
 def list_devices() -> list[dict]:

@@ -223,8 +223,9 @@ def test_worker_runs_with_only_torch_and_the_standard_library(tmp_path):
     assert result.trace.calls[0].leaf_grads["a"].data == [4.0, -1.0]
     assert len([e for e in events if e.get("type") == "step"]) == 4
     assert result.trace.memory and all(s.rss > 0 for s in result.trace.memory)
-    (transfer,) = [e for e in events if e.get("type") == "transfer"]
-    assert transfer["codec"] == "zlib" and transfer["received"] == transfer["total"] < transfer["raw"]
+    (transfer,) = [e for e in events if e.get("type") == "transfer"]  # small: one progress report
+    assert transfer["codec"] == "zlib" and transfer["of"] == "trace"
+    assert transfer["received"] < transfer["decoded"] == transfer["raw"]  # compressed on the way
     assert_no_process(mark)
 
 
@@ -317,3 +318,24 @@ def test_host_records_and_bad_input():
         from_command("ssh 'box")
     with pytest.raises(LauncherError, match="not an ssh destination"):
         resolve("not a host; rm -rf /")
+
+
+def test_frames_stream_in_chunks_and_report_progress():
+    import io
+    import json as _json
+
+    from core import wire
+
+    msg = {"type": "trace", "trace": {"calls": [{"id": f"c{i}", "nodes": list(range(200))} for i in range(3000)]}}
+    raw = _json.dumps(msg, separators=(",", ":")).encode()
+    for codec in wire.available_codecs():
+        header = wire.frame_header(msg, raw, codec)
+        body = b"".join(wire.frame_chunks(raw, codec))
+        seen = []
+        out = wire.read_frame(io.BytesIO(body), header, lambda got, dec, total: seen.append((got, dec, total)))
+        assert out == raw and len(body) < len(raw) / 5
+        assert len(seen) >= 2 and seen[-1] == (len(body) - 4, len(raw), len(raw))  # progress to the end
+        with pytest.raises(EOFError, match="connection closed after"):
+            wire.read_frame(io.BytesIO(body[: len(body) // 2]), header)
+    with pytest.raises(wire.ProtocolMismatch, match="unknown codec 'lz4'"):
+        wire.read_frame(io.BytesIO(b""), {"codec": "lz4"})
