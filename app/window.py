@@ -86,6 +86,9 @@ class MainWindow(QMainWindow):
         self._rerun_timer.timeout.connect(self.run_script)
         self._restore_settings()
         self._update_actions()
+        from app.host_devices import install as install_hosts
+
+        install_hosts(self)  # saved hosts' devices join the picker
 
     # -- construction ---------------------------------------------------------------------------------
     def _build_views(self) -> None:

@@ -41,6 +41,8 @@ class WorkerHandle(QObject):
     """A batch of memory samples (dicts: t, device, allocated, reserved, rss, saved_bytes, phase)."""
     sig_step_memory = Signal(dict)
     """Memory right after a stepped node ran (t, saved_bytes, allocated)."""
+    sig_transfer = Signal(dict)
+    """Bytes of a compressed trace received from a remote worker (received, decoded, raw)."""
     sig_event = Signal(dict)
     """Any worker message, as received (internal: carried to the GUI thread)."""
 
@@ -48,11 +50,20 @@ class WorkerHandle(QObject):
         super().__init__(parent)
         self.sig_event.connect(self._dispatch)
         self.client = WorkerClient(self.sig_event.emit, prestart=prestart)
+        self.local = self.client  # the local worker; ``client`` is the one serving the current run
+        self.hosts = None  # app.host_devices.HostWorkers: runs on "HOST::DEVICE" go to that host
         self.current_run: int | None = None
 
     # -- commands --------------------------------------------------------------------------------
     def run(self, path: str, device: str = "cpu", mode: str = "auto", timeout: float = 600.0,
             step: dict | None = None) -> int:
+        from app.host_devices import split_device
+
+        host, device = split_device(device)
+        client = self.hosts.client_for(host) if host and self.hosts is not None else None
+        if client is not self.client and self.client.running:
+            self.client.cancel()
+        self.client = client or self.local
         self.current_run = self.client.run(path, device=device, mode=mode, timeout=timeout, step=step)
         return self.current_run
 
@@ -64,7 +75,9 @@ class WorkerHandle(QObject):
         self.client.cancel()
 
     def close(self) -> None:
-        self.client.close()
+        self.local.close()
+        if self.hosts is not None:
+            self.hosts.close()
 
     @property
     def running(self) -> bool:
@@ -115,6 +128,9 @@ class WorkerHandle(QObject):
 
     def _handle_step_memory(self, event: dict) -> None:
         self.sig_step_memory.emit(event)
+
+    def _handle_transfer(self, event: dict) -> None:
+        self.sig_transfer.emit(event)
 
     def _handle_finished(self, event: dict) -> None:
         if event.get("run") == self.current_run:

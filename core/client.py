@@ -429,6 +429,13 @@ class WorkerClient:
             run = self._run
             current = run is not None and run["worker"] is worker
         if not current:
+            if kind == "exit" and self.launcher is not None and worker.hello is None:
+                from core.launchers import start_failure
+
+                with worker._lock:
+                    said = worker.output_tail.decode("utf-8", errors="replace")
+                why = worker.refused or start_failure(self.launcher, msg.get("code") or 0, said)
+                self.on_event({"type": "spare_failed", "message": why})
             return  # a spare's exit, or an old worker's last words
         if kind == "trace":
             self._finish_with_trace(worker, run, msg)

@@ -1,0 +1,55 @@
+"""Saved hosts in the window: their devices in the picker under the host's name, a run on a
+host device goes through that host's worker, and a host that cannot start says why."""
+
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.hosts import load_hosts, save_hosts
+from core.client import ROOT
+
+PY = sys.executable
+EXAMPLES = ROOT / "resources" / "examples"
+
+
+@pytest.fixture
+def hosts_window(qtbot, tmp_path, monkeypatch):
+    monkeypatch.setenv("BACKPROP_STUDIO_SETTINGS", str(tmp_path / "settings.ini"))
+    worker = f"sh -c 'cd {shlex.quote(str(ROOT))} && exec {shlex.quote(PY)} -m core.worker'"
+    save_hosts([{"name": "lab", "kind": "command", "command": worker},
+                {"name": "gone", "kind": "command", "command": "sh -c 'echo no route to gone >&2; exit 255'"}])
+    assert [h["name"] for h in load_hosts()] == ["lab", "gone"]
+    from app.window import MainWindow
+
+    w = MainWindow(timeout=60)
+    qtbot.addWidget(w)
+    w.resize(1200, 800)
+    w.show()
+    yield w
+    w.handle.close()
+
+
+def _items(box):
+    return [(box.itemText(i), box.itemData(i)) for i in range(box.count())]
+
+
+def test_host_devices_listed_and_used(qtbot, hosts_window, tmp_path):
+    w = hosts_window
+    box = w.device_box
+    qtbot.waitUntil(lambda: ("lab: cpu (CPU)", "lab::cpu") in _items(box), timeout=60_000)
+    qtbot.waitUntil(lambda: any(t == "gone: unavailable" for t, _ in _items(box)), timeout=30_000)
+    gone = next(i for i in range(box.count()) if box.itemText(i) == "gone: unavailable")
+    assert not box.model().item(gone).isEnabled()
+    assert "the worker on gone did not start" in box.itemData(gone, 3)  # the tooltip says why
+    assert "no route to gone" in box.itemData(gone, 3)
+    assert box.itemData(0) == "cpu"  # the local devices stay first
+    w.grab().save(str(tmp_path / "hosts.png"))
+    box.setCurrentIndex(box.findData("lab::cpu"))
+    with qtbot.waitSignal(w.sig_trace_shown, timeout=60_000):
+        w.open_script(str(EXAMPLES / "01_multiply.py"))
+    assert w.trace.error is None
+    assert w.trace.script == str((EXAMPLES / "01_multiply.py").resolve())
+    assert w.handle.client is w.handle.hosts.client_for("lab")  # the run went through the host
+    assert w.call is not None and w.call.api == "Tensor.backward"
