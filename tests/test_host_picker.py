@@ -53,3 +53,25 @@ def test_host_devices_listed_and_used(qtbot, hosts_window, tmp_path):
     assert w.trace.script == str((EXAMPLES / "01_multiply.py").resolve())
     assert w.handle.client is w.handle.hosts.client_for("lab")  # the run went through the host
     assert w.call is not None and w.call.api == "Tensor.backward"
+
+
+def test_all_reduce_is_marked_on_the_parameters(qtbot):
+    from dataclasses import replace
+
+    from tests.fixtures_graphs import mul_call
+    from widgets.graph_view import GraphView
+
+    ar = {"backend": "gloo", "world_size": 2, "rank": 1, "op": "average", "nodes": ["n1"],
+          "params": {"a": {"local": {"numel": 3, "data": [1.0, 2.0, 3.0]},
+                           "reduced": {"numel": 3, "data": [2.0, 2.0, 2.0]}}}}
+    call = replace(mul_call(), options={"all_reduce": ar})
+    view = GraphView()
+    qtbot.addWidget(view)
+    view.resize(800, 600)
+    view.show()
+    view.set_call(call, sync=True)
+    tags = {t.target: t for t in view.marks.tags if t.kind == "allreduce"}
+    assert set(tags) == {"n1"}  # a's AccumulateGrad, not b's
+    assert tags["n1"].text == "\u21c4 all-reduce \u00d72"
+    assert tags["n1"].toolTip() == ("DDP all-reduce (gloo, 2 ranks, average): a.grad on rank 1 was [1, 2, 3] "
+                                    "after this node, and [2, 2, 2] once averaged over the ranks.")
