@@ -47,11 +47,6 @@ class Launcher:
     send_folder: bool = False  # also send the files beside the script
     env: dict = field(default_factory=dict)  # extra environment for the local command (tests, PATH)
 
-    @property
-    def remote(self) -> bool:
-        """The worker cannot read local files: the script's text travels with each run."""
-        return True
-
     def describe(self) -> str:
         return f"{self.name} ({shlex.join(self.argv)})"
 
@@ -198,7 +193,11 @@ def run_payload(launcher: Launcher, path: str) -> dict:
     from core.worker_remote import pack_folder
 
     p = Path(path)
-    payload = {"source": p.read_text(encoding="utf-8"), "name": p.name, "compress": launcher.compress}
+    from core.wire import available_codecs
+
+    # zstd only where this side can read it; the worker falls back to zlib where it has none.
+    codec = launcher.compress if launcher.compress in available_codecs() + ["none"] else "zlib"
+    payload = {"source": p.read_text(encoding="utf-8"), "name": p.name, "compress": codec}
     if launcher.remote_cwd:
         payload["remote_cwd"] = launcher.remote_cwd
     if launcher.send_folder:
