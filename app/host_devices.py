@@ -86,40 +86,52 @@ class HostWorkers(QObject):
             client.close()
 
 
-def fill_picker(box, hosts: HostWorkers) -> None:
+def fill_picker(box, hosts: HostWorkers | None) -> None:
     """Append every host's devices (or its failure) to the device picker, after the local ones."""
     current = box.currentData()
     for i in range(box.count() - 1, -1, -1):
         if SEP in str(box.itemData(i)):
             box.removeItem(i)
-    for name in list(hosts.clients) + [n for n in hosts.failed if n not in hosts.clients]:
+    names = [] if hosts is None else list(hosts.clients) + [n for n in hosts.failed if n not in hosts.clients]
+    for name in names:
         for d in hosts.devices.get(name, []):
             box.addItem(device_label(name, d), f"{name}{SEP}{d['id']}")
         if name in hosts.failed:
             box.addItem(f"{name}: unavailable", f"{name}{SEP}")
             item = box.model().item(box.count() - 1)
             item.setEnabled(False)
-            item.setToolTip(hosts.failed[name])
             box.setItemData(box.count() - 1, hosts.failed[name], Qt.ItemDataRole.ToolTipRole)
     index = box.findData(current)
     if index >= 0:
         box.setCurrentIndex(index)
 
 
-def install(window) -> HostWorkers | None:
-    """Start a worker on every saved host and list their devices in ``window.device_box``."""
+def install(window) -> None:
+    """Start a worker on every saved host, list their devices in ``window.device_box``, and add
+    Run > Hosts… (saving there starts the hosts' workers again)."""
+    from app.hosts_dialog import add_menu_action
+
     handle = window.handle
-    hosts = HostWorkers(handle)
-    if not hosts.clients and not hosts.failed:
-        return None
-    handle.hosts = hosts
-    refill = lambda *_: fill_picker(window.device_box, hosts)  # noqa: E731
-    hosts.sig_devices.connect(refill)
-    hosts.sig_failed.connect(refill)
+    refill = lambda *_: fill_picker(window.device_box, handle.hosts)  # noqa: E731
+
+    def start() -> None:
+        old = handle.hosts
+        if old is not None:
+            if handle.client is not handle.local and handle.client in old.clients.values():
+                handle.client = handle.local
+            old.close()
+        hosts = HostWorkers(handle)
+        handle.hosts = hosts if hosts.clients or hosts.failed else None
+        hosts.sig_devices.connect(refill)
+        hosts.sig_failed.connect(refill)
+        refill()
+
     handle.sig_devices.connect(refill)  # connected after the window's own slot: runs after it
     handle.sig_transfer.connect(lambda e: show_transfer(window, e))
     handle.sig_finished.connect(lambda _: window.busy.setRange(0, 0))
-    return hosts
+    add_menu_action(window, start)
+    window.restart_hosts = start
+    start()
 
 
 def show_transfer(window, event: dict) -> None:

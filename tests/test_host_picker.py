@@ -75,3 +75,28 @@ def test_all_reduce_is_marked_on_the_parameters(qtbot):
     assert tags["n1"].text == "\u21c4 all-reduce \u00d72"
     assert tags["n1"].toolTip() == ("DDP all-reduce (gloo, 2 ranks, average): a.grad on rank 1 was [1, 2, 3] "
                                     "after this node, and [2, 2, 2] once averaged over the ranks.")
+
+
+def test_hosts_dialog_checks_saves_and_restarts(qtbot, hosts_window, tmp_path):
+    from app.hosts_dialog import HostsDialog
+
+    w = hosts_window
+    dialog = HostsDialog(w)
+    qtbot.addWidget(dialog)
+    table = dialog.table
+    assert [table.item(r, 0).text() for r in range(table.rowCount())] == ["lab", "gone"]
+    dialog.add_row(["gpu-box", "me@gpu box", "", "/opt/venv/bin/python", "/data"])
+    dialog.save()
+    assert "row 3: host 'gpu-box': 'dest' 'me@gpu box' is not an ssh destination" in dialog.error.text()
+    assert dialog.result() == 0 and [h["name"] for h in load_hosts()] == ["lab", "gone"]  # nothing lost
+    table.item(2, 1).setText("me@gpu-box")
+    table.removeRow(1)
+    dialog.grab().save(str(tmp_path / "hosts-dialog.png"))
+    dialog.save()
+    assert dialog.result() == 1
+    assert load_hosts()[1] == {"name": "gpu-box", "remote_cwd": "/data", "kind": "ssh", "dest": "me@gpu-box",
+                               "python": "/opt/venv/bin/python"}
+    w.restart_hosts()
+    assert set(w.handle.hosts.clients) == {"lab", "gpu-box"}
+    box = w.device_box
+    assert not any(str(box.itemData(i)).startswith("gone::") for i in range(box.count()))
