@@ -13,7 +13,6 @@ Python 3.14's ``compression.zstd``) is installed on both sides, zlib otherwise.
 
 from __future__ import annotations
 
-import json
 import zlib
 from typing import BinaryIO, Callable
 

@@ -3,7 +3,6 @@ host device goes through that host's worker, and a host that cannot start says w
 
 import shlex
 import sys
-from pathlib import Path
 
 import pytest
 
