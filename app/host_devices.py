@@ -58,8 +58,10 @@ class HostWorkers(QObject):
             except LauncherError as exc:
                 self.failed[str(host.get("name"))] = str(exc)
                 continue
-            self.clients[launcher.name] = WorkerClient(
-                lambda e, name=launcher.name: self._relay(name, e), prestart=True, launcher=launcher)
+            client = WorkerClient(lambda e, name=launcher.name: self._relay(name, e), prestart=True,
+                                  launcher=launcher)
+            client.expand_steps = handle.local.expand_steps  # the same events as the local worker
+            self.clients[launcher.name] = client
 
     def _relay(self, name: str, event: dict) -> None:
         kind = event.get("type")

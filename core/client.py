@@ -274,6 +274,7 @@ class WorkerClient:
         self.launcher = launcher  # a core.launchers.Launcher, or None for a local worker
         self.prestart = prestart
         self.memory_rate = 50.0  # memory samples per second in the worker; 0 turns sampling off
+        self.expand_steps = True  # hand each batched ``steps`` message on as one ``step`` event per node
         self.state = "starting"
         self.devices: list[dict] = [{"id": "cpu", "name": "CPU", "kind": "cpu"}]
         self.torch_version = ""
@@ -437,7 +438,10 @@ class WorkerClient:
                 why = worker.refused or start_failure(self.launcher, msg.get("code") or 0, said)
                 self.on_event({"type": "spare_failed", "message": why})
             return  # a spare's exit, or an old worker's last words
-        if kind == "trace":
+        if kind == "steps" and self.expand_steps:
+            for record in msg.get("records", ()):
+                self.on_event({"type": "step", "call": msg.get("call"), "record": record, "worker": msg.get("worker")})
+        elif kind == "trace":
             self._finish_with_trace(worker, run, msg)
         elif kind == "exit":
             self._finish_dead_run(code=msg.get("code"), run=run)
