@@ -208,18 +208,40 @@ def test_time_limit_names_the_line(launcher, tmp_path):
     assert err.line in (3, 4)
 
 
+def installed_copy(target: Path) -> Path | None:
+    """The package installed with pip into ``target`` (no dependencies), or None where pip cannot build it."""
+    try:
+        import setuptools  # noqa: F401  (the build backend, used without network)
+    except ImportError:
+        return None
+    src = target.parent / "src"  # built from a copy: pip leaves build/ and egg-info beside the sources
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    for pkg in ("app", "core", "widgets", "resources"):
+        shutil.copytree(ROOT / pkg, src / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    done = subprocess.run([PY, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target",
+                           str(target), str(src)], capture_output=True, timeout=300)
+    return target if done.returncode == 0 and (target / "core" / "worker.py").is_file() else None
+
+
 def test_worker_runs_with_only_torch_and_the_standard_library(tmp_path):
-    """numpy, psutil and Qt blocked: trace, step and memory samples still work, compressed."""
+    """From an installed copy of the package, outside the source tree, with numpy, psutil and Qt
+    blocked: trace, step and memory samples still work, and the trace comes back compressed."""
     mark = uuid.uuid4().hex
     bare = Path(__file__).with_name("bare_worker.py")
-    launcher = from_command(f"sh -c 'cd {shlex.quote(str(ROOT))} && exec {shlex.quote(PY)} {shlex.quote(str(bare))}'",
-                            name="bare", env={"BPS_TEST_MARK": mark})
+    site = installed_copy(tmp_path / "site") or ROOT
+    launcher = from_command(f"sh -c 'cd {shlex.quote(str(tmp_path))} && exec {shlex.quote(PY)} "
+                            f"{shlex.quote(str(bare))}'", name="bare",
+                            env={"BPS_TEST_MARK": mark, "PYTHONPATH": str(site)})
     script = write(tmp_path, "product.py", PRODUCT)
     events = []
     result = run_capture(str(script), launcher=launcher, timeout=60, on_event=events.append,
                          step={"call": 0, "mode": "all"})
     assert result.trace.error is None, (result.trace.error, result.output)
     assert "Failed to initialize NumPy" in result.output  # numpy really was missing
+    if site != ROOT:
+        assert f"{site}/core/worker.py" in result.output  # the installed copy ran, not the source tree
     assert result.trace.calls[0].leaf_grads["a"].data == [4.0, -1.0]
     assert len([e for e in events if e.get("type") == "step"]) == 4
     assert result.trace.memory and all(s.rss > 0 for s in result.trace.memory)
