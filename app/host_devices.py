@@ -130,7 +130,7 @@ def install(window) -> None:
 
     handle.sig_devices.connect(refill)  # connected after the window's own slot: runs after it
     handle.sig_transfer.connect(lambda e: show_transfer(window, e))
-    handle.sig_finished.connect(lambda _: window.busy.setRange(0, 0))
+    handle.sig_finished.connect(lambda _: end_transfer(window))
     add_menu_action(window, start)
     window.restart_hosts = start
     start()
@@ -139,8 +139,18 @@ def install(window) -> None:
 def show_transfer(window, event: dict) -> None:
     """The status bar's progress bar follows a trace arriving over a slow link."""
     raw = max(int(event.get("raw") or 0), 1)
-    window.busy.setRange(0, 1000)
-    window.busy.setValue(int(1000 * min(event.get("decoded", 0), raw) / raw))
-    window.busy.show()
-    window.state_label.setText(f"Receiving the trace: {event.get('received', 0) / 1e6:.1f} MB received "
-                               f"({event.get('codec')}), {event.get('decoded', 0) / 1e6:.1f} of {raw / 1e6:.1f} MB")
+    bar = window.busy
+    bar.setRange(0, 1000)
+    bar.setValue(int(1000 * min(event.get("decoded", 0), raw) / raw))
+    bar.setFormat("trace %p%")
+    bar.setTextVisible(True)
+    bar.setToolTip(f"Receiving the trace: {event.get('received', 0) / 1e6:.1f} MB received ({event.get('codec')}), "
+                   f"{event.get('decoded', 0) / 1e6:.1f} of {raw / 1e6:.1f} MB decoded")
+    bar.show()
+
+
+def end_transfer(window) -> None:
+    """Back to the busy indicator for the next run."""
+    window.busy.setRange(0, 0)
+    window.busy.setTextVisible(False)
+    window.busy.setToolTip("")

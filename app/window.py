@@ -338,7 +338,7 @@ class MainWindow(QMainWindow):
 
     def _tick(self) -> None:
         elapsed = time.monotonic() - self._run_started
-        device = self.device_box.currentData() or "cpu"
+        device = (self.device_box.currentData() or "cpu").replace("::", ": ")  # "gpu-box: cuda:0"
         text = getattr(self, "_busy_text", None) or f"Running {Path(self.script_path or '').name} on {device}"
         self.state_label.setText(f"{text}… {elapsed:.1f} s")
 
