@@ -14,16 +14,21 @@ from dataclasses import asdict
 
 from app import export_cli
 from app.hosts import add_hosts_parser, add_worker_args, hosts_main, worker_options
+from core.client import run_capture, script_problem
 from core.launchers import LauncherError
-from core.client import run_capture
 from core.step_state import short_values
 from core.summary import trace_summary
 
 
 def _trace(args) -> int:
     script = Path(args.script)
-    if not script.is_file():
-        print(f"backprop-studio: {script}: no such file", file=sys.stderr)
+    problem = script_problem(script)
+    if problem:
+        print(f"backprop-studio: {problem}", file=sys.stderr)
+        return 2
+    if script.suffix.lower() == ".json":
+        print(f"backprop-studio: {script} is a saved trace, not a script: open it with "
+              f"'python main.py view {script}'", file=sys.stderr)
         return 2
     result = run_capture(str(script), device=args.device, mode=args.mode, timeout=args.timeout,
                          **worker_options(args))
@@ -42,8 +47,9 @@ def _trace(args) -> int:
 
 def _step(args) -> int:
     script = Path(args.script)
-    if not script.is_file():
-        print(f"backprop-studio: {script}: no such file", file=sys.stderr)
+    problem = script_problem(script)
+    if problem:
+        print(f"backprop-studio: {problem}", file=sys.stderr)
         return 2
     steps: list[dict] = []
     info: dict = {}

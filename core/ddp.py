@@ -18,6 +18,9 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
+# Imported now: while a script runs the app's modules are out of sys.modules (core.worker).
+from core.trace import ErrorInfo, Trace, TraceFormatError
+
 CHILD_GROUPS: set[int] = set()  # process groups to end with the worker (see worker_remote.end_group)
 
 
@@ -37,7 +40,6 @@ def end_children() -> None:
 
 def run_ranks(worker, cmd: dict):
     """Run ``cmd['path']`` under torchrun and return the picked rank's trace."""
-    from core.trace import ErrorInfo, Trace, TraceFormatError
 
     ddp = cmd.get("ddp") or {}
     nproc = int(ddp.get("nproc", 2))
@@ -55,7 +57,6 @@ def run_ranks(worker, cmd: dict):
     proc = subprocess.Popen(torchrun_argv(script, nproc, out, device, cmd.get("mode", "auto")), env=env,
                             start_new_session=True)
     CHILD_GROUPS.add(proc.pid)
-    worker.running = True
     try:
         code = proc.wait()
     except KeyboardInterrupt:
@@ -65,7 +66,6 @@ def run_ranks(worker, cmd: dict):
         err = ErrorInfo(type="KeyboardInterrupt", message="the run was cancelled", kind="cancelled")
         return Trace(calls=[], error=err, script=script, device=device)
     finally:
-        worker.running = False
         end_children()
     try:
         traces = {}

@@ -130,28 +130,12 @@ def replace_options(launcher: Launcher, **options) -> Launcher:
 
 
 # -- the app's side of the pipe --------------------------------------------------------------------
-def popen_launcher(launcher: Launcher, env: dict, cwd: str):
-    """Start the launcher's command in its own process group, its three pipes the worker's."""
-    import subprocess
+def missing_command(launcher: Launcher, exc: OSError) -> list[str]:
+    """A stand-in process that says why the launcher's command could not start, and exits 127."""
+    import sys
 
-    env = {**env, **launcher.env}
-    try:
-        return subprocess.Popen(list(launcher.argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, cwd=cwd, env=env, start_new_session=True)
-    except OSError as exc:
-        raise LauncherError(f"host '{launcher.name}': cannot start {launcher.argv[0]!r}: {exc}") from None
-
-
-def kill_launcher(proc) -> None:
-    """End the local command (ssh, docker, kubectl) and its group; the remote worker sees its stdin
-    close and ends its own group."""
-    import signal
-
-    if proc.poll() is None and hasattr(os, "killpg"):
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
+    text = f"cannot start {launcher.argv[0]!r}: {exc.strerror or exc}"
+    return [sys.executable, "-c", f"import sys; sys.stderr.write({text!r}); sys.exit(127)"]
 
 
 def fault_in_output(output: str) -> str:
@@ -163,27 +147,40 @@ def fault_in_output(output: str) -> str:
     return ""
 
 
-def read_frame_message(stream, header_line: bytes, deliver) -> bytes | None:
-    """Read a compressed frame whose header is ``header_line``; report progress as ``transfer``
-    messages (bytes received, raw bytes decoded of ``raw``; at most one per MiB received);
-    return the message's JSON, or None when the pipe closed."""
-    import json
+def transfer_progress(deliver):
+    """``on_progress`` for core.wire.StreamDecoder: ``transfer`` messages, at most one per MiB received."""
+    last = {"got": 0, "done": None}
 
-    from core.wire import read_frame
+    def progress(header: dict, got: int, decoded: int) -> None:
+        raw = int(header.get("raw") or 0)
+        if decoded >= raw:
+            if last["done"] is header:
+                return  # the end was already reported
+            last["done"], last["got"] = header, 0
+        elif got - last["got"] >= 1 << 20:
+            last["got"] = got
+        else:
+            return
+        deliver({"type": "transfer", "of": header.get("of"), "received": got, "decoded": decoded,
+                 "raw": raw, "codec": header.get("codec")})
 
-    header = json.loads(header_line)
-    last = [0]
+    return progress
 
-    def progress(got: int, decoded: int, raw: int) -> None:
-        if got - last[0] >= 1 << 20 or decoded >= raw:
-            last[0] = got
-            deliver({"type": "transfer", "of": header.get("of"), "received": got, "decoded": decoded,
-                     "raw": raw, "codec": header.get("codec")})
 
-    try:
-        return read_frame(stream, header, progress)
-    except EOFError:
-        return None
+def launcher_error(worker, code: int | None, script: str, reason: str):
+    """The error for a run whose worker behind a launcher vanished (or never started)."""
+    from core.client import death_error
+    from core.trace import ErrorInfo
+
+    with worker._lock:
+        said = worker.output_tail.decode("utf-8", errors="replace")
+    if worker.refused:
+        return ErrorInfo(type="ProtocolMismatch", message=worker.refused, kind="load")
+    if worker.hello is None and code is not None and not reason:
+        return ErrorInfo(type="LauncherError", message=start_failure(worker.launcher, code, said), kind="load")
+    fault = worker.fault_text()
+    code = remote_exit_code(code if code is not None else -9, fault)
+    return death_error(code, fault, worker.exiting, script, reason)
 
 
 def run_payload(launcher: Launcher, path: str) -> dict:

@@ -80,7 +80,7 @@ class Hello(_Base):
     devices: list = field(default_factory=list)
     python: str = ""
     protocol: int = 1  # core.wire.PROTOCOL_VERSION of the worker; the app refuses another one
-    codecs: list = field(default_factory=list)  # compressions the worker can send traces in
+    codecs: list = field(default_factory=list)  # compressions the worker can send big messages in
     host: str = ""  # the worker machine's host name
 
 
@@ -185,11 +185,29 @@ class Exiting(_Base):
     file: str | None = None
 
 
+@_message("call_trace")
+@dataclass
+class CallTrace(_Base):
+    """One captured call, sent as soon as it is complete, so a crash or a kill later keeps it."""
+    position: int = 0  # its place in the trace's ``calls``
+    call: dict = field(default_factory=dict)  # the call in the trace format
+    run: Any = None
+
+
+@_message("call_summary")
+@dataclass
+class CallSummary(_Base):
+    """The call streamed at ``position`` was reduced to a summary (a loop's repeated graph)."""
+    position: int = 0
+    run: Any = None
+
+
 @_message("trace")
 @dataclass
 class TraceDone(_Base):
-    trace: dict = field(default_factory=dict)
+    trace: dict = field(default_factory=dict)  # without the calls already streamed
     run: Any = None
+    streamed: int = 0  # how many calls came before as ``call_trace``: they go first in ``calls``
 
 
 @_message("frame")
@@ -204,7 +222,7 @@ class Frame(_Base):
 @_message("fault")
 @dataclass
 class Fault(_Base):
-    """Every thread's stack, in answer to ``dump`` (a remote worker cannot get SIGUSR1)."""
+    """Every thread's stack, in answer to ``dump`` from a worker with no fault file (behind a launcher)."""
     text: str = ""
 
 
@@ -237,7 +255,7 @@ class Run(_Base):
     memory_rate: float = 50.0
     # Behind a launcher the run also carries (in ``extra``): ``source`` and ``name`` (the script's
     # text and file name), ``folder`` (base64 tar.gz of the files beside it), ``remote_cwd``,
-    # ``compress`` (zlib, zstd or none) and ``ddp`` ({"nproc": N, "rank": R}).
+    # ``compress`` (zlib, zstd or none); any run may carry ``ddp`` ({"nproc": N, "rank": R}).
 
 
 @_command("cancel")
@@ -255,7 +273,8 @@ class Quit(_Base):
 @_command("dump")
 @dataclass
 class Dump(_Base):
-    """Send every thread's stack back as a ``fault`` message (before a timed-out run is ended)."""
+    """Write every thread's stack to the fault file (before a kill, so the report names the line);
+    a worker behind a launcher sends them back as a ``fault`` message instead."""
 
 
 @_command("devices")

@@ -25,8 +25,13 @@ import socket
 import sys
 import tarfile
 import tempfile
+import time
 from dataclasses import replace
 from pathlib import Path
+
+# Imported now: while a script runs the app's modules are out of sys.modules (core.worker).
+from core import ddp, protocol
+from core.trace import ErrorInfo, Trace
 
 FOLDER_LIMIT = 64 * 1024 * 1024  # bytes of a script's folder sent with it, before compression
 
@@ -46,9 +51,7 @@ def end_group() -> None:
         sys.stderr.flush()
     except Exception:
         pass
-    from core.ddp import end_children
-
-    end_children()
+    ddp.end_children()
     if hasattr(os, "killpg") and os.getpgrp() == os.getpid():
         os.killpg(os.getpgrp(), signal.SIGKILL)
     os._exit(1)
@@ -69,42 +72,26 @@ class Materialized:
     def __init__(self, cmd: dict):
         self.local_path = str(cmd.get("path", "script.py"))
         name = os.path.basename(str(cmd.get("name") or Path(self.local_path).name)) or "script.py"
+        self.cwd = os.path.expanduser(cmd["remote_cwd"]) if cmd.get("remote_cwd") else None
+        if self.cwd is not None and not os.path.isdir(self.cwd):
+            raise FileNotFoundError(f"--remote-cwd {cmd['remote_cwd']}: no such folder on {socket.gethostname()}")
         self.tmp = tempfile.mkdtemp(prefix="backprop-studio-")
-        folder = cmd.get("folder")
-        if folder:
-            data = base64.b64decode(folder)
-            with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-                members = [m for m in tar.getmembers() if _safe_member(m)]
-                tar.extractall(self.tmp, members=members)
-        self.path = os.path.join(self.tmp, name)
-        with open(self.path, "w", encoding="utf-8") as f:
-            f.write(cmd["source"])
-        self.cwd = cmd.get("remote_cwd") or self.tmp
-        self._old_cwd = None
-
-    def __enter__(self) -> "Materialized":
-        self._old_cwd = os.getcwd()
-        cwd = os.path.expanduser(self.cwd)
-        if not os.path.isdir(cwd):
-            shutil.rmtree(self.tmp, ignore_errors=True)
-            raise FileNotFoundError(f"remote_cwd: {self.cwd}: no such folder on {socket.gethostname()}")
-        os.chdir(cwd)
-        sys.path.insert(0, cwd)
-        return self
-
-    def __exit__(self, *exc) -> None:
         try:
-            sys.path.remove(os.path.expanduser(self.cwd))
-        except ValueError:
-            pass
-        if self._old_cwd:
-            try:
-                os.chdir(self._old_cwd)
-            except OSError:
-                pass
+            folder = cmd.get("folder")
+            if folder:
+                with tarfile.open(fileobj=io.BytesIO(base64.b64decode(folder)), mode="r:gz") as tar:
+                    tar.extractall(self.tmp, members=[m for m in tar.getmembers() if _safe_member(m)])
+            self.path = os.path.join(self.tmp, name)
+            with open(self.path, "w", encoding="utf-8") as f:
+                f.write(cmd["source"])
+        except BaseException:
+            self.cleanup()
+            raise
+
+    def cleanup(self) -> None:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
-    def restore(self, trace):
+    def restore(self, trace: Trace) -> Trace:
         """The trace with this machine's temporary path replaced by the app's path."""
         def fix(err):
             if err is None:
@@ -145,23 +132,22 @@ def pack_folder(folder: str | Path, skip: str | None = None) -> str:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def run_materialized(worker, cmd: dict):
+def run_materialized(worker, cmd: dict) -> None:
     """Write the travelling script here, run it like a local one, and map its paths back."""
-    from core.trace import ErrorInfo, Trace
-
     try:
         place = Materialized(cmd)
     except Exception as exc:
-        err = ErrorInfo(type=type(exc).__name__, kind="load",
-                        message=f"the script could not be written on {socket.gethostname()}: {exc}")
-        return Trace(calls=[], error=err, script=str(cmd.get("path", "")), device=cmd.get("device") or "cpu")
+        err = ErrorInfo(type=type(exc).__name__, kind="load", message=str(exc))
+        trace = Trace(calls=[], error=err, script=str(cmd.get("path", "")), device=cmd.get("device") or "cpu")
+        worker.channel.send(protocol.Started(run=cmd.get("run"), t=time.time()).to_dict())
+        worker.channel.send(protocol.TraceDone(trace=trace.to_dict(), run=cmd.get("run")).to_dict())
+        return
     worker.channel.send({"type": "placed", "run": cmd.get("run"), "path": place.path, "local": place.local_path})
+    inner = {k: v for k, v in cmd.items() if k not in ("source", "folder", "name", "remote_cwd")}
+    inner.update(path=place.path, cwd=place.cwd)
+    worker.finish = place.restore
     try:
-        with place:
-            inner = {k: v for k, v in cmd.items() if k not in ("source", "folder")}
-            inner["path"] = place.path
-            trace = worker.capture_trace(inner)
-    except OSError as exc:  # remote_cwd missing
-        err = ErrorInfo(type=type(exc).__name__, message=str(exc), kind="load")
-        trace = Trace(calls=[], error=err, script=place.path, device=cmd.get("device") or "cpu")
-    return place.restore(trace)
+        worker.run(inner)
+    finally:
+        worker.finish = None
+        place.cleanup()
