@@ -1,6 +1,7 @@
 """Stand-in for a worker that has just finished a run: says hello, then sends one saved trace
-through the worker's own Channel and Worker.send_trace (bench_remote.py starts it behind a
-launcher). The time it starts encoding travels in the ``started`` message."""
+through the worker's own Channel (compressed in frames when asked, as a worker behind a
+launcher does; bench_remote.py starts it behind one). The time it starts encoding travels in
+the ``started`` message."""
 
 import json
 import os
@@ -10,9 +11,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from core import protocol  # noqa: E402
 from core.trace import Trace  # noqa: E402
-from core.wire import PROTOCOL_VERSION  # noqa: E402
-from core.worker import Channel, Worker  # noqa: E402
+from core.wire import PROTOCOL_VERSION, pick_codec  # noqa: E402
+from core.worker import Channel  # noqa: E402
 
 
 def main() -> None:
@@ -22,7 +24,8 @@ def main() -> None:
     channel.send({"type": "hello", "pid": os.getpid(), "protocol": PROTOCOL_VERSION, "devices": []})
     cmd = json.loads(sys.stdin.readline())  # the run command
     channel.send({"type": "started", "run": cmd["run"], "t": time.time()})
-    Worker(channel).send_trace({"run": cmd["run"], "compress": None if codec == "none" else codec}, trace)
+    channel.codec = pick_codec(codec)
+    channel.send(protocol.TraceDone(trace=trace.to_dict(), run=cmd["run"]).to_dict())
     sys.stdin.readline()
 
 
