@@ -58,3 +58,19 @@ def test_bad_worker_options_are_named(tmp_path, capsys, argv, message):
     script.write_text("x = 1\n")
     assert main(["trace", str(script), *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_all_reduce_summary_lists_each_rank():
+    from core.summary import all_reduce_summary
+
+    ar = {"backend": "gloo", "world_size": 2, "rank": 0, "op": "average", "nodes": ["n3"],
+          "params": {"fc.bias": {"local": {"numel": 2, "data": [1.0, 3.0]}, "reduced": {"numel": 2, "data": [2.0, 2.0]}}},
+          "ranks": {"0": {"fc.bias": {"local": {"numel": 2, "data": [1.0, 3.0]}}},
+                    "1": {"fc.bias": {"local": {"numel": 2, "data": [3.0, 1.0]}}}}}
+    assert all_reduce_summary(ar) == [
+        "  all-reduce (gloo, 2 ranks, average; this is rank 0) on 1 parameter(s)",
+        "    fc.bias rank 0 local grad = [1, 3]",
+        "    fc.bias rank 1 local grad = [3, 1]",
+        "    fc.bias after all-reduce = [2, 2]",
+    ]
+    assert all_reduce_summary(None) == []
