@@ -33,7 +33,7 @@ def device_label(host: str, d: dict) -> str:
     """The picker's text for device ``d`` of ``host``."""
     detail = d.get("name", "")
     if d.get("total_memory"):
-        detail = f"{detail}, {d['total_memory'] / 1e9:.0f} GB"
+        detail = f"{detail}, {d['total_memory'] / 2**30:.0f} GB"  # GiB, as nvidia-smi rounds them
     return f"{host}: {d['id']} ({detail})" if d["id"] != "cpu" else f"{host}: cpu ({detail or 'CPU'})"
 
 

@@ -112,3 +112,13 @@ def test_transfer_progress_in_the_status_bar(hosts_window):
     assert w.busy.toolTip() == "Receiving the trace: 2.0 MB received (zlib), 12.5 of 50.0 MB decoded"
     end_transfer(w)
     assert w.busy.maximum() == 0 and not w.busy.isTextVisible()
+
+
+def test_device_labels():
+    from app.host_devices import device_label, split_device
+
+    h100 = {"id": "cuda:0", "name": "NVIDIA H100", "kind": "cuda", "total_memory": 80 * 2**30}
+    assert device_label("gpu-box", h100) == "gpu-box: cuda:0 (NVIDIA H100, 80 GB)"
+    assert device_label("gpu-box", {"id": "cpu", "name": "CPU", "kind": "cpu"}) == "gpu-box: cpu (CPU)"
+    assert split_device("gpu-box::cuda:1") == ("gpu-box", "cuda:1")
+    assert split_device("cuda:1") == (None, "cuda:1")
