@@ -4,6 +4,7 @@ field; the picker then lists the new hosts' devices as their workers say hello."
 
 from __future__ import annotations
 
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (QAbstractItemView, QDialog, QDialogButtonBox, QHBoxLayout, QHeaderView, QLabel,
                                QPushButton, QTableWidget, QTableWidgetItem, QVBoxLayout)
@@ -11,7 +12,8 @@ from PySide6.QtWidgets import (QAbstractItemView, QDialog, QDialogButtonBox, QHB
 from app.hosts import load_hosts, save_hosts
 from core.launchers import LauncherError, from_host
 
-COLUMNS = ("Name", "ssh destination", "or worker command", "Python on the host", "Remote folder")
+COLUMNS = ("Name", "ssh destination", "or worker command", "Python on the host", "Remote folder", "Send folder")
+SEND = len(COLUMNS) - 1  # a check box: send the files beside each script
 HELP = ("A host runs the worker where the GPU is. Give an ssh destination (user@host or a "
         "~/.ssh/config alias; your keys and agent are used, no password is stored) and the host's "
         "Python with torch and Backprop Studio installed, or a whole worker command such as "
@@ -19,9 +21,9 @@ HELP = ("A host runs the worker where the GPU is. Give an ssh destination (user@
         "or <code>kubectl exec -i pod -- python -m core.worker</code>.")
 
 
-def row_to_host(values: list[str]) -> dict:
+def row_to_host(values: list[str], send_folder: bool = False) -> dict:
     name, dest, command, python, cwd = (v.strip() for v in values)
-    host = {"name": name, "remote_cwd": cwd or None}
+    host = {"name": name, "remote_cwd": cwd or None, "send_folder": send_folder}
     if command:
         host.update(kind="command", command=command)
     else:
@@ -50,7 +52,7 @@ class HostsDialog(QDialog):
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         layout.addWidget(self.table)
         for host in load_hosts():
-            self.add_row(host_to_row(host))
+            self.add_row(host_to_row(host), bool(host.get("send_folder")))
         buttons = QHBoxLayout()
         add, remove = QPushButton("Add", self), QPushButton("Remove", self)
         add.clicked.connect(lambda: self.add_row(["", "", "", "python3", ""]))
@@ -67,20 +69,25 @@ class HostsDialog(QDialog):
         box.rejected.connect(self.reject)
         layout.addWidget(box)
 
-    def add_row(self, values: list[str]) -> None:
+    def add_row(self, values: list[str], send_folder: bool = False) -> None:
         r = self.table.rowCount()
         self.table.insertRow(r)
         for c, v in enumerate(values):
             self.table.setItem(r, c, QTableWidgetItem(v))
+        check = QTableWidgetItem("")
+        check.setFlags(Qt.ItemFlag.ItemIsUserCheckable | Qt.ItemFlag.ItemIsEnabled)
+        check.setCheckState(Qt.CheckState.Checked if send_folder else Qt.CheckState.Unchecked)
+        self.table.setItem(r, SEND, check)
 
     def hosts(self) -> list[dict]:
         """Every row as a host record; LauncherError naming the row and field of the first bad one."""
         out, names = [], set()
         for r in range(self.table.rowCount()):
-            values = [(self.table.item(r, c).text() if self.table.item(r, c) else "") for c in range(len(COLUMNS))]
+            values = [(self.table.item(r, c).text() if self.table.item(r, c) else "") for c in range(SEND)]
             if not any(v.strip() for v in values):
                 continue
-            host = row_to_host(values)
+            check = self.table.item(r, SEND)
+            host = row_to_host(values, check is not None and check.checkState() == Qt.CheckState.Checked)
             try:
                 from_host(host)
             except LauncherError as exc:

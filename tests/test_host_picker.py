@@ -77,6 +77,8 @@ def test_all_reduce_is_marked_on_the_parameters(qtbot):
 
 
 def test_hosts_dialog_checks_saves_and_restarts(qtbot, hosts_window, tmp_path):
+    from PySide6.QtCore import Qt
+
     from app.hosts_dialog import HostsDialog
 
     w = hosts_window
@@ -89,12 +91,14 @@ def test_hosts_dialog_checks_saves_and_restarts(qtbot, hosts_window, tmp_path):
     assert "row 3: host 'gpu-box': 'dest' 'me@gpu box' is not an ssh destination" in dialog.error.text()
     assert dialog.result() == 0 and [h["name"] for h in load_hosts()] == ["lab", "gone"]  # nothing lost
     table.item(2, 1).setText("me@gpu-box")
+    table.item(0, 5).setCheckState(Qt.CheckState.Checked)  # lab: send the files beside each script
     table.removeRow(1)
     dialog.grab().save(str(tmp_path / "hosts-dialog.png"))
     dialog.save()
     assert dialog.result() == 1
-    assert load_hosts()[1] == {"name": "gpu-box", "remote_cwd": "/data", "kind": "ssh", "dest": "me@gpu-box",
-                               "python": "/opt/venv/bin/python"}
+    assert load_hosts()[1] == {"name": "gpu-box", "remote_cwd": "/data", "send_folder": False, "kind": "ssh",
+                               "dest": "me@gpu-box", "python": "/opt/venv/bin/python"}
+    assert load_hosts()[0]["send_folder"] is True
     w.restart_hosts()
     assert set(w.handle.hosts.clients) == {"lab", "gpu-box"}
     box = w.device_box
