@@ -229,6 +229,8 @@ def _is_ours(mod) -> bool:
 
 
 def _is_root(entry: str) -> bool:
+    if ROOT.name in ("site-packages", "dist-packages"):
+        return False  # an installed worker: that folder also holds torch and what the script imports
     try:
         return Path(entry or ".").resolve() == ROOT
     except OSError:

@@ -230,13 +230,17 @@ def test_worker_runs_with_only_torch_and_the_standard_library(tmp_path):
     blocked: trace, step and memory samples still work, and the trace comes back compressed."""
     mark = uuid.uuid4().hex
     bare = Path(__file__).with_name("bare_worker.py")
-    site = installed_copy(tmp_path / "site") or ROOT
+    # Installed into a folder named like the real one: the script still imports its neighbours there.
+    site = installed_copy(tmp_path / "site-packages") or ROOT
+    if site != ROOT:
+        (site / "neighbour_pkg.py").write_text("VALUE = 1.0\n")
     launcher = from_command(f"sh -c 'cd {shlex.quote(str(tmp_path))} && exec {shlex.quote(PY)} "
                             f"{shlex.quote(str(bare))}'", name="bare",
                             env={"BPS_TEST_MARK": mark, "PYTHONPATH": str(site)})
     # 800 multiplications: the captured call is over 64 KiB, so it travels compressed.
-    script = write(tmp_path, "chain.py", PRODUCT.replace("c = (a * b).sum()", "c = a * b\nfor _ in range(800):\n"
-                                                         "    c = c * 1.0\nc = c.sum()"))
+    neighbour = "from neighbour_pkg import VALUE\n" if site != ROOT else "VALUE = 1.0\n"
+    script = write(tmp_path, "chain.py", neighbour + PRODUCT.replace(
+        "c = (a * b).sum()", "c = a * b\nfor _ in range(800):\n    c = c * VALUE\nc = c.sum()"))
     events = []
     result = run_capture(str(script), launcher=launcher, timeout=60, on_event=events.append,
                          step={"call": 0, "mode": "all"})
