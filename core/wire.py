@@ -15,7 +15,7 @@ Python 3.14's ``compression.zstd``) is installed on both sides, zlib otherwise.
 from __future__ import annotations
 
 import zlib
-from typing import BinaryIO, Callable
+from typing import Callable
 
 PROTOCOL_VERSION = 2  # bumped whenever a message changes meaning; both ends must agree
 CHUNK = 1 << 20  # raw bytes compressed at a time
