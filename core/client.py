@@ -489,7 +489,7 @@ class WorkerClient:
     # -- public --------------------------------------------------------------------------------
     def run(self, path: str, device: str = "cpu", mode: str = "auto", timeout: float = DEFAULT_TIMEOUT,
             step: dict | None = None, debug: dict | None = None, seeds: dict | None = None,
-            ddp: dict | None = None) -> int:
+            load: dict | None = None, ddp: dict | None = None) -> int:
         """Start running ``path``; returns the run id. A run in progress is cancelled first.
 
         ``step`` (``{"call": N, "mode": "interactive" | "all"}``) runs backward call N under the
@@ -511,7 +511,7 @@ class WorkerClient:
             self._run = {"id": run_id, "path": str(path), "device": device, "start": time.monotonic(),
                          "worker": worker, "timeout": timeout, "done": False, "step": step, "debug": debug}
             self._set_state("running")
-        extra = {"debug": debug, "seeds": seeds, "ddp": ddp}
+        extra = {"debug": debug, "seeds": seeds, "load": load, "ddp": ddp}
         threading.Thread(target=self._launch, args=(worker, run_id, path, device, mode, timeout, step, extra),
                          name=f"run-{run_id}", daemon=True).start()
         return run_id
@@ -588,7 +588,8 @@ class WorkerClient:
                 return
             run = self._run
         cmd = protocol.Run(run=run_id, path=str(Path(path).resolve()), device=device, mode=mode, step=step,
-                           debug=extra.get("debug"), seeds=extra.get("seeds"), memory_rate=self.memory_rate)
+                           debug=extra.get("debug"), seeds=extra.get("seeds"), memory_rate=self.memory_rate,
+                           load=extra.get("load"))
         if extra.get("ddp"):
             cmd.extra["ddp"] = extra["ddp"]
         if self.launcher is not None:
@@ -751,7 +752,8 @@ class WorkerClient:
 
 def run_capture(path: str, device: str = "cpu", mode: str = "auto", timeout: float = DEFAULT_TIMEOUT,
                 on_event: Callable[[dict], None] | None = None, step: dict | None = None,
-                seeds: dict | None = None, launcher=None, ddp: dict | None = None) -> RunResult:
+                seeds: dict | None = None, load: dict | None = None, launcher=None,
+                ddp: dict | None = None) -> RunResult:
     """Run one script in a fresh worker and wait for its result (the CLI and tests use this)."""
     done = threading.Event()
     box: dict = {}
@@ -765,7 +767,7 @@ def run_capture(path: str, device: str = "cpu", mode: str = "auto", timeout: flo
 
     client = WorkerClient(handle, prestart=False, launcher=launcher)
     try:
-        client.run(path, device=device, mode=mode, timeout=timeout, step=step, seeds=seeds, ddp=ddp)
+        client.run(path, device=device, mode=mode, timeout=timeout, step=step, seeds=seeds, load=load, ddp=ddp)
         done.wait()
         return box["result"]
     finally:

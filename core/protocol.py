@@ -253,6 +253,7 @@ class Run(_Base):
     debug: dict | None = None  # a debug run: {"lines": [...], "skip_to": N, "pause": bool}
     seeds: dict | None = None  # reseed the run with these (a re-run for stepping)
     memory_rate: float = 50.0
+    load: dict | None = None  # how to open the file: weights, input_shapes, trust_pickle (core.programs)
     # Behind a launcher the run also carries (in ``extra``): ``source`` and ``name`` (the script's
     # text and file name), ``folder`` (base64 tar.gz of the files beside it), ``remote_cwd``,
     # ``compress`` (zlib, zstd or none); any run may carry ``ddp`` ({"nproc": N, "rank": R}).

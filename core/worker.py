@@ -598,7 +598,8 @@ class Worker:
             self.running = True
             try:
                 apply_device(device)
-                capture = Capture(cmd["path"], device=device, mode=cmd.get("mode", "auto"), on_event=on_event)
+                capture = Capture(cmd["path"], device=device, mode=cmd.get("mode", "auto"), on_event=on_event,
+                                  load=cmd.get("load"))
                 self._stepped = False
                 if cmd.get("debug") is not None:
                     d = cmd["debug"]
@@ -747,6 +748,12 @@ def main(argv: list[str] | None = None) -> int:
     else:  # behind a launcher: a hard crash's dump travels back with the output
         faulthandler.enable(file=sys.stderr, all_threads=True)
     _patch_exit(channel)
+    os.environ["BACKPROP_STUDIO_WORKER"] = "1"  # show() inside a traced script leaves the capture to us
+    try:
+        # Imported now, while the app's folder is on sys.path: a script that calls show() finds it.
+        import backprop_studio  # noqa: F401
+    except ImportError:
+        pass
     import torch
 
     import core.capture  # noqa: F401  (loaded before the script hides the app's modules)
