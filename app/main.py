@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-HEADLESS = ("trace", "step", "export")
+HEADLESS = ("trace", "step", "export", "hosts")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -90,6 +90,9 @@ class MainWindow(QMainWindow):
         self._rerun_timer.timeout.connect(self.run_script)
         self._restore_settings()
         self._update_actions()
+        from app.host_devices import install as install_hosts
+
+        install_hosts(self)  # saved hosts' devices join the picker
 
     # -- the session's state, as the exporters and tests read it --------------------------------------
     @property
@@ -320,7 +323,7 @@ class MainWindow(QMainWindow):
 
     def _tick(self) -> None:
         elapsed = time.monotonic() - self._run_started
-        device = self.device_box.currentData() or "cpu"
+        device = (self.device_box.currentData() or "cpu").replace("::", ": ")  # "gpu-box: cuda:0"
         text = getattr(self, "_busy_text", None) or f"Running {Path(self.script_path or '').name} on {device}"
         self.state_label.setText(f"{text}… {elapsed:.1f} s")
 
