@@ -29,7 +29,7 @@ class WorkerHandle(QObject):
     """A backward call started or finished (index, api, line, nodes)."""
     sig_finished = Signal(object)
     """A run finished: a core.client.RunResult with the trace (or only an error)."""
-    sig_step_begin = Signal(dict)
+    sig_step_begin = Signal(object)
     """The stepped backward call was reached: the engine will pause before its first node."""
     sig_step_paused = Signal(dict)
     """The engine is paused before a node (``pending``: node, name, grad_outputs)."""
@@ -41,7 +41,7 @@ class WorkerHandle(QObject):
     """A batch of memory samples (dicts: t, device, allocated, reserved, rss, saved_bytes, phase)."""
     sig_step_memory = Signal(dict)
     """Memory right after a stepped node ran (t, saved_bytes, allocated)."""
-    sig_event = Signal(dict)
+    sig_event = Signal(object)
     """Any worker message, as received (internal: carried to the GUI thread)."""
 
     def __init__(self, parent=None, prestart: bool = True):
