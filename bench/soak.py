@@ -3,7 +3,7 @@
     python bench/soak.py [--runs 100] [--sequences 200]
 
 Runs the bundled examples one after another in one offscreen main window, then random
-sequences of Step / Continue / Stop / Restart, printing every 10 runs (and every 20
+sequences of Step / Continue / Stop / Restart, printing every 10 runs (and every tenth of the
 sequences) the GUI's RSS, threads and open fds, the live worker processes and the temp files
 the app left. A leak shows as a column that keeps growing. Not a test: it prints figures.
 """
@@ -116,7 +116,7 @@ def main() -> int:
         if window.stepper.active:
             window.act_stop.trigger() if window.act_stop.isEnabled() else None
         settle()
-        if i % 20 == 0:
+        if i % max(1, args.sequences // 10) == 0:
             snap = snapshot(tmp)
             rows.append(snap)
             show(f"sequence {i}", snap)

@@ -583,7 +583,9 @@ def _t_num(v):
 
 
 def _t_opt_num(v):
-    return None if v is None or _is_num(v) else f"expected a number or null, got {_short(v)}"
+    if v is None or _is_num(v) or v in ("nan", "inf", "-inf"):
+        return None
+    return f"expected a number or null, got {_short(v)}"
 
 
 def _t_obj(v):
@@ -617,7 +619,7 @@ def _t_strs(v):
 
 
 def _element(x) -> bool:
-    if x is None or isinstance(x, (int, float)):
+    if x is None or isinstance(x, (int, float, str)):  # str: "nan", "inf", a complex as text
         return True
     return isinstance(x, list) and len(x) == 2 and _is_num(x[0]) and _is_num(x[1])  # complex as [re, im]
 
@@ -626,7 +628,7 @@ def _t_elements(v):
     if v is None:
         return None
     if not isinstance(v, list) or not all(_element(x) for x in v):
-        return f"expected a list of numbers or null, got {_short(v)}"
+        return f"expected a list of numbers (or their text) or null, got {_short(v)}"
     return None
 
 

@@ -387,3 +387,12 @@ def test_export_name_template_stays_in_the_chosen_folder(tmp_path):
     assert result.returncode == 0, result.stderr
     assert (out / "__" / "graph.dot").is_file()
     assert not (tmp_path / "graph.dot").exists()
+
+
+def test_non_finite_gradients_reach_the_window(tmp_path):
+    script = tmp_path / "nan.py"
+    script.write_text("import torch\nx = torch.zeros(2000, requires_grad=True)\n(x.sqrt() * 0).sum().backward()\n")
+    result = run_capture(str(script), timeout=60)
+    assert result.trace.error is None, result.trace.error
+    grad = result.trace.calls[0].leaf_grads["x"]
+    assert grad.numel == 2000 and "nan" in grad.sample
