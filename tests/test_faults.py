@@ -68,6 +68,8 @@ def _run(tmp_path, source: str, *, limit: float, timeout: float = 60, name: str 
         time.sleep(0.1)
     assert _group(pids[0]) == [], "a process of the run outlived it"
     assert list(Path(tempfile.gettempdir()).iterdir()) == []
+    assert [t for t in threading.enumerate() if isinstance(t, threading.Timer)] == []  # time limit cancelled
+    assert [t.name for t in threading.enumerate() if t.name.startswith(("worker-", "close-worker-"))] == []
     return result
 
 
