@@ -664,9 +664,17 @@ def _t_options(v):
     return None
 
 
+def _t_cells(v):
+    if not isinstance(v, list) or not all(
+            isinstance(c, dict) and all(_is_int(c.get(k)) and c.get(k) >= 0 for k in ("cell", "first", "lines"))
+            for c in v):
+        return f"expected a list of {{cell, first, lines}} objects of non-negative integers, got {_short(v)}"
+    return None
+
+
 _CHECKS: dict[type, dict[str, Any]] = {
     ErrorInfo: {"type": _t_str, "message": _t_str, "line": _t_opt_int, "traceback": _t_str, "kind": _t_str,
-                "file": _t_opt_str, "fault": _t_str},
+                "file": _t_opt_str, "fault": _t_str, "where": _t_str, "reason": _t_str},
     Values: {"numel": _t_count, "data": _t_elements, "sample": _t_elements, "min": _t_opt_num,
              "max": _t_opt_num, "mean": _t_opt_num},
     GradInfo: {"shape": _t_shape, "values": _t_obj},
@@ -692,7 +700,7 @@ _CHECKS: dict[type, dict[str, Any]] = {
     Trace: {"calls": _t_objs, "error": _t_opt_obj, "script": _t_str, "source": _t_str, "device": _t_str,
             "mode": _t_str, "output": _t_str, "duration_s": _t_num, "torch_version": _t_str,
             "call_count": _t_count, "tensors": _t_objs, "storages": _t_objs, "memory": _t_objs,
-            "format": _t_str, "version": _t_count},
+            "format": _t_str, "version": _t_count, "cells": _t_cells},
 }
 
 
@@ -730,7 +738,7 @@ def _read(data: Any, r: "_Reader") -> Trace:
         r.fail("version", f"expected a positive integer, got {_short(version)}")
     if version > VERSION:
         raise TraceFormatError(
-            f"{source}: trace version {version} is newer than this Backprop Studio reads "
+            f"{source}: field 'version': trace version {_short(version)} is newer than this Backprop Studio reads "
             f"(version {VERSION}); update Backprop Studio to open it"
         )
     return r.obj(
