@@ -662,9 +662,10 @@ class WorkerClient:
                 why = worker.refused or start_failure(self.launcher, msg.get("code") or 0, said)
                 self.on_event({"type": "spare_failed", "message": why})
             return  # a spare's exit, or an old worker's last words
-        if kind == "call_trace":
+        if kind == "call_trace":  # kept for the result; not passed on (a big graph, of no use to the views yet)
             run.setdefault("calls", {})[int(msg.get("position", 0))] = msg.get("call")
-        elif kind == "call_summary":
+            return
+        if kind == "call_summary":
             position = int(msg.get("position", -1))
             call = run.get("calls", {}).get(position)
             if isinstance(call, dict):

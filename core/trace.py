@@ -588,7 +588,9 @@ def _t_num(v):
 
 
 def _t_opt_num(v):
-    return None if v is None or _is_num(v) else f"expected a number or null, got {_short(v)}"
+    if v is None or _is_num(v) or v in ("nan", "inf", "-inf"):
+        return None
+    return f"expected a number or null, got {_short(v)}"
 
 
 def _t_obj(v):
@@ -622,7 +624,7 @@ def _t_strs(v):
 
 
 def _element(x) -> bool:
-    if x is None or isinstance(x, (int, float)):
+    if x is None or isinstance(x, (int, float, str)):  # str: "nan", "inf", a complex as text
         return True
     return isinstance(x, list) and len(x) == 2 and _is_num(x[0]) and _is_num(x[1])  # complex as [re, im]
 
@@ -631,7 +633,7 @@ def _t_elements(v):
     if v is None:
         return None
     if not isinstance(v, list) or not all(_element(x) for x in v):
-        return f"expected a list of numbers or null, got {_short(v)}"
+        return f"expected a list of numbers (or their text) or null, got {_short(v)}"
     return None
 
 
@@ -662,9 +664,17 @@ def _t_options(v):
     return None
 
 
+def _t_cells(v):
+    if not isinstance(v, list) or not all(
+            isinstance(c, dict) and all(_is_int(c.get(k)) and c.get(k) >= 0 for k in ("cell", "first", "lines"))
+            for c in v):
+        return f"expected a list of {{cell, first, lines}} objects of non-negative integers, got {_short(v)}"
+    return None
+
+
 _CHECKS: dict[type, dict[str, Any]] = {
     ErrorInfo: {"type": _t_str, "message": _t_str, "line": _t_opt_int, "traceback": _t_str, "kind": _t_str,
-                "file": _t_opt_str, "fault": _t_str},
+                "file": _t_opt_str, "fault": _t_str, "where": _t_str, "reason": _t_str},
     Values: {"numel": _t_count, "data": _t_elements, "sample": _t_elements, "min": _t_opt_num,
              "max": _t_opt_num, "mean": _t_opt_num},
     GradInfo: {"shape": _t_shape, "values": _t_obj},
@@ -690,7 +700,7 @@ _CHECKS: dict[type, dict[str, Any]] = {
     Trace: {"calls": _t_objs, "error": _t_opt_obj, "script": _t_str, "source": _t_str, "device": _t_str,
             "mode": _t_str, "output": _t_str, "duration_s": _t_num, "torch_version": _t_str,
             "call_count": _t_count, "tensors": _t_objs, "storages": _t_objs, "memory": _t_objs,
-            "format": _t_str, "version": _t_count},
+            "format": _t_str, "version": _t_count, "cells": _t_cells},
 }
 
 
@@ -728,7 +738,7 @@ def _read(data: Any, r: "_Reader") -> Trace:
         r.fail("version", f"expected a positive integer, got {_short(version)}")
     if version > VERSION:
         raise TraceFormatError(
-            f"{source}: trace version {version} is newer than this Backprop Studio reads "
+            f"{source}: field 'version': trace version {_short(version)} is newer than this Backprop Studio reads "
             f"(version {VERSION}); update Backprop Studio to open it"
         )
     return r.obj(

@@ -68,6 +68,8 @@ def _run(tmp_path, source: str, *, limit: float, timeout: float = 60, name: str 
         time.sleep(0.1)
     assert _group(pids[0]) == [], "a process of the run outlived it"
     assert list(Path(tempfile.gettempdir()).iterdir()) == []
+    assert [t for t in threading.enumerate() if isinstance(t, threading.Timer)] == []  # time limit cancelled
+    assert [t.name for t in threading.enumerate() if t.name.startswith(("worker-", "close-worker-"))] == []
     return result
 
 
@@ -387,3 +389,12 @@ def test_export_name_template_stays_in_the_chosen_folder(tmp_path):
     assert result.returncode == 0, result.stderr
     assert (out / "__" / "graph.dot").is_file()
     assert not (tmp_path / "graph.dot").exists()
+
+
+def test_non_finite_gradients_reach_the_window(tmp_path):
+    script = tmp_path / "nan.py"
+    script.write_text("import torch\nx = torch.zeros(2000, requires_grad=True)\n(x.sqrt() * 0).sum().backward()\n")
+    result = run_capture(str(script), timeout=60)
+    assert result.trace.error is None, result.trace.error
+    grad = result.trace.calls[0].leaf_grads["x"]
+    assert grad.numel == 2000 and "nan" in grad.sample

@@ -43,6 +43,8 @@ def _base() -> dict:
                                                    "s.py", "Fatal"),
                   script="s.py", source="import torch\n" * 12, memory=[MemorySample(t=0.1, device="cpu", rss=10)],
                   tensors=list(mlp.tensors[:3]), call_count=2)
+    if "cells" in Trace.__dataclass_fields__:  # a notebook's cells map script lines to "cell N, line M"
+        trace = replace(trace, cells=[{"cell": 1, "first": 1, "lines": 6}, {"cell": 2, "first": 8, "lines": 5}])
     return json.loads(trace.to_json())
 
 
@@ -148,3 +150,17 @@ def test_a_streamed_call_is_checked_the_same_way():
     data["nodes"][0]["next"] = [{"node": "n1", "input_nr": "zero"}]
     with pytest.raises(TraceFormatError, match=r"call 0: field 'calls\[0\]\.nodes\[0\]\.next\[0\]\.input_nr'"):
         call_from_dict(data, "call 0")
+
+
+def test_non_finite_values_as_the_capture_writes_them_are_accepted(qtbot):
+    data = json.loads(json.dumps(_base()))
+    values = data["calls"][0]["tensors"][2]["values"]
+    values["data"][:3] = ["nan", "inf", "-inf"]
+    grad = data["calls"][0]["tensors"][2]["grad"]["values"]
+    grad["sample"], grad["min"], grad["max"] = ["nan", 1.0], "nan", "inf"
+    trace = Trace.from_dict(data)
+    inspector = InspectorPanel()
+    qtbot.addWidget(inspector)
+    _show_everything(trace, inspector)
+    inspector.show_tensor(trace.calls[0], "t_w1")
+    assert "nan" in inspector.text() and "inf" in inspector.text()
