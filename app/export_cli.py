@@ -43,6 +43,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--scale", type=float, default=2.0, help="PNG pixels per screen pixel (default 2)")
     p.add_argument("--transparent", action="store_true", help="PNG, SVG and PDF without a background")
     p.add_argument("--shapes", action="store_true", help="write tensor shapes on the edges")
+    p.add_argument("--values", action="store_true",
+                   help="show each leaf's data and .grad after the call, and the seed gradient at the root")
     p.add_argument("--saved", action="store_true", help="draw each node's saved tensors")
     p.add_argument("--expand", action="store_true", help="expand every module group (big graphs open collapsed)")
     p.add_argument("--frames", metavar="DIR", help="also write one PNG per backward step (frame_000.png, ...)")
@@ -162,6 +164,7 @@ def _export_one(args, script: Path, batch: bool) -> tuple[list[str], list[str]]:
     else:
         export_call(call, out, fmt, theme=args.theme, title=title, caption=caption, states=states,
                     edge_texts=edge_texts, collapsed=collapsed, show_saved=args.saved, show_shapes=args.shapes,
+                    values=args.values,
                     scale=args.scale, background="transparent" if args.transparent else None)
     done = [f"{script}: {n}" for n in notes] + [f"{out}: call #{call.index} ({call.api}), {len(call.nodes)} nodes"]
     if args.frames or args.gif:

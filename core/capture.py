@@ -26,6 +26,7 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
+from core.cuts import CutRecorder
 from core.names import NameTable
 from core.snapshot import Snapshotter, label_nodes, number_nodes, values_of
 from core.trace import CallInfo, ErrorInfo, Trace, paused_gc
@@ -62,11 +63,11 @@ class _CreationMode(TorchFunctionMode):
             ):
                 cap.record_inplace(args[0], name)
             if isinstance(out, torch.Tensor):
-                cap.tag(out, args)
+                cap.tag(out, args, name)
             elif isinstance(out, (tuple, list)):
                 for o in out:
                     if isinstance(o, torch.Tensor):
-                        cap.tag(o, args)
+                        cap.tag(o, args, name)
         return out
 
 
@@ -98,17 +99,20 @@ class Capture:
         self._module_stack: list[int] = []
         self.inplace: dict[int, list[tuple[int, int | None, str]]] = {}
         self.device_error: str | None = None
+        self.cuts = CutRecorder()
         self.phase = "forward"
         self.namespace: dict = {}
         self.started = 0.0
 
     # -- creation tagging -------------------------------------------------------------------
-    def tag(self, t: torch.Tensor, args=()) -> None:
+    def tag(self, t: torch.Tensor, args=(), op: str = "") -> None:
         fn = t.grad_fn
         if fn is None:
+            self.cuts.note_free(t, op, args)
             return
         md = fn.metadata
         if "bps_line" not in md:
+            self.cuts.note_inputs(md, args)
             if self.phase != "forward":
                 # The first node after a backward: the script builds its next graph.
                 self.phase = "forward"
@@ -230,7 +234,7 @@ class Capture:
 
     def _before(self, roots, inputs, index):
         self.names.refresh(self.names.user_frames(sys._getframe(3)))
-        snap = Snapshotter(self.names.name_of, self.names.module_paths, self.inplace)
+        snap = Snapshotter(self.names.name_of, self.names.module_paths, self.inplace, origin=self.cuts.origin)
         root_nodes = []
         root_tensor_ids = []
         for t in roots:
@@ -459,7 +463,7 @@ class Capture:
             if id(fn) not in children and id(fn) not in seen:
                 seen.add(id(fn))
                 roots.append(fn)
-        snap = Snapshotter(self.names.name_of, self.names.module_paths)
+        snap = Snapshotter(self.names.name_of, self.names.module_paths, origin=self.cuts.origin)
         nodes, ids, structure = snap.walk(roots)
         for _, t in self.names.named_tensors():
             if t.grad_fn is not None and id(t.grad_fn) in ids:
@@ -474,7 +478,7 @@ class Capture:
         ))
 
     def _named_tensor_snapshot(self):
-        snap = Snapshotter(self.names.name_of, self.names.module_paths)
+        snap = Snapshotter(self.names.name_of, self.names.module_paths, origin=self.cuts.origin)
         for _, t in self.names.named_tensors(bound_only=True):
             snap.tensor_id(t)
         tensors = snap.finish_tensors(None)

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import torch
 
+from core.cuts import cuts_of
 from core.trace import Edge, GradInfo, NodeInfo, Saved, Stale, StorageInfo, TensorInfo, Values, fast_new, with_fields
 
 FULL_VALUES = 1000
@@ -123,8 +124,9 @@ class Snapshotter:
     """Collects nodes, tensors and storages of one snapshot; tensor ids are shared across it."""
 
     def __init__(self, names: Callable[[torch.Tensor], str | None], module_paths: dict[int, str] | None = None,
-                 inplace: dict[int, list] | None = None):
+                 inplace: dict[int, list] | None = None, origin: Callable[[torch.Tensor], str | None] | None = None):
         self.names = names
+        self.origin = origin  # 'detach' / 'no_grad' for tensors cut off the graph (core.cuts)
         self.inplace = inplace or {}
         self.module_paths = module_paths or {}
         self.tensors: dict[int, dict] = {}  # key -> raw fields
@@ -198,6 +200,10 @@ class Snapshotter:
             nbytes=nbytes,
             _grad_fn=grad_fn,
         )
+        if self.origin is not None and not t.requires_grad:
+            origin = self.origin(t)
+            if origin is not None:
+                raw["origin"] = origin
         self.tensors[key] = raw
         base = t._base
         if base is not None:
@@ -286,6 +292,7 @@ class Snapshotter:
         meta = _metadata(node)
         if stale is not None:
             stale = self._stale_culprit(stale, meta.get("bps_storages", ()))
+        cut = cuts_of(nxt, meta.get("bps_cuts"), self.names) if None in nxt else None
         line = meta.get("bps_line")
         module = self.module_paths.get(meta.get("bps_module")) if meta.get("bps_module") is not None else None
         return fast_new(NodeInfo, dict(
@@ -300,6 +307,7 @@ class Snapshotter:
             stale=stale,
             device=meta.get("bps_device"),
             inplace=meta.get("bps_inplace"),
+            **({"cuts": cut} if cut else {}),
         ))
 
 

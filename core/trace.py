@@ -76,6 +76,7 @@ class TensorInfo:
     grad_fn_name: str | None = None
     element_size: int = 4
     nbytes: int = 0
+    origin: str | None = None  # "detach" / "no_grad": how a tensor without grad was cut off the graph
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,9 @@ class NodeInfo:
     stale: Stale | None = None
     device: str | None = None  # device of the output of the op that created the node
     inplace: str | None = None  # the in-place op that created the node (e.g. "mul_")
+    # One entry per None in ``next``: {"input": position, "cause": "constant" | "detach" | "no_grad" |
+    # "number" | None, "name": the script's name or None, "value": short text}. Drives the cut stubs.
+    cuts: list | None = None
 
 
 @dataclass(frozen=True)
@@ -256,7 +260,7 @@ class Trace:
 
 
 # Optional keys written only when set: keeps 5,000-node traces small.
-_SPARSE_KEYS = frozenset(("sample", "min", "max", "mean", "tensor", "value", "freed"))
+_SPARSE_KEYS = frozenset(("sample", "min", "max", "mean", "tensor", "value", "freed", "origin", "cuts"))
 
 
 @contextmanager

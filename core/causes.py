@@ -1,0 +1,53 @@
+"""Why a tensor's ``.grad`` is None, and why a next-functions entry is None, in plain words.
+
+Plain data only (no torch): the inspector and the exporters use it on a captured trace.
+"""
+
+from __future__ import annotations
+
+from core.trace import CallInfo, TensorInfo
+
+CUT_WORDS = {
+    "detach": "detached: made by .detach(), which shares memory but cuts the graph",
+    "no_grad": "made under torch.no_grad(): no grad_fn was recorded",
+    "number": "a Python number (a literal, or a value taken out with .item())",
+    "constant": "a tensor with requires_grad=False (a constant for autograd)",
+}
+CUT_SHORT = {"detach": "made by .detach()", "no_grad": "made under no_grad", "number": "Python number",
+             "constant": "requires_grad=False"}
+
+
+def cut_text(cut: dict, short: bool = False) -> str:
+    """A None input as words: 'detached (d)', 'Python number 20'."""
+    cause = cut.get("cause")
+    words = (CUT_SHORT if short else CUT_WORDS).get(cause, "no gradient flows here")
+    who = cut.get("name") or cut.get("value")
+    if who and short:
+        return f"{who}: {words}" if cut.get("name") else f"{words} {who}"
+    if who:
+        return f"{cut.get('name') or cut.get('value')} · {words}"
+    return words
+
+
+def grad_none_cause(t: TensorInfo, call: CallInfo | None = None) -> str:
+    """Why ``t.grad`` is None: unused, detached, made under no_grad, not a leaf, or not reached yet."""
+    if not t.requires_grad:
+        if t.origin == "detach":
+            return "cut by detach(): it shares memory with a tensor that requires grad, but no gradient reaches it"
+        if t.origin == "no_grad":
+            return "made under torch.no_grad(): it requires no grad and never gets one"
+        return "requires_grad is False, so autograd computes no gradient for it"
+    if not t.is_leaf and not t.retains_grad:
+        return ("not a leaf: autograd keeps .grad only for leaves; call retain_grad() on it "
+                "before backward to keep its gradient")
+    if call is not None and call.api in ("Tensor.backward", "autograd.backward", "model"):
+        reached = any(n.variable == t.id for n in call.nodes) or t.grad_fn is not None
+        if not reached:
+            return "unused: this call's graph never reaches it, so backward gives it no gradient"
+        if call.api != "autograd.grad":
+            return ".grad is None: this tensor was not reached by backward yet"
+    if call is not None and call.api == "autograd.grad":
+        return "autograd.grad() returns gradients instead of filling .grad"
+    if t.retains_grad:
+        return "retain_grad() was called, but backward has not reached it yet"
+    return ".grad is None: this tensor was not reached by backward yet"

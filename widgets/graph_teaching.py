@@ -1,0 +1,122 @@
+"""Teaching marks on the graph: cut stubs for None inputs, and values (the Values toggle).
+
+A None entry of ``next_functions`` is drawn as a faint dashed stub below its node, labelled
+with its cause (detached, made under no_grad, a Python number, requires_grad=False) and the
+script's name. With values on, each leaf shows its data and ``.grad`` after the call, and each
+root the seed gradient backward starts from. The items join the graph's marks, so they are
+rebuilt, themed and exported with them.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QRectF, Qt
+from PySide6.QtGui import QPainter, QPen
+from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem
+
+from core.causes import cut_text
+from core.value_text import leaf_value_lines, seed_text
+from widgets.graph_items import MIN_TEXT_PX, color, font
+from widgets.theme import Theme
+
+STUB_LEN = 22.0
+NOTE_Z = 1.8
+
+
+class NoteItem(QGraphicsItem):
+    """Small text, optionally hung from a dashed stub: ``kind`` is 'cut' or 'value'."""
+
+    def __init__(self, kind: str, lines: list[str], tip: str, theme: Theme, target: str, stub: bool):
+        super().__init__()
+        self.kind = kind
+        self.lines = lines
+        self.target = target
+        self.theme = theme
+        self.stub = stub
+        from widgets.graph_marks import _text_width
+
+        px = theme.small_font_px
+        self._w = max(_text_width(line, theme.font_family, px, False) for line in lines) + 8
+        self._h = len(lines) * (px + 3) + 4
+        self._top = STUB_LEN if stub else 0.0
+        self.setToolTip(tip)
+        self.setZValue(NOTE_Z)
+
+    def size(self) -> tuple[float, float]:
+        return self._w, self._h + self._top
+
+    def boundingRect(self) -> QRectF:
+        return QRectF(-2, -1, self._w + 4, self._h + self._top + 2)
+
+    def paint(self, p: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
+        t = self.theme
+        p.setRenderHint(QPainter.Antialiasing, True)
+        ink = color(t.muted_text if self.kind == "cut" else t.text)
+        if self.stub:  # a dashed edge from the node's bottom that ends in a bar: the cut
+            x = self._w - 6
+            p.setPen(QPen(ink, 1.1, Qt.DashLine))
+            p.drawLine(int(x), 0, int(x), int(self._top) - 3)
+            p.setPen(QPen(ink, 1.6))
+            p.drawLine(int(x) - 5, int(self._top) - 3, int(x) + 5, int(self._top) - 3)
+        lod = option.levelOfDetailFromTransform(p.worldTransform())
+        rect = QRectF(0, self._top, self._w, self._h)
+        if self.kind == "value":
+            p.setPen(QPen(color(t.edge), 0.8))
+            p.setBrush(color(t.background))
+            p.drawRoundedRect(rect, 3, 3)
+        if lod * t.small_font_px < MIN_TEXT_PX:
+            return
+        p.setFont(font(t.font_family, t.small_font_px, False))
+        p.setPen(ink)
+        step = t.small_font_px + 3
+        for i, line in enumerate(self.lines):
+            p.drawText(QRectF(4, self._top + 2 + i * step, self._w, step), Qt.AlignLeft | Qt.AlignVCenter, line)
+
+    def set_theme(self, theme: Theme) -> None:
+        self.theme = theme
+        self.update()
+
+
+def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scene) -> list[NoteItem]:
+    """Cut stubs for every drawn node with None inputs; leaf values and seeds when ``values``."""
+    out: list[NoteItem] = []
+    members = layout.members
+    for n in call.nodes:
+        box = layout.nodes.get(members.get(n.id, ""))
+        if box is None or box.id != n.id:
+            continue
+        if n.cuts:
+            y = box.y + box.h
+            for k, cut in enumerate(n.cuts):
+                text = "✂ " + cut_text(cut, short=True)
+                item = NoteItem("cut", [text], f"input {cut['input']} is None: {cut_text(cut)}", theme, n.id, True)
+                anchor = box.x + 12 + 10 * k  # the stub leaves the node's bottom left of the real edges
+                item.setPos(anchor - item.size()[0] + 6, y + k * (item.size()[1] - STUB_LEN + 2))
+                out.append(item)
+        if values and n.kind == "accumulate_grad" and n.variable:
+            lines = leaf_value_lines(call, n)
+            if lines:
+                item = NoteItem("value", lines, "the leaf's data, and its .grad after this call", theme, n.id, False)
+                item.setPos(box.x + box.w / 2 - item.size()[0] / 2, box.y + box.h + 4)
+                out.append(item)
+    if values:
+        for rid in call.roots:
+            box = layout.nodes.get(members.get(rid, ""))
+            node = call.node(rid)
+            if box is None or node is None:
+                continue
+            item = NoteItem("value", [seed_text(call, node)], "the gradient backward starts from", theme, rid, False)
+            item.setPos(box.x + box.w / 2 - item.size()[0] / 2, box.y - item.size()[1] - 4)
+            out.append(item)
+    for item in out:
+        item.setVisible(show)
+        scene.addItem(item)
+    return out
+
+
+def set_show_values(view, show: bool) -> None:
+    """The Values toggle of a GraphView: leaf data and .grad, and root seeds, on the graph."""
+    if getattr(view, "_show_values", False) == show:
+        return
+    view._show_values = show
+    if view._layout is not None and not view._pending:
+        view._add_marks()
