@@ -1,0 +1,119 @@
+"""Cut inputs and their causes, decoded saved values, .grad-is-None causes, values on the graph."""
+
+import textwrap
+
+import pytest
+
+from core.attrs import decode_value, saved_label
+from core.capture import capture_script
+from core.causes import grad_none_cause
+from core.trace import Trace
+from core.value_text import leaf_value_lines, seed_text
+
+CUTS = """
+import torch
+x = torch.tensor(2.0, requires_grad=True)
+w = torch.tensor([1.0, 2.0], requires_grad=True)
+unused = torch.tensor(5.0, requires_grad=True)
+const = torch.tensor([3.0, 4.0])
+detached = x.detach() * 10
+with torch.no_grad():
+    frozen = x * 10
+h = (x * 3).exp()
+y = x**3 + detached + frozen + x.item() + (w * const).sum()
+y.backward()
+"""
+
+
+@pytest.fixture(scope="module")
+def cut_trace(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cuts") / "cuts.py"
+    path.write_text(textwrap.dedent(CUTS))
+    trace = capture_script(str(path))
+    assert trace.error is None, trace.error
+    return Trace.from_json(trace.to_json())  # every new field survives the JSON round trip
+
+
+def _cuts(call):
+    return [(n.name, c["input"], c["cause"], c["name"]) for n in call.nodes for c in n.cuts or ()]
+
+
+def test_cut_inputs_are_named_with_their_cause(cut_trace):
+    call = cut_trace.calls[0]
+    assert sorted(_cuts(call)) == sorted([
+        ("AddBackward0", 1, "detach", "detached"),
+        ("AddBackward0", 1, "no_grad", "frozen"),
+        ("AddBackward0", 1, "number", None),
+        ("MulBackward0", 1, "constant", "const"),
+    ])
+    number = next(c for n in call.nodes for c in n.cuts or () if c["cause"] == "number")
+    assert number["value"] == "2"
+    # every None entry of next_functions has exactly one cut record
+    for n in call.nodes:
+        nones = [i for i, e in enumerate(n.next) if e is None]
+        assert nones == [c["input"] for c in n.cuts or ()]
+
+
+def test_tensors_made_by_detach_or_under_no_grad_say_so(cut_trace):
+    named = {t.name: t for t in cut_trace.tensors if t.name}
+    assert named["detached"].origin == "detach"
+    assert named["frozen"].origin == "no_grad"
+    assert named["const"].origin is None and named["x"].origin is None
+
+
+def test_grad_none_causes(cut_trace):
+    call = cut_trace.calls[0]
+    named = {t.name: t for t in cut_trace.tensors if t.name}
+    assert "cut by detach()" in grad_none_cause(named["detached"], call)
+    assert "made under torch.no_grad()" in grad_none_cause(named["frozen"], call)
+    assert "requires_grad is False" in grad_none_cause(named["const"], call)
+    assert "unused" in grad_none_cause(named["unused"], call)
+    assert "not a leaf" in grad_none_cause(named["h"], call) and "retain_grad()" in grad_none_cause(named["h"], call)
+
+
+def test_values_and_seed_text(cut_trace):
+    call = cut_trace.calls[0]
+    leaf = next(n for n in call.nodes if n.label == "x")
+    assert leaf_value_lines(call, leaf) == ["x = 2", ".grad = 12"]
+    wleaf = next(n for n in call.nodes if n.label == "w")
+    assert leaf_value_lines(call, wleaf) == ["w = [1, 2]", ".grad = [3, 4]"]
+    root = call.node(call.roots[0])
+    assert seed_text(call, root) == "seed: 1 (d out / d out)"
+
+
+def test_saved_values_are_decoded(tmp_path):
+    path = tmp_path / "loss.py"
+    path.write_text(textwrap.dedent("""
+        import torch
+        import torch.nn.functional as F
+        a = torch.randn(4, 3, requires_grad=True)
+        b = torch.randn(4, 3, requires_grad=True)
+        c = a * b
+        loss = F.cross_entropy(c, torch.tensor([0, 1, 2, 0]), reduction="sum")
+        loss.backward()
+    """))
+    call = capture_script(str(path)).calls[0]
+    nll = next(n for n in call.nodes if n.name == "NllLossBackward0")
+    saved = {s.name: s for s in nll.saved}
+    assert saved_label(call, saved["reduction"]) == "reduction = 'sum'"
+    assert saved_label(call, saved["ignore_index"]) == "ignore_index = -100"
+    mul = next(n for n in call.nodes if n.name == "MulBackward0")
+    assert sorted(saved_label(call, s) for s in mul.saved) == ["other = b", "self = a"]
+    assert decode_value("reduction", 1) == "'mean'" and decode_value("ignore_index", 2**64 - 100) == -100
+
+
+def test_cut_stubs_and_values_are_drawn(qtbot, cut_trace):
+    from widgets.export import offscreen_view
+
+    call = cut_trace.calls[0]
+    with offscreen_view(call, values=True) as view:
+        notes = [t for t in view.marks.tags if t.kind in ("cut", "value")]
+        cuts = sorted(" ".join(t.lines) for t in notes if t.kind == "cut")
+        values = sorted(" ".join(t.lines) for t in notes if t.kind == "value")
+        assert cuts == sorted(["✂ const: requires_grad=False", "✂ detached: made by .detach()",
+                               "✂ frozen: made under no_grad", "✂ Python number 2"])
+        assert "x = 2 .grad = 12" in values and "seed: 1 (d out / d out)" in values
+        assert all(t.isVisible() for t in notes)
+    with offscreen_view(call) as view:
+        assert not [t for t in view.marks.tags if t.kind == "value"]
+        assert len([t for t in view.marks.tags if t.kind == "cut"]) == 4
