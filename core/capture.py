@@ -27,6 +27,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from core.cuts import CutRecorder
+from core.edge_grads import LIMIT as EDGE_GRAD_LIMIT
+from core.edge_grads import EdgeGradRecorder
 from core.names import NameTable
 from core.snapshot import Snapshotter, label_nodes, number_nodes, values_of
 from core.trace import CallInfo, ErrorInfo, Trace, paused_gc
@@ -100,6 +102,7 @@ class Capture:
         self.inplace: dict[int, list[tuple[int, int | None, str]]] = {}
         self.device_error: str | None = None
         self.cuts = CutRecorder()
+        self._edge_grads: dict[int, EdgeGradRecorder] = {}  # call index -> hooks recording edge gradients
         self.phase = "forward"
         self.namespace: dict = {}
         self.started = 0.0
@@ -259,11 +262,15 @@ class Capture:
             except Exception:
                 pass
         roots_ids = [ids[id(n)] for n in root_nodes]
+        self._edge_grads[index] = EdgeGradRecorder(number_nodes(root_nodes)[0] if len(nodes) <= EDGE_GRAD_LIMIT
+                                                   else [], ids)
         return snap, nodes, ids, structure, roots_ids, input_ids
 
     def _after(self, api, index, line, snap, nodes, ids, structure, root_ids, input_ids, result, error,
                retain_graph, create_graph, t0):
         tensors = snap.finish_tensors(ids, read_grads=True)
+        recorder = self._edge_grads.pop(index, None)
+        edge_grads = recorder.finish() if recorder is not None else {}
         nodes = label_nodes(nodes, tensors)
         leaf_grads = {}
         options: dict = {"retain_graph": bool(retain_graph) if retain_graph is not None else bool(create_graph),
@@ -301,6 +308,7 @@ class Capture:
             edge_count=edge_count,
             leaf_grads=leaf_grads,
             duration_s=time.perf_counter() - t0,
+            edge_grads=edge_grads,
         )
         self._store(call)
         self.phase = "between"
@@ -507,7 +515,7 @@ class Capture:
 
 def summary_of(call: CallInfo) -> CallInfo:
     """Drop a repeated call's graph, keeping its counts, grads, line and error."""
-    return replace(call, nodes=[], tensors=[], storages=[], roots=[], snapshot="summary")
+    return replace(call, nodes=[], tensors=[], storages=[], roots=[], snapshot="summary", edge_grads={})
 
 
 def capture_script(path: str, device: str = "cpu", mode: str = "auto", on_event=None, **kwargs) -> Trace:

@@ -16,6 +16,7 @@ from typing import Any, Callable
 import torch
 
 from core.cuts import cuts_of
+from core.edge_marks import edge_marks
 from core.trace import Edge, GradInfo, NodeInfo, Saved, Stale, StorageInfo, TensorInfo, Values, fast_new, with_fields
 
 FULL_VALUES = 1000
@@ -260,6 +261,7 @@ class Snapshotter:
 
     def _node_info(self, node, ids: dict[int, str]) -> NodeInfo:
         kind = node_kind(node)
+        info_name = node_name(node)
         nxt = [fast_new(Edge, {"node": ids[id(fn)], "input_nr": nr}) if fn is not None else None
                for fn, nr in node.next_functions]
         saved: list[Saved] = []
@@ -293,11 +295,12 @@ class Snapshotter:
         if stale is not None:
             stale = self._stale_culprit(stale, meta.get("bps_storages", ()))
         cut = cuts_of(nxt, meta.get("bps_cuts"), self.names) if None in nxt else None
+        marks = edge_marks(node, info_name) if kind != "accumulate_grad" else None
         line = meta.get("bps_line")
         module = self.module_paths.get(meta.get("bps_module")) if meta.get("bps_module") is not None else None
         return fast_new(NodeInfo, dict(
             id=ids[id(node)],
-            name=node_name(node),
+            name=info_name,
             kind=kind,
             next=nxt,
             saved=saved,
@@ -308,6 +311,7 @@ class Snapshotter:
             device=meta.get("bps_device"),
             inplace=meta.get("bps_inplace"),
             **({"cuts": cut} if cut else {}),
+            **({"edge_marks": marks} if marks else {}),
         ))
 
 

@@ -121,6 +121,9 @@ class NodeInfo:
     # One entry per None in ``next``: {"input": position, "cause": "constant" | "detach" | "no_grad" |
     # "number" | None, "name": the script's name or None, "value": short text}. Drives the cut stubs.
     cuts: list | None = None
+    # Edges where the gradient is summed to a broadcast input's shape or cast to another dtype:
+    # {"input": position, "sum": [from shape, to shape], "dtype": [from, to]} (either key may be absent).
+    edge_marks: list | None = None
 
 
 @dataclass(frozen=True)
@@ -152,6 +155,9 @@ class CallInfo:
     edge_count: int = 0
     leaf_grads: dict = field(default_factory=dict)  # leaf name -> Values after the call
     duration_s: float = 0.0
+    # Graphs up to 300 nodes: node id -> one GradInfo (or None) per ``next`` entry, the gradient that
+    # node sent along that edge in this call. Drives values on edges and "6 + 2 = 8" at leaves.
+    edge_grads: dict = field(default_factory=dict)
 
     def node(self, node_id: str) -> NodeInfo | None:
         return self.node_map().get(node_id)
@@ -260,7 +266,7 @@ class Trace:
 
 
 # Optional keys written only when set: keeps 5,000-node traces small.
-_SPARSE_KEYS = frozenset(("sample", "min", "max", "mean", "tensor", "value", "freed", "origin", "cuts"))
+_SPARSE_KEYS = frozenset(("sample", "min", "max", "mean", "tensor", "value", "freed", "origin", "cuts", "edge_marks"))
 
 
 @contextmanager
@@ -432,6 +438,7 @@ class _Reader:
                 "storages": lambda v, q: self.lst(self.storage, v, q),
                 "error": self.error,
                 "leaf_grads": self.value_map,
+                "edge_grads": self.grad_lists,
             },
         )
         ids = {n.id for n in c.nodes}
@@ -448,6 +455,12 @@ class _Reader:
         if not isinstance(d, dict):
             self.fail(p, f"expected an object, got {type(d).__name__}")
         return {k: self.values(v, f"{p}.{k}") for k, v in d.items()}
+
+    def grad_lists(self, d, p):
+        if not isinstance(d, dict):
+            self.fail(p, f"expected an object, got {type(d).__name__}")
+        return {k: self.lst(lambda v, q: None if v is None else self.grad(v, q), v, f"{p}.{k}")
+                for k, v in d.items()}
 
     def memory(self, d, p):
         return self.obj(MemorySample, d, p)

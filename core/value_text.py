@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core.trace import CallInfo, NodeInfo, Values
+from core.trace import CallInfo, GradInfo, NodeInfo, Values
 
 
 def _num(x) -> str:
@@ -11,7 +11,7 @@ def _num(x) -> str:
     if isinstance(x, int):
         return str(x)
     if isinstance(x, float):
-        return f"{x:.4g}"
+        return f"{x:.3g}"
     return str(x)
 
 
@@ -29,18 +29,50 @@ def short_values(values: Values, shape: list[int], limit: int = 4) -> str:
     return f"{dims} {', '.join(_num(v) for v in sample[:3])}, …"
 
 
+def incoming_grads(call: CallInfo, node_id: str) -> list[Values]:
+    """The gradients recorded on the edges into a node, in the order of its consumers."""
+    out = []
+    for c in call.nodes:
+        grads = call.edge_grads.get(c.id)
+        if not grads:
+            continue
+        for i, e in enumerate(c.next):
+            if e is not None and e.node == node_id and i < len(grads) and grads[i] is not None:
+                out.append(grads[i].values)
+    return out
+
+
+def _scalar(v: Values):
+    return v.data[0] if v.data is not None and len(v.data) == 1 and isinstance(v.data[0], (int, float)) else None
+
+
 def leaf_value_lines(call: CallInfo, node: NodeInfo) -> list[str]:
-    """An AccumulateGrad's leaf: 'x = 2' and '.grad = 12' (after the call)."""
+    """An AccumulateGrad's leaf: 'x = 3' and '.grad = 6 + 2 = 8' (after the call)."""
     t = call.tensor(node.variable)
     if t is None:
         return []
     name = t.name or "leaf"
     lines = [f"{name} = {short_values(t.values, t.shape)}"]
-    if t.grad is not None:
-        lines.append(f".grad = {short_values(t.grad.values, t.grad.shape)}")
-    else:
-        lines.append(".grad = None")
-    return lines
+    if t.grad is None:
+        return lines + [".grad = None"]
+    grad = short_values(t.grad.values, t.grad.shape)
+    parts = incoming_grads(call, node.id)
+    scalars = [_scalar(v) for v in parts]
+    if len(parts) > 1 and all(s is not None for s in scalars):
+        total = sum(scalars)
+        terms = " + ".join(_num(s) for s in scalars).replace("+ -", "− ")
+        now = _scalar(t.grad.values)
+        if now is not None and abs(now - total) <= 1e-6 * max(1.0, abs(total)):
+            return lines + [f".grad = {terms} = {grad}"]
+        return lines + [f".grad = {grad}", f"(this call: {terms} = {_num(total)})"]
+    if len(parts) > 1:
+        return lines + [f".grad = Σ of {len(parts)} edges = {grad}"]
+    return lines + [f".grad = {grad}"]
+
+
+def edge_grad_text(grad: GradInfo) -> str:
+    """A gradient on an edge: 'grad 6', 'grad [1, 2]', 'grad [3, 5] μ 1 ∈ [1, 1]'."""
+    return "grad " + short_values(grad.values, grad.shape)
 
 
 def seed_text(call: CallInfo, root: NodeInfo) -> str:

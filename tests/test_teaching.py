@@ -117,3 +117,45 @@ def test_cut_stubs_and_values_are_drawn(qtbot, cut_trace):
     with offscreen_view(call) as view:
         assert not [t for t in view.marks.tags if t.kind == "value"]
         assert len([t for t in view.marks.tags if t.kind == "cut"]) == 4
+
+
+BROADCAST = """
+import torch
+a = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0], requires_grad=True)
+b = torch.tensor(2.0, requires_grad=True)
+d = torch.ones(3, dtype=torch.float64, requires_grad=True)
+y = (a * b).sum() + (a[:3].double() * d).sum()
+y.backward()
+"""
+
+
+def test_broadcast_and_dtype_marks_and_edge_grads(tmp_path):
+    path = tmp_path / "bc.py"
+    path.write_text(textwrap.dedent(BROADCAST))
+    call = Trace.from_json(capture_script(str(path)).to_json()).calls[0]
+    by_name = {}
+    for n in call.nodes:
+        by_name.setdefault(n.name, []).append(n)
+    mul = next(n for n in by_name["MulBackward0"] if n.next[1] and call.node(n.next[1].node).label == "b")
+    assert mul.edge_marks == [{"input": 1, "sum": [[5], []]}]
+    to_copy = by_name["ToCopyBackward0"][0]
+    assert to_copy.edge_marks == [{"input": 0, "dtype": ["float64", "float32"]}]
+    root = call.node(call.roots[0])
+    assert {"input": 0, "dtype": ["float64", "float32"]} in root.edge_marks
+    from core.edge_marks_text import mark_text
+
+    assert mark_text(mul.edge_marks[0]) == "[5] → Σ → []"
+    # the gradient each edge carried, already summed to the input's shape: b gets sum(a) = 15
+    grads = call.edge_grads[mul.id]
+    assert grads[1].shape == [] and grads[1].values.data == [15.0]
+    assert grads[0].values.data == [2.0] * 5
+    bleaf = next(n for n in call.nodes if n.label == "b")
+    assert call.tensor(bleaf.variable).grad.values.data == [15.0]
+
+
+def test_leaf_reached_twice_shows_the_sum(tmp_path):
+    path = tmp_path / "poly.py"
+    path.write_text("import torch\nx = torch.tensor(3.0, requires_grad=True)\ny = x**2 + 2 * x + 1\ny.backward()\n")
+    call = capture_script(str(path)).calls[0]
+    leaf = next(n for n in call.nodes if n.label == "x")
+    assert leaf_value_lines(call, leaf) == ["x = 3", ".grad = 6 + 2 = 8"]

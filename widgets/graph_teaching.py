@@ -14,7 +14,8 @@ from PySide6.QtGui import QPainter, QPen
 from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem
 
 from core.causes import cut_text
-from core.value_text import leaf_value_lines, seed_text
+from core.edge_marks_text import edge_mark_tip, mark_text
+from core.value_text import edge_grad_text, leaf_value_lines, seed_text
 from widgets.graph_items import MIN_TEXT_PX, color, font
 from widgets.theme import Theme
 
@@ -50,7 +51,7 @@ class NoteItem(QGraphicsItem):
     def paint(self, p: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
         t = self.theme
         p.setRenderHint(QPainter.Antialiasing, True)
-        ink = color(t.muted_text if self.kind == "cut" else t.text)
+        ink = color(t.muted_text if self.kind == "cut" else t.edge_text if self.kind == "grad" else t.text)
         if self.stub:  # a dashed edge from the node's bottom that ends in a bar: the cut
             x = self._w - 6
             p.setPen(QPen(ink, 1.1, Qt.DashLine))
@@ -59,6 +60,11 @@ class NoteItem(QGraphicsItem):
             p.drawLine(int(x) - 5, int(self._top) - 3, int(x) + 5, int(self._top) - 3)
         lod = option.levelOfDetailFromTransform(p.worldTransform())
         rect = QRectF(0, self._top, self._w, self._h)
+        if self.kind == "mark":
+            ink = color(t.device)
+            p.setPen(QPen(ink, 0.8))
+            p.setBrush(color(t.background))
+            p.drawRoundedRect(rect, rect.height() / 2, rect.height() / 2)
         if self.kind == "value":
             p.setPen(QPen(color(t.edge), 0.8))
             p.setBrush(color(t.background))
@@ -76,10 +82,29 @@ class NoteItem(QGraphicsItem):
         self.update()
 
 
+class _Placer:
+    """Puts each note at the first candidate spot that covers no node box and no earlier note."""
+
+    def __init__(self, layout):
+        self.taken = [QRectF(b.x, b.y, b.w, b.h) for b in layout.nodes.values()]
+
+    def place(self, item: NoteItem, spots: list[tuple[float, float]]) -> None:
+        w, h = item.size()
+        for x, y in spots:
+            r = QRectF(x, y, w, h)
+            if not any(r.intersects(t) for t in self.taken):
+                break
+        else:
+            x, y = spots[0]
+        item.setPos(x, y)
+        self.taken.append(QRectF(x, y, w, h))
+
+
 def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scene) -> list[NoteItem]:
     """Cut stubs for every drawn node with None inputs; leaf values and seeds when ``values``."""
     out: list[NoteItem] = []
     members = layout.members
+    placer = _Placer(layout)
     for n in call.nodes:
         box = layout.nodes.get(members.get(n.id, ""))
         if box is None or box.id != n.id:
@@ -95,9 +120,39 @@ def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scen
         if values and n.kind == "accumulate_grad" and n.variable:
             lines = leaf_value_lines(call, n)
             if lines:
-                item = NoteItem("value", lines, "the leaf's data, and its .grad after this call", theme, n.id, False)
-                item.setPos(box.x + box.w / 2 - item.size()[0] / 2, box.y + box.h + 4)
+                item = NoteItem("value", lines, "the leaf's data, and its .grad after this call: the sum of "
+                                "the gradients on its incoming edges (plus what earlier calls left there)",
+                                theme, n.id, False)
+                w, h = item.size()
+                cy = box.y + box.h / 2 - h / 2
+                placer.place(item, [(box.x + box.w + 4, cy), (box.x - w - 4, cy),
+                                    (box.x + box.w / 2 - w / 2, box.y + box.h + 4),
+                                    (box.x + box.w + 4, box.y + box.h + 4), (box.x - w - 4, box.y + box.h + 4)])
                 out.append(item)
+    edges = {(e.src, e.slot): e for e in layout.edges}
+    for n in call.nodes:
+        grads = call.edge_grads.get(n.id) if values else None
+        for slot, g in enumerate(grads or ()):
+            edge = edges.get((n.id, slot))
+            if g is None or edge is None:
+                continue
+            src = call.node(n.next[slot].node) if n.next[slot] is not None else None
+            item = NoteItem("grad", [edge_grad_text(g)], f"the gradient {n.name} sent to "
+                            f"{src.name if src else 'this input'} in this call", theme, n.id, False)
+            x, y = _middle(edge.points)
+            w, h = item.size()
+            placer.place(item, [(x - w - 4, y - h / 2), (x + 4, y - h / 2), (x - w - 4, y - h - 4), (x + 4, y + 4)])
+            out.append(item)
+        for mark in n.edge_marks or ():
+            edge = edges.get((n.id, mark["input"]))
+            if edge is None:
+                continue
+            tip = edge_mark_tip(mark)
+            item = NoteItem("mark", [mark_text(mark)], tip, theme, n.id, False)
+            x, y = _middle(edge.points)
+            w, h = item.size()
+            placer.place(item, [(x + 6, y - h / 2), (x - w - 6, y - h / 2), (x + 6, y + h), (x - w - 6, y + h)])
+            out.append(item)
     if values:
         for rid in call.roots:
             box = layout.nodes.get(members.get(rid, ""))
@@ -106,11 +161,27 @@ def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scen
                 continue
             item = NoteItem("value", [seed_text(call, node)], "the gradient backward starts from", theme, rid, False)
             item.setPos(box.x + box.w / 2 - item.size()[0] / 2, box.y - item.size()[1] - 4)
+            placer.taken.append(item.sceneBoundingRect())
             out.append(item)
     for item in out:
         item.setVisible(show)
         scene.addItem(item)
     return out
+
+
+def _middle(points) -> tuple[float, float]:
+    """The point halfway along a polyline."""
+    import math
+
+    lengths = [math.dist(points[i - 1], points[i]) for i in range(1, len(points))]
+    half = sum(lengths) / 2
+    for i, seg in enumerate(lengths, 1):
+        if half <= seg and seg > 0:
+            (x0, y0), (x1, y1) = points[i - 1], points[i]
+            t = half / seg
+            return x0 + (x1 - x0) * t, y0 + (y1 - y0) * t
+        half -= seg
+    return points[-1]
 
 
 def set_show_values(view, show: bool) -> None:
