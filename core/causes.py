@@ -51,3 +51,24 @@ def grad_none_cause(t: TensorInfo, call: CallInfo | None = None) -> str:
     if t.retains_grad:
         return "retain_grad() was called, but backward has not reached it yet"
     return ".grad is None: this tensor was not reached by backward yet"
+
+
+FREED_MESSAGE = "backward through the graph a second time"
+
+
+def blamed_nodes(call: CallInfo) -> set[str] | None:
+    """The nodes a failed call's error belongs to; None when no node can be named (mark them all).
+
+    Stale saved tensors blame their nodes; "backward through the graph a second time" blames the
+    nodes whose saved tensors the first backward freed (never the leaves, which saved nothing).
+    """
+    if call.error is None:
+        return set()
+    stale = {n.id for n in call.nodes if n.stale is not None}
+    if stale:
+        return stale
+    if FREED_MESSAGE in call.error.message:
+        freed = {n.id for n in call.nodes if any(s.freed for s in n.saved)}
+        if freed:
+            return freed
+    return None

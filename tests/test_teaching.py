@@ -159,3 +159,22 @@ def test_leaf_reached_twice_shows_the_sum(tmp_path):
     call = capture_script(str(path)).calls[0]
     leaf = next(n for n in call.nodes if n.label == "x")
     assert leaf_value_lines(call, leaf) == ["x = 3", ".grad = 6 + 2 = 8"]
+
+
+def test_backward_twice_blames_the_node_whose_saved_tensors_were_freed(tmp_path):
+    from core.export_dot import call_to_dot
+    from widgets.graph_scene import node_styles
+
+    path = tmp_path / "twice.py"
+    path.write_text("import torch\nx = torch.tensor(2.0, requires_grad=True)\nw = torch.tensor(5.0, requires_grad=True)\n"
+                    "loss = x * w\nloss.backward()\nloss.backward()\n")
+    call = capture_script(str(path)).calls[1]
+    from core.causes import blamed_nodes
+
+    mul = next(n for n in call.nodes if n.name == "MulBackward0")
+    assert blamed_nodes(call) == {mul.id}
+    styles = node_styles(call, [n.id for n in call.nodes])
+    assert {nid for nid, s in styles.items() if s.error} == {mul.id}
+    lines = {ln.split()[0].strip('"'): ln for ln in call_to_dot(call).splitlines() if ln.startswith('  "n')}
+    assert "penwidth=2.5" in lines[mul.id]
+    assert all("penwidth=2.5" not in ln for nid, ln in lines.items() if nid != mul.id)
