@@ -7,6 +7,7 @@ from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import QComboBox, QLabel, QLineEdit, QMenu, QSizePolicy, QToolButton, QWidget
 
 from app.resources import example_scripts, icon
+from widgets.graph_teaching import set_show_values
 
 
 def make_action(w, text: str, slot, shortcut=None, tip: str = "", icon_name: str | None = None,
@@ -50,6 +51,9 @@ def build_actions(w) -> None:
     w.act_sharing = make_action(w, "Show Storage &Sharing", w.graph.set_show_sharing, "Ctrl+Shift+M",
                                 "Link tensors that share memory (same storage) and mark views with their base",
                                 "sharing", checkable=True)
+    w.act_values = make_action(w, "Show &Values", lambda on: set_show_values(w.graph, on), "Ctrl+Shift+V",
+                               "Leaves show their data and .grad, edges the gradient they carried, "
+                               "roots the seed gradient", checkable=True)
     w.act_step = make_action(w, "&Step", lambda: w.stepper.step(), "F10",
                              "Run backward one node at a time: the next node", "step")
     w.act_step_to = make_action(w, "Step to Se&lected Node", w.step_to_selected, "Ctrl+F10",
@@ -63,7 +67,7 @@ def build_actions(w) -> None:
     w.act_show_storage = make_action(w, "S&torage", lambda: w.center.setCurrentWidget(w.storage), "Ctrl+2",
                                      "Show the selected tensor's storage, element by element")
     for action, short in ((w.act_saved, "Saved"), (w.act_shapes, "Shapes"), (w.act_sharing, "Sharing"),
-                          (w.act_fit, "Fit"), (w.act_restart, "Restart")):
+                          (w.act_values, "Values"), (w.act_fit, "Fit"), (w.act_restart, "Restart")):
         action.setIconText(short)
     w.act_quit = make_action(w, "&Quit", w.close, QKeySequence.StandardKey.Quit, "Quit Backprop Studio")
     w.act_about = make_action(w, "&About Backprop Studio", w.about, None, "About")
@@ -102,6 +106,7 @@ def build_toolbar(w) -> None:
     bar.addAction(w.act_saved)
     bar.addAction(w.act_shapes)
     bar.addAction(w.act_sharing)
+    bar.addAction(w.act_values)
     bar.addAction(w.act_fit)
     spacer = QWidget(w)
     spacer.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
@@ -140,6 +145,7 @@ def build_menus(w) -> None:
     view.addAction(w.act_saved)
     view.addAction(w.act_shapes)
     view.addAction(w.act_sharing)
+    view.addAction(w.act_values)
     view.addSeparator()
     theme_menu = view.addMenu("&Theme")
     group = QActionGroup(w)

@@ -23,7 +23,7 @@ def cut_text(cut: dict, short: bool = False) -> str:
     words = (CUT_SHORT if short else CUT_WORDS).get(cause, "no gradient flows here")
     who = cut.get("name") or cut.get("value")
     if who and short:
-        return f"{who}: {words}" if cut.get("name") else f"{words} {who}"
+        return f"{words} {who}" if cause == "number" else f"{who}: {words}"
     if who:
         return f"{cut.get('name') or cut.get('value')} · {words}"
     return words
@@ -72,3 +72,31 @@ def blamed_nodes(call: CallInfo) -> set[str] | None:
         if freed:
             return freed
     return None
+
+
+HOOK_NODE = "BackwardHookFunctionBackward"
+
+
+def hook_lines(call: CallInfo, node) -> list[str]:
+    """Short labels of the hooks that run at a node: its tensor's hooks, or a module's backward hook."""
+    out = []
+    t = call.tensor(node.variable or node.tensor)
+    for h in (t.hooks or ()) if t is not None else ():
+        out.append("hook " + h.split(" (")[0])
+    if node.name == HOOK_NODE:
+        out.append("module backward hooks")
+    return out
+
+
+def hook_tips(call: CallInfo, node) -> list[str]:
+    """What each hook at a node does, in words."""
+    out = []
+    t = call.tensor(node.variable or node.tensor)
+    for h in (t.hooks or ()) if t is not None else ():
+        where = "before the gradient is accumulated into .grad" if node.kind == "accumulate_grad" else \
+            "on the gradient of this node's output, before the node runs"
+        out.append(f"{h}: registered with register_hook on {t.name or 'this tensor'}; runs {where} "
+                   "and may replace the gradient")
+    if node.name == HOOK_NODE:
+        out.append("Module.register_full_backward_hook: its hooks see the module's grad_input and grad_output here")
+    return out

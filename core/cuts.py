@@ -110,3 +110,13 @@ def cuts_of(nxt: list, notes, name_of: Callable[[torch.Tensor], str | None]) -> 
         else:
             out.append({"input": i, "cause": None, "name": None, "value": None})
     return out
+
+
+def hook_names(hooks) -> list[str]:
+    """The hooks registered on a tensor (``Tensor.register_hook``), as 'name (line N)'."""
+    out = []
+    for fn in list(hooks.values()):
+        code = getattr(fn, "__code__", None)
+        name = getattr(fn, "__qualname__", None) or type(fn).__name__
+        out.append(f"{name} (line {code.co_firstlineno})" if code is not None else name)
+    return out

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import torch
 
-from core.cuts import cuts_of
+from core.cuts import cuts_of, hook_names
 from core.edge_marks import edge_marks
 from core.trace import Edge, GradInfo, NodeInfo, Saved, Stale, StorageInfo, TensorInfo, Values, fast_new, with_fields
 
@@ -201,6 +201,9 @@ class Snapshotter:
             nbytes=nbytes,
             _grad_fn=grad_fn,
         )
+        hooks = t._backward_hooks if t.requires_grad else None
+        if hooks:
+            raw["hooks"] = hook_names(hooks)
         if self.origin is not None and not t.requires_grad:
             origin = self.origin(t)
             if origin is not None:

@@ -62,6 +62,8 @@ def leaf_value_lines(call: CallInfo, node: NodeInfo) -> list[str]:
         total = sum(scalars)
         terms = " + ".join(_num(s) for s in scalars).replace("+ -", "− ")
         now = _scalar(t.grad.values)
+        if t.hooks:
+            return lines + [f".grad = {grad}", f"(edges {terms} = {_num(total)}, then its hook)"]
         if now is not None and abs(now - total) <= 1e-6 * max(1.0, abs(total)):
             return lines + [f".grad = {terms} = {grad}"]
         return lines + [f".grad = {grad}", f"(this call: {terms} = {_num(total)})"]

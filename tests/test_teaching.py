@@ -178,3 +178,37 @@ def test_backward_twice_blames_the_node_whose_saved_tensors_were_freed(tmp_path)
     lines = {ln.split()[0].strip('"'): ln for ln in call_to_dot(call).splitlines() if ln.startswith('  "n') and "->" not in ln}
     assert "penwidth=2.5" in lines[mul.id]
     assert all("penwidth=2.5" not in ln for nid, ln in lines.items() if nid != mul.id)
+
+
+def test_hooks_are_captured_and_drawn(tmp_path, qtbot):
+    from core.causes import hook_lines
+    from widgets.export import offscreen_view
+
+    path = tmp_path / "hooks.py"
+    path.write_text(textwrap.dedent("""
+        import torch
+        x = torch.tensor(3.0, requires_grad=True)
+        def double_grad(g):
+            return g * 2
+        x.register_hook(double_grad)
+        y = x * x
+        y.register_hook(lambda g: g)
+        m = torch.nn.Linear(2, 1)
+        m.register_full_backward_hook(lambda mod, gi, go: None)
+        z = m(torch.ones(1, 2, requires_grad=True)).sum() + y
+        z.backward()
+    """))
+    call = Trace.from_json(capture_script(str(path)).to_json()).calls[0]
+    named = {t.name: t for t in call.tensors if t.name}
+    assert named["x"].hooks == ["double_grad (line 4)"]
+    assert named["y"].hooks == ["<lambda> (line 8)"]
+    leaf = next(n for n in call.nodes if n.label == "x")
+    assert hook_lines(call, leaf) == ["hook double_grad"]
+    hook_node = next(n for n in call.nodes if n.name == "BackwardHookFunctionBackward")
+    assert hook_lines(call, hook_node) == ["module backward hooks"]
+    # the edges carried 3 + 3 = 6 into x; its hook doubled that to .grad = 12
+    assert leaf_value_lines(call, leaf) == ["x = 3", ".grad = 12", "(edges 3 + 3 = 6, then its hook)"]
+    with offscreen_view(call) as view:
+        hooks = sorted(" ".join(t.lines) for t in view.marks.tags if t.kind == "hook")
+        # a full backward hook wraps the module's output and its input that requires grad: two nodes
+        assert hooks == ["hook <lambda>", "hook double_grad", "module backward hooks", "module backward hooks"]

@@ -13,7 +13,7 @@ from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QPainter, QPen
 from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem
 
-from core.causes import cut_text
+from core.causes import cut_text, hook_lines, hook_tips
 from core.edge_marks_text import edge_mark_tip, mark_text
 from core.value_text import edge_grad_text, leaf_value_lines, seed_text
 from widgets.graph_items import MIN_TEXT_PX, color, font
@@ -60,6 +60,13 @@ class NoteItem(QGraphicsItem):
             p.drawLine(int(x) - 5, int(self._top) - 3, int(x) + 5, int(self._top) - 3)
         lod = option.levelOfDetailFromTransform(p.worldTransform())
         rect = QRectF(0, self._top, self._w, self._h)
+        if self.kind == "cut":
+            p.fillRect(rect, color(t.background))
+        if self.kind == "hook":
+            p.setPen(QPen(color(t.retained), 1.0))
+            p.setBrush(color(t.background))
+            p.drawRoundedRect(rect, 3, 3)
+            ink = color(t.retained)
         if self.kind == "mark":
             ink = color(t.device)
             p.setPen(QPen(ink, 0.8))
@@ -115,8 +122,17 @@ def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scen
                 text = "✂ " + cut_text(cut, short=True)
                 item = NoteItem("cut", [text], f"input {cut['input']} is None: {cut_text(cut)}", theme, n.id, True)
                 anchor = box.x + 12 + 10 * k  # the stub leaves the node's bottom left of the real edges
-                item.setPos(anchor - item.size()[0] + 6, y + k * (item.size()[1] - STUB_LEN + 2))
+                w, h = item.size()
+                placer.place(item, [(anchor - w + 6, y + k * (h - STUB_LEN + 2)),
+                                    (anchor - w + 6, y + (k + 1) * (h - STUB_LEN + 2))])
                 out.append(item)
+        hooks = hook_lines(call, n)
+        if hooks:
+            item = NoteItem("hook", hooks, "\n".join(hook_tips(call, n)), theme, n.id, False)
+            w, h = item.size()
+            placer.place(item, [(box.x + box.w - 10, box.y - h + 4), (box.x + box.w + 4, box.y),
+                                (box.x - w - 4, box.y)])
+            out.append(item)
         if values and n.kind == "accumulate_grad" and n.variable:
             lines = leaf_value_lines(call, n)
             if lines:
