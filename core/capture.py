@@ -30,6 +30,7 @@ from core.cuts import CutRecorder
 from core.edge_grads import LIMIT as EDGE_GRAD_LIMIT
 from core.edge_grads import EdgeGradRecorder
 from core.names import NameTable
+from core.nesting import inside_reentrant_checkpoint, nested_options, saved_by_checkpoint
 from core.snapshot import Snapshotter, label_nodes, number_nodes, values_of
 from core.trace import CallInfo, ErrorInfo, Trace, paused_gc
 
@@ -102,6 +103,8 @@ class Capture:
         self.inplace: dict[int, list[tuple[int, int | None, str]]] = {}
         self.device_error: str | None = None
         self.cuts = CutRecorder()
+        self._nested: dict[int, list[int]] = {}  # call index -> indices of the calls nested in it
+        self._running: list[int] = []  # indices of the calls running now (nested: reentrant checkpointing)
         self._edge_grads: dict[int, EdgeGradRecorder] = {}  # call index -> hooks recording edge gradients
         self.phase = "forward"
         self.namespace: dict = {}
@@ -116,6 +119,8 @@ class Capture:
         md = fn.metadata
         if "bps_line" not in md:
             self.cuts.note_inputs(md, args)
+            if saved_by_checkpoint():
+                md["bps_recomputed"] = True
             if self.phase != "forward":
                 # The first node after a backward: the script builds its next graph.
                 self.phase = "forward"
@@ -173,7 +178,7 @@ class Capture:
         def real():
             return _ORIG_BACKWARD(*args, **kwargs)
 
-        if self._depth:
+        if self._depth and not inside_reentrant_checkpoint(sys._getframe(1)):
             return real()
         bound = _bind(_ORIG_BACKWARD, args, kwargs)
         return self._record(
@@ -206,8 +211,12 @@ class Capture:
         index = self.call_count
         self.call_count += 1
         line = self.names.user_line(sys._getframe(2))
+        # A backward run by reentrant checkpointing inside another call's backward: captured as
+        # its own call, marked as nested in the running one (core.nesting).
+        outer = self._running[-1] if self._running else None
+        self._running.append(index)
         self._depth += 1
-        self.tagging = False
+        was_tagging, self.tagging = self.tagging, False
         t0 = time.perf_counter()
         try:
             with torch._C.DisableTorchFunction(), paused_gc():
@@ -218,7 +227,7 @@ class Capture:
             error = None
             result = None
             try:
-                if self.call_hook is not None:
+                if self.call_hook is not None and outer is None:
                     result = self.call_hook(index=index, api=api, roots=roots, real=real)
                 else:
                     result = real()
@@ -229,10 +238,15 @@ class Capture:
                 with torch._C.DisableTorchFunction(), paused_gc():
                     self._after(api, index, line, snap, nodes, ids, structure, root_ids, input_ids, result,
                             error, retain_graph, create_graph, t0)
+            if outer is not None:
+                self.calls[-1].options.update(nested_options(outer))
+                self._nested.setdefault(outer, []).append(index)
             return result
         finally:
-            self.names.release()
-            self.tagging = True
+            if outer is None:
+                self.names.release()
+            self.tagging = was_tagging
+            self._running.pop()
             self._depth -= 1
 
     def _before(self, roots, inputs, index):
@@ -291,6 +305,8 @@ class Capture:
                     leaf_grads[t.name] = t.grad.values
         if input_ids:
             options["inputs"] = input_ids
+        if index in self._nested:
+            options["nested"] = self._nested.pop(index)
         edge_count = sum(1 for n in nodes for e in n.next if e is not None)
         call = CallInfo(
             id=f"c{index}",
@@ -499,7 +515,7 @@ class Capture:
             tensors, storages = self._named_tensor_snapshot()
             self.names.release()
         return Trace(
-            calls=list(calls),
+            calls=sorted(calls, key=lambda c: c.index),  # nested calls finish before the call they ran in
             error=error,
             script=self.script,
             source=source,

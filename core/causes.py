@@ -99,4 +99,28 @@ def hook_tips(call: CallInfo, node) -> list[str]:
                    "and may replace the gradient")
     if node.name == HOOK_NODE:
         out.append("Module.register_full_backward_hook: its hooks see the module's grad_input and grad_output here")
+    if node.recomputed:
+        out.append("Made under torch.utils.checkpoint(use_reentrant=False): forward dropped this node's saved "
+                   "tensors and backward recomputes them from the checkpoint's inputs when it needs them.")
+    if node.name == CHECKPOINT_NODE:
+        out.append("torch.utils.checkpoint(use_reentrant=True): this node reruns the checkpointed function and "
+                   "calls backward on it, inside this backward" +
+                   (f" (call{'s' if len(call.options.get('nested', [])) > 1 else ''} "
+                    f"{', '.join('#' + str(i) for i in call.options.get('nested', []))})." if call.options.get("nested")
+                    else "."))
+    return out
+
+
+CHECKPOINT_NODE = "CheckpointFunctionBackward"
+
+
+def node_notes(call: CallInfo, node) -> list[str]:
+    """Short notes on a node: recomputed saved tensors, the backward nested in a checkpoint."""
+    out = []
+    if node.recomputed:
+        out.append("↻ saved tensors recomputed")
+    if node.name == CHECKPOINT_NODE:
+        nested = call.options.get("nested") or []
+        out.append("runs " + (", ".join(f"backward #{i}" for i in nested) if nested else "its own backward")
+                   + " inside")
     return out

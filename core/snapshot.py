@@ -315,6 +315,7 @@ class Snapshotter:
             inplace=meta.get("bps_inplace"),
             **({"cuts": cut} if cut else {}),
             **({"edge_marks": marks} if marks else {}),
+            **({"recomputed": True} if meta.get("bps_recomputed") and saved else {}),
         ))
 
 
@@ -373,9 +374,10 @@ def inherit_origin(nodes: list[NodeInfo]) -> list[NodeInfo]:
     """Nodes made inside C++ ops (the TBackward0 of a Linear) take their consumer's line and module."""
     line: dict[str, int | None] = {n.id: n.line for n in nodes}
     module: dict[str, str | None] = {n.id: n.module for n in nodes}
+    custom = {n.id for n in nodes if n.kind == "custom"}  # Function.apply runs where it is called, not inside
     for n in nodes:  # walk order lists a node before its inputs
         for e in n.next:
-            if e is None:
+            if e is None or e.node in custom:
                 continue
             if line.get(e.node) is None and line[n.id] is not None:
                 line[e.node] = line[n.id]

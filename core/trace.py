@@ -125,6 +125,8 @@ class NodeInfo:
     # Edges where the gradient is summed to a broadcast input's shape or cast to another dtype:
     # {"input": position, "sum": [from shape, to shape], "dtype": [from, to]} (either key may be absent).
     edge_marks: list | None = None
+    # Made under non-reentrant checkpointing: its saved tensors are recomputed when backward needs them.
+    recomputed: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -267,7 +269,7 @@ class Trace:
 
 
 # Optional keys written only when set: keeps 5,000-node traces small.
-_SPARSE_KEYS = frozenset(("sample", "min", "max", "mean", "tensor", "value", "freed", "origin", "cuts", "edge_marks", "hooks"))
+_SPARSE_KEYS = frozenset(("sample", "min", "max", "mean", "tensor", "value", "freed", "origin", "cuts", "edge_marks", "hooks", "recomputed"))
 
 
 @contextmanager

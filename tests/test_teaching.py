@@ -212,3 +212,46 @@ def test_hooks_are_captured_and_drawn(tmp_path, qtbot):
         hooks = sorted(" ".join(t.lines) for t in view.marks.tags if t.kind == "hook")
         # a full backward hook wraps the module's output and its input that requires grad: two nodes
         assert hooks == ["hook <lambda>", "hook double_grad", "module backward hooks", "module backward hooks"]
+
+
+CHECKPOINT = """
+import torch
+from torch.utils.checkpoint import checkpoint
+torch.manual_seed(0)
+layer1 = torch.nn.Linear(4, 4)
+layer2 = torch.nn.Linear(4, 1)
+x = torch.randn(2, 4, requires_grad=True)
+def block(t):
+    return torch.relu(layer1(t))
+h = checkpoint(block, x, use_reentrant=True)
+loss = layer2(h).sum()
+loss.backward()
+h2 = checkpoint(block, x, use_reentrant=False)
+loss2 = layer2(h2).sum()
+loss2.backward()
+"""
+
+
+def test_checkpointing_nested_backward_and_recomputed_saved_tensors(tmp_path):
+    import torch
+
+    path = tmp_path / "ckpt.py"
+    path.write_text(textwrap.dedent(CHECKPOINT))
+    trace = Trace.from_json(capture_script(str(path)).to_json())
+    outer, nested, plain = trace.calls
+    assert [c.index for c in trace.calls] == [0, 1, 2]
+    assert outer.options["nested"] == [1]
+    assert nested.options["nested_in"] == 0 and nested.options["inside"] == "CheckpointFunctionBackward"
+    ckpt = next(n for n in outer.nodes if n.name == "CheckpointFunctionBackward")
+    assert ckpt.module is None  # called at top level, not inside layer2
+    # the checkpointed layer's grads come from the nested call and equal plain torch's
+    torch.manual_seed(0)
+    layer1, layer2 = torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)
+    x = torch.randn(2, 4, requires_grad=True)
+    layer2(torch.relu(layer1(x))).sum().backward()
+    assert nested.leaf_grads["layer1.weight"].data == pytest.approx(layer1.weight.grad.flatten().tolist())
+    assert nested.leaf_grads["layer1.bias"].data == pytest.approx(layer1.bias.grad.tolist())
+    assert outer.leaf_grads["x"].data == pytest.approx(x.grad.flatten().tolist())
+    # non-reentrant: an ordinary graph whose saved tensors are recomputed
+    assert sorted(n.name for n in plain.nodes if n.recomputed) == ["AddmmBackward0", "ReluBackward0"]
+    assert not any(n.recomputed for n in outer.nodes)

@@ -13,7 +13,7 @@ from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QPainter, QPen
 from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem
 
-from core.causes import cut_text, hook_lines, hook_tips
+from core.causes import cut_text, hook_lines, hook_tips, node_notes
 from core.edge_marks_text import edge_mark_tip, mark_text
 from core.value_text import edge_grad_text, leaf_value_lines, seed_text
 from widgets.graph_items import MIN_TEXT_PX, color, font
@@ -126,7 +126,7 @@ def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scen
                 placer.place(item, [(anchor - w + 6, y + k * (h - STUB_LEN + 2)),
                                     (anchor - w + 6, y + (k + 1) * (h - STUB_LEN + 2))])
                 out.append(item)
-        hooks = hook_lines(call, n)
+        hooks = hook_lines(call, n) + node_notes(call, n)
         if hooks:
             item = NoteItem("hook", hooks, "\n".join(hook_tips(call, n)), theme, n.id, False)
             w, h = item.size()
