@@ -30,7 +30,9 @@ from core.cuts import CutRecorder
 from core.edge_grads import LIMIT as EDGE_GRAD_LIMIT
 from core.edge_grads import EdgeGradRecorder
 from core.names import NameTable
-from core.nesting import inside_reentrant_checkpoint, nested_options, saved_by_checkpoint
+from core.nesting import (
+    grad_states, inside_gradcheck, inside_reentrant_checkpoint, nested_options, saved_by_checkpoint,
+)
 from core.snapshot import Snapshotter, label_nodes, number_nodes, values_of
 from core.trace import CallInfo, ErrorInfo, Trace, paused_gc
 
@@ -103,6 +105,7 @@ class Capture:
         self.inplace: dict[int, list[tuple[int, int | None, str]]] = {}
         self.device_error: str | None = None
         self.cuts = CutRecorder()
+        self._grad_before: dict[int, dict[str, str]] = {}  # call index -> named leaves' .grad state before it
         self._nested: dict[int, list[int]] = {}  # call index -> indices of the calls nested in it
         self._running: list[int] = []  # indices of the calls running now (nested: reentrant checkpointing)
         self._edge_grads: dict[int, EdgeGradRecorder] = {}  # call index -> hooks recording edge gradients
@@ -214,6 +217,7 @@ class Capture:
         # A backward run by reentrant checkpointing inside another call's backward: captured as
         # its own call, marked as nested in the running one (core.nesting).
         outer = self._running[-1] if self._running else None
+        within = inside_gradcheck(sys._getframe(2))
         self._running.append(index)
         self._depth += 1
         was_tagging, self.tagging = self.tagging, False
@@ -238,6 +242,8 @@ class Capture:
                 with torch._C.DisableTorchFunction(), paused_gc():
                     self._after(api, index, line, snap, nodes, ids, structure, root_ids, input_ids, result,
                             error, retain_graph, create_graph, t0)
+            if within is not None:
+                self.calls[-1].options["within"] = within
             if outer is not None:
                 self.calls[-1].options.update(nested_options(outer))
                 self._nested.setdefault(outer, []).append(index)
@@ -270,14 +276,15 @@ class Capture:
             if fn is not None and id(fn) in ids:
                 snap.tensor_id(t)
         input_ids = [snap.tensor_id(t) for t in _as_list(inputs) if isinstance(t, torch.Tensor)]
-        for node in number_nodes(root_nodes)[0]:
+        order = number_nodes(root_nodes)[0]
+        for node in order:
             try:
                 node.metadata["bps_seen"] = index
             except Exception:
                 pass
         roots_ids = [ids[id(n)] for n in root_nodes]
-        self._edge_grads[index] = EdgeGradRecorder(number_nodes(root_nodes)[0] if len(nodes) <= EDGE_GRAD_LIMIT
-                                                   else [], ids)
+        self._grad_before[index] = grad_states(order, self.names.name_of)
+        self._edge_grads[index] = EdgeGradRecorder(order if len(nodes) <= EDGE_GRAD_LIMIT else [], ids)
         return snap, nodes, ids, structure, roots_ids, input_ids
 
     def _after(self, api, index, line, snap, nodes, ids, structure, root_ids, input_ids, result, error,
@@ -307,6 +314,9 @@ class Capture:
             options["inputs"] = input_ids
         if index in self._nested:
             options["nested"] = self._nested.pop(index)
+        before = self._grad_before.pop(index, None)
+        if before:
+            options["grad_before"] = before
         edge_count = sum(1 for n in nodes for e in n.next if e is not None)
         call = CallInfo(
             id=f"c{index}",

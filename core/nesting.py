@@ -44,3 +44,37 @@ def saved_by_checkpoint() -> bool:
     except Exception:
         return False
     return bool(hooks) and "_checkpoint_hook" in getattr(hooks[0], "__qualname__", "")
+
+
+GRADCHECK_FILE = os.path.join("torch", "autograd", "gradcheck.py")
+
+
+def inside_gradcheck(frame: FrameType | None) -> str | None:
+    """'gradcheck' or 'gradgradcheck' when the call runs inside one (its many calls are grouped)."""
+    found = None
+    while frame is not None:
+        code = frame.f_code
+        if code.co_filename.endswith(GRADCHECK_FILE) and code.co_name in ("gradcheck", "gradgradcheck"):
+            found = code.co_name  # the outermost wins: gradgradcheck calls gradcheck
+        frame = frame.f_back
+    return found
+
+
+def grad_states(order: list, name_of) -> dict[str, str]:
+    """Named leaves of a graph -> 'none', 'zero' or 'set': their .grad before a call."""
+    out = {}
+    for node in order:
+        var = getattr(node, "variable", None)
+        if var is None or node.next_functions:
+            continue
+        name = name_of(var)
+        if name is None:
+            continue
+        g = var.grad
+        if g is None:
+            out[name] = "none"
+        elif g.device.type == "cpu" and g.numel() <= 1_000_000:  # no device sync, no big scan
+            out[name] = "set" if bool(g.any()) else "zero"
+        else:
+            out[name] = "set"
+    return out

@@ -255,3 +255,40 @@ def test_checkpointing_nested_backward_and_recomputed_saved_tensors(tmp_path):
     # non-reentrant: an ordinary graph whose saved tensors are recomputed
     assert sorted(n.name for n in plain.nodes if n.recomputed) == ["AddmmBackward0", "ReluBackward0"]
     assert not any(n.recomputed for n in outer.nodes)
+
+
+def test_calls_list_shows_options_grad_history_and_groups_gradcheck(tmp_path, qtbot):
+    from core.call_notes import call_flags, grad_history, group_calls
+    from widgets.calls_panel import CallsPanel
+
+    path = tmp_path / "acc.py"
+    path.write_text(textwrap.dedent("""
+        import torch
+        x = torch.tensor(2.0, requires_grad=True)
+        for i in range(3):
+            y = x * x
+            y.backward(retain_graph=(i == 1))
+            if i == 1:
+                x.grad = None
+        def f(a):
+            return (a * a).sum()
+        inp = torch.randn(3, dtype=torch.float64, requires_grad=True)
+        torch.autograd.gradcheck(f, (inp,))
+    """))
+    trace = Trace.from_json(capture_script(str(path)).to_json())
+    history = grad_history(trace)
+    c0, c1, c2 = trace.calls[:3]
+    assert history[c0.id] == ["x.grad 4"]
+    assert history[c1.id] == ["x.grad 8"]  # accumulated: 4 + 4
+    assert history[c2.id] == ["↺ x.grad = None", "x.grad 4"]
+    assert call_flags(c1) == ["retain_graph"] and call_flags(c0) == []
+    groups = group_calls(trace.calls)
+    assert [len(g) for g in groups] == [1, 1, 1, len(trace.calls) - 3]
+    assert len(trace.calls) - 3 > 1 and all(c.options["within"] == "gradcheck" for c in groups[-1])
+    panel = CallsPanel()
+    qtbot.addWidget(panel)
+    panel.set_trace(trace)
+    rows = [panel.list.item(r).text() for r in range(panel.list.count())]
+    assert len(rows) == 4
+    assert rows[1] == "#1 Tensor.backward · line 6 · 2 nodes · retain_graph · x.grad 8"
+    assert rows[3].startswith(f"#3–#{trace.calls[-1].index} gradcheck · line 12 · {len(trace.calls) - 3} calls inside")
