@@ -30,6 +30,7 @@ from core.cuts import CutRecorder
 from core.edge_grads import LIMIT as EDGE_GRAD_LIMIT
 from core.edge_grads import EdgeGradRecorder
 from core.names import NameTable
+from core.numpy_peers import numpy_peers
 from core.nesting import (
     grad_states, inside_gradcheck, inside_reentrant_checkpoint, nested_options, saved_by_checkpoint,
 )
@@ -516,7 +517,7 @@ class Capture:
         for _, t in self.names.named_tensors(bound_only=True):
             snap.tensor_id(t)
         tensors = snap.finish_tensors(None)
-        return tensors, snap.finish_storages(tensors)
+        return tensors, numpy_peers(self.namespace, snap.storages, snap.finish_storages(tensors))
 
     def _trace(self, calls, error, source) -> Trace:
         tensors, storages = ([], [])

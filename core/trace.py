@@ -135,6 +135,9 @@ class StorageInfo:
     nbytes: int
     device: str
     tensors: list[str]
+    # NumPy arrays of the script on this memory (torch.from_numpy, .numpy()): {"name", "shape",
+    # "strides" and "offset" in elements, "dtype"}. Listed by the storage view.
+    numpy: list | None = None
 
 
 @dataclass(frozen=True)
@@ -269,7 +272,7 @@ class Trace:
 
 
 # Optional keys written only when set: keeps 5,000-node traces small.
-_SPARSE_KEYS = frozenset(("sample", "min", "max", "mean", "tensor", "value", "freed", "origin", "cuts", "edge_marks", "hooks", "recomputed"))
+_SPARSE_KEYS = frozenset(("sample", "min", "max", "mean", "tensor", "value", "freed", "origin", "cuts", "edge_marks", "hooks", "recomputed", "numpy"))
 
 
 @contextmanager

@@ -292,3 +292,33 @@ def test_calls_list_shows_options_grad_history_and_groups_gradcheck(tmp_path, qt
     assert len(rows) == 4
     assert rows[1] == "#1 Tensor.backward · line 6 · 2 nodes · retain_graph · x.grad 8"
     assert rows[3].startswith(f"#3–#{trace.calls[-1].index} gradcheck · line 12 · {len(trace.calls) - 3} calls inside")
+
+
+def test_numpy_arrays_sharing_memory_are_shown_in_the_storage_view(tmp_path, qtbot):
+    from widgets.storage_view import StorageView
+
+    path = tmp_path / "np_share.py"
+    path.write_text(textwrap.dedent("""
+        import numpy as np
+        import torch
+        array = np.arange(6, dtype=np.float32)
+        shared = torch.from_numpy(array)
+        row = array[2:4]
+        copied = torch.tensor(array)
+        back = shared.numpy()
+    """))
+    trace = Trace.from_json(capture_script(str(path)).to_json())
+    named = {t.name: t for t in trace.tensors if t.name}
+    storage = next(s for s in trace.storages if s.id == named["shared"].storage)
+    peers = {a["name"]: a for a in storage.numpy}
+    assert sorted(peers) == ["array", "back", "row"]
+    assert peers["row"]["offset"] == 2 and peers["row"]["shape"] == [2] and peers["row"]["strides"] == [1]
+    copy_storage = next(s for s in trace.storages if s.id == named["copied"].storage)
+    assert copy_storage.numpy is None
+    view = StorageView()
+    qtbot.addWidget(view)
+    view.set_tensor(trace, named["shared"].id)
+    assert view.shared_label.text() == "Same storage: 3 NumPy arrays"
+    assert [r[1] for r in view.shared_rows()] == ["NumPy array (float32), same memory"] * 3
+    view.set_tensor(trace, named["copied"].id)
+    assert view.shared_label.text() == "No other captured tensor uses this storage."
