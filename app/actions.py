@@ -8,6 +8,7 @@ from PySide6.QtWidgets import QComboBox, QLabel, QLineEdit, QMenu, QSizePolicy, 
 
 from app.resources import example_scripts, icon
 from widgets.graph_teaching import set_show_values
+from widgets.storage_export import export_storage_dialog
 
 
 def make_action(w, text: str, slot, shortcut=None, tip: str = "", icon_name: str | None = None,
@@ -51,6 +52,8 @@ def build_actions(w) -> None:
     w.act_sharing = make_action(w, "Show Storage &Sharing", w.graph.set_show_sharing, "Ctrl+Shift+M",
                                 "Link tensors that share memory (same storage) and mark views with their base",
                                 "sharing", checkable=True)
+    w.act_export_storage = make_action(w, "Export S&torage View…", lambda: export_storage_dialog(w), None,
+                                       "Save the Storage view of the selected tensor as SVG, PNG or PDF")
     w.act_values = make_action(w, "Show &Values", lambda on: set_show_values(w.graph, on), "Ctrl+Shift+V",
                                "Leaves show their data and .grad, edges the gradient they carried, "
                                "roots the seed gradient", checkable=True)
@@ -134,6 +137,7 @@ def build_menus(w) -> None:
     file_menu.addMenu(examples_menu(w))
     w.recent_menu = file_menu.addMenu("Open &Recent")
     file_menu.addSeparator()
+    file_menu.addAction(w.act_export_storage)
     file_menu.addAction(w.act_quit)
     view = w.menuBar().addMenu("&View")
     for action in (w.act_fit, w.act_zoom_in, w.act_zoom_out, w.act_find):

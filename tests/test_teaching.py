@@ -322,3 +322,33 @@ def test_numpy_arrays_sharing_memory_are_shown_in_the_storage_view(tmp_path, qtb
     assert [r[1] for r in view.shared_rows()] == ["NumPy array (float32), same memory"] * 3
     view.set_tensor(trace, named["copied"].id)
     assert view.shared_label.text() == "No other captured tensor uses this storage."
+
+
+def test_storage_view_exports_headless_and_from_the_app(tmp_path, qtbot):
+    from PySide6.QtGui import QImage
+
+    from app.cli import main as cli_main
+    from widgets.storage_export import StorageExportError, export_view_copy, find_tensor
+    from widgets.storage_view import StorageView
+
+    script = tmp_path / "views.py"
+    script.write_text("import torch\nx = torch.arange(12.0).reshape(3, 4)\nxt = x.t()\n")
+    out = tmp_path / "xt.svg"
+    assert cli_main(["export", str(script), "--storage", "xt", "-o", str(out)]) == 0
+    svg = out.read_text()
+    assert "<svg" in svg and "xt" in svg and "(1, 4)" in svg  # the title and the stride
+    trace = capture_script(str(script))
+    with pytest.raises(StorageExportError, match="named tensors: x, xt"):
+        find_tensor(trace, "nope")
+    view = StorageView()
+    qtbot.addWidget(view)
+    source, tid = find_tensor(trace, "xt")
+    view.set_tensor(source, tid, trace.storages)
+    size = view.size()
+    png = export_view_copy(view, tmp_path / "xt.png")
+    assert view.size() == size  # the live view keeps its layout
+    image = QImage(str(png))
+    assert image.width() >= 1000 and image.height() > 400
+    assert image.pixelColor(5, 5).name() == "#ffffff"  # print look: white paper
+    pdf = export_view_copy(view, tmp_path / "xt.pdf")
+    assert pdf.read_bytes().startswith(b"%PDF")

@@ -384,6 +384,10 @@ class StorageView(QWidget):
         self._state = (table, tensor_id, list(storages or []))
         self._render()
 
+    def state(self) -> tuple:
+        """(tensor table, shown tensor id, storages): enough to show the same thing elsewhere."""
+        return self._state
+
     def tensor_id(self) -> str | None:
         """The shown tensor's id, or None."""
         return self._state[1] if self._state is not None else None
