@@ -352,3 +352,40 @@ def test_storage_view_exports_headless_and_from_the_app(tmp_path, qtbot):
     assert image.pixelColor(5, 5).name() == "#ffffff"  # print look: white paper
     pdf = export_view_copy(view, tmp_path / "xt.pdf")
     assert pdf.read_bytes().startswith(b"%PDF")
+
+
+def test_inspector_shows_formula_causes_hooks_and_decoded_values(tmp_path, qtbot):
+    from widgets.inspector import InspectorPanel
+
+    path = tmp_path / "insp.py"
+    path.write_text(textwrap.dedent("""
+        import torch
+        import torch.nn.functional as F
+        a = torch.tensor([1.0, 2.0], requires_grad=True)
+        b = torch.tensor([3.0, 4.0], requires_grad=True)
+        c = a * b
+        c.register_hook(lambda g: g)
+        frozen = c.detach()
+        logits = torch.stack([c, frozen + 1])
+        loss = F.cross_entropy(logits, torch.tensor([0, 1]))
+        loss.backward()
+    """))
+    call = capture_script(str(path)).calls[0]
+    panel = InspectorPanel()
+    qtbot.addWidget(panel)
+    mul = next(n for n in call.nodes if n.name == "MulBackward0")
+    panel.show_node(call, mul.id)
+    text = panel.text()
+    assert "grad_self (a) = grad_c · b\ngrad_other (b) = grad_c · a" in text
+    assert "= a [2] float32" in text and "= b [2] float32" in text
+    assert "<lambda> (line 7): registered with register_hook on c" in text
+    stack = next(n for n in call.nodes if n.name == "StackBackward0")
+    panel.show_node(call, stack.id)
+    assert "None: [2] tensor · detached: made by .detach(), which shares memory but cuts the graph" in panel.text()
+    nll = next(n for n in call.nodes if n.name == "NllLossBackward0")
+    panel.show_node(call, nll.id)
+    text = panel.text()
+    assert "reduction\n= 'mean'" in text and "ignore_index\n= -100" in text
+    leaf = next(n for n in call.nodes if n.label == "a")
+    panel.show_node(call, leaf.id)
+    assert "accumulates into a.grad" in panel.text()

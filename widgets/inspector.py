@@ -16,7 +16,8 @@ from PySide6.QtGui import QColor, QFontDatabase, QPalette
 from PySide6.QtWidgets import QTextBrowser, QVBoxLayout, QWidget
 
 from core.attrs import decoded_text, script_names
-from core.causes import cut_text, grad_none_cause
+from core.causes import cut_text, grad_none_cause, hook_tips
+from core.edge_marks_text import edge_mark_tip, mark_text
 from core.formulas import formula_for, formula_lines
 from core.storage_map import contiguity as is_contiguous
 from core.trace import CallInfo, NodeInfo, Stale, TensorInfo, Values
@@ -289,7 +290,9 @@ class InspectorPanel(QWidget):
 
     def _node_html(self, call: CallInfo, node: NodeInfo) -> str:
         subtitle = [f"<span class='badge'>&nbsp;{html.escape(node.kind)}&nbsp;</span>"]
-        if node.label:
+        if node.label and node.kind == "accumulate_grad":
+            subtitle.append(f"accumulates into <code>{html.escape(node.label)}.grad</code>")
+        elif node.label:
             subtitle.append(f"creates <code>{html.escape(node.label)}</code>")
         if node.line:
             subtitle.append(f"line {node.line}")
@@ -310,8 +313,16 @@ class InspectorPanel(QWidget):
         rows.append(("id", f"<code>{html.escape(node.id)}</code>"))
         parts.append(self._rows(rows))
 
+        notes = hook_tips(call, node)
+        if notes:
+            parts.append(self._section("Hooks and checkpointing"))
+            parts.append("<p style='margin-top: 4px'>" + "<br>".join(html.escape(n) for n in notes) + "</p>")
+        for mark in node.edge_marks or ():
+            parts.append(f"<p class='hint'>input {mark['input']}: {html.escape(mark_text(mark))} · "
+                         f"{html.escape(edge_mark_tip(mark))}</p>")
+
         if node.kind == "accumulate_grad" or node.variable:
-            parts.append(self._section("Variable", "the leaf whose .grad this node fills"))
+            parts.append(self._section("Variable", "the leaf whose .grad this node accumulates into"))
             parts.append(self._rows([("variable", self._tensor_link(call, None, node.variable))]))
 
         lines = formula_lines(node.name, *script_names(call, node))
@@ -413,6 +424,13 @@ class InspectorPanel(QWidget):
             ("version", mono(t.version) + hint("bumped by every in-place op on this memory")),
             ("element size", f"{t.element_size} bytes"), ("nbytes", format_bytes(t.nbytes)),
         ]))
+
+        if t.hooks:
+            parts.append(self._section("Hooks", "Tensor.register_hook: each runs on this tensor's gradient and "
+                                       "may replace it"))
+            parts.append(self._rows([(f"hook {i}", f"<code>{html.escape(h)}</code>") for i, h in enumerate(t.hooks)]))
+        if t.origin:
+            parts.append(f"<p class='hint'>{html.escape(grad_none_cause(t))}</p>")
 
         parts.append(self._section("Value", f"{t.values.numel:,} element" + ("" if t.values.numel == 1 else "s")))
         parts.append(self._code(format_values(t.values, t.shape, t.dtype)))
