@@ -7,7 +7,7 @@ from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import QComboBox, QLabel, QLineEdit, QMenu, QSizePolicy, QToolButton, QWidget
 
 from app.resources import example_scripts, icon
-from widgets.graph_teaching import set_show_values
+from widgets.graph_teaching import set_show_slots, set_show_values
 from widgets.storage_export import export_storage_dialog
 
 
@@ -52,6 +52,8 @@ def build_actions(w) -> None:
     w.act_sharing = make_action(w, "Show Storage &Sharing", w.graph.set_show_sharing, "Ctrl+Shift+M",
                                 "Link tensors that share memory (same storage) and mark views with their base",
                                 "sharing", checkable=True)
+    w.act_slots = make_action(w, "Show &next_functions Entries", lambda on: set_show_slots(w.graph, on), None,
+                              "Label each edge with its next_functions entry: (node, input_nr)", checkable=True)
     w.act_export_storage = make_action(w, "Export S&torage View…", lambda: export_storage_dialog(w), None,
                                        "Save the Storage view of the selected tensor as SVG, PNG or PDF")
     w.act_values = make_action(w, "Show &Values", lambda on: set_show_values(w.graph, on), "Ctrl+Shift+V",
@@ -150,6 +152,7 @@ def build_menus(w) -> None:
     view.addAction(w.act_shapes)
     view.addAction(w.act_sharing)
     view.addAction(w.act_values)
+    view.addAction(w.act_slots)
     view.addSeparator()
     theme_menu = view.addMenu("&Theme")
     group = QActionGroup(w)

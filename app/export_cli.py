@@ -45,6 +45,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--shapes", action="store_true", help="write tensor shapes on the edges")
     p.add_argument("--storage", metavar="NAME",
                    help="export the Storage view of the tensor the script calls NAME (PNG, SVG or PDF)")
+    p.add_argument("--next-functions", dest="slots", action="store_true",
+                   help="label each edge with its next_functions entry, (node, input_nr)")
     p.add_argument("--values", action="store_true",
                    help="show each leaf's data and .grad after the call, and the seed gradient at the root")
     p.add_argument("--saved", action="store_true", help="draw each node's saved tensors")
@@ -185,7 +187,7 @@ def _export_one(args, script: Path, batch: bool) -> tuple[list[str], list[str]]:
     else:
         export_call(call, out, fmt, theme=args.theme, title=title, caption=caption, states=states,
                     edge_texts=edge_texts, collapsed=collapsed, show_saved=args.saved, show_shapes=args.shapes,
-                    values=args.values,
+                    values=args.values, slots=args.slots,
                     scale=args.scale, background="transparent" if args.transparent else None)
     done = [f"{script}: {n}" for n in notes] + [f"{out}: call #{call.index} ({call.api}), {len(call.nodes)} nodes"]
     if args.frames or args.gif:

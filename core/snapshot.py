@@ -201,6 +201,8 @@ class Snapshotter:
             nbytes=nbytes,
             _grad_fn=grad_fn,
         )
+        if grad_fn is not None and t.output_nr:
+            raw["output_nr"] = t.output_nr  # which output of a multi-output node (unbind, split, max)
         hooks = t._backward_hooks if t.requires_grad else None
         if hooks:
             raw["hooks"] = hook_names(hooks)
@@ -398,13 +400,23 @@ def label_nodes(nodes: list[NodeInfo], tensors: list[TensorInfo]) -> list[NodeIn
             if t.grad_fn not in by_node or (t.name and not by_node[t.grad_fn].name):
                 by_node[t.grad_fn] = t
     names = {t.id: t.name for t in tensors}
+    outputs = multi_output_labels(tensors)
     nodes = inherit_origin(nodes)
     out = []
     for n in nodes:
         t = by_node.get(n.id)
         if t is not None:
-            n = with_fields(n, tensor=t.id, label=t.name)
+            n = with_fields(n, tensor=t.id, label=outputs.get(n.id, t.name))
         elif n.variable is not None:
             n = with_fields(n, label=names.get(n.variable))
         out.append(n)
     return out
+
+
+def multi_output_labels(tensors: list[TensorInfo]) -> dict[str, str]:
+    """Node id -> 'values, indices' for nodes that made several named outputs, in output order."""
+    found: dict[str, dict[int, str]] = {}
+    for t in tensors:
+        if t.grad_fn is not None and t.name:
+            found.setdefault(t.grad_fn, {}).setdefault(t.output_nr or 0, t.name)
+    return {nid: ", ".join(by_nr[k] for k in sorted(by_nr)) for nid, by_nr in found.items() if len(by_nr) > 1}

@@ -77,6 +77,7 @@ class TensorInfo:
     element_size: int = 4
     nbytes: int = 0
     origin: str | None = None  # "detach" / "no_grad": how a tensor without grad was cut off the graph
+    output_nr: int | None = None  # which output of its grad_fn it is, when not the first (unbind, split)
     hooks: list | None = None  # Tensor.register_hook functions on it, as "name (line N)"; drawn on its node
 
 
@@ -272,7 +273,7 @@ class Trace:
 
 
 # Optional keys written only when set: keeps 5,000-node traces small.
-_SPARSE_KEYS = frozenset(("sample", "min", "max", "mean", "tensor", "value", "freed", "origin", "cuts", "edge_marks", "hooks", "recomputed", "numpy"))
+_SPARSE_KEYS = frozenset(("sample", "min", "max", "mean", "tensor", "value", "freed", "origin", "cuts", "edge_marks", "hooks", "recomputed", "numpy", "output_nr"))
 
 
 @contextmanager

@@ -389,3 +389,28 @@ def test_inspector_shows_formula_causes_hooks_and_decoded_values(tmp_path, qtbot
     leaf = next(n for n in call.nodes if n.label == "a")
     panel.show_node(call, leaf.id)
     assert "accumulates into a.grad" in panel.text()
+
+
+def test_multi_output_nodes_are_labelled_with_every_output_and_edges_with_next_functions(tmp_path, qtbot):
+    from widgets.export import offscreen_view
+
+    path = tmp_path / "multi.py"
+    path.write_text(textwrap.dedent("""
+        import torch
+        x = torch.randn(3, 4, requires_grad=True)
+        first, second, third = x.unbind(0)
+        left, right = x.split(2, dim=1)
+        loss = first.sum() + third.sum() + right.sum()
+        loss.backward()
+    """))
+    call = capture_script(str(path)).calls[0]
+    labels = {n.name: n.label for n in call.nodes}
+    assert labels["UnbindBackward0"] == "first, second, third"
+    assert labels["SplitBackward0"] == "left, right"
+    unbind = next(n.id for n in call.nodes if n.name == "UnbindBackward0")
+    with offscreen_view(call, slots=True) as view:
+        slots = sorted(" ".join(t.lines) for t in view.marks.tags if t.kind == "slot")
+        assert slots.count("next[0] = (UnbindBackward0, 0)") == 1
+        assert "next[0] = (UnbindBackward0, 2)" in slots  # third is output 2 of unbind
+        assert len(slots) == sum(1 for n in call.nodes for e in n.next if e is not None)
+        assert unbind in view.node_items

@@ -287,7 +287,7 @@ def save_json(call: CallInfo, path, trace: Trace | None = None) -> Path:
 
 @contextmanager
 def offscreen_view(call: CallInfo, *, theme="print", collapsed=None, show_saved=False, show_shapes=False,
-                   states=None, edge_texts=None, values=False):
+                   states=None, edge_texts=None, values=False, slots=False):
     """A GraphView that is never shown, holding ``call`` laid out with the given state."""
     ensure_app()
     from widgets.graph_view import GraphView
@@ -300,10 +300,11 @@ def offscreen_view(call: CallInfo, *, theme="print", collapsed=None, show_saved=
         view.set_call(call, sync=True, collapsed=None if collapsed is None else frozenset(collapsed))
         if show_shapes:
             view.set_show_shapes(True)
-        if values:
-            from widgets.graph_teaching import set_show_values
+        if values or slots:
+            from widgets.graph_teaching import set_show_slots, set_show_values
 
-            set_show_values(view, True)
+            set_show_values(view, values)
+            set_show_slots(view, slots)
         if states:
             view.set_node_states(states)
         if edge_texts:
@@ -317,7 +318,7 @@ def offscreen_view(call: CallInfo, *, theme="print", collapsed=None, show_saved=
 
 def export_call(call: CallInfo, path, fmt: str | None = None, *, theme: str = "print", title=None, caption=None,
                 states=None, edge_texts=None, collapsed=None, show_saved=False, show_shapes=False, values=False,
-                scale: float = 2.0, background: str | None = None, trace: Trace | None = None) -> Path:
+                slots=False, scale: float = 2.0, background: str | None = None, trace: Trace | None = None) -> Path:
     """Export one call without a window. ``background`` None is the theme's (white in print);
     ``collapsed`` None collapses big graphs as the view does."""
     fmt = format_of(path, fmt)
@@ -332,7 +333,7 @@ def export_call(call: CallInfo, path, fmt: str | None = None, *, theme: str = "p
                                           edge_texts=edge_texts, theme=theme), encoding="utf-8")
         return Path(path)
     with offscreen_view(call, theme=theme, collapsed=collapsed, show_saved=show_saved, show_shapes=show_shapes,
-                        states=states, edge_texts=edge_texts, values=values) as view:
+                        states=states, edge_texts=edge_texts, values=values, slots=slots) as view:
         opts = dict(title=title, caption=caption, background=background)
         if fmt == "png":
             return render_png(view, path, scale=scale, **opts)

@@ -389,7 +389,8 @@ class MarksMixin:
             scene, self._call, self._layout, *items, self._theme, sharing=self._show_sharing, show=self._detail
         )
         self.marks.tags.extend(teaching_items(self._call, self._layout, self._theme, scene=scene, show=self._detail,
-                                              values=getattr(self, "_show_values", False)))
+                                              values=getattr(self, "_show_values", False),
+                                              slots=getattr(self, "_show_slots", False)))
         rect = self.marks.bounds()
         scene.setSceneRect(self._base_rect.united(rect.adjusted(-6, -6, 6, 6)) if rect.isValid() else self._base_rect)
 

@@ -51,7 +51,7 @@ class NoteItem(QGraphicsItem):
     def paint(self, p: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
         t = self.theme
         p.setRenderHint(QPainter.Antialiasing, True)
-        ink = color(t.muted_text if self.kind == "cut" else t.edge_text if self.kind == "grad" else t.text)
+        ink = color(t.muted_text if self.kind in ("cut", "slot") else t.edge_text if self.kind == "grad" else t.text)
         if self.stub:  # a dashed edge from the node's bottom that ends in a bar: the cut
             x = self._w - 6
             p.setPen(QPen(ink, 1.1, Qt.DashLine))
@@ -60,7 +60,7 @@ class NoteItem(QGraphicsItem):
             p.drawLine(int(x) - 5, int(self._top) - 3, int(x) + 5, int(self._top) - 3)
         lod = option.levelOfDetailFromTransform(p.worldTransform())
         rect = QRectF(0, self._top, self._w, self._h)
-        if self.kind == "cut":
+        if self.kind in ("cut", "slot", "grad"):  # text over edges stays readable
             p.fillRect(rect, color(t.background))
         if self.kind == "hook":
             p.setPen(QPen(color(t.retained), 1.0))
@@ -107,7 +107,8 @@ class _Placer:
         self.taken.append(QRectF(x, y, w, h))
 
 
-def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scene) -> list[NoteItem]:
+def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scene, slots: bool = False
+                   ) -> list[NoteItem]:
     """Cut stubs for every drawn node with None inputs; leaf values and seeds when ``values``."""
     out: list[NoteItem] = []
     members = layout.members
@@ -146,6 +147,18 @@ def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scen
                                     (box.x + box.w + 4, box.y + box.h + 4), (box.x - w - 4, box.y + box.h + 4)])
                 out.append(item)
     edges = {(e.src, e.slot): e for e in layout.edges}
+    if slots:
+        for e in layout.edges:
+            n, dst = call.node(e.src), call.node(e.dst)
+            if n is None or dst is None or e.count > 1:
+                continue
+            item = NoteItem("slot", [f"next[{e.slot}] = ({dst.name}, {e.input_nr})"],
+                            f"{n.name}.next_functions[{e.slot}] is ({dst.name}, {e.input_nr}): the gradient for "
+                            f"input {e.slot} goes to output {e.input_nr} of {dst.name}", theme, n.id, False)
+            (x0, y0), (x1, y1) = e.points[0], e.points[min(1, len(e.points) - 1)]
+            w, h = item.size()
+            placer.place(item, [(x0 + 4, y0 + 2), (x0 - w - 4, y0 + 2), (x0 + 4, y0 + h + 2), (x0 - w - 4, y0 + h + 2)])
+            out.append(item)
     for n in call.nodes:
         grads = call.edge_grads.get(n.id) if values else None
         for slot, g in enumerate(grads or ()):
@@ -198,6 +211,15 @@ def _middle(points) -> tuple[float, float]:
             return x0 + (x1 - x0) * t, y0 + (y1 - y0) * t
         half -= seg
     return points[-1]
+
+
+def set_show_slots(view, show: bool) -> None:
+    """Label each edge with its next_functions entry: ``next[i] = (MulBackward0, 0)``."""
+    if getattr(view, "_show_slots", False) == show:
+        return
+    view._show_slots = show
+    if view._layout is not None and not view._pending:
+        view._add_marks()
 
 
 def set_show_values(view, show: bool) -> None:
