@@ -35,6 +35,7 @@ from core.nesting import (
     grad_states, inside_gradcheck, inside_reentrant_checkpoint, nested_options, saved_by_checkpoint,
 )
 from core.snapshot import Snapshotter, label_nodes, number_nodes, values_of
+from core.snapshot import root_nodes as shared_root_nodes
 from core.trace import CallInfo, ErrorInfo, Trace, paused_gc
 
 log = logging.getLogger(__name__)
@@ -113,6 +114,7 @@ class Capture:
         self.phase = "forward"
         self.namespace: dict = {}
         self.started = 0.0
+        self.hook_call: tuple | None = None  # what ``call_before`` needs while a call_hook runs
 
     # -- creation tagging -------------------------------------------------------------------
     def tag(self, t: torch.Tensor, args=(), op: str = "") -> None:
@@ -233,6 +235,7 @@ class Capture:
             result = None
             try:
                 if self.call_hook is not None and outer is None:
+                    self.hook_call = (api, index, line, snap, nodes, ids, structure, root_ids)
                     result = self.call_hook(index=index, api=api, roots=roots, real=real)
                 else:
                     result = real()
@@ -259,17 +262,10 @@ class Capture:
     def _before(self, roots, inputs, index):
         self.names.refresh(self.names.user_frames(sys._getframe(3)))
         snap = Snapshotter(self.names.name_of, self.names.module_paths, self.inplace, origin=self.cuts.origin)
-        root_nodes = []
-        root_tensor_ids = []
         for t in roots:
-            if not isinstance(t, torch.Tensor):
-                continue
-            root_tensor_ids.append(snap.tensor_id(t))
-            node = t.grad_fn
-            if node is None and t.requires_grad:
-                node = torch.autograd.graph.get_gradient_edge(t).node
-            if node is not None:
-                root_nodes.append(node)
+            if isinstance(t, torch.Tensor):
+                snap.tensor_id(t)
+        root_nodes = shared_root_nodes(roots)
         nodes, ids, structure = snap.walk(root_nodes)
         # Named tensors whose grad_fn lies in this graph label their nodes.
         for _, t in self.names.named_tensors():
@@ -287,6 +283,16 @@ class Capture:
         self._grad_before[index] = grad_states(order, self.names.name_of)
         self._edge_grads[index] = EdgeGradRecorder(order if len(nodes) <= EDGE_GRAD_LIMIT else [], ids)
         return snap, nodes, ids, structure, roots_ids, input_ids
+
+    def call_before(self) -> CallInfo:
+        """The call a ``call_hook`` is running, as captured before backward (no grads read yet)."""
+        api, index, line, snap, nodes, ids, structure, root_ids = self.hook_call
+        with torch._C.DisableTorchFunction(), paused_gc():
+            tensors = snap.finish_tensors(ids, read_grads=False)
+            nodes = label_nodes(nodes, tensors)
+            return CallInfo(id=f"c{index}", index=index, api=api, line=line, roots=root_ids, nodes=nodes,
+                            tensors=tensors, storages=snap.finish_storages(tensors), structure=structure,
+                            node_count=len(nodes), edge_count=sum(1 for n in nodes for e in n.next if e is not None))
 
     def _after(self, api, index, line, snap, nodes, ids, structure, root_ids, input_ids, result, error,
                retain_graph, create_graph, t0):
@@ -591,7 +597,7 @@ def _as_list(value) -> list:
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, torch.autograd.graph.GradientEdge):
-        return []
+        return [value]
     try:
         return list(value)
     except TypeError:
