@@ -12,9 +12,10 @@ CUT_WORDS = {
     "no_grad": "made under torch.no_grad(): no grad_fn was recorded",
     "number": "a Python number (a literal, or a value taken out with .item())",
     "constant": "a tensor with requires_grad=False (a constant for autograd)",
+    "integer": "an integer tensor: only floating point tensors can require grad",
 }
 CUT_SHORT = {"detach": "made by .detach()", "no_grad": "made under no_grad", "number": "Python number",
-             "constant": "requires_grad=False"}
+             "constant": "requires_grad=False", "integer": "integer tensor"}
 
 
 def cut_text(cut: dict, short: bool = False) -> str:

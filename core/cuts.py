@@ -60,8 +60,9 @@ class CutRecorder:
         found = []
         for a in _flat(args):
             if isinstance(a, torch.Tensor):
-                if not a.requires_grad and (a.is_floating_point() or a.is_complex()):
-                    found.append((self.origin(a) or "constant", weakref.ref(a), _short(a)))
+                if not a.requires_grad:
+                    cause = self.origin(a) or ("constant" if a.is_floating_point() or a.is_complex() else "integer")
+                    found.append((cause, weakref.ref(a), _short(a)))
             elif isinstance(a, _NUMBERS) and not isinstance(a, bool):
                 found.append(("number", None, f"{a:g}" if isinstance(a, float) else str(a)))
         if found:
@@ -79,7 +80,7 @@ def _flat(args):
 def _short(t: torch.Tensor) -> str:
     if t.numel() == 1:
         try:
-            return f"{t.item():g}"
+            return f"tensor({t.item():g})"
         except Exception:
             return "tensor"
     return "[" + ", ".join(str(s) for s in t.shape) + "] tensor"
@@ -95,7 +96,9 @@ def cuts_of(nxt: list, notes, name_of: Callable[[torch.Tensor], str | None]) -> 
     if not nones:
         return []
     notes = list(notes or ())
-    for pick in (notes, [n for n in notes if n[0] != "number"], [n for n in notes if n[0] == "number"]):
+    # Integer tensors (targets, indices) are often not inputs of the node at all; numbers likewise.
+    floats = [n for n in notes if n[0] != "integer"]
+    for pick in (notes, floats, [n for n in floats if n[0] != "number"], [n for n in notes if n[0] == "number"]):
         if len(pick) == len(nones):
             break
     else:

@@ -414,3 +414,12 @@ def test_multi_output_nodes_are_labelled_with_every_output_and_edges_with_next_f
         assert "next[0] = (UnbindBackward0, 2)" in slots  # third is output 2 of unbind
         assert len(slots) == sum(1 for n in call.nodes for e in n.next if e is not None)
         assert unbind in view.node_items
+
+
+def test_integer_and_unnamed_constant_inputs_are_named_as_cuts(tmp_path):
+    path = tmp_path / "ints.py"
+    path.write_text("import torch\nw = torch.tensor([1.0, 2.0], requires_grad=True)\ncounts = torch.tensor([3, 4])\n"
+                    "loss = (w * counts).sum() + torch.ones(2).sum()\nloss.backward()\n")
+    call = capture_script(str(path)).calls[0]
+    assert sorted((n.name, c["cause"], c["name"], c["value"]) for n in call.nodes for c in n.cuts or ()) == [
+        ("AddBackward0", "constant", None, "tensor(2)"), ("MulBackward0", "integer", "counts", "[2] tensor")]

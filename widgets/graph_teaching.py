@@ -182,7 +182,7 @@ def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scen
             w, h = item.size()
             placer.place(item, [(x + 6, y - h / 2), (x - w - 6, y - h / 2), (x + 6, y + h), (x - w - 6, y + h)])
             out.append(item)
-    if values:
+    if values and call.api != "unreached":
         for rid in call.roots:
             box = layout.nodes.get(members.get(rid, ""))
             node = call.node(rid)
