@@ -35,6 +35,18 @@ def decoded_text(name: str, value) -> str:
     return str(shown)
 
 
+# Non-tensor saved values worth a box beside the node: the ones a formula or a lesson names.
+SHOWN_VALUES = frozenset(("exponent", "alpha", "beta", "reduction", "ignore_index", "negative_slope", "min", "max",
+                          "dim", "approximate", "p", "eps"))
+
+
+def shown_value(saved: Saved) -> bool:
+    """Whether a non-tensor saved value is drawn on the graph (``alpha = 1`` and sizes are not)."""
+    if saved.tensor is not None or saved.freed or saved.value in (None, "stale") or saved.name not in SHOWN_VALUES:
+        return False
+    return not (saved.name in ("alpha", "beta") and saved.value == 1)
+
+
 def saved_label(call: CallInfo, saved: Saved) -> str:
     """One saved entry as 'name = value': 'self = a', 'reduction = 'mean'', 'other = [3, 4] tensor'."""
     if saved.freed:
