@@ -17,6 +17,7 @@ import logging
 import os
 import sys
 import time
+import tokenize
 import traceback
 import types
 from dataclasses import replace
@@ -29,6 +30,7 @@ from torch.overrides import TorchFunctionMode
 from core.cuts import CutRecorder
 from core.edge_grads import LIMIT as EDGE_GRAD_LIMIT
 from core.edge_grads import EdgeGradRecorder
+from core.memory import saved_tensor_bytes
 from core.names import NameTable
 from core.numpy_peers import numpy_peers
 from core.nesting import (
@@ -391,8 +393,6 @@ class Capture:
 
     def live_saved_bytes(self) -> int:
         """Bytes held by saved tensors of every graph the script can still reach."""
-        from core.memory import saved_tensor_bytes
-
         with torch._C.DisableTorchFunction():
             roots = self.names.graph_roots(self.names.user_frames(sys._getframe(1)))
             return saved_tensor_bytes(roots)
@@ -401,8 +401,9 @@ class Capture:
         self.started = self.started or time.perf_counter()
         error = None
         try:
-            source = Path(self.script).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
+            with tokenize.open(self.script) as f:  # honours a PEP 263 coding cookie, as Python does
+                source = f.read()
+        except (OSError, UnicodeDecodeError, SyntaxError) as exc:
             err = ErrorInfo(type=type(exc).__name__, message=f"cannot read {self.script}: {exc}", kind="load",
                             file=self.script)
             return self._trace([], err, "")

@@ -6,9 +6,11 @@ carry ``cmd``. ``to_dict`` gives the JSON-ready dict, ``message_from_dict`` /
 worker's additions are not lost; a missing required field raises ``ProtocolError`` naming it).
 Qt-free and torch-free: the worker, the client, the GUI and the CLI all import it.
 
-Stepping messages: ``step_begin`` (a call is paused before its first node; in a debug run it
-carries the captured graph, ``graph``, and its ``structure`` hash), ``step_paused`` (paused
-before ``pending``), ``step`` (one node ran: ``record``), ``step_memory``, ``step_end``.
+Stepping messages: ``step_begin`` (a call is paused before its first node, with the captured
+graph, ``graph``, its ``structure`` hash and a digest of its leaf values), ``step_paused``
+(paused before ``pending``), ``steps`` (nodes that ran: ``records``, batched while backward runs
+on; ``core.client`` hands them on one ``step`` event per record unless told not to),
+``step_memory``, ``step_end``.
 """
 
 from __future__ import annotations
@@ -146,6 +148,14 @@ class Step(_Base):
     record: dict = field(default_factory=dict)
 
 
+@_message("steps")
+@dataclass
+class Steps(_Base):
+    """Nodes that finished while backward ran on (Continue, Step to): sent in batches."""
+    call: int = 0
+    records: list = field(default_factory=list)
+
+
 @_message("step_memory")
 @dataclass
 class StepMemory(_Base):
@@ -172,11 +182,29 @@ class Exiting(_Base):
     file: str | None = None
 
 
+@_message("call_trace")
+@dataclass
+class CallTrace(_Base):
+    """One captured call, sent as soon as it is complete, so a crash or a kill later keeps it."""
+    position: int = 0  # its place in the trace's ``calls``
+    call: dict = field(default_factory=dict)  # the call in the trace format
+    run: Any = None
+
+
+@_message("call_summary")
+@dataclass
+class CallSummary(_Base):
+    """The call streamed at ``position`` was reduced to a summary (a loop's repeated graph)."""
+    position: int = 0
+    run: Any = None
+
+
 @_message("trace")
 @dataclass
 class TraceDone(_Base):
-    trace: dict = field(default_factory=dict)
+    trace: dict = field(default_factory=dict)  # without the calls already streamed
     run: Any = None
+    streamed: int = 0  # how many calls came before as ``call_trace``: they go first in ``calls``
 
 
 @_message("bye")
@@ -209,6 +237,12 @@ class Cancel(_Base):
 @dataclass
 class Quit(_Base):
     pass
+
+
+@_command("dump")
+@dataclass
+class Dump(_Base):
+    """Write every thread's stack to the fault file (before a kill, so the report names the line)."""
 
 
 @_command("devices")
