@@ -423,3 +423,15 @@ def test_integer_and_unnamed_constant_inputs_are_named_as_cuts(tmp_path):
     call = capture_script(str(path)).calls[0]
     assert sorted((n.name, c["cause"], c["name"], c["value"]) for n in call.nodes for c in n.cuts or ()) == [
         ("AddBackward0", "constant", None, "tensor(2)"), ("MulBackward0", "integer", "counts", "[2] tensor")]
+
+
+def test_every_example_has_a_print_picture_shown_in_the_examples_readme():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "resources" / "examples" / "README.md").read_text()
+    for script in sorted((root / "resources" / "examples").glob("[0-9]*.py")):
+        picture = root / "docs" / "images" / "examples" / f"{script.stem}.png"
+        assert picture.is_file() and picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", script.name
+        assert f"../../docs/images/examples/{script.stem}.png" in readme, script.name
+        assert f"`{script.name}`" in readme, script.name
