@@ -47,17 +47,22 @@ def shown_value(saved: Saved) -> bool:
     return not (saved.name in ("alpha", "beta") and saved.value == 1)
 
 
+def tensor_words(t) -> str:
+    """A tensor as a student would name it: its script name, else what made it ('output of ReluBackward0')."""
+    if t.name:
+        return t.name
+    if t.grad_fn_name:
+        return f"output of {t.grad_fn_name}"
+    return f"[{', '.join(map(str, t.shape))}] tensor"
+
+
 def saved_label(call: CallInfo, saved: Saved) -> str:
     """One saved entry as 'name = value': 'self = a', 'reduction = 'mean'', 'other = [3, 4] tensor'."""
     if saved.freed:
         return f"{saved.name} (freed)"
     if saved.tensor is not None:
         t = call.tensor(saved.tensor)
-        if t is not None and t.name:
-            return f"{saved.name} = {t.name}"
-        if t is not None:
-            return f"{saved.name} = [{', '.join(map(str, t.shape))}] tensor"
-        return saved.name
+        return f"{saved.name} = {tensor_words(t)}" if t is not None else saved.name
     return f"{saved.name} = {decoded_text(saved.name, saved.value)}"
 
 

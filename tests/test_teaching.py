@@ -435,3 +435,21 @@ def test_every_example_has_a_print_picture_shown_in_the_examples_readme():
         assert picture.is_file() and picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", script.name
         assert f"../../docs/images/examples/{script.stem}.png" in readme, script.name
         assert f"`{script.name}`" in readme, script.name
+
+
+def test_unnamed_saved_tensors_are_named_by_the_node_that_made_them():
+    from core.attrs import saved_label
+    from core.trace import NodeInfo, Saved, TensorInfo, Values
+    from core.trace import CallInfo
+
+    def t(tid, name, fn=None):
+        return TensorInfo(id=tid, name=name, shape=[2], dtype="float32", device="cpu", requires_grad=True,
+                          is_leaf=fn is None, retains_grad=False, stride=[1], storage_offset=0, storage=None,
+                          version=0, values=Values(numel=2), grad_fn_name=fn)
+
+    node = NodeInfo(id="n0", name="NllLossBackward0", kind="backward", next=[None],
+                    saved=[Saved("self", "t1"), Saved("weight", "t2"), Saved("target", "t3")])
+    call = CallInfo(id="c0", index=0, api="Tensor.backward", line=1, roots=["n0"], nodes=[node],
+                    tensors=[t("t1", None, "LogSoftmaxBackward0"), t("t2", None), t("t3", "labels")])
+    assert [saved_label(call, s) for s in node.saved] == [
+        "self = output of LogSoftmaxBackward0", "weight = [2] tensor", "target = labels"]

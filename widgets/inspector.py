@@ -271,7 +271,7 @@ class InspectorPanel(QWidget):
         t = (table or {}).get(tid) or (call.tensor(tid) if call else None)
         if t is None:
             return f"<a href='tensor:{html.escape(tid)}'>{html.escape(tid)}</a>"
-        name = html.escape(t.name or tid)
+        name = html.escape(t.name or (f"output of {t.grad_fn_name}" if t.grad_fn_name else tid))
         shape = ", ".join(str(s) for s in t.shape)
         return (f"<a href='tensor:{html.escape(tid)}'><b>{name}</b></a> "
                 f"<span class='muted'>[{shape}] {html.escape(t.dtype)}</span>")
