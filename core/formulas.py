@@ -130,7 +130,8 @@ _f("NllLossBackward0", ("self", "−grad · weight[target] / total_weight at [i,
                         "-F.one_hot(target, self.shape[-1]).to(self.dtype) * grad "
                         "/ (total_weight if reduction == 1 else 1)"),
    note="reduction 'sum' leaves out the division; rows with target = ignore_index get 0")
-_f("MseLossBackward0", ("self", "2 · (self − target) · grad / N", "2 * (self - target) * grad / n_of(self, reduction)"),
+_f("MseLossBackward0",
+   ("self", "2 · (self − target) · grad / N", "2 * (self - target) * grad / n_of(self, reduction)"),
    ("target", "−2 · (self − target) · grad / N", "-2 * (self - target) * grad / n_of(self, reduction)"),
    note="N: the number of elements with reduction 'mean', 1 with 'sum'")
 _f("BinaryCrossEntropyWithLogitsBackward0",
@@ -146,7 +147,8 @@ _f("ConvolutionBackward0",
    ("bias", "Σ grad over batch and positions", "grad.sum((0, 2, 3))"),
    note="checked for 2-D convolutions")
 _f("NativeLayerNormBackward0",
-   ("input", "result2 · (g − mean(g) − x̂ · mean(g · x̂)), g = grad · weight, x̂ = (input − result1) · result2",
+   ("input",
+    "result2 · (g − mean(g) − x̂ · mean(g · x̂)), g = grad · weight, x̂ = (input − result1) · result2",
     "layer_norm_input(grad, input, weight, result1, result2)"),
    ("weight", "Σ grad · x̂ over the batch", "(grad * (input - result1) * result2).sum_to_size(weight.shape)"),
    ("bias", "Σ grad over the batch", "grad.sum_to_size(bias.shape)"),

@@ -280,7 +280,8 @@ class Trace:
 
 
 # Optional keys written only when set: keeps 5,000-node traces small.
-_SPARSE_KEYS = frozenset(("sample", "min", "max", "mean", "tensor", "value", "freed", "origin", "cuts", "edge_marks", "hooks", "recomputed", "numpy", "output_nr"))
+_SPARSE_KEYS = frozenset(("sample", "min", "max", "mean", "tensor", "value", "freed", "origin", "cuts", "edge_marks",
+                          "hooks", "recomputed", "numpy", "output_nr"))
 
 
 @contextmanager

@@ -166,7 +166,8 @@ def test_backward_twice_blames_the_node_whose_saved_tensors_were_freed(tmp_path)
     from widgets.graph_scene import node_styles
 
     path = tmp_path / "twice.py"
-    path.write_text("import torch\nx = torch.tensor(2.0, requires_grad=True)\nw = torch.tensor(5.0, requires_grad=True)\n"
+    path.write_text("import torch\nx = torch.tensor(2.0, requires_grad=True)\n"
+                    "w = torch.tensor(5.0, requires_grad=True)\n"
                     "loss = x * w\nloss.backward()\nloss.backward()\n")
     call = capture_script(str(path)).calls[1]
     from core.causes import blamed_nodes
@@ -175,7 +176,8 @@ def test_backward_twice_blames_the_node_whose_saved_tensors_were_freed(tmp_path)
     assert blamed_nodes(call) == {mul.id}
     styles = node_styles(call, [n.id for n in call.nodes])
     assert {nid for nid, s in styles.items() if s.error} == {mul.id}
-    lines = {ln.split()[0].strip('"'): ln for ln in call_to_dot(call).splitlines() if ln.startswith('  "n') and "->" not in ln}
+    lines = {ln.split()[0].strip('"'): ln for ln in call_to_dot(call).splitlines()
+             if ln.startswith('  "n') and "->" not in ln}
     assert "penwidth=2.5" in lines[mul.id]
     assert all("penwidth=2.5" not in ln for nid, ln in lines.items() if nid != mul.id)
 
@@ -291,7 +293,8 @@ def test_calls_list_shows_options_grad_history_and_groups_gradcheck(tmp_path, qt
     rows = [panel.list.item(r).text() for r in range(panel.list.count())]
     assert len(rows) == 4
     assert rows[1] == "#1 Tensor.backward · line 6 · 2 nodes · retain_graph · x.grad 8"
-    assert rows[3].startswith(f"#3–#{trace.calls[-1].index} gradcheck · line 12 · {len(trace.calls) - 3} calls inside")
+    last = trace.calls[-1].index
+    assert rows[3].startswith(f"#3–#{last} gradcheck · line 12 · {len(trace.calls) - 3} calls inside")
 
 
 def test_numpy_arrays_sharing_memory_are_shown_in_the_storage_view(tmp_path, qtbot):
@@ -439,8 +442,7 @@ def test_every_example_has_a_print_picture_shown_in_the_examples_readme():
 
 def test_unnamed_saved_tensors_are_named_by_the_node_that_made_them():
     from core.attrs import saved_label
-    from core.trace import NodeInfo, Saved, TensorInfo, Values
-    from core.trace import CallInfo
+    from core.trace import CallInfo, NodeInfo, Saved, TensorInfo, Values
 
     def t(tid, name, fn=None):
         return TensorInfo(id=tid, name=name, shape=[2], dtype="float32", device="cpu", requires_grad=True,
