@@ -21,6 +21,7 @@ from widgets.theme import Theme
 
 STUB_LEN = 22.0
 NOTE_Z = 1.8
+CUT_Z = -0.2
 
 
 class NoteItem(QGraphicsItem):
@@ -36,17 +37,25 @@ class NoteItem(QGraphicsItem):
         from widgets.graph_marks import _text_width
 
         px = theme.small_font_px
-        self._w = max(_text_width(line, theme.font_family, px, False) for line in lines) + 8
-        self._h = len(lines) * (px + 3) + 4
+        text_w = max(_text_width(line, theme.font_family, px, False) for line in lines) + 8
+        text_h = len(lines) * (px + 3) + 4
         self._top = STUB_LEN if stub else 0.0
+        if stub:  # the text sits left of the stub's end, close to the node, clear of mid-edge labels
+            self._w = text_w + 14
+            self._text = QRectF(0, STUB_LEN - 3 - text_h / 2, text_w, text_h)
+            self._h = STUB_LEN - 3 + text_h / 2
+        else:
+            self._w, self._h = text_w, text_h
+            self._text = QRectF(0, 0, text_w, text_h)
         self.setToolTip(tip)
-        self.setZValue(NOTE_Z)
+        # Cut labels sit under edges and their gradient texts (which matter more), above module frames.
+        self.setZValue(CUT_Z if kind == "cut" else NOTE_Z)
 
     def size(self) -> tuple[float, float]:
-        return self._w, self._h + self._top
+        return self._w, self._h
 
     def boundingRect(self) -> QRectF:
-        return QRectF(-2, -1, self._w + 4, self._h + self._top + 2)
+        return QRectF(-2, -1, self._w + 4, self._h + 2)
 
     def paint(self, p: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
         t = self.theme
@@ -59,7 +68,7 @@ class NoteItem(QGraphicsItem):
             p.setPen(QPen(ink, 1.6))
             p.drawLine(int(x) - 5, int(self._top) - 3, int(x) + 5, int(self._top) - 3)
         lod = option.levelOfDetailFromTransform(p.worldTransform())
-        rect = QRectF(0, self._top, self._w, self._h)
+        rect = self._text
         if self.kind in ("cut", "slot", "grad"):  # text over edges stays readable
             p.fillRect(rect, color(t.background))
         if self.kind == "hook":
@@ -82,7 +91,8 @@ class NoteItem(QGraphicsItem):
         p.setPen(ink)
         step = t.small_font_px + 3
         for i, line in enumerate(self.lines):
-            p.drawText(QRectF(4, self._top + 2 + i * step, self._w, step), Qt.AlignLeft | Qt.AlignVCenter, line)
+            p.drawText(QRectF(rect.x() + 4, rect.y() + 2 + i * step, rect.width(), step),
+                       Qt.AlignLeft | Qt.AlignVCenter, line)
 
     def set_theme(self, theme: Theme) -> None:
         self.theme = theme
@@ -94,12 +104,15 @@ class _Placer:
 
     def __init__(self, layout):
         self.taken = [QRectF(b.x, b.y, b.w, b.h) for b in layout.nodes.values()]
+        # where edges write their shape or gradient: around the middle of each edge
+        self.texts = [QRectF(x - 24, y - 9, 48, 18) for x, y in (_middle(e.points) for e in layout.edges)]
 
-    def place(self, item: NoteItem, spots: list[tuple[float, float]]) -> None:
+    def place(self, item: NoteItem, spots: list[tuple[float, float]], avoid_texts: bool = False) -> None:
         w, h = item.size()
         for x, y in spots:
             r = QRectF(x, y, w, h)
-            if not any(r.intersects(t) for t in self.taken):
+            if not any(r.intersects(t) for t in self.taken) and not (
+                    avoid_texts and any(r.intersects(t) for t in self.texts)):
                 break
         else:
             x, y = spots[0]
@@ -124,8 +137,8 @@ def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scen
                 item = NoteItem("cut", [text], f"input {cut['input']} is None: {cut_text(cut)}", theme, n.id, True)
                 anchor = box.x + 12 + 10 * k  # the stub leaves the node's bottom left of the real edges
                 w, h = item.size()
-                placer.place(item, [(anchor - w + 6, y + k * (h - STUB_LEN + 2)),
-                                    (anchor - w + 6, y + (k + 1) * (h - STUB_LEN + 2))])
+                placer.place(item, [(anchor - w + 6, y + k * 12), (anchor - w + 6, y + (k + 1) * 12 + 6),
+                                    (anchor - w + 6, y + k * 12 - 8)], avoid_texts=True)
                 out.append(item)
         hooks = hook_lines(call, n) + node_notes(call, n)
         if hooks:
