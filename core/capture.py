@@ -109,6 +109,7 @@ class Capture:
         self.inplace: dict[int, list[tuple[int, int | None, str]]] = {}
         self.device_error: str | None = None
         self.cuts = CutRecorder()
+        self._seed = None  # gradient / grad_tensors / grad_outputs of the call being recorded
         self._grad_before: dict[int, dict[str, str]] = {}  # call index -> named leaves' .grad state before it
         self._nested: dict[int, list[int]] = {}  # call index -> indices of the calls nested in it
         self._running: list[int] = []  # indices of the calls running now (nested: reentrant checkpointing)
@@ -180,6 +181,7 @@ class Capture:
 
         if self._depth:
             return real()
+        self._seed = gradient
         return self._record("Tensor.backward", [tensor], real, retain_graph, create_graph, inputs)
 
     def _autograd_backward(self, *args, **kwargs):
@@ -189,6 +191,7 @@ class Capture:
         if self._depth and not inside_reentrant_checkpoint(sys._getframe(1)):
             return real()
         bound = _bind(_ORIG_BACKWARD, args, kwargs)
+        self._seed = bound.get("grad_tensors")
         return self._record(
             "autograd.backward",
             _as_list(bound.get("tensors")),
@@ -205,6 +208,7 @@ class Capture:
         if self._depth:
             return real()
         bound = _bind(_ORIG_GRAD, args, kwargs)
+        self._seed = bound.get("grad_outputs")
         return self._record(
             "autograd.grad",
             _as_list(bound.get("outputs")),
@@ -222,6 +226,7 @@ class Capture:
         # A backward run by reentrant checkpointing inside another call's backward: captured as
         # its own call, marked as nested in the running one (core.nesting).
         outer = self._running[-1] if self._running else None
+        seed, self._seed = self._seed, None  # the gradient argument backward starts from (None: ones)
         within = inside_gradcheck(sys._getframe(2))
         self._running.append(index)
         self._depth += 1
@@ -250,6 +255,10 @@ class Capture:
                             error, retain_graph, create_graph, t0)
             if within is not None:
                 self.calls[-1].options["within"] = within
+            seeds = [{k: v for k, v in values_of(g, full_limit=16).__dict__.items() if v is not None}
+                     if isinstance(g, torch.Tensor) else None for g in _as_list(seed)]
+            if any(v is not None for v in seeds):
+                self.calls[-1].options["seed"] = seeds
             if outer is not None:
                 self.calls[-1].options.update(nested_options(outer))
                 self._nested.setdefault(outer, []).append(index)

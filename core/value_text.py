@@ -80,6 +80,14 @@ def edge_grad_text(grad: GradInfo) -> str:
 def seed_text(call: CallInfo, root: NodeInfo) -> str:
     """The gradient backward starts from at a root."""
     t = call.tensor(root.tensor) if root.tensor else None
+    seeds = (call.options or {}).get("seed") or []
+    index = call.roots.index(root.id) if root.id in call.roots else 0
+    given = seeds[index] if index < len(seeds) else None
+    if given:
+        values = Values(**given) if isinstance(given, dict) else given
+        shape = t.shape if t is not None else ([] if values.numel == 1 else [values.numel])
+        word = "grad_outputs" if call.api == "autograd.grad" else "gradient"
+        return f"seed: {word} = {short_values(values, shape)}"
     if call.api == "autograd.grad":
         return "seed: grad_outputs (ones for a scalar)"
     if t is not None and t.shape and any(s != 1 for s in t.shape):

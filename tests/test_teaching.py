@@ -455,3 +455,14 @@ def test_unnamed_saved_tensors_are_named_by_the_node_that_made_them():
                     tensors=[t("t1", None, "LogSoftmaxBackward0"), t("t2", None), t("t3", "labels")])
     assert [saved_label(call, s) for s in node.saved] == [
         "self = output of LogSoftmaxBackward0", "weight = [2] tensor", "target = labels"]
+
+
+def test_the_seed_gradient_given_to_backward_is_recorded_and_shown(tmp_path):
+    path = tmp_path / "seed.py"
+    path.write_text("import torch\nx = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)\ny = x * 2\n"
+                    "y.backward(torch.tensor([0.5, 1.0, 2.0]))\nz = (x * x).sum()\nz.backward()\n")
+    first, second = Trace.from_json(capture_script(str(path)).to_json()).calls
+    assert first.options["seed"] == [{"numel": 3, "data": [0.5, 1.0, 2.0]}]
+    assert seed_text(first, first.node(first.roots[0])) == "seed: gradient = [0.5, 1, 2]"
+    assert "seed" not in second.options
+    assert seed_text(second, second.node(second.roots[0])) == "seed: 1 (d out / d out)"
