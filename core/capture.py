@@ -292,7 +292,11 @@ class Capture:
                 pass
         roots_ids = [ids[id(n)] for n in root_nodes]
         self._grad_before[index] = grad_states(order, self.names.name_of)
-        self._edge_grads[index] = EdgeGradRecorder(order if len(nodes) <= EDGE_GRAD_LIMIT else [], ids)
+        # Edge gradients for small graphs, and in a loop only for the first calls of each structure
+        # (later ones are mostly kept as summaries, and the hooks would slow every epoch).
+        seen = self._structures.get(structure, (None, 0))[1]
+        record = len(nodes) <= EDGE_GRAD_LIMIT and seen < self.keep_first
+        self._edge_grads[index] = EdgeGradRecorder(order if record else [], ids)
         return snap, nodes, ids, structure, roots_ids, input_ids
 
     def call_before(self) -> CallInfo:
