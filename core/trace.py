@@ -46,6 +46,7 @@ class Values:
     min: float | None = None
     max: float | None = None
     mean: float | None = None
+    approx: bool = False  # min / max / mean come from a strided sample (tensors past the exact bound)
 
 
 @dataclass(frozen=True)
@@ -280,8 +281,8 @@ class Trace:
 
 
 # Optional keys written only when set: keeps 5,000-node traces small.
-_SPARSE_KEYS = frozenset(("sample", "min", "max", "mean", "tensor", "value", "freed", "origin", "cuts", "edge_marks",
-                          "hooks", "recomputed", "numpy", "output_nr"))
+_SPARSE_KEYS = frozenset(("sample", "min", "max", "mean", "tensor", "value", "freed", "approx", "origin", "cuts",
+                          "edge_marks", "hooks", "recomputed", "numpy", "output_nr"))
 
 
 @contextmanager
@@ -311,7 +312,7 @@ def _plain(obj: Any) -> Any:
         return {
             k: _plain(v)
             for k, v in obj.__dict__.items()
-            if not k.startswith("_") and not (k in _SPARSE_KEYS and (v is None or (k == "freed" and v is False)))
+            if not k.startswith("_") and not (k in _SPARSE_KEYS and (v is None or (v is False and k in ("freed", "approx"))))
         }
     if isinstance(obj, list):
         for item in obj:
