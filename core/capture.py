@@ -279,7 +279,8 @@ class Capture:
                             error, retain_graph, create_graph, t0)
             if within is not None:
                 self.calls[-1].options["within"] = within
-            seeds = [{k: v for k, v in values_of(g, full_limit=16).__dict__.items() if v is not None}
+            seeds = [{k: v for k, v in values_of(g, full_limit=16).__dict__.items()
+                      if v is not None and not (k == "approx" and v is False)}
                      if isinstance(g, torch.Tensor) else None for g in _as_list(seed)]
             if any(v is not None for v in seeds):
                 self.calls[-1].options["seed"] = seeds
