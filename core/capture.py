@@ -134,6 +134,7 @@ class Capture:
         self.device_error: str | None = None
         self.cuts = CutRecorder()
         self._seed = None  # gradient / grad_tensors / grad_outputs of the call being recorded
+        self._extra: dict[int, dict] = {}  # call index -> options known before the call ran
         self._grad_before: dict[int, dict[str, str]] = {}  # call index -> named leaves' .grad state before it
         self._nested: dict[int, list[int]] = {}  # call index -> indices of the calls nested in it
         self._running: list[int] = []  # indices of the calls running now (nested: reentrant checkpointing)
@@ -256,6 +257,20 @@ class Capture:
         self._depth += 1
         was_tagging, self.tagging = self.tagging, False
         t0 = time.perf_counter()
+        # Options known before the call, merged in by _after (a stored call is streamed at once).
+        extra: dict = {}
+        if within is not None:
+            extra["within"] = within
+        with torch._C.DisableTorchFunction():
+            seeds = [{k: v for k, v in values_of(g, full_limit=16).__dict__.items()
+                      if v is not None and not (k == "approx" and v is False)}
+                     if isinstance(g, torch.Tensor) else None for g in _as_list(seed)]
+        if any(v is not None for v in seeds):
+            extra["seed"] = seeds
+        if outer is not None:
+            extra.update(nested_options(outer))
+            self._nested.setdefault(outer, []).append(index)
+        self._extra[index] = extra
         try:
             with torch._C.DisableTorchFunction(), paused_gc():
                 snap, nodes, ids, structure, root_ids, input_ids = self._before(roots, inputs, index)
@@ -277,16 +292,6 @@ class Capture:
                 with torch._C.DisableTorchFunction(), paused_gc():
                     self._after(api, index, line, snap, nodes, ids, structure, root_ids, input_ids, result,
                             error, retain_graph, create_graph, t0)
-            if within is not None:
-                self.calls[-1].options["within"] = within
-            seeds = [{k: v for k, v in values_of(g, full_limit=16).__dict__.items()
-                      if v is not None and not (k == "approx" and v is False)}
-                     if isinstance(g, torch.Tensor) else None for g in _as_list(seed)]
-            if any(v is not None for v in seeds):
-                self.calls[-1].options["seed"] = seeds
-            if outer is not None:
-                self.calls[-1].options.update(nested_options(outer))
-                self._nested.setdefault(outer, []).append(index)
             return result
         finally:
             if outer is None:
@@ -366,6 +371,7 @@ class Capture:
             options["inputs"] = input_ids
         if index in self._nested:
             options["nested"] = self._nested.pop(index)
+        options.update(self._extra.pop(index, {}))
         before = self._grad_before.pop(index, None)
         if before:
             options["grad_before"] = before
@@ -578,7 +584,7 @@ class Capture:
             tensors, storages = self._named_tensor_snapshot()
             self.names.release()
         return Trace(
-            calls=sorted(calls, key=lambda c: c.index),  # nested calls finish before the call they ran in
+            calls=list(calls),
             error=error,
             script=self.script,
             source=source,

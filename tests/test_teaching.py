@@ -240,8 +240,9 @@ def test_checkpointing_nested_backward_and_recomputed_saved_tensors(tmp_path):
     path = tmp_path / "ckpt.py"
     path.write_text(textwrap.dedent(CHECKPOINT))
     trace = Trace.from_json(capture_script(str(path)).to_json())
-    outer, nested, plain = trace.calls
-    assert [c.index for c in trace.calls] == [0, 1, 2]
+    # the nested call finishes (and is stored) before the call it ran inside
+    assert [c.index for c in trace.calls] == [1, 0, 2]
+    outer, nested, plain = sorted(trace.calls, key=lambda c: c.index)
     assert outer.options["nested"] == [1]
     assert nested.options["nested_in"] == 0 and nested.options["inside"] == "CheckpointFunctionBackward"
     ckpt = next(n for n in outer.nodes if n.name == "CheckpointFunctionBackward")
@@ -466,3 +467,16 @@ def test_the_seed_gradient_given_to_backward_is_recorded_and_shown(tmp_path):
     assert seed_text(first, first.node(first.roots[0])) == "seed: gradient = [0.5, 1, 2]"
     assert "seed" not in second.options
     assert seed_text(second, second.node(second.roots[0])) == "seed: 1 (d out / d out)"
+
+
+def test_call_options_reach_the_app_through_the_worker(tmp_path):
+    """Calls are streamed as soon as they are stored: options must be on them by then."""
+    from core.client import run_capture
+
+    path = tmp_path / "ckpt.py"
+    path.write_text(textwrap.dedent(CHECKPOINT) + "y = layer2(x).sum()\ny.backward(torch.tensor(3.0))\n")
+    trace = run_capture(str(path), timeout=120).trace
+    by_index = {c.index: c for c in trace.calls}
+    assert by_index[0].options["nested"] == [1]
+    assert by_index[1].options["nested_in"] == 0
+    assert by_index[3].options["seed"] == [{"numel": 1, "data": [3.0]}]

@@ -173,7 +173,8 @@ class CallsPanel(QWidget):
             index_of = {c.id: c.index for c in trace.calls}
             self._index_of = index_of
             history = grad_history(trace)
-            for group in group_calls(trace.calls):
+            # by index: a call nested in another (reentrant checkpointing) finishes, and is stored, first
+            for group in group_calls(sorted(trace.calls, key=lambda c: c.index)):
                 call = group[0]
                 head, details = call_parts(call, index_of)
                 details += call_flags(call)
