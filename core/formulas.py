@@ -7,7 +7,7 @@ output) and what forward saved, it returns one gradient per input, in the order 
 
 Every rule that is an expression of the node's saved values also carries ``check``: the same
 rule as a Python expression over ``grad``, the saved values (by their ``_saved_`` name),
-``torch``, ``F`` (``torch.nn.functional``), ``math`` and the helpers of
+``torch``, ``F`` (``torch.nn.functional``), ``math`` and the functions of
 ``core.formula_check``. The tests evaluate those expressions on random inputs and compare
 them with ``torch.autograd.grad``, so the text shown to a student is the rule the engine runs.
 
