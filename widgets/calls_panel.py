@@ -11,6 +11,7 @@ from PySide6.QtWidgets import (
 )
 
 from core.call_notes import call_flags, grad_history, group_calls
+from core.notebook import where as line_where
 from core.trace import CallInfo, Trace
 
 log = logging.getLogger(__name__)
@@ -21,10 +22,12 @@ HEAD_ROLE = Qt.ItemDataRole.UserRole + 2
 DETAIL_ROLE = Qt.ItemDataRole.UserRole + 3
 
 
-def call_parts(call: CallInfo, index_of: dict[str, int] | None = None) -> tuple[str, list[str]]:
-    """The head (``#0 Tensor.backward``) and the details (line, node count, error) of a call."""
+def call_parts(call: CallInfo, index_of: dict[str, int] | None = None,
+               cells: list | None = None) -> tuple[str, list[str]]:
+    """The head (``#0 Tensor.backward``) and the details (line, node count, error) of a call;
+    ``cells`` (a notebook's) gives the line as "cell 4, line 2"."""
     api = "(never backwarded)" if call.api == "unreached" else call.api
-    details = [f"line {call.line}"] if call.line else []
+    details = [line_where(cells or [], call.line)] if call.line else []
     if call.snapshot == "summary":
         same = (index_of or {}).get(call.same_as or "")
         details.append(f"same graph as #{same}" if same is not None else "same graph as an earlier call")
@@ -176,7 +179,7 @@ class CallsPanel(QWidget):
             # by index: a call nested in another (reentrant checkpointing) finishes, and is stored, first
             for group in group_calls(sorted(trace.calls, key=lambda c: c.index)):
                 call = group[0]
-                head, details = call_parts(call, index_of)
+                head, details = call_parts(call, index_of, trace.cells)
                 details += call_flags(call)
                 tip = call_tooltip(call)
                 if len(group) > 1:
