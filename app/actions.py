@@ -7,6 +7,8 @@ from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import QComboBox, QLabel, QLineEdit, QMenu, QSizePolicy, QToolButton, QWidget
 
 from app.resources import example_scripts, icon
+from widgets.graph_teaching import set_show_slots, set_show_values
+from widgets.storage_export import export_storage_dialog
 
 
 def make_action(w, text: str, slot, shortcut=None, tip: str = "", icon_name: str | None = None,
@@ -52,6 +54,13 @@ def build_actions(w) -> None:
     w.act_sharing = make_action(w, "Show Storage &Sharing", w.graph.set_show_sharing, "Ctrl+Shift+M",
                                 "Link tensors that share memory (same storage) and mark views with their base",
                                 "sharing", checkable=True)
+    w.act_slots = make_action(w, "Show &next_functions Entries", lambda on: set_show_slots(w.graph, on), None,
+                              "Label each edge with its next_functions entry: (node, input_nr)", checkable=True)
+    w.act_export_storage = make_action(w, "Export S&torage View…", lambda: export_storage_dialog(w), None,
+                                       "Save the Storage view of the selected tensor as SVG, PNG or PDF")
+    w.act_values = make_action(w, "Show &Values", lambda on: set_show_values(w.graph, on), "Ctrl+Shift+V",
+                               "Leaves show their data and .grad, edges the gradient they carried, "
+                               "roots the seed gradient", checkable=True)
     s = w.session
     w.act_debug = make_action(w, "&Debug", w.debug_script, "F9",
                               "Run the script and pause at each backward call (or at the breakpoints set "
@@ -74,7 +83,8 @@ def build_actions(w) -> None:
     w.act_show_storage = make_action(w, "S&torage", lambda: w.center.setCurrentWidget(w.storage), "Ctrl+2",
                                      "Show the selected tensor's storage, element by element")
     for action, short in ((w.act_saved, "Saved"), (w.act_shapes, "Shapes"), (w.act_sharing, "Sharing"),
-                          (w.act_fit, "Fit"), (w.act_restart, "Restart"), (w.act_next_call, "Next Call")):
+                          (w.act_values, "Values"), (w.act_fit, "Fit"), (w.act_restart, "Restart"),
+                          (w.act_next_call, "Next Call")):
         action.setIconText(short)
     w.act_quit = make_action(w, "&Quit", w.close, QKeySequence.StandardKey.Quit, "Quit Backprop Studio")
     w.act_about = make_action(w, "&About Backprop Studio", w.about, None, "About")
@@ -115,6 +125,7 @@ def build_toolbar(w) -> None:
     bar.addAction(w.act_saved)
     bar.addAction(w.act_shapes)
     bar.addAction(w.act_sharing)
+    bar.addAction(w.act_values)
     bar.addAction(w.act_fit)
     spacer = QWidget(w)
     spacer.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
@@ -143,6 +154,7 @@ def build_menus(w) -> None:
     file_menu.addMenu(examples_menu(w))
     w.recent_menu = file_menu.addMenu("Open &Recent")
     file_menu.addSeparator()
+    file_menu.addAction(w.act_export_storage)
     file_menu.addAction(w.act_quit)
     view = w.menuBar().addMenu("&View")
     for action in (w.act_fit, w.act_zoom_in, w.act_zoom_out, w.act_find):
@@ -154,6 +166,8 @@ def build_menus(w) -> None:
     view.addAction(w.act_saved)
     view.addAction(w.act_shapes)
     view.addAction(w.act_sharing)
+    view.addAction(w.act_values)
+    view.addAction(w.act_slots)
     view.addSeparator()
     theme_menu = view.addMenu("&Theme")
     group = QActionGroup(w)

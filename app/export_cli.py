@@ -54,6 +54,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--scale", type=float, default=2.0, help="PNG pixels per screen pixel (default 2)")
     p.add_argument("--transparent", action="store_true", help="PNG, SVG and PDF without a background")
     p.add_argument("--shapes", action="store_true", help="write tensor shapes on the edges")
+    p.add_argument("--storage", metavar="NAME",
+                   help="export the Storage view of the tensor the script calls NAME (PNG, SVG or PDF)")
+    p.add_argument("--next-functions", dest="slots", action="store_true",
+                   help="label each edge with its next_functions entry, (node, input_nr)")
+    p.add_argument("--values", action="store_true",
+                   help="show each leaf's data and .grad after the call, and the seed gradient at the root")
     p.add_argument("--saved", action="store_true", help="draw each node's saved tensors")
     p.add_argument("--expand", action="store_true", help="expand every module group (big graphs open collapsed)")
     p.add_argument("--direction", choices=("TB", "LR", "forward"), default="TB",
@@ -134,6 +140,23 @@ def _check_args(args, batch: bool) -> None:
         raise ScriptError("--scale must be positive")
 
 
+def _export_storage(args, script: Path, trace) -> tuple[list[str], list[str]]:
+    """``--storage NAME``: the Storage view of one tensor, in the print look."""
+    from widgets.storage_export import StorageExportError, export_storage
+
+    out = output_path(args.output, script, args.format or "png")
+    fmt = _format(args, out)
+    if fmt not in ("png", "svg", "pdf"):
+        raise ScriptError(f"-o {args.output}: the storage view exports as .png, .svg or .pdf")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        export_storage(trace, args.storage, out, fmt, scale=args.scale)
+    except StorageExportError as exc:
+        raise ScriptError(f"--storage {args.storage}: {exc}") from None
+    warnings = [f"the script raised {trace.error.type}: {trace.error.message}"] if trace.error else []
+    return [f"{out}: storage of {args.storage}"], warnings
+
+
 def _text(template: str | None, script: Path, call: CallInfo) -> str | None:
     if template is None:
         return None
@@ -164,6 +187,8 @@ def _export_one(args, script: Path, batch: bool) -> tuple[list[str], list[str]]:
                          **worker_options(args))
     loader.join()
     trace = result.trace
+    if args.storage:
+        return _export_storage(args, script, trace)
     call, notes, warnings = _pick_call(trace, index)
     if want_steps and not steps:
         raise ScriptError(f"call #{index} ran no backward step to draw (it was never backwarded)")
@@ -190,6 +215,7 @@ def _export_one(args, script: Path, batch: bool) -> tuple[list[str], list[str]]:
     else:
         export_call(call, out, fmt, theme=args.theme, title=title, caption=caption, states=states,
                     edge_texts=edge_texts, collapsed=collapsed, show_saved=args.saved, show_shapes=args.shapes,
+                    values=args.values, slots=args.slots,
                     scale=args.scale, background="transparent" if args.transparent else None,
                     direction=args.direction, page=args.page)
     done = [f"{script}: {n}" for n in notes] + [f"{out}: call #{call.index} ({call.api}), {len(call.nodes)} nodes"]

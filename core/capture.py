@@ -28,8 +28,15 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
+from core.cuts import CutRecorder
+from core.edge_grads import LIMIT as EDGE_GRAD_LIMIT
+from core.edge_grads import EdgeGradRecorder
 from core.memory import saved_tensor_bytes
 from core.names import OP_FRAME, NameTable
+from core.nesting import (
+    grad_states, inside_gradcheck, inside_reentrant_checkpoint, nested_options, saved_by_checkpoint,
+)
+from core.numpy_peers import numpy_peers
 from core.programs import ProgramError, load_program
 from core.snapshot import Snapshotter, grad_fn_of, label_nodes, number_nodes, values_of
 from core.snapshot import root_nodes as shared_root_nodes
@@ -67,11 +74,11 @@ class _CreationMode(TorchFunctionMode):
             ):
                 cap.record_inplace(args[0], name)
             if isinstance(out, torch.Tensor):
-                cap.tag(out, args)
+                cap.tag(out, args, name)
             elif isinstance(out, (tuple, list)):
                 for o in out:
                     if isinstance(o, torch.Tensor):
-                        cap.tag(o, args)
+                        cap.tag(o, args, name)
         return out
 
 
@@ -130,18 +137,29 @@ class Capture:
         self._module_stack: list[int] = []
         self.inplace: dict[int, list[tuple[int, int | None, str]]] = {}
         self.device_error: str | None = None
+        self.cuts = CutRecorder()
+        self._seed = None  # gradient / grad_tensors / grad_outputs of the call being recorded
+        self._extra: dict[int, dict] = {}  # call index -> options known before the call ran
+        self._grad_before: dict[int, dict[str, str]] = {}  # call index -> named leaves' .grad state before it
+        self._nested: dict[int, list[int]] = {}  # call index -> indices of the calls nested in it
+        self._running: list[int] = []  # indices of the calls running now (nested: reentrant checkpointing)
+        self._edge_grads: dict[int, EdgeGradRecorder] = {}  # call index -> hooks recording edge gradients
         self.phase = "forward"
         self.namespace: dict = {}
         self.started = 0.0
         self.hook_call: tuple | None = None  # what ``call_before`` needs while a call_hook runs
 
     # -- creation tagging -------------------------------------------------------------------
-    def tag(self, t: torch.Tensor, args=()) -> None:
+    def tag(self, t: torch.Tensor, args=(), op: str = "") -> None:
         fn = grad_fn_of(t)
         if fn is None:
+            self.cuts.note_free(t, op, args)
             return
         md = fn.metadata
         if "bps_line" not in md:
+            self.cuts.note_inputs(md, args)
+            if saved_by_checkpoint():
+                md["bps_recomputed"] = True
             if self.phase != "forward":
                 # The first node after a backward: the script builds its next graph.
                 self.phase = "forward"
@@ -193,15 +211,17 @@ class Capture:
 
         if self._depth:
             return real()
+        self._seed = gradient
         return self._record("Tensor.backward", [tensor], real, retain_graph, create_graph, inputs)
 
     def _autograd_backward(self, *args, **kwargs):
         def real():
             return _ORIG_BACKWARD(*args, **kwargs)
 
-        if self._depth:
+        if self._depth and not inside_reentrant_checkpoint(sys._getframe(1)):
             return real()
         bound = _bind(_ORIG_BACKWARD, args, kwargs)
+        self._seed = bound.get("grad_tensors")
         return self._record(
             "autograd.backward",
             _as_list(bound.get("tensors")),
@@ -218,6 +238,7 @@ class Capture:
         if self._depth:
             return real()
         bound = _bind(_ORIG_GRAD, args, kwargs)
+        self._seed = bound.get("grad_outputs")
         return self._record(
             "autograd.grad",
             _as_list(bound.get("outputs")),
@@ -232,9 +253,29 @@ class Capture:
         index = self.call_count
         self.call_count += 1
         line = self.names.user_line(sys._getframe(2))
+        # A backward run by reentrant checkpointing inside another call's backward: captured as
+        # its own call, marked as nested in the running one (core.nesting).
+        outer = self._running[-1] if self._running else None
+        seed, self._seed = self._seed, None  # the gradient argument backward starts from (None: ones)
+        within = inside_gradcheck(sys._getframe(2))
+        self._running.append(index)
         self._depth += 1
-        self.tagging = False
+        was_tagging, self.tagging = self.tagging, False
         t0 = time.perf_counter()
+        # Options known before the call, merged in by _after (a stored call is streamed at once).
+        extra: dict = {}
+        if within is not None:
+            extra["within"] = within
+        with torch._C.DisableTorchFunction():
+            seeds = [{k: v for k, v in values_of(g, full_limit=16).__dict__.items()
+                      if v is not None and not (k == "approx" and v is False)}
+                     if isinstance(g, torch.Tensor) else None for g in _as_list(seed)]
+        if any(v is not None for v in seeds):
+            extra["seed"] = seeds
+        if outer is not None:
+            extra.update(nested_options(outer))
+            self._nested.setdefault(outer, []).append(index)
+        self._extra[index] = extra
         try:
             with torch._C.DisableTorchFunction(), paused_gc():
                 snap, nodes, ids, structure, root_ids, input_ids = self._before(roots, inputs, index)
@@ -244,7 +285,7 @@ class Capture:
             error = None
             result = None
             try:
-                if self.call_hook is not None:
+                if self.call_hook is not None and outer is None:
                     self.hook_call = (api, index, line, snap, nodes, ids, structure, root_ids)
                     result = self.call_hook(index=index, api=api, roots=roots, real=real)
                 else:
@@ -258,13 +299,15 @@ class Capture:
                             error, retain_graph, create_graph, t0)
             return result
         finally:
-            self.names.release()
-            self.tagging = True
+            if outer is None:
+                self.names.release()
+            self.tagging = was_tagging
+            self._running.pop()
             self._depth -= 1
 
     def _before(self, roots, inputs, index):
         self.names.refresh(self.names.user_frames(sys._getframe(3)))
-        snap = Snapshotter(self.names.name_of, self.names.module_paths, self.inplace)
+        snap = Snapshotter(self.names.name_of, self.names.module_paths, self.inplace, origin=self.cuts.origin)
         for t in roots:
             if isinstance(t, torch.Tensor):
                 snap.tensor_id(t)
@@ -276,12 +319,19 @@ class Capture:
             if fn is not None and id(fn) in ids:
                 snap.tensor_id(t)
         input_ids = [snap.tensor_id(t) for t in _as_list(inputs) if isinstance(t, torch.Tensor)]
-        for node in snap.walked:
+        order = snap.walked
+        for node in order:
             try:
                 node.metadata["bps_seen"] = index
             except Exception:
                 pass
         roots_ids = [ids[id(n)] for n in root_nodes]
+        self._grad_before[index] = grad_states(order, self.names.name_of)
+        # Edge gradients for small graphs, and in a loop only for the first calls of each structure
+        # (later ones are mostly kept as summaries, and the hooks would slow every epoch).
+        seen = self._structures.get(structure, (None, 0))[1]
+        record = len(nodes) <= EDGE_GRAD_LIMIT and seen < self.keep_first
+        self._edge_grads[index] = EdgeGradRecorder(order if record else [], ids)
         # Previews are taken now, and every reference backward would otherwise free is dropped:
         # the snapshot must not hold activations (device memory) the script does not hold.
         snap.release(ids)
@@ -302,6 +352,8 @@ class Capture:
     def _after(self, api, index, line, snap, nodes, ids, structure, root_ids, input_ids, result, error,
                retain_graph, create_graph, t0):
         tensors = snap.finish_tensors(ids, read_grads=True)
+        recorder = self._edge_grads.pop(index, None)
+        edge_grads = recorder.finish() if recorder is not None else {}
         nodes = label_nodes(nodes, tensors)
         leaf_grads = {}
         options: dict = {"retain_graph": bool(retain_graph) if retain_graph is not None else bool(create_graph),
@@ -322,6 +374,12 @@ class Capture:
                     leaf_grads[t.name] = t.grad.values
         if input_ids:
             options["inputs"] = input_ids
+        if index in self._nested:
+            options["nested"] = self._nested.pop(index)
+        options.update(self._extra.pop(index, {}))
+        before = self._grad_before.pop(index, None)
+        if before:
+            options["grad_before"] = before
         classes = module_classes(nodes, self.names.module_classes)
         if classes:
             options["module_classes"] = classes
@@ -342,6 +400,7 @@ class Capture:
             edge_count=edge_count,
             leaf_grads=leaf_grads,
             duration_s=time.perf_counter() - t0,
+            edge_grads=edge_grads,
         )
         self._store(call)
         self.phase = "between"
@@ -511,7 +570,7 @@ class Capture:
             if id(fn) not in children and id(fn) not in seen:
                 seen.add(id(fn))
                 roots.append(fn)
-        snap = Snapshotter(self.names.name_of, self.names.module_paths)
+        snap = Snapshotter(self.names.name_of, self.names.module_paths, origin=self.cuts.origin)
         nodes, ids, structure = snap.walk(roots)
         for _, t in self.names.named_tensors():
             fn = grad_fn_of(t)
@@ -527,11 +586,11 @@ class Capture:
         ))
 
     def _named_tensor_snapshot(self):
-        snap = Snapshotter(self.names.name_of, self.names.module_paths)
+        snap = Snapshotter(self.names.name_of, self.names.module_paths, origin=self.cuts.origin)
         for _, t in self.names.named_tensors(bound_only=True):
             snap.tensor_id(t)
         tensors = snap.finish_tensors(None)
-        return tensors, snap.finish_storages(tensors)
+        return tensors, numpy_peers(self.namespace, snap.storages, snap.finish_storages(tensors))
 
     def _trace(self, calls, error, source) -> Trace:
         cells = self.program.cells if self.program is not None else []
@@ -561,7 +620,7 @@ class Capture:
 
 def summary_of(call: CallInfo) -> CallInfo:
     """Drop a repeated call's graph, keeping its counts, grads, line and error."""
-    return replace(call, nodes=[], tensors=[], storages=[], roots=[], snapshot="summary")
+    return replace(call, nodes=[], tensors=[], storages=[], roots=[], snapshot="summary", edge_grads={})
 
 
 def capture_script(path: str, device: str = "cpu", mode: str = "auto", on_event=None, **kwargs) -> Trace:

@@ -8,6 +8,7 @@ them apart; the palettes repeat the Qt themes' colours because ``core`` never im
 
 from __future__ import annotations
 
+from core.causes import blamed_nodes
 from core.layout import build_visible, group_info
 from core.step_state import box_states
 from core.trace import CallInfo
@@ -136,7 +137,8 @@ def call_to_dot(
     vis = build_visible(call, frozenset(collapsed or ()), False)
     info = group_info(call)
     states = states or {}
-    failed_call = call.error is not None and not any(n.stale for n in call.nodes)
+    blamed = blamed_nodes(call)
+    failed_call = call.error is not None and blamed is None
     font = _COMMON["font"]
     out = [f"digraph {quote('call_' + str(call.index))} {{"]
     graph = {"rankdir": "TB", "bgcolor": pal["background"], "fontname": font, "fontcolor": pal["text"],
@@ -161,7 +163,7 @@ def call_to_dot(
             node = call.node(vid)
             t = call.tensor(node.variable or node.tensor)
             no_grad = t is not None and not t.requires_grad
-            error = node.stale is not None or failed_call
+            error = node.stale is not None or failed_call or (blamed is not None and node.id in blamed)
         state = box_state.get(vid)
         present[kind if kind in LEGEND_TEXT else "other"] = None
         for flag, key in ((no_grad, "no_grad"), (error, "error"), (state is not None, state)):

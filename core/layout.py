@@ -16,6 +16,7 @@ import logging
 import time
 from dataclasses import dataclass, field, replace
 
+from core.attrs import saved_label, shown_value, tensor_words
 from core.layout_groups import GroupInfo, default_collapsed, group_info, paused_gc  # noqa: F401 - public API
 from core.layout_layered import layered
 from core.trace import CallInfo, NodeInfo
@@ -232,7 +233,12 @@ def _saved_boxes(call: CallInfo, kind: dict[str, str]) -> dict[str, list]:
         for s in n.saved:
             if s.tensor is not None:
                 t = call.tensor(s.tensor)
-                boxes.append((s.name, s.tensor, f"{s.name} {format_shape(t.shape) if t else ''}".strip(), "saved"))
+                text = f"{s.name} = {t.name}" if t is not None and t.name else \
+                    f"{s.name} = {tensor_words(t)}" if t is not None and t.grad_fn_name else \
+                    f"{s.name} {format_shape(t.shape) if t else ''}".strip()
+                boxes.append((s.name, s.tensor, text, "saved"))
+            elif shown_value(s):
+                boxes.append((s.name, None, saved_label(call, s), "value"))
             elif s.freed:
                 boxes.append((s.name, None, f"{s.name} freed", "freed"))
             elif s.value == "stale":

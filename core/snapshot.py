@@ -15,6 +15,8 @@ from typing import Any, Callable
 
 import torch
 
+from core.cuts import cuts_of, hook_names
+from core.edge_marks import edge_marks
 from core.trace import Edge, GradInfo, NodeInfo, Saved, Stale, StorageInfo, TensorInfo, Values, fast_new, with_fields
 
 FULL_VALUES = 1000
@@ -292,8 +294,9 @@ class Snapshotter:
     """Collects nodes, tensors and storages of one snapshot; tensor ids are shared across it."""
 
     def __init__(self, names: Callable[[torch.Tensor], str | None], module_paths: dict[int, str] | None = None,
-                 inplace: dict[int, list] | None = None):
+                 inplace: dict[int, list] | None = None, origin: Callable[[torch.Tensor], str | None] | None = None):
         self.names = names
+        self.origin = origin  # 'detach' / 'no_grad' for tensors cut off the graph (core.cuts)
         self.inplace = inplace or {}
         self.module_paths = module_paths or {}
         self.tensors: dict[int, dict] = {}  # key -> raw fields
@@ -371,6 +374,15 @@ class Snapshotter:
             nbytes=nbytes,
             _grad_fn=grad_fn,
         )
+        if grad_fn is not None and t.output_nr:
+            raw["output_nr"] = t.output_nr  # which output of a multi-output node (unbind, split, max)
+        hooks = t._backward_hooks if t.requires_grad else None
+        if hooks:
+            raw["hooks"] = hook_names(hooks)
+        if self.origin is not None and not t.requires_grad:
+            origin = self.origin(t)
+            if origin is not None:
+                raw["origin"] = origin
         self.tensors[key] = raw
         self._values(raw, "values", t)
         base = t._base
@@ -455,6 +467,7 @@ class Snapshotter:
 
     def _node_info(self, node, ids: dict[int, str]) -> NodeInfo:
         kind = node_kind(node)
+        info_name = node_name(node)
         nxt = [fast_new(Edge, {"node": ids[id(fn)], "input_nr": nr}) if fn is not None else None
                for fn, nr in node.next_functions]
         saved: list[Saved] = []
@@ -487,11 +500,13 @@ class Snapshotter:
         meta = _metadata(node)
         if stale is not None:
             stale = self._stale_culprit(stale, meta.get("bps_storages", ()))
+        cut = cuts_of(nxt, meta.get("bps_cuts"), self.names) if None in nxt else None
+        marks = edge_marks(node, info_name) if kind != "accumulate_grad" else None
         line = meta.get("bps_line")
         module = self.module_paths.get(meta.get("bps_module")) if meta.get("bps_module") is not None else None
         return fast_new(NodeInfo, dict(
             id=ids[id(node)],
-            name=node_name(node),
+            name=info_name,
             kind=kind,
             next=nxt,
             saved=saved,
@@ -501,6 +516,9 @@ class Snapshotter:
             stale=stale,
             device=meta.get("bps_device"),
             inplace=meta.get("bps_inplace"),
+            **({"cuts": cut} if cut else {}),
+            **({"edge_marks": marks} if marks else {}),
+            **({"recomputed": True} if meta.get("bps_recomputed") and saved else {}),
         ))
 
 
@@ -578,9 +596,10 @@ def inherit_origin(nodes: list[NodeInfo]) -> list[NodeInfo]:
     """Nodes made inside C++ ops (the TBackward0 of a Linear) take their consumer's line and module."""
     line: dict[str, int | None] = {n.id: n.line for n in nodes}
     module: dict[str, str | None] = {n.id: n.module for n in nodes}
+    custom = {n.id for n in nodes if n.kind == "custom"}  # Function.apply runs where it is called, not inside
     for n in nodes:  # walk order lists a node before its inputs
         for e in n.next:
-            if e is None:
+            if e is None or e.node in custom:
                 continue
             if line.get(e.node) is None and line[n.id] is not None:
                 line[e.node] = line[n.id]
@@ -601,13 +620,23 @@ def label_nodes(nodes: list[NodeInfo], tensors: list[TensorInfo]) -> list[NodeIn
             if t.grad_fn not in by_node or (t.name and not by_node[t.grad_fn].name):
                 by_node[t.grad_fn] = t
     names = {t.id: t.name for t in tensors}
+    outputs = multi_output_labels(tensors)
     nodes = inherit_origin(nodes)
     out = []
     for n in nodes:
         t = by_node.get(n.id)
         if t is not None:
-            n = with_fields(n, tensor=t.id, label=t.name)
+            n = with_fields(n, tensor=t.id, label=outputs.get(n.id, t.name))
         elif n.variable is not None:
             n = with_fields(n, label=names.get(n.variable))
         out.append(n)
     return out
+
+
+def multi_output_labels(tensors: list[TensorInfo]) -> dict[str, str]:
+    """Node id -> 'values, indices' for nodes that made several named outputs, in output order."""
+    found: dict[str, dict[int, str]] = {}
+    for t in tensors:
+        if t.grad_fn is not None and t.name:
+            found.setdefault(t.grad_fn, {}).setdefault(t.output_nr or 0, t.name)
+    return {nid: ", ".join(by_nr[k] for k in sorted(by_nr)) for nid, by_nr in found.items() if len(by_nr) > 1}

@@ -144,11 +144,7 @@ class StepTracker:
             self.leaf_grads[name] = values
         if node.kind == "accumulate_grad" and node.label in self.leaf_grads:
             # The edge that filled this leaf also shows the accumulated .grad.
-            suffix = f"  \u21d2 .grad {short_values(self.leaf_grads[node.label])}"
-            for parent in self.call.consumers().get(node_id, []):
-                key = (parent, node_id)
-                if key in self.edge_texts:
-                    self.edge_texts[key] = self.edge_texts[key].split("  \u21d2 ")[0] + suffix
+            self.edge_texts.update(_leaf_suffix(self.call, node_id, self.edge_texts, self.leaf_grads[node.label]))
 
     def view(self, pending: dict | None = None) -> StepView:
         states = dict.fromkeys(self.done, "executed")
@@ -169,14 +165,24 @@ def step_texts(call: CallInfo, view: StepView) -> dict[tuple[str, str], str]:
     texts = dict(view.edge_texts)
     if not view.leaf_grads:
         return texts
-    for node in call.nodes:
-        for e in node.next:
-            if e is None or (node.id, e.node) not in texts:
-                continue
-            leaf = call.node(e.node)
-            if leaf is not None and leaf.kind == "accumulate_grad" and leaf.label in view.leaf_grads:
-                texts[(node.id, e.node)] += f"  \u21d2 .grad {short_values(view.leaf_grads[leaf.label])}"
+    for leaf in call.nodes:
+        if leaf.kind == "accumulate_grad" and leaf.label in view.leaf_grads:
+            texts.update(_leaf_suffix(call, leaf.id, texts, view.leaf_grads[leaf.label]))
     return texts
+
+
+def _leaf_suffix(call: CallInfo, leaf_id: str, texts: dict, grad) -> dict[tuple[str, str], str]:
+    """The edges into a leaf, the last one ending in its .grad: "2  \u21d2 .grad 6 + 2 = 8" when the leaf
+    is reached by several edges (their gradients add up), "6  \u21d2 .grad 6" when by one."""
+    keys = [(p, leaf_id) for p in dict.fromkeys(call.consumers().get(leaf_id, [])) if (p, leaf_id) in texts]
+    if not keys:
+        return {}
+    bases = [texts[k].split("  \u21d2 ")[0] for k in keys]
+    out = dict(zip(keys, bases))
+    total = short_values(grad)
+    out[keys[-1]] = bases[-1] + (f"  \u21d2 .grad {' + '.join(bases)} = {total}" if len(keys) > 1
+                                 else f"  \u21d2 .grad {total}")
+    return out
 
 
 def box_states(states: dict[str, str], members: dict[str, str], counts: dict[str, int]) -> dict[str, str]:

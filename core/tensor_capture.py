@@ -19,6 +19,7 @@ from types import FrameType
 import torch
 from torch.overrides import TorchFunctionMode
 
+from core.cuts import CutRecorder
 from core.names import NameTable
 from core.snapshot import Snapshotter, label_nodes
 from core.trace import CallInfo, Trace
@@ -85,6 +86,7 @@ class LineTags(TorchFunctionMode):
     def __init__(self, filename: str):
         super().__init__()
         self.filename = filename
+        self.cuts = CutRecorder()  # why an input needs no gradient, as a traced run notes it
 
     def __torch_function__(self, func, types_, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -98,7 +100,10 @@ class LineTags(TorchFunctionMode):
             frame = frame.f_back
         for o in outs:
             fn = o.grad_fn if isinstance(o, torch.Tensor) else None
+            if fn is None and isinstance(o, torch.Tensor):
+                self.cuts.note_free(o, getattr(func, "__name__", ""), args)
             if fn is not None and "bps_line" not in fn.metadata:
+                self.cuts.note_inputs(fn.metadata, args)
                 fn.metadata["bps_line"] = line
                 fn.metadata["bps_device"] = str(o.device)
         return out

@@ -79,6 +79,9 @@ class TensorInfo:
     grad_fn_name: str | None = None
     element_size: int = 4
     nbytes: int = 0
+    origin: str | None = None  # "detach" / "no_grad": how a tensor without grad was cut off the graph
+    output_nr: int | None = None  # which output of its grad_fn it is, when not the first (unbind, split)
+    hooks: list | None = None  # Tensor.register_hook functions on it, as "name (line N)"; drawn on its node
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,14 @@ class NodeInfo:
     stale: Stale | None = None
     device: str | None = None  # device of the output of the op that created the node
     inplace: str | None = None  # the in-place op that created the node (e.g. "mul_")
+    # One entry per None in ``next``: {"input": position, "cause": "constant" | "detach" | "no_grad" |
+    # "number" | None, "name": the script's name or None, "value": short text}. Drives the cut stubs.
+    cuts: list | None = None
+    # Edges where the gradient is summed to a broadcast input's shape or cast to another dtype:
+    # {"input": position, "sum": [from shape, to shape], "dtype": [from, to]} (either key may be absent).
+    edge_marks: list | None = None
+    # Made under non-reentrant checkpointing: its saved tensors are recomputed when backward needs them.
+    recomputed: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -128,6 +139,9 @@ class StorageInfo:
     nbytes: int
     device: str
     tensors: list[str]
+    # NumPy arrays of the script on this memory (torch.from_numpy, .numpy()): {"name", "shape",
+    # "strides" and "offset" in elements, "dtype"}. Listed by the storage view.
+    numpy: list | None = None
 
 
 @dataclass(frozen=True)
@@ -151,6 +165,9 @@ class CallInfo:
     edge_count: int = 0
     leaf_grads: dict = field(default_factory=dict)  # leaf name -> Values after the call
     duration_s: float = 0.0
+    # Graphs up to 300 nodes: node id -> one GradInfo (or None) per ``next`` entry, the gradient that
+    # node sent along that edge in this call. Drives values on edges and "6 + 2 = 8" at leaves.
+    edge_grads: dict = field(default_factory=dict)
 
     def node(self, node_id: str) -> NodeInfo | None:
         return self.node_map().get(node_id)
@@ -269,7 +286,8 @@ class Trace:
 
 
 # Optional keys written only when set: keeps 5,000-node traces small.
-_SPARSE_KEYS = frozenset(("sample", "min", "max", "mean", "tensor", "value", "freed", "approx"))
+_SPARSE_KEYS = frozenset(("sample", "min", "max", "mean", "tensor", "value", "freed", "approx", "origin", "cuts",
+                          "edge_marks", "hooks", "recomputed", "numpy", "output_nr"))
 
 
 @contextmanager
@@ -453,6 +471,7 @@ class _Reader:
                 "storages": lambda v, q: self.lst(self.storage, v, q),
                 "error": self.error,
                 "leaf_grads": self.value_map,
+                "edge_grads": self.grad_lists,
             },
         )
         ids = {n.id for n in c.nodes}
@@ -481,6 +500,12 @@ class _Reader:
         if not isinstance(d, dict):
             self.fail(p, f"expected an object, got {type(d).__name__}")
         return {k: self.values(v, f"{p}.{k}") for k, v in d.items()}
+
+    def grad_lists(self, d, p):
+        if not isinstance(d, dict):
+            self.fail(p, f"expected an object, got {type(d).__name__}")
+        return {k: self.lst(lambda v, q: None if v is None else self.grad(v, q), v, f"{p}.{k}")
+                for k, v in d.items()}
 
     def memory(self, d, p):
         return self.obj(MemorySample, d, p)

@@ -292,6 +292,119 @@ EXPECTATIONS = {
         "error": None,
         "final": {"loss": (0.1695, 0.01), "accuracy": (0.983, 0.02)},
     },
+    "14_checkpointing.py": {
+        "calls": [
+            {  # call #1, nested: run by CheckpointFunctionBackward inside call #0 on the recomputed
+                # block; it finishes first, so it is stored first
+                "api": "autograd.backward",
+                "root": "ReluBackward0",
+                "node_names": ["AccumulateGrad", "AccumulateGrad", "AccumulateGrad", "AddmmBackward0",
+                               "ReluBackward0", "TBackward0"],
+                "line": 24,
+                "leaf_grads": {"layer1.bias": [0.181609, 0.830388, 0.0, 0.0]},
+                "grad_tol": 1e-5,
+            },
+            {
+                "api": "Tensor.backward",
+                "root": "SumBackward0",
+                "node_names": ["AccumulateGrad", "AccumulateGrad", "AccumulateGrad", "AddmmBackward0",
+                               "CheckpointFunctionBackward", "SumBackward0", "TBackward0"],
+                "line": 24,
+                "leaf_grads": {"layer2.bias": 2.0, "layer2.weight": [0.940697, 1.128237, 0.0, 0.0]},
+                "grad_tol": 1e-5,
+            },
+            {
+                "api": "Tensor.backward",
+                "root": "SumBackward0",
+                "node_names": ["AccumulateGrad", "AccumulateGrad", "AccumulateGrad", "AccumulateGrad",
+                               "AccumulateGrad", "AddmmBackward0", "AddmmBackward0", "ReluBackward0",
+                               "SumBackward0", "TBackward0", "TBackward0"],
+                "line": 30,
+                "leaf_grads": {"layer1.bias": [0.181609, 0.830388, 0.0, 0.0], "layer2.bias": 4.0},
+                "grad_tol": 1e-5,
+            },
+        ],
+        "call_count": 3,
+        "error": None,
+    },
+    "15_hooks.py": {
+        "calls": [
+            {
+                "api": "Tensor.backward",
+                "root": "AddBackward0",
+                "node_names": ["AccumulateGrad", "AccumulateGrad", "AccumulateGrad", "AccumulateGrad",
+                               "AddBackward0", "AddmmBackward0", "BackwardHookFunctionBackward",
+                               "BackwardHookFunctionBackward", "MulBackward0", "SumBackward0", "TBackward0"],
+                "line": 23,
+                "leaf_grads": {"x": 12.0, "layer.bias": 1.0, "layer.weight": [1.0, 1.0]},
+            }
+        ],
+        "call_count": 1,
+        "error": None,
+    },
+    "16_requires_grad_propagation.py": {
+        "calls": [
+            {
+                "api": "Tensor.backward",
+                "root": "AddBackward0",
+                "node_names": ["AccumulateGrad", "AccumulateGrad", "AddBackward0", "MulBackward0", "SumBackward0"],
+                "line": 16,
+                "leaf_grads": {"a": [3.0, 4.0], "b": [1.0, 2.0]},
+            }
+        ],
+        "call_count": 1,
+        "error": None,
+    },
+    "17_why_grad_is_none.py": {
+        "calls": [
+            {
+                "api": "Tensor.backward",
+                "root": "SumBackward0",
+                "node_names": ["AccumulateGrad", "AddBackward0", "MulBackward0", "MulBackward0", "SumBackward0"],
+                "line": 16,
+                "leaf_grads": {"x": [2.0, 2.0], "w": None},
+            }
+        ],
+        "call_count": 1,
+        "error": None,
+    },
+    "18_inplace_on_leaf.py": {
+        "calls": [
+            {
+                "api": "Tensor.backward",
+                "root": "SumBackward0",
+                "node_names": ["AccumulateGrad", "MulBackward0", "SumBackward0"],
+                "line": 14,
+                "leaf_grads": {"x": [4.0, 6.0]},
+            }
+        ],
+        "call_count": 1,
+        "error": {"type": "RuntimeError", "message": "a leaf Variable that requires grad is being used in an "
+                  "in-place operation", "line": 17},
+    },
+    "19_backward_needs_a_scalar.py": {
+        "calls": [
+            {
+                "api": "Tensor.backward",
+                "root": "MeanBackward1",
+                "node_names": ["AccumulateGrad", "MeanBackward1"],
+                "line": 10,
+                "leaf_grads": {"x": [1 / 3] * 6},
+                "grad_tol": 1e-6,
+            },
+            {
+                "api": "Tensor.backward",
+                "root": "MeanBackward1",
+                "node_names": ["AccumulateGrad", "MeanBackward1"],
+                "line": 15,
+                "leaf_grads": {"x": None},
+                "raised": "RuntimeError",
+            },
+        ],
+        "call_count": 2,
+        "error": {"type": "RuntimeError", "message": "grad can be implicitly created only for scalar outputs",
+                  "line": 15},
+    },
     "20_views_and_strides.py": {
         "calls": [],
         "call_count": 0,
@@ -394,6 +507,40 @@ EXPECTATIONS = {
         ],
         "call_count": 2,
         "error": {"type": "RuntimeError", "message": "modified by an inplace operation", "line": 17},
+    },
+    "26_device_mismatch.py": {
+        "calls": [],
+        "call_count": 0,
+        "error": {"type": "RuntimeError", "message": "Tensor on device cpu is not on the expected device meta",
+                  "line": 16},
+    },
+    "27_dtype_promotion.py": {
+        "calls": [
+            {
+                "api": "Tensor.backward",
+                "root": "SumBackward0",
+                "node_names": ["AccumulateGrad", "AccumulateGrad", "MulBackward0", "MulBackward0", "SumBackward0"],
+                "line": 13,
+                "leaf_grads": {"w": [1.5, 1.0], "scale": [3.0, 8.0]},
+            }
+        ],
+        "call_count": 1,
+        "error": None,
+    },
+    "28_broadcasting_backward.py": {
+        "calls": [
+            {
+                "api": "Tensor.backward",
+                "root": "SumBackward0",
+                "node_names": ["AccumulateGrad", "AccumulateGrad", "AccumulateGrad", "AddBackward0", "MmBackward0",
+                               "MulBackward0", "SumBackward0"],
+                "line": 13,
+                "leaf_grads": {"b": [8.0, 8.0, 8.0], "s": 86.4, "w": [[8.0, 8.0, 8.0], [8.0, 8.0, 8.0]]},
+                "grad_tol": 1e-4,
+            }
+        ],
+        "call_count": 1,
+        "error": None,
     },
     "30_graph_leak.py": {
         "calls": [

@@ -221,7 +221,7 @@ def test_non_convex_group_gets_no_frame_and_collapses_without_cycles_breaking_la
 def test_saved_tensor_boxes_sit_beside_their_node():
     lay = layout_call(mul_call(), show_saved=True)
     mul = lay.nodes["n0"]
-    assert [(s.node, s.name, s.label) for s in lay.saved] == [("n0", "other", "other [3]"), ("n0", "self", "self [3]")]
+    assert [(s.node, s.name, s.label) for s in lay.saved] == [("n0", "other", "other = b"), ("n0", "self", "self = a")]
     for s in lay.saved:
         assert s.x >= mul.x + mul.w and s.y >= mul.y - 10 and s.y + s.h <= mul.y + mul.h + 10
     assert overlaps(node_boxes(lay)) == []

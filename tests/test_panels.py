@@ -222,7 +222,7 @@ def test_inspector_tensor_shows_stride_and_grad(qtbot):
         panel.show_tensor(call, "t0")
         panel.browser.anchorClicked.emit(QUrl("node:n0"))
     assert blocker.args == ["n0"]
-    assert "non-leaf tensors keep no .grad unless retain_grad() is called" in panel.text()
+    assert "not a leaf: autograd keeps .grad only for leaves" in panel.text()
 
 
 def test_inspector_grad_hints_and_big_tensor(qtbot):
@@ -230,7 +230,7 @@ def test_inspector_grad_hints_and_big_tensor(qtbot):
     qtbot.addWidget(panel)
     panel.show_tensor(mul_call(), "t5")
     text = panel.text()
-    assert ".grad is None: this tensor was not reached by backward yet" in text
+    assert "unused: this call's graph never reaches it" in text
     assert "first 4 of 524,288" in text and "2.0 MiB" in text
 
 

@@ -10,6 +10,7 @@ from PySide6.QtWidgets import (
     QListWidget, QListWidgetItem, QStyle, QStyledItemDelegate, QStyleOptionViewItem, QVBoxLayout, QWidget,
 )
 
+from core.call_notes import call_flags, grad_history, group_calls
 from core.notebook import where as line_where
 from core.trace import CallInfo, Trace
 
@@ -174,14 +175,33 @@ class CallsPanel(QWidget):
                 return
             index_of = {c.id: c.index for c in trace.calls}
             self._index_of = index_of
-            for call in trace.calls:
+            history = grad_history(trace)
+            # by index: a call nested in another (reentrant checkpointing) finishes, and is stored, first
+            for group in group_calls(sorted(trace.calls, key=lambda c: c.index)):
+                call = group[0]
                 head, details = call_parts(call, index_of, trace.cells)
+                details += call_flags(call)
+                tip = call_tooltip(call)
+                if len(group) > 1:
+                    within = call.options.get("within", "gradcheck")
+                    head = f"#{call.index}–#{group[-1].index} {within}"
+                    details = [f"line {call.line}" if call.line else "", f"{len(group)} calls inside "
+                               f"torch.autograd.{within}"]
+                    tip = (f"torch.autograd.{within} ran backward {len(group)} times to compare analytical and "
+                           f"numerical gradients; the first of its calls is shown.")
+                lines = history.get(call.id, [])
+                if lines:
+                    tip += "\n\n" + "\n".join(lines)
+                    if any(line.startswith("↺") for line in lines):
+                        tip += "\n↺: the script reset .grad since the previous call (zero_grad() or .grad = None)"
+                    details.append("; ".join(lines[:2]))
+                details = [d for d in details if d]
                 item = QListWidgetItem(" · ".join([head, *details]))
                 item.setData(CALL_ID_ROLE, call.id)
                 item.setData(STATE_ROLE, call_state(call))
                 item.setData(HEAD_ROLE, head)
                 item.setData(DETAIL_ROLE, " · ".join(details))
-                item.setToolTip(call_tooltip(call))
+                item.setToolTip(tip)
                 self.list.addItem(item)
             if trace.call_count > len(trace.calls):
                 self._add_note(f"{trace.call_count} calls in total, {len(trace.calls)} kept",

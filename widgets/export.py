@@ -316,7 +316,7 @@ def save_json(call: CallInfo, path, trace: Trace | None = None) -> Path:
 
 @contextmanager
 def offscreen_view(call: CallInfo, *, theme="print", collapsed=None, show_saved=False, show_shapes=False,
-                   states=None, edge_texts=None, direction: str = "TB"):
+                   states=None, edge_texts=None, direction: str = "TB", values=False, slots=False):
     """A GraphView that is never shown, holding ``call`` laid out with the given state; with
     ``collapsed`` None, folded as the view opens it (big graphs: the readable overview)."""
     ensure_app()
@@ -331,6 +331,11 @@ def offscreen_view(call: CallInfo, *, theme="print", collapsed=None, show_saved=
         view.set_call(call, sync=True, collapsed=None if collapsed is None else frozenset(collapsed))
         if show_shapes:
             view.set_show_shapes(True)
+        if values or slots:
+            from widgets.graph_teaching import set_show_slots, set_show_values
+
+            set_show_values(view, values)
+            set_show_slots(view, slots)
         if states:
             view.set_node_states(states)
         if edge_texts:
@@ -345,7 +350,8 @@ def offscreen_view(call: CallInfo, *, theme="print", collapsed=None, show_saved=
 def export_call(call: CallInfo, path, fmt: str | None = None, *, theme: str = "print", title=None, caption=None,
                 states=None, edge_texts=None, collapsed=None, show_saved=False, show_shapes=False,
                 scale: float = 2.0, background: str | None = None, trace: Trace | None = None,
-                direction: str = "TB", page: str | None = None, fold: bool | None = None) -> Path:
+                direction: str = "TB", page: str | None = None, fold: bool | None = None,
+                values=False, slots=False) -> Path:
     """Export one call without a window. ``background`` None is the theme's (white in print);
     ``collapsed`` None collapses big graphs as the view does; ``direction`` "TB", "LR" or
     "forward"; ``page`` fits a slide or paper page ("16:9", "4:3", "A4", "Letter", see
@@ -362,7 +368,8 @@ def export_call(call: CallInfo, path, fmt: str | None = None, *, theme: str = "p
                                           edge_texts=edge_texts, theme=theme), encoding="utf-8")
         return Path(path)
     with offscreen_view(call, theme=theme, collapsed=collapsed, show_saved=show_saved, show_shapes=show_shapes,
-                        states=states, edge_texts=edge_texts, direction=direction) as view:
+                        states=states, edge_texts=edge_texts, direction=direction, values=values,
+                        slots=slots) as view:
         opts = dict(title=title, caption=caption, background=background)
         if page is not None:
             from widgets.export_page import plan_page

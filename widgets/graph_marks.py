@@ -19,6 +19,7 @@ from core import anatomy
 from core.layout import Layout
 from core.trace import CallInfo
 from widgets.graph_items import MIN_TEXT_PX, EdgeItem, NodeItem, SavedItem, color, font
+from widgets.graph_teaching import teaching_items
 from widgets.graph_links import LinkEnd, Obstacles, label_spot, link_route, rect_tuple, route_path, spanning_pairs
 from widgets.theme import Theme
 
@@ -415,6 +416,9 @@ class MarksMixin:
         self.marks = build_marks(
             scene, self._call, self._layout, *items, self._theme, sharing=self._show_sharing, show=self._detail
         )
+        self.marks.tags.extend(teaching_items(self._call, self._layout, self._theme, scene=scene, show=self._detail,
+                                              values=getattr(self, "_show_values", False),
+                                              slots=getattr(self, "_show_slots", False)))
         rect = self.marks.bounds()
         scene.setSceneRect(self._base_rect.united(rect.adjusted(-6, -6, 6, 6)) if rect.isValid() else self._base_rect)
 

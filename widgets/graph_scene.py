@@ -14,6 +14,7 @@ from PySide6.QtGui import QFontMetricsF
 from PySide6.QtWidgets import QGraphicsScene, QGraphicsSimpleTextItem
 
 from core.anatomy import stale_tip
+from core.causes import blamed_nodes
 from core.layout import Layout, default_collapsed, format_shape, group_info, layout_call, node_label
 from core.layout_open import opening_layout
 from core.layout import paused_gc
@@ -112,7 +113,8 @@ def _add(scene: QGraphicsScene, item, show: bool) -> None:
 
 def node_styles(call: CallInfo, box_ids) -> dict[str, NodeStyle]:
     """Style of each drawn box. When a call raised and no node is to blame, all its nodes are marked."""
-    failed_call = call.error is not None and not any(m.stale for m in call.nodes)
+    blamed = blamed_nodes(call)
+    failed_call = call.error is not None and blamed is None
     out = {}
     for box_id in box_ids:
         if box_id.startswith("group:"):
@@ -123,7 +125,8 @@ def node_styles(call: CallInfo, box_ids) -> dict[str, NodeStyle]:
         t = call.tensor(n.variable or n.tensor)
         no_grad = t is not None and not t.requires_grad
         stale = n.stale is not None
-        out[box_id] = NodeStyle(shape, no_grad, t is not None and t.retains_grad, stale or failed_call, stale)
+        error = stale or failed_call or (blamed is not None and n.id in blamed)
+        out[box_id] = NodeStyle(shape, no_grad, t is not None and t.retains_grad, error, stale)
     return out
 
 

@@ -15,6 +15,10 @@ from PySide6.QtCore import QEvent, QUrl, Signal
 from PySide6.QtGui import QColor, QFontDatabase, QPalette
 from PySide6.QtWidgets import QTextBrowser, QVBoxLayout, QWidget
 
+from core.attrs import decoded_text, script_names
+from core.causes import cut_text, grad_none_cause, hook_tips
+from core.edge_marks_text import edge_mark_tip, mark_text
+from core.formulas import formula_for, formula_lines
 from core.notebook import where as line_where
 from core.storage_map import contiguity as is_contiguous
 from core.trace import CallInfo, NodeInfo, Stale, TensorInfo, Values
@@ -270,7 +274,7 @@ class InspectorPanel(QWidget):
         t = (table or {}).get(tid) or (call.tensor(tid) if call else None)
         if t is None:
             return f"<a href='tensor:{html.escape(tid)}'>{html.escape(tid)}</a>"
-        name = html.escape(t.name or tid)
+        name = html.escape(t.name or (f"output of {t.grad_fn_name}" if t.grad_fn_name else tid))
         shape = ", ".join(str(s) for s in t.shape)
         return (f"<a href='tensor:{html.escape(tid)}'><b>{name}</b></a> "
                 f"<span class='muted'>[{shape}] {html.escape(t.dtype)}</span>")
@@ -289,7 +293,9 @@ class InspectorPanel(QWidget):
 
     def _node_html(self, call: CallInfo, node: NodeInfo) -> str:
         subtitle = [f"<span class='badge'>&nbsp;{html.escape(node.kind)}&nbsp;</span>"]
-        if node.label:
+        if node.label and node.kind == "accumulate_grad":
+            subtitle.append(f"accumulates into <code>{html.escape(node.label)}.grad</code>")
+        elif node.label:
             subtitle.append(f"creates <code>{html.escape(node.label)}</code>")
         if node.line:
             subtitle.append(html.escape(line_where(self.cells, node.line)))
@@ -314,16 +320,36 @@ class InspectorPanel(QWidget):
         rows.append(("id", f"<code>{html.escape(node.id)}</code>"))
         parts.append(self._rows(rows))
 
+        notes = hook_tips(call, node)
+        if notes:
+            parts.append(self._section("Hooks and checkpointing"))
+            parts.append("<p style='margin-top: 4px'>" + "<br>".join(html.escape(n) for n in notes) + "</p>")
+        for mark in node.edge_marks or ():
+            parts.append(f"<p class='hint'>input {mark['input']}: {html.escape(mark_text(mark))} · "
+                         f"{html.escape(edge_mark_tip(mark))}</p>")
+
         if node.kind == "accumulate_grad" or node.variable:
-            parts.append(self._section("Variable", "the leaf whose .grad this node fills"))
+            parts.append(self._section("Variable", "the leaf whose .grad this node accumulates into"))
             parts.append(self._rows([("variable", self._tensor_link(call, None, node.variable))]))
 
+        lines = formula_lines(node.name, *script_names(call, node))
+        if lines:
+            formula = formula_for(node.name)
+            parts.append(self._section("Local derivative", "what this node computes from the gradient it gets "
+                                       "(grad) and what forward saved"))
+            parts.append(self._code("\n".join(lines)))
+            if formula.note:
+                parts.append(f"<p class='hint' style='margin-top: 2px'>{html.escape(formula.note)}</p>")
+
         parts.append(self._section("Next functions", "where the gradient flows next, one per input"))
+        cuts = {c["input"]: c for c in node.cuts or ()}
         if node.next:
             rows = []
             for i, edge in enumerate(node.next):
                 if edge is None:
-                    rows.append((f"input {i}", "<span class='muted'>None: this input needs no gradient</span>"))
+                    cut = cuts.get(i)
+                    why = html.escape(cut_text(cut)) if cut else "this input needs no gradient"
+                    rows.append((f"input {i}", f"<span class='muted'>None: {why}</span>"))
                 else:
                     slot = f" <span class='muted'>· input_nr {edge.input_nr}</span>" if edge.input_nr else ""
                     rows.append((f"input {i}", self._node_link(call, edge.node) + slot))
@@ -346,9 +372,9 @@ class InspectorPanel(QWidget):
                              "(retain_graph=True keeps it)</span>")
                 elif saved.tensor is not None:
                     value = self._tensor_link(call, None, saved.tensor)
+                    value = "= " + value
                 else:
-                    shown = format_number(saved.value) if isinstance(saved.value, float) else repr(saved.value)
-                    value = f"<code>{html.escape(shown)}</code>"
+                    value = f"= <code>{html.escape(decoded_text(saved.name, saved.value))}</code>"
                 rows.append((saved.name, value))
             parts.append(self._rows(rows))
         return "".join(parts)
@@ -360,6 +386,8 @@ class InspectorPanel(QWidget):
             flags.append("requires grad")
         if t.is_view:
             flags.append("view")
+        if t.origin:
+            flags.append("detached" if t.origin == "detach" else "made under no_grad")
         title = html.escape(t.name) if t.name else "<span class='muted'>unnamed tensor</span>"
         parts = [f"<p class='title'>{title}</p>",
                  f"<p><span class='badge'>&nbsp;{html.escape(t.dtype)}&nbsp;</span> "
@@ -404,6 +432,13 @@ class InspectorPanel(QWidget):
             ("element size", f"{t.element_size} bytes"), ("nbytes", format_bytes(t.nbytes)),
         ]))
 
+        if t.hooks:
+            parts.append(self._section("Hooks", "Tensor.register_hook: each runs on this tensor's gradient and "
+                                       "may replace it"))
+            parts.append(self._rows([(f"hook {i}", f"<code>{html.escape(h)}</code>") for i, h in enumerate(t.hooks)]))
+        if t.origin:
+            parts.append(f"<p class='hint'>{html.escape(grad_none_cause(t))}</p>")
+
         parts.append(self._section("Value", f"{t.values.numel:,} element" + ("" if t.values.numel == 1 else "s")))
         parts.append(self._code(format_values(t.values, t.shape, t.dtype)))
         parts.append(self._section(".grad"))
@@ -411,15 +446,6 @@ class InspectorPanel(QWidget):
             parts.append(self._code(format_values(t.grad.values, t.grad.shape, t.dtype)))
         else:
             parts.append(f"<p style='margin-top: 4px'><code>None</code><br>"
-                         f"<span class='muted'>{html.escape(self._grad_hint(t))}</span></p>")
+                         f"<span class='muted'>{html.escape(grad_none_cause(t, call))}</span></p>")
         return "".join(parts)
 
-    @staticmethod
-    def _grad_hint(t: TensorInfo) -> str:
-        if not t.requires_grad:
-            return "requires_grad is False, so autograd computes no gradient for it"
-        if t.is_leaf:
-            return ".grad is None: this tensor was not reached by backward yet"
-        if t.retains_grad:
-            return "retain_grad() was called, but backward has not reached it yet"
-        return "non-leaf tensors keep no .grad unless retain_grad() is called"

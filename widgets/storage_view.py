@@ -26,6 +26,7 @@ from core.storage_map import (
     StorageGrid, StoragePicture, cell_description, contiguity, hops_shown, index_text, shape_text, sharing,
     storage_picture, stride_sentence, stride_text, tensor_label, tensor_table,
 )
+from core.storage_peers import numpy_rows, shared_caption
 from core.trace import StorageInfo, TensorInfo
 from widgets.inspector import format_bytes, format_number
 
@@ -383,6 +384,10 @@ class StorageView(QWidget):
         self._state = (table, tensor_id, list(storages or []))
         self._render()
 
+    def state(self) -> tuple:
+        """(tensor table, shown tensor id, storages): enough to show the same thing elsewhere."""
+        return self._state
+
     def tensor_id(self) -> str | None:
         """The shown tensor's id, or None."""
         return self._state[1] if self._state is not None else None
@@ -475,13 +480,17 @@ class StorageView(QWidget):
     def _fill_shared(self, table: dict[str, TensorInfo], tensor_id: str) -> None:
         self.shared.clear()
         rows = sharing(table, tensor_id)
+        peers = numpy_rows(self._state[2] if self._state else [], table[tensor_id].storage)
         self.shared_label.show()
-        self.shared.setVisible(bool(rows))
-        if not rows:
+        self.shared.setVisible(bool(rows or peers))
+        if not rows and not peers:
             self.shared_label.setText("No other captured tensor uses this storage.")
             return
-        self.shared_label.setText(f"Same storage: {len(rows)} other tensor{'' if len(rows) == 1 else 's'} "
-                                  "(click one to show it)")
+        self.shared_label.setText(shared_caption(len(rows), len(peers)))
+        for cells, tip in peers:
+            item = QTreeWidgetItem(cells)
+            item.setToolTip(0, tip)
+            self.shared.addTopLevelItem(item)
         for other, relation in rows:
             item = QTreeWidgetItem([tensor_label(other), relation, shape_text(other.shape),
                                     stride_text(other.stride), str(other.storage_offset)])

@@ -1,0 +1,31 @@
+# Gradient checkpointing: trade compute for memory
+# torch.utils.checkpoint keeps no activations of the checkpointed function; backward runs it again.
+# use_reentrant=True: the graph shows one CheckpointFunctionBackward node, which reruns `block` and calls
+#   backward on that recomputed graph from inside the running backward (a nested call: #1 inside #0).
+#   layer1's grads come from that nested call.
+# use_reentrant=False: an ordinary-looking graph, but its saved tensors are dropped after forward and
+#   recomputed when backward needs them (marked "saved tensors recomputed").
+# Both give exactly the grads of the plain model.
+import torch
+from torch.utils.checkpoint import checkpoint
+
+torch.manual_seed(0)
+layer1 = torch.nn.Linear(4, 4)
+layer2 = torch.nn.Linear(4, 1)
+x = torch.randn(2, 4, requires_grad=True)
+
+
+def block(t):
+    return torch.relu(layer1(t))
+
+
+hidden = checkpoint(block, x, use_reentrant=True)
+loss = layer2(hidden).sum()
+loss.backward()  # calls #0 and, nested inside it, #1
+print("layer1.weight.grad (reentrant):", layer1.weight.grad)
+
+layer1.zero_grad()
+hidden2 = checkpoint(block, x, use_reentrant=False)
+loss2 = layer2(hidden2).sum()
+loss2.backward()  # call #2
+print("layer1.weight.grad (non-reentrant):", layer1.weight.grad)
