@@ -98,7 +98,8 @@ class Capture:
         self._module_stack: list[int] = []
         self.inplace: dict[int, list[tuple[int, int | None, str]]] = {}
         self.device_error: str | None = None
-        self.phase = "forward"
+        self.phase = "starting"  # the first op of the script emits "forward"
+        self.on_node: Callable[[Any], None] | None = None  # each new graph node, as the forward pass makes it
         self.namespace: dict = {}
         self.started = 0.0
 
@@ -120,6 +121,8 @@ class Capture:
             # is what makes a saved tensor of this node stale.
             md["bps_storages"] = tuple(_storage_ptr(a) for a in (*args, t) if isinstance(a, torch.Tensor))
             md["bps_device"] = str(t.device)
+            if self.on_node is not None:
+                self.on_node(fn)
 
     def record_inplace(self, t: torch.Tensor, op: str) -> None:
         """Remember each in-place op (version after it, line, name) per storage."""
@@ -346,11 +349,15 @@ class Capture:
 
     def live_saved_bytes(self) -> int:
         """Bytes held by saved tensors of every graph the script can still reach."""
-        from core.memory import saved_tensor_bytes
+        return sum(self.live_saved_storages().values())
+
+    def live_saved_storages(self) -> dict:
+        """The storages (key -> bytes) held by saved tensors of every graph the script can still reach."""
+        from core.memory import saved_storages
 
         with torch._C.DisableTorchFunction():
             roots = self.names.graph_roots(self.names.user_frames(sys._getframe(1)))
-            return saved_tensor_bytes(roots)
+            return saved_storages(roots)
 
     def run(self) -> Trace:
         self.started = self.started or time.perf_counter()

@@ -35,11 +35,12 @@ from core.trace import MemorySample
 
 log = logging.getLogger(__name__)
 
-PHASES = ("forward", "backward", "between")
+PHASES = ("starting", "forward", "backward", "between")
 DEFAULT_RATE_HZ = 50.0
 BATCH_INTERVAL_S = 0.1
 SAVED_INTERVAL_S = 0.05
 SAVED_DUTY = 20  # tick() waits 20x as long as its last walk took: <= 5% overhead
+OP_INTERVAL_S = 0.0002  # at most one sample per 0.2 ms from the ops of a forward pass
 MAX_SAMPLES = 200_000
 
 
@@ -179,6 +180,29 @@ def _storages_of(value, tensor_type, out: dict) -> None:
                 _storages_of(v, tensor_type, out)
 
 
+def node_storages(node, tensor_type=None) -> dict:
+    """The distinct storages one node's saved tensors hold: ``data_ptr`` (``(device, data_ptr)``
+    off the CPU) -> nbytes. Cheap (a few microseconds): the per-op accounting of a forward pass uses it."""
+    if tensor_type is None:
+        import torch
+
+        tensor_type = torch.Tensor
+    storages: dict = {}
+    for attr in _raw_saved_names(node):
+        try:
+            raw = getattr(node, attr)
+        except Exception:  # a custom Function's saved tensors after its backward
+            continue
+        for saved in raw if isinstance(raw, (tuple, list)) else (raw,):
+            try:
+                data = saved.data
+            except Exception:
+                continue
+            if data is not None:
+                _storages_of(data, tensor_type, storages)
+    return storages
+
+
 def _walk_saved(roots: Iterable) -> tuple[list, list[dict]]:
     """Nodes reachable from ``roots`` in Snapshotter's DFS preorder, each with the distinct
     storages its saved tensors hold: ``data_ptr`` (``(device, data_ptr)`` off the CPU) -> nbytes.
@@ -197,24 +221,19 @@ def _walk_saved(roots: Iterable) -> tuple[list, list[dict]]:
     try:
         order, _ = number_nodes(root_nodes(roots))
         for node in order:
-            storages: dict = {}
-            for attr in _raw_saved_names(node):
-                try:
-                    raw = getattr(node, attr)
-                except Exception:  # a custom Function's saved tensors after its backward
-                    continue
-                for saved in raw if isinstance(raw, (tuple, list)) else (raw,):
-                    try:
-                        data = saved.data
-                    except Exception:
-                        continue
-                    if data is not None:
-                        _storages_of(data, tensor_type, storages)
-            held.append(storages)
+            held.append(node_storages(node, tensor_type))
     finally:
         if was_enabled:
             gc.enable()
     return order, held
+
+
+def saved_storages(roots: Iterable) -> dict:
+    """Every distinct storage held by saved tensors of the graphs behind ``roots``: key -> nbytes."""
+    seen: dict = {}
+    for storages in _walk_saved(roots)[1]:
+        seen.update(storages)
+    return seen
 
 
 def saved_tensor_bytes(roots: Iterable) -> int:
@@ -299,9 +318,12 @@ class MemorySampler:
         self.batch_interval = batch_interval
         self.saved_interval = saved_interval
         self.max_samples = max(16, max_samples)
-        self.phase = "forward"
+        self.phase = "starting"  # until the script's first op: worker start, imports, model building
+        self.op_interval = OP_INTERVAL_S
         self.calls: list[dict] = []  # {"index", "t"} of each backward call start
         self._saved = 0
+        self._live: dict = {}  # storages counted in _saved, when the walk reports them
+        self._op_next = 0.0
         self._saved_next = 0.0
         self._seq = count()
         self._samples: list[MemorySample] = []
@@ -375,15 +397,47 @@ class MemorySampler:
         now = time.perf_counter()
         if force or now >= self._saved_next:
             try:
-                self._saved = int(self.saved_bytes_fn())
+                found = self.saved_bytes_fn()
+                if isinstance(found, dict):
+                    self._live = dict(found)
+                    self._saved = sum(found.values())
+                else:
+                    self._live = {}
+                    self._saved = int(found)
             except Exception:
                 log.debug("saved_bytes_fn failed", exc_info=True)
             took = time.perf_counter() - now
             self._saved_next = now + max(self.saved_interval, SAVED_DUTY * took)
         return self._saved
 
+    def on_node(self, node, where: str = "") -> MemorySample | None:
+        """A node the forward pass just created: add what it saves, and sample when due.
+
+        Script thread only, called per op. Reading one node's saved tensors costs a few
+        microseconds; a sample is taken at most every ``op_interval`` (and the full walk of
+        ``tick()`` keeps its own duty limit), so the forward pass shows memory being saved
+        as it happens rather than a jump at the first backward.
+        """
+        added = 0
+        for key, nbytes in node_storages(node).items():
+            if key not in self._live:
+                self._live[key] = nbytes
+                added += nbytes
+        self._saved += added
+        now = time.perf_counter()
+        if now < self._op_next:
+            return None
+        self._op_next = now + self.op_interval
+        self.tick()
+        return self._record(now - self.origin, where=where)
+
+    def note(self, kind: str, where: str = "") -> MemorySample:
+        """An event worth a marker on the chart (``zero_grad``, ``optimizer.step``, ``empty_cache``)."""
+        self.tick(force=True)
+        return self._record(time.perf_counter() - self.origin, mark=kind, where=where)
+
     # -- samples --------------------------------------------------------------------------
-    def _record(self, t: float, phase: str | None = None) -> MemorySample:
+    def _record(self, t: float, phase: str | None = None, mark: str = "", where: str = "") -> MemorySample:
         """Append a sample; ``phase`` given (a mark) enters that phase, None keeps the current one."""
         try:
             values = self.source.read()
@@ -408,11 +462,13 @@ class MemorySampler:
                 saved_bytes=self._saved,
                 phase=self.phase,
                 max_allocated=int(values.get("max_allocated", 0)),
+                mark=mark,
+                where=where,
             )
             seq = next(self._seq)
             self._samples.append(sample)
             self._seqs.append(seq)
-            if phase is not None:
+            if phase is not None or mark:
                 self._marks.add(seq)
             if len(self._samples) > self.max_samples:
                 self._thin()

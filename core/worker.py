@@ -26,7 +26,7 @@ import time
 from dataclasses import replace
 
 DEFAULT_MEMORY_RATE = 50.0  # samples per second while a script runs
-PHASE_OF_EVENT = {"call": "backward", "call_done": "between", "forward": "forward"}
+PHASE_OF_EVENT = {"call": "backward", "call_done": "between", "forward": "forward"}  # capture event -> memory phase
 
 class Channel:
     """Writes one JSON message per line on the protocol descriptor, from any thread."""
@@ -158,9 +158,18 @@ class Worker:
         self.sampler = MemorySampler(
             device if device.startswith("cuda") else "cpu",
             rate_hz=rate,
-            saved_bytes_fn=capture.live_saved_bytes,
+            saved_bytes_fn=capture.live_saved_storages,
             on_batch=lambda batch: self.channel.send({"type": "memory", "run": run_id, "samples": batch}),
         )
+        from core.memory_marks import describe_node
+
+        def on_node(node) -> None:
+            md = node.metadata
+            module = md.get("bps_module")
+            self.sampler.on_node(node, describe_node(
+                node, md.get("bps_line"), capture.names.module_paths.get(module) if module is not None else None))
+
+        capture.on_node = on_node
         return self.sampler
 
     def control_step(self, cmd: dict) -> None:
@@ -274,13 +283,18 @@ class Worker:
                 if rate > 0:
                     sampler = self._sampler(capture, device, rate, run_id)
                 capture.started = time.perf_counter()
+                remove_marks = None
                 if sampler is not None:
+                    from core.memory_marks import install_marks, script_line
+
                     sampler.origin = capture.started
                     sampler.start()
+                    remove_marks = install_marks(sampler.note, script_line(capture.names))
                 try:
                     trace = capture.run()
                 finally:
                     if sampler is not None:
+                        remove_marks()
                         sampler.stop()
                 if sampler is not None:
                     trace = replace(trace, memory=sampler.samples)

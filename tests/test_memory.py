@@ -209,10 +209,14 @@ def test_fake_cuda_sampler_feeds_the_chart_allocated_and_reserved(qtbot):
     qtbot.addWidget(chart)
     chart.set_samples(samples)
     lines = chart.line_items()
-    assert set(lines) == {"allocated", "reserved"}
+    assert set(lines) == {"allocated", "reserved", "saved_bytes"}
+    assert chart.units["left"] == ("MB", 1 << 20)  # 128 MB at most
     assert np.allclose(lines["allocated"].yData * MB, [s.allocated for s in samples])
     assert np.allclose(lines["reserved"].yData * MB, [s.reserved for s in samples])
-    assert not chart.plot.getAxis("right").isVisible()
+    # The cache (reserved - allocated) is shaded between the two lines and explained on hover.
+    assert chart.gap is not None and chart.gap.curves == [lines["allocated"], lines["reserved"]]
+    assert "empty_cache" in chart.plot_widget.toolTip() and "reserved" in chart.plot_widget.toolTip()
+    assert "cache (reserved − allocated): 48.0 MB" in chart.readout_html(3)  # 128 MB reserved, 80 allocated
 
 
 # -- the chart ------------------------------------------------------------------------------------
