@@ -244,6 +244,9 @@ class MemoryChart(QWidget):
                 item.setZValue(35)
                 view.addItem(item, ignoreBounds=True)
         y = nbytes / self._unit_of(key)[1]
+        s = self._series
+        right = t > (s.t[0] + s.t[s.n - 1]) / 2  # the label reads away from the plot's edge
+        self.peak_label.setAnchor((1.02 if right else -0.02, -0.1))
         self.peak_dot.setData([t], [y])
         self.peak_label.setText(f"peak {format_bytes(nbytes)}" + (f" · {where}" if where else ""))
         self.peak_label.setPos(t, y)
@@ -305,24 +308,33 @@ class MemoryChart(QWidget):
         self.clear_reference()
         self._ref, self._ref_label = Series(), label
         self._ref.append(list(samples))
-        pen_color = self._theme.muted_text
-        for key, name, axis, role in _LINES[self._mode]:
-            pen = pg.mkPen(pen_color, width=1.5, style=Qt.DashDotLine if role == "dashed" else Qt.SolidLine)
-            item = pg.PlotDataItem(pen=pen, name=f"{label}: {name}", clipToView=True, autoDownsample=True,
-                                   downsampleMethod="peak")
-            (self.view2 if axis == "right" else self.view).addItem(item)
-            self._ref_lines[key] = item
-            self.legend.addItem(item, f"{label}: {name}")
+        self._add_ref_lines()
         self.flush()
         for view in (self.view, self.view2):
             view.enableAutoRange()
 
-    def clear_reference(self) -> None:
-        """Stop drawing the reference run."""
+    def _add_ref_lines(self) -> None:
+        if self._ref is None:
+            return
+        color = self._theme.muted_text if self._theme.name == "print" else self._theme.group_border
+        for key, name, axis, role in _LINES[self._mode]:
+            pen = pg.mkPen(color, width=1.5, style=Qt.DashDotLine if role == "dashed" else Qt.SolidLine)
+            item = pg.PlotDataItem(pen=pen, clipToView=True, autoDownsample=True, downsampleMethod="peak")
+            (self.view2 if axis == "right" else self.view).addItem(item)
+            self._ref_lines[key] = item
+            self.legend.addItem(item, f"{self._ref_label}: {name}")
+
+    def _drop_ref_lines(self) -> None:
         for item in self._ref_lines.values():
             item.getViewBox().removeItem(item)
             self.legend.removeItem(item)
-        self._ref_lines, self._ref, self._ref_label = {}, None, ""
+        self._ref_lines = {}
+
+    def clear_reference(self) -> None:
+        """Stop drawing the reference run."""
+        self._drop_ref_lines()
+        self._ref, self._ref_label = None, ""
+        self._choose_units()
 
     def reference_label(self) -> str:
         return self._ref_label
@@ -437,7 +449,7 @@ class MemoryChart(QWidget):
         if mode == self._mode:
             return
         self._mode = mode
-        self.clear_reference()
+        self._drop_ref_lines()
         for item in self._lines.values():
             item.getViewBox().removeItem(item)
         if self.gap is not None:
@@ -461,8 +473,10 @@ class MemoryChart(QWidget):
             self.view.addItem(self.gap)
             self.legend.addItem(pg.BarGraphItem(x=[0], height=[1], width=1, brush=pg.mkBrush(color),
                                                 pen=pg.mkPen(None)), "cache")
+        self._add_ref_lines()
         for phase in PHASES:
             self.legend.addItem(PhaseSwatch(self.bands, phase), phase)
+        self.plot.showAxis("right", not self._overlay)
         self.plot_widget.setToolTip(CUDA_TOOLTIP if mode == "cuda" else CPU_TOOLTIP)
         self._label_axes()
         self.flush()
