@@ -309,7 +309,7 @@ class MainWindow(QMainWindow):
         """Show a trace: calls list, problems, memory, and the first call's graph."""
         self.trace = trace
         if trace.memory:
-            self.memory.chart.set_samples(trace.memory)
+            self.memory.set_run(trace.memory, trace.script, trace.call_count)
         self.calls.set_trace(trace)
         self.tensors.set_tensors(trace.tensors)
         self.problems.set_trace(trace)

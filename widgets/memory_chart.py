@@ -68,7 +68,7 @@ class MemoryChart(QWidget):
         # The legend gets its own row above the plot, so it never hides data, markers or the readout.
         self.plot_widget = pg.GraphicsLayoutWidget(parent=self)
         QVBoxLayout(self, contentsMargins=QMargins(0, 0, 0, 0)).addWidget(self.plot_widget)
-        self.legend = pg.LegendItem(colCount=5, verSpacing=-8, horSpacing=4, frame=False)
+        self.legend = pg.LegendItem(colCount=9, verSpacing=-8, horSpacing=4, frame=False)
         self.legend.setSizePolicy(QSizePolicy.Maximum, QSizePolicy.Fixed)
         self.plot_widget.addItem(self.legend, row=0, col=0)
         self.plot_widget.ci.layout.setAlignment(self.legend, Qt.AlignLeft | Qt.AlignVCenter)
