@@ -27,7 +27,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--show", metavar="PANEL", choices=("source", "output", "problems", "steps", "memory",
                                                              "tensors", "storage"),
                         help="bring a panel to the front before the screenshot")
-    parser.add_argument("--size", default="1400x860", help="window size, WIDTHxHEIGHT (default 1400x860)")
+    parser.add_argument("--size", default=None, help="window size, WIDTHxHEIGHT (default: fit the screen; "
+                        "1400x860 for --screenshot)")
     return parser.parse_args(argv)
 
 
@@ -73,9 +74,11 @@ def main(argv: list[str]) -> int:
     _install_excepthooks(window_ref)
     window = MainWindow(timeout=args.timeout)
     window_ref.append(window)
-    try:
-        width, height = (int(v) for v in args.size.lower().split("x"))
-        window.resize(width, height)
+    try:  # without --size the window fits the screen; screenshots keep one size for the docs
+        size = args.size or ("1400x860" if args.screenshot else "")
+        if size:
+            width, height = (int(v) for v in size.lower().split("x"))
+            window.resize(width, height)
     except ValueError:
         pass
     if args.device:

@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 from app.actions import build_actions, build_menus, build_toolbar
 from app.export_dialog import add_export_action
 from app.resources import icon
+from app.screen_fit import fit_window
 from app.step_controller import StepController
 from app.worker_handle import WorkerHandle
 from core.trace import CallInfo, Trace
@@ -85,6 +86,7 @@ class MainWindow(QMainWindow):
         self._rerun_timer = QTimer(self, singleShot=True, interval=400)
         self._rerun_timer.timeout.connect(self.run_script)
         self._restore_settings()
+        fit_window(self, settings())  # the first size follows the screen, remembered per screen
         self._update_actions()
 
     # -- construction ---------------------------------------------------------------------------------
