@@ -399,6 +399,10 @@ class MainWindow(QMainWindow):
         tensor_id = node.variable or node.tensor
         if tensor_id is not None and self.call.tensor(tensor_id) is not None:
             self.storage.set_tensor(self.call.tensors, tensor_id, self.call.storages)
+        elif node.label and self.trace is not None:  # e.g. an AccumulateGrad whose leaf the call did not keep
+            leaf = next((t for t in self.trace.tensors if t.name == node.label), None)
+            if leaf is not None:
+                self.storage.set_tensor(self.trace.tensors, leaf.id, self.trace.storages)
         if self.graph.selected_node() != node_id:
             self.graph.select_node(node_id)
         self.inspector.show_node(self.call, node_id)

@@ -64,3 +64,13 @@ def test_step_stops_at_the_failing_node(tmp_path):
     assert result.returncode == 1
     assert "MulBackward0" in result.stdout and "FAILED: RuntimeError" in result.stdout
     assert "Trying to backward through the graph a second time" in result.stdout
+
+
+def test_help_lists_every_command_with_one_line(capsys):
+    from app.main import HEADLESS, main
+
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    lines = [line.split() for line in out.splitlines() if line.startswith("  ")]
+    assert [words[0] for words in lines] == ["(none)", *HEADLESS]
+    assert all(len(words) > 4 for words in lines)  # each says what it does

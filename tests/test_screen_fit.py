@@ -106,3 +106,20 @@ def test_the_size_is_remembered_per_screen(qtbot, window, tmp_path):
         assert fit_window(again, settings, other) == first_size(other)
     finally:
         again.handle.close()
+
+
+def test_long_names_break_between_words_and_accumulate_grad_shows_its_leaf(qtbot, window):
+    from widgets.inspector import breakable
+
+    assert breakable("BinaryCrossEntropyWithLogitsBackward0").split("\u200b") == [
+        "Binary", "Cross", "Entropy", "With", "Logits", "Backward0"]
+    assert breakable("fc1.weight<") == "fc1.\u200bweight&lt;"
+    window.resize(1280, 800)
+    window.show()
+    with qtbot.waitSignal(window.sig_trace_shown, timeout=60_000):
+        window.open_script(str(EXAMPLES / "13_mlp_classifier.py"))
+    node = next(n for n in window.call.nodes if n.name == "AccumulateGrad" and n.label == "fc1.weight")
+    window.select_node(node.id)
+    assert window.storage.tensor_id() == node.variable
+    assert window.storage.picture().count == 64  # fc1.weight: 16 x 4 floats
+    assert "AccumulateGrad" in window.inspector.text()
