@@ -1,4 +1,7 @@
-"""Headless commands: ``trace`` (and later ``step``, ``export``), run through the same worker."""
+"""Headless commands: ``trace``, ``step`` and ``export``, run through the same worker.
+
+``step`` steps a call in the same run that captures it: its steps, leaf grads and captured call agree.
+"""
 
 from __future__ import annotations
 
@@ -49,31 +52,41 @@ def _step(args) -> int:
         elif kind in ("step_begin", "step_end"):
             info[kind] = event
 
+    step = {"call": args.call, "mode": "all"}
+    if args.breakpoint is not None:
+        step["line"] = args.breakpoint
     result = run_capture(str(script), device=args.device, mode=args.mode, timeout=args.timeout,
-                         on_event=on_event, step={"call": args.call, "mode": "all"})
+                         on_event=on_event, step=step)
     trace = result.trace
+    wanted = f"no call was made from line {args.breakpoint}" if args.breakpoint is not None \
+        else f"call #{args.call} was never reached"
     if "step_begin" not in info:
         reason = f"{trace.error.type}: {trace.error.message}" if trace.error else "the script made fewer calls"
-        print(f"backprop-studio: call #{args.call} was never reached ({trace.call_count} call(s) made; {reason})",
-              file=sys.stderr)
+        print(f"backprop-studio: {wanted} ({trace.call_count} call(s) made; {reason})", file=sys.stderr)
         return 1
-    call = next((c for c in trace.calls if c.index == args.call), None)
+    begin = info["step_begin"]
+    index = begin.get("call", args.call)
+    call = next((c for c in trace.calls if c.index == index), None)
     leaf_grads = {k: asdict(v) for k, v in call.leaf_grads.items()} if call is not None else {}
     end = info.get("step_end", {})
     doc = {
         "format": "backprop-studio-steps",
-        "version": 1,
+        "version": 2,
         "script": str(script.resolve()),
-        "call": args.call,
-        "api": info["step_begin"].get("api"),
+        "index": index,
+        "api": begin.get("api"),
+        "line": begin.get("line"),
+        "seeds": trace.seeds,
         "state": end.get("state"),
         "error": end.get("error"),
         "steps": steps,
         "leaf_grads": leaf_grads,
+        # The call as this same run captured it, before backward (trace format, tensors with values).
+        "call": begin.get("graph"),
     }
     if args.json:
         Path(args.json).write_text(json.dumps(doc), encoding="utf-8")
-    print(f"call #{args.call} ({doc['api']}): {len(steps)} steps, {doc['state']}")
+    print(f"call #{index} ({doc['api']}, line {doc['line']}): {len(steps)} steps, {doc['state']}")
     for record in steps:
         grads = ", ".join(short_values(g) for g in record.get("grad_inputs") or [])
         incoming = ", ".join(short_values(g) for g in record.get("grad_outputs") or [])
@@ -106,7 +119,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("script")
     p.add_argument("--call", type=int, default=0, help="which backward / grad call to step (default 0)")
     p.add_argument("--device", default="cpu", help="cpu, cuda:N or mps (default cpu)")
-    p.add_argument("--json", metavar="OUT", help="write the steps as JSON")
+    p.add_argument("--breakpoint", type=int, metavar="LINE",
+                   help="step the first call made from this script line (instead of --call)")
+    p.add_argument("--json", metavar="OUT", help="write the steps, leaf grads and the call as JSON")
     p.add_argument("--mode", choices=("auto", "script", "model"), default="auto")
     p.add_argument("--timeout", type=float, default=600.0, help="time limit in seconds (default 600)")
     export_cli.add_parser(sub)

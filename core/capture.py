@@ -28,6 +28,7 @@ from torch.overrides import TorchFunctionMode
 
 from core.names import NameTable
 from core.snapshot import Snapshotter, label_nodes, number_nodes, values_of
+from core.snapshot import root_nodes as shared_root_nodes
 from core.trace import CallInfo, ErrorInfo, Trace, paused_gc
 
 log = logging.getLogger(__name__)
@@ -102,6 +103,7 @@ class Capture:
         self.on_node: Callable[[Any], None] | None = None  # each new graph node, as the forward pass makes it
         self.namespace: dict = {}
         self.started = 0.0
+        self.hook_call: tuple | None = None  # what ``call_before`` needs while a call_hook runs
 
     # -- creation tagging -------------------------------------------------------------------
     def tag(self, t: torch.Tensor, args=()) -> None:
@@ -215,6 +217,7 @@ class Capture:
             result = None
             try:
                 if self.call_hook is not None:
+                    self.hook_call = (api, index, line, snap, nodes, ids, structure, root_ids)
                     result = self.call_hook(index=index, api=api, roots=roots, real=real)
                 else:
                     result = real()
@@ -234,17 +237,10 @@ class Capture:
     def _before(self, roots, inputs, index):
         self.names.refresh(self.names.user_frames(sys._getframe(3)))
         snap = Snapshotter(self.names.name_of, self.names.module_paths, self.inplace)
-        root_nodes = []
-        root_tensor_ids = []
         for t in roots:
-            if not isinstance(t, torch.Tensor):
-                continue
-            root_tensor_ids.append(snap.tensor_id(t))
-            node = t.grad_fn
-            if node is None and t.requires_grad:
-                node = torch.autograd.graph.get_gradient_edge(t).node
-            if node is not None:
-                root_nodes.append(node)
+            if isinstance(t, torch.Tensor):
+                snap.tensor_id(t)
+        root_nodes = shared_root_nodes(roots)
         nodes, ids, structure = snap.walk(root_nodes)
         # Named tensors whose grad_fn lies in this graph label their nodes.
         for _, t in self.names.named_tensors():
@@ -259,6 +255,16 @@ class Capture:
                 pass
         roots_ids = [ids[id(n)] for n in root_nodes]
         return snap, nodes, ids, structure, roots_ids, input_ids
+
+    def call_before(self) -> CallInfo:
+        """The call a ``call_hook`` is running, as captured before backward (no grads read yet)."""
+        api, index, line, snap, nodes, ids, structure, root_ids = self.hook_call
+        with torch._C.DisableTorchFunction(), paused_gc():
+            tensors = snap.finish_tensors(ids, read_grads=False)
+            nodes = label_nodes(nodes, tensors)
+            return CallInfo(id=f"c{index}", index=index, api=api, line=line, roots=root_ids, nodes=nodes,
+                            tensors=tensors, storages=snap.finish_storages(tensors), structure=structure,
+                            node_count=len(nodes), edge_count=sum(1 for n in nodes for e in n.next if e is not None))
 
     def _after(self, api, index, line, snap, nodes, ids, structure, root_ids, input_ids, result, error,
                retain_graph, create_graph, t0):
@@ -559,7 +565,7 @@ def _as_list(value) -> list:
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, torch.autograd.graph.GradientEdge):
-        return []
+        return [value]
     try:
         return list(value)
     except TypeError:

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from core import protocol
 from core.trace import ErrorInfo, Trace, TraceFormatError, paused_gc
 
 log = logging.getLogger(__name__)
@@ -243,28 +244,36 @@ class WorkerClient:
 
     # -- public --------------------------------------------------------------------------------
     def run(self, path: str, device: str = "cpu", mode: str = "auto", timeout: float = DEFAULT_TIMEOUT,
-            step: dict | None = None) -> int:
+            step: dict | None = None, debug: dict | None = None, seeds: dict | None = None) -> int:
         """Start running ``path``; returns the run id. A run in progress is cancelled first.
 
         ``step`` (``{"call": N, "mode": "interactive" | "all"}``) runs backward call N under the
-        stepper; drive it with ``control()``. Stepping runs have no time limit: the user sets the pace.
+        stepper; ``debug`` (``{"lines": [...], "pause_all": bool, "skip_to": N}``) makes a debug
+        run that pauses at each call a breakpoint selects; drive both with ``control()``. Stepping
+        and debug runs have no time limit: the user sets the pace. ``seeds`` reseeds the run.
         """
         with self._lock:
-            if self._run is not None:
-                self._finish_dead_run(reason="the run was cancelled: a new run started")
+            old, self._run = self._run, None
+        if old is not None:
+            # Killed and reported outside the lock: the reader thread that sees the worker exit
+            # needs the lock, and waiting for it while holding the lock froze the caller for 5 s.
+            self._finish_dead_run(run=old, reason="the run was cancelled: a new run started")
+        with self._lock:
             worker = self._spare or self._new_worker()
             self._spare = None
             run_id = next(self._run_ids)
             self._active = worker
             self._run = {"id": run_id, "path": str(path), "device": device, "start": time.monotonic(),
-                         "worker": worker, "timeout": timeout, "done": False, "step": step}
+                         "worker": worker, "timeout": timeout, "done": False, "step": step, "debug": debug}
             self._set_state("running")
-        threading.Thread(target=self._launch, args=(worker, run_id, path, device, mode, timeout, step),
+        extra = {"debug": debug, "seeds": seeds}
+        threading.Thread(target=self._launch, args=(worker, run_id, path, device, mode, timeout, step, extra),
                          name=f"run-{run_id}", daemon=True).start()
         return run_id
 
     def control(self, cmd: str, **args) -> bool:
-        """Send a stepping command (step, step_to, continue, pause, stop_step) to the running worker."""
+        """Send a stepping or debug command to the running worker (``core.protocol.STEP_COMMANDS``
+        and ``breakpoints``); False when no run is in progress."""
         with self._lock:
             run = self._run
         if run is None:
@@ -311,19 +320,21 @@ class WorkerClient:
         self.on_event({"type": "state", "state": state})
 
     def _launch(self, worker: WorkerProcess, run_id: int, path: str, device: str, mode: str, timeout: float,
-                step: dict | None = None):
+                step: dict | None = None, extra: dict | None = None):
+        extra = extra or {}
         worker.ready.wait(timeout=120)
         with self._lock:
             if self._run is None or self._run["id"] != run_id:
                 return
-        if not worker.send({"cmd": "run", "run": run_id, "path": str(Path(path).resolve()), "device": device,
-                            "mode": mode, "step": step, "memory_rate": self.memory_rate}):
+        cmd = protocol.Run(run=run_id, path=str(Path(path).resolve()), device=device, mode=mode, step=step,
+                           debug=extra.get("debug"), seeds=extra.get("seeds"), memory_rate=self.memory_rate)
+        if not worker.send(cmd.to_dict()):
             return  # the exit message reports the death
         if self.prestart:
             with self._lock:
                 if self._spare is None and self.state != "closed":
                     self._spare = self._new_worker()
-        if timeout and not (step and step.get("mode") != "all"):
+        if timeout and extra.get("debug") is None and not (step and step.get("mode") != "all"):
             _daemon_timer(timeout, self._timed_out, run_id, timeout)
 
     def _timed_out(self, run_id: int, timeout: float) -> None:
@@ -402,7 +413,7 @@ class WorkerClient:
                 self._run = None
                 self._active = None
             elapsed = time.monotonic() - run["start"]
-            if self.state != "closed":
+            if self.state != "closed" and self._run is None:
                 self._set_state("ready")
         from dataclasses import replace
 
@@ -411,7 +422,8 @@ class WorkerClient:
 
 
 def run_capture(path: str, device: str = "cpu", mode: str = "auto", timeout: float = DEFAULT_TIMEOUT,
-                on_event: Callable[[dict], None] | None = None, step: dict | None = None) -> RunResult:
+                on_event: Callable[[dict], None] | None = None, step: dict | None = None,
+                seeds: dict | None = None) -> RunResult:
     """Run one script in a fresh worker and wait for its result (the CLI and tests use this)."""
     done = threading.Event()
     box: dict = {}
@@ -425,7 +437,7 @@ def run_capture(path: str, device: str = "cpu", mode: str = "auto", timeout: flo
 
     client = WorkerClient(handle, prestart=False)
     try:
-        client.run(path, device=device, mode=mode, timeout=timeout, step=step)
+        client.run(path, device=device, mode=mode, timeout=timeout, step=step, seeds=seeds)
         done.wait()
         return box["result"]
     finally:

@@ -333,6 +333,25 @@ def _stale_from(name: str, message: str) -> Stale:
     )
 
 
+def root_nodes(roots) -> list:
+    """The graph nodes of backward roots: a tensor's grad_fn (its AccumulateGrad for a leaf), a
+    GradientEdge's node, or a node itself. The capture, the stepper and the memory report all
+    start from these, so a call's graph is the same graph everywhere."""
+    out = []
+    for r in roots:
+        if isinstance(r, torch.autograd.graph.GradientEdge):
+            node = r.node
+        elif isinstance(r, torch.Tensor):
+            node = r.grad_fn
+            if node is None and r.requires_grad:
+                node = torch.autograd.graph.get_gradient_edge(r).node
+        else:
+            node = r if hasattr(r, "next_functions") else None
+        if node is not None:
+            out.append(node)
+    return out
+
+
 def number_nodes(roots: list) -> tuple[list, dict[int, str]]:
     """Nodes in DFS preorder (explicit stack, no recursion) with ids "n0", "n1", ...
 

@@ -189,3 +189,32 @@ def box_states(states: dict[str, str], members: dict[str, str], counts: dict[str
         if state is not None:
             out[vid] = state
     return out
+
+
+def leaf_digest(call: CallInfo) -> str:
+    """A digest of the values of a call's leaf tensors before backward (parameters, inputs).
+
+    Two runs that built the same graph from the same numbers have the same digest; a script that
+    draws new random numbers each run does not.
+    """
+    import hashlib
+    import json
+
+    parts = []
+    for t in call.tensors:
+        if t.is_leaf:
+            v = t.values
+            parts.append([t.id, t.name, list(t.shape), v.data if v.data is not None else
+                          [v.sample, v.min, v.max, v.mean]])
+    return hashlib.sha1(json.dumps(parts, default=str).encode()).hexdigest()[:16]
+
+
+def same_run_check(traced: CallInfo, structure: str, leaves: str) -> str | None:
+    """None when a re-run reached the traced call with the same graph and leaf values, else why not."""
+    if structure and traced.structure and structure != traced.structure:
+        return ("this script is not deterministic: the re-run built a different graph for call "
+                f"#{traced.index}; stepping shows the new run, not the trace")
+    if leaves and traced.tensors and leaves != leaf_digest(traced):
+        return ("this script is not deterministic: stepping shows a new run, its values differ from the trace "
+                f"(call #{traced.index}'s leaf tensors hold other numbers)")
+    return None

@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from core.snapshot import FULL_VALUES, node_kind, node_name, number_nodes, values_of
+from core.snapshot import FULL_VALUES, node_kind, node_name, number_nodes, root_nodes, values_of  # noqa: F401
 
 log = logging.getLogger(__name__)
 
@@ -42,23 +42,6 @@ class StepperStopped(BaseException):
     A BaseException, like KeyboardInterrupt, so a script's ``except Exception`` around
     ``backward()`` does not swallow the user's Stop.
     """
-
-
-def root_nodes(roots: Iterable) -> list:
-    """The graph nodes of backward roots: a tensor's grad_fn, or its AccumulateGrad for a leaf."""
-    out = []
-    for r in roots:
-        if isinstance(r, torch.autograd.graph.GradientEdge):
-            node = r.node
-        elif isinstance(r, torch.Tensor):
-            node = r.grad_fn
-            if node is None and r.requires_grad:
-                node = torch.autograd.graph.get_gradient_edge(r).node
-        else:
-            node = r if hasattr(r, "next_functions") else None
-        if node is not None:
-            out.append(node)
-    return out
 
 
 class BackwardStepper:

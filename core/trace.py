@@ -218,6 +218,7 @@ class Trace:
     tensors: list[TensorInfo] = field(default_factory=list)
     storages: list[StorageInfo] = field(default_factory=list)
     memory: list[MemorySample] = field(default_factory=list)
+    seeds: dict = field(default_factory=dict)  # torch / random / numpy seeds the run used
     format: str = FORMAT
     version: int = VERSION
 
@@ -503,6 +504,18 @@ def with_fields(obj, **changes):
     values = {k: v for k, v in obj.__dict__.items() if not k.startswith("_")}
     values.update(changes)
     return fast_new(type(obj), values)
+
+
+def call_to_dict(call: CallInfo) -> dict:
+    """One call in the trace format (the ``calls`` entry), JSON-ready."""
+    with paused_gc():
+        return _plain(call)
+
+
+def call_from_dict(data: Any, source: str = "call") -> CallInfo:
+    """One call from its trace-format dict, raising TraceFormatError that names the bad field."""
+    trace = trace_from_dict({"format": FORMAT, "version": VERSION, "calls": [data]}, source)
+    return trace.calls[0]
 
 
 def trace_from_dict(data: Any, source: str = "trace") -> Trace:

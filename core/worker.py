@@ -8,7 +8,14 @@ script can be cancelled (KeyboardInterrupt in the main thread) and, later, stepp
 
 Messages sent: ``hello`` (pid, torch version, devices), ``started``, ``call`` and
 ``call_done`` (progress), ``exiting`` (the script called ``os._exit``), ``trace`` (the
-result, in the trace format) and ``bye``.
+result, in the trace format) and ``bye``; while stepping ``step_begin``, ``step_paused``,
+``step``, ``step_memory`` and ``step_end``. Every kind is a dataclass in ``core.protocol``.
+
+A debug run (``run`` with ``debug``) pauses the script itself at each backward /
+``autograd.grad`` call that hits a breakpoint, before the engine runs: the call's graph is
+sent with ``step_begin`` and the call is stepped in place, so the numbers stepped are the
+run's own. Every run records its seeds (torch, Python ``random``, NumPy) in the trace; a
+run given ``seeds`` uses them instead, so a re-run for stepping draws the same numbers.
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ import sys
 import threading
 import time
 from dataclasses import replace
+
+from core import protocol
 
 DEFAULT_MEMORY_RATE = 50.0  # samples per second while a script runs
 PHASE_OF_EVENT = {"call": "backward", "call_done": "between", "forward": "forward"}  # capture event -> memory phase
@@ -109,8 +118,64 @@ def apply_device(device: str) -> None:
         torch.cuda.is_available = lambda: False
 
 
+def seed_run(seeds: dict | None) -> dict:
+    """Seed torch, ``random`` and NumPy for a run (fresh seeds when none are given); returns them."""
+    import random
+
+    import torch
+
+    seeds = dict(seeds or {})
+    fresh = int.from_bytes(os.urandom(8), "little")
+    seeds.setdefault("torch", torch.initial_seed() if not seeds else fresh)
+    seeds.setdefault("random", fresh >> 1)
+    torch.manual_seed(int(seeds["torch"]))
+    random.seed(int(seeds["random"]))
+    try:
+        import numpy
+    except ImportError:
+        seeds.pop("numpy", None)
+    else:
+        seeds.setdefault("numpy", fresh & 0xFFFFFFFF)
+        numpy.random.seed(int(seeds["numpy"]) & 0xFFFFFFFF)
+    return seeds
+
+
+class DebugPlan:
+    """Where a debug run pauses; changed from the command thread while the script runs."""
+
+    def __init__(self, lines=(), pause_all: bool = True, skip_to: int | None = None):
+        self.lines = {int(x) for x in lines or ()}
+        self.pause_all = pause_all
+        self.skip_to = skip_to
+        self.next_call = False  # pause at the next call whatever the breakpoints say
+        self.free = False  # resume to the end: no more pauses
+
+    def update(self, cmd: dict) -> None:
+        if "lines" in cmd:
+            self.lines = {int(x) for x in cmd.get("lines") or ()}
+        if "pause_all" in cmd:
+            self.pause_all = bool(cmd["pause_all"])
+        if "skip_to" in cmd:
+            self.skip_to = None if cmd["skip_to"] is None else int(cmd["skip_to"])
+
+    def pauses_at(self, index: int, line: int | None) -> bool:
+        if self.free:
+            return False
+        if self.next_call:
+            self.next_call = False
+            return True
+        if self.skip_to is not None:
+            if index < self.skip_to:
+                return False
+            if index == self.skip_to:
+                return True
+        if self.lines:
+            return line in self.lines
+        return self.pause_all
+
+
 class Worker:
-    STEP_COMMANDS = ("step", "step_to", "continue", "pause", "stop_step")
+    STEP_COMMANDS = protocol.STEP_COMMANDS
 
     def __init__(self, channel: Channel):
         self.channel = channel
@@ -120,6 +185,7 @@ class Worker:
         self.sampler = None
         self._memory_due = None
         self._early: list[dict] = []  # step commands that arrived before the stepped call began
+        self.debug: DebugPlan | None = None
 
     def read_commands(self) -> None:
         for line in sys.stdin:
@@ -135,6 +201,10 @@ class Worker:
                 continue
             if cmd.get("cmd") in self.STEP_COMMANDS:
                 self.control_step(cmd)
+                continue
+            if cmd.get("cmd") == "breakpoints":
+                if self.debug is not None:
+                    self.debug.update(cmd)
                 continue
             self.commands.put(cmd)
         self.commands.put({"cmd": "quit"})
@@ -175,10 +245,20 @@ class Worker:
     def control_step(self, cmd: dict) -> None:
         """Drive the paused backward from the command thread."""
         stepper = self.stepper
-        if stepper is None:
-            self._early.append(cmd)
-            return
         kind = cmd["cmd"]
+        debug = self.debug
+        if debug is not None and kind in ("next_call", "resume_all"):
+            if kind == "next_call":
+                debug.next_call = True
+            else:
+                debug.free = True
+            if stepper is not None:
+                stepper.resume()
+            return
+        if stepper is None:
+            if debug is None or kind != "continue":  # Continue between calls has nothing to continue
+                self._early.append(cmd)
+            return
         if kind == "step":
             stepper.step(int(cmd.get("count", 1)))
         elif kind == "step_to":
@@ -212,17 +292,31 @@ class Worker:
         self.channel.send({"type": "step_memory", "call": index, "step": step, "t": sample.t,
                            "saved_bytes": sample.saved_bytes, "allocated": sample.allocated})
 
-    def _step_hook(self, capture, step: dict):
-        """A call hook that runs backward call ``step['call']`` under a BackwardStepper."""
+    def _step_hook(self, capture, step: dict | None = None, debug: DebugPlan | None = None):
+        """A call hook that runs backward calls under a BackwardStepper: call ``step['call']``
+        (a stepping run), or each call where ``debug`` pauses (a debug run)."""
+        from core.step_state import leaf_digest
         from core.stepping import BackwardStepper
+        from core.trace import call_to_dict
 
+        step = step or {}
         wanted = int(step.get("call", 0))
         free_run = step.get("mode") == "all"
+        line_of = step.get("line")  # headless: step the first call made from this line
 
         def hook(index, api, roots, real):
-            if index != wanted:
+            line = capture.hook_call[2] if capture.hook_call else None
+            if debug is not None:
+                if not debug.pauses_at(index, line):
+                    return real()
+            elif line_of is not None:
+                if line != int(line_of) or self._stepped:
+                    return real()
+            elif index != wanted:
                 return real()
+            self._stepped = True
             send = self.channel.send
+            before = capture.call_before()
             stepper = BackwardStepper(
                 roots,
                 real,
@@ -231,7 +325,10 @@ class Worker:
                 on_pause=lambda pending: self._on_pause(index, pending),
                 watch=[t for _, t in capture.names.named_tensors()],
             )
-            send({"type": "step_begin", "call": index, "api": api})
+            send(protocol.StepBegin(call=index, api=api, line=line, structure=before.structure,
+                                    leaves=leaf_digest(before), debug=debug is not None,
+                                    graph=call_to_dict(before)).to_dict())
+            del before
             if free_run:
                 stepper.resume()
             self.stepper = stepper
@@ -244,9 +341,9 @@ class Worker:
                 self.stepper = None
                 self._step_memory(index)
                 err = stepper.error
-                send({"type": "step_end", "call": index, "state": stepper.state,
-                      "error": None if err is None or stepper.state == "stopped"
-                      else {"type": type(err).__name__, "message": str(err)}})
+                send(protocol.StepEnd(call=index, state=stepper.state,
+                                      error=None if err is None or stepper.state == "stopped"
+                                      else {"type": type(err).__name__, "message": str(err)}).to_dict())
 
         return hook
 
@@ -256,7 +353,8 @@ class Worker:
 
         run_id = cmd.get("run")
         device = cmd.get("device") or "cpu"
-        self.channel.send({"type": "started", "run": run_id, "t": time.time()})
+        seeds = seed_run(cmd.get("seeds"))
+        self.channel.send(protocol.Started(run=run_id, t=time.time(), seeds=seeds).to_dict())
         problem = check_device(device)
         if problem:
             err = ErrorInfo(type="DeviceError", message=problem, kind="device")
@@ -277,7 +375,12 @@ class Worker:
             try:
                 apply_device(device)
                 capture = Capture(cmd["path"], device=device, mode=cmd.get("mode", "auto"), on_event=on_event)
-                if cmd.get("step"):
+                self._stepped = False
+                if cmd.get("debug") is not None:
+                    d = cmd["debug"]
+                    self.debug = DebugPlan(d.get("lines"), d.get("pause_all", True), d.get("skip_to"))
+                    capture.call_hook = self._step_hook(capture, debug=self.debug)
+                elif cmd.get("step"):
                     capture.call_hook = self._step_hook(capture, cmd["step"])
                 rate = float(cmd.get("memory_rate", DEFAULT_MEMORY_RATE))
                 if rate > 0:
@@ -303,8 +406,11 @@ class Worker:
                 trace = Trace(calls=[], error=err, script=cmd.get("path", ""), device=device)
             finally:
                 self.running = False
+                self.debug = None
+                self._early.clear()
             sys.stdout.flush()
             sys.stderr.flush()
+        trace = replace(trace, seeds=seeds)
         self.channel.send({"type": "trace", "run": run_id, "trace": trace.to_dict()})
 
 

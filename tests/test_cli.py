@@ -75,3 +75,27 @@ def test_help_lists_every_command_with_one_line(capsys):
     lines = [line.split() for line in commands.splitlines()]
     assert [words[0] for words in lines] == ["(none)", *HEADLESS]
     assert all(len(words) > 4 for words in lines)  # each says what it does
+
+
+def test_step_by_breakpoint_writes_the_same_runs_call(tmp_path):
+    script = tmp_path / "unseeded.py"
+    script.write_text("import torch\n"
+                      "w = torch.randn(3, requires_grad=True)\n"
+                      "for i in range(3):\n"
+                      "    loss = (w * w * (i + 1)).sum()\n"
+                      "    loss.backward()\n"
+                      "(w * 5).sum().backward()\n")
+    out = tmp_path / "steps.json"
+    result = _main("step", script, "--breakpoint", 6, "--json", out)
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(out.read_text())
+    assert (doc["index"], doc["line"], doc["api"], doc["state"]) == (3, 6, "Tensor.backward", "finished")
+    call = doc["call"]
+    assert [n["name"] for n in call["nodes"]] == ["SumBackward0", "MulBackward0", "AccumulateGrad"]
+    w = next(t for t in call["tensors"] if t["name"] == "w")
+    # w.grad after the call: 2w(1+2+3) + 5, from the values w held in this very run.
+    want = [12 * v + 5 for v in w["values"]["data"]]
+    got = doc["leaf_grads"]["w"]["data"]
+    assert got == pytest.approx(want, rel=1e-6)
+    assert doc["steps"][-1]["leaf_grads"]["w"]["data"] == got
+    assert set(doc["seeds"]) >= {"torch", "random"}

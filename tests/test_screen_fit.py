@@ -68,7 +68,7 @@ def test_the_storage_view_shows_every_cell_of_a_3x4_tensor(qtbot, window, tmp_pa
     window.center.setCurrentWidget(window.storage)
     storage = window.storage
     qtbot.waitUntil(lambda: storage.picture().count == 12)
-    qtbot.waitUntil(lambda: not storage.scroll.verticalScrollBar().isVisible(), timeout=3000)  # layout settles
+    qtbot.waitUntil(lambda: not storage.scroll.verticalScrollBar().isVisible(), timeout=10_000)  # layout settles
     viewport = storage.scroll.viewport().rect()
     canvas = storage.canvas
     for i in range(12):
@@ -83,7 +83,7 @@ def test_the_storage_view_shows_every_cell_of_a_3x4_tensor(qtbot, window, tmp_pa
     window.tensors.fit_columns()
     shown = [c for c in range(tree.columnCount()) if not tree.isColumnHidden(c)]
     assert shown[:3] == [0, 1, 2]  # name, shape, stride always
-    qtbot.waitUntil(lambda: sum(tree.columnWidth(c) for c in shown) <= tree.viewport().width() + 1, timeout=3000)
+    qtbot.waitUntil(lambda: sum(tree.columnWidth(c) for c in shown) <= tree.viewport().width() + 1, timeout=10_000)
     assert not tree.horizontalScrollBar().isVisible()
     assert "dtype: float32" in tree.topLevelItem(0).toolTip(0)
 

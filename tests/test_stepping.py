@@ -624,3 +624,27 @@ def test_step_tracker_matches_step_view():
         assert fast.states == full.states
         assert fast.edge_texts == step_texts(call, full)
     assert set(tracker.done) == {n.id for n in call.nodes}
+
+
+def test_gradient_edge_root_is_one_graph_for_capture_and_stepping(tmp_path):
+    script = tmp_path / "edge.py"
+    script.write_text(
+        "import torch\n"
+        "from torch.autograd.graph import get_gradient_edge\n"
+        "w = torch.tensor([1.0, 2.0], requires_grad=True)\n"
+        "h = w * 3\n"
+        "y = (h * h).sum()\n"
+        "g = torch.autograd.grad(get_gradient_edge(y), [w], grad_outputs=[torch.ones(())])\n"
+    )
+    ids: dict[int, list[str]] = {}
+
+    def call_hook(index, api, roots, real):
+        nodes, _ = number_nodes(root_nodes(roots))
+        ids[index] = [type(n).__name__ for n in nodes]
+        return real()
+
+    trace = Capture(str(script), mode="script", call_hook=call_hook).run()
+    assert trace.error is None
+    (call,) = trace.calls
+    assert [n.name for n in call.nodes] == ids[0] == ["SumBackward0", "MulBackward0", "MulBackward0",
+                                                         "AccumulateGrad"]

@@ -1,0 +1,287 @@
+"""Every message between the app and its worker process, as typed dataclasses.
+
+One JSON object per line. Messages from the worker carry ``type``; commands to the worker
+carry ``cmd``. ``to_dict`` gives the JSON-ready dict, ``message_from_dict`` /
+``command_from_dict`` the typed object (unknown keys are kept in ``extra``, so a newer
+worker's additions are not lost; a missing required field raises ``ProtocolError`` naming it).
+Qt-free and torch-free: the worker, the client, the GUI and the CLI all import it.
+
+Stepping messages: ``step_begin`` (a call is paused before its first node; in a debug run it
+carries the captured graph, ``graph``, and its ``structure`` hash), ``step_paused`` (paused
+before ``pending``), ``step`` (one node ran: ``record``), ``step_memory``, ``step_end``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, ClassVar
+
+
+class ProtocolError(ValueError):
+    """A message that does not match its kind: names the kind and the field."""
+
+
+@dataclass
+class _Base:
+    KEY: ClassVar[str] = "type"
+    KIND: ClassVar[str] = ""
+    extra: dict = field(default_factory=dict, repr=False)
+
+    def to_dict(self) -> dict:
+        out = {self.KEY: self.KIND}
+        for f in fields(self):
+            if f.name != "extra":
+                out[f.name] = getattr(self, f.name)
+        out.update(self.extra)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict):
+        known = {f.name: f for f in fields(cls) if f.name != "extra"}
+        args = {}
+        for name, f in known.items():
+            if name in data:
+                args[name] = data[name]
+            elif f.default is MISSING and f.default_factory is MISSING:
+                raise ProtocolError(f"'{cls.KIND}' message: field '{name}' is missing")
+        args["extra"] = {k: v for k, v in data.items() if k not in known and k != cls.KEY}
+        return cls(**args)
+
+
+MESSAGES: dict[str, type] = {}
+COMMANDS: dict[str, type] = {}
+
+
+def _message(kind: str):
+    def wrap(cls):
+        cls.KIND = kind
+        MESSAGES[kind] = cls
+        return cls
+    return wrap
+
+
+def _command(kind: str):
+    def wrap(cls):
+        cls.KEY = "cmd"
+        cls.KIND = kind
+        COMMANDS[kind] = cls
+        return cls
+    return wrap
+
+
+# -- worker -> app -------------------------------------------------------------------------------
+@_message("hello")
+@dataclass
+class Hello(_Base):
+    pid: int = 0
+    torch: str = ""
+    devices: list = field(default_factory=list)
+    python: str = ""
+
+
+@_message("devices")
+@dataclass
+class Devices(_Base):
+    devices: list = field(default_factory=list)
+
+
+@_message("started")
+@dataclass
+class Started(_Base):
+    run: Any = None
+    t: float = 0.0
+    seeds: dict = field(default_factory=dict)  # the seeds this run uses (torch, random, numpy)
+
+
+@_message("call")
+@dataclass
+class CallStarted(_Base):
+    index: int = 0
+    api: str = ""
+    line: int | None = None
+    nodes: int = 0
+    t: float = 0.0
+    run: Any = None
+
+
+@_message("call_done")
+@dataclass
+class CallDone(_Base):
+    index: int = 0
+    error: bool = False
+    t: float = 0.0
+    run: Any = None
+
+
+@_message("memory")
+@dataclass
+class Memory(_Base):
+    samples: list = field(default_factory=list)
+    run: Any = None
+
+
+@_message("step_begin")
+@dataclass
+class StepBegin(_Base):
+    call: int = 0
+    api: str = ""
+    line: int | None = None
+    structure: str = ""  # the graph's structure hash (the trace's ``structure``)
+    leaves: str = ""  # a digest of the graph's leaf values before backward
+    graph: dict | None = None  # the captured call (trace format) in a debug run
+    debug: bool = False
+
+
+@_message("step_paused")
+@dataclass
+class StepPaused(_Base):
+    call: int = 0
+    pending: dict = field(default_factory=dict)
+
+
+@_message("step")
+@dataclass
+class Step(_Base):
+    call: int = 0
+    record: dict = field(default_factory=dict)
+
+
+@_message("step_memory")
+@dataclass
+class StepMemory(_Base):
+    call: int = 0
+    step: int = 0
+    t: float = 0.0
+    saved_bytes: int = 0
+    allocated: int = 0
+
+
+@_message("step_end")
+@dataclass
+class StepEnd(_Base):
+    call: int = 0
+    state: str = "finished"  # finished, stopped or failed
+    error: dict | None = None
+
+
+@_message("exiting")
+@dataclass
+class Exiting(_Base):
+    code: int = 0
+    line: int | None = None
+    file: str | None = None
+
+
+@_message("trace")
+@dataclass
+class TraceDone(_Base):
+    trace: dict = field(default_factory=dict)
+    run: Any = None
+
+
+@_message("bye")
+@dataclass
+class Bye(_Base):
+    pass
+
+
+# -- app -> worker -------------------------------------------------------------------------------
+@_command("run")
+@dataclass
+class Run(_Base):
+    path: str = ""
+    run: Any = None
+    device: str = "cpu"
+    mode: str = "auto"
+    step: dict | None = None  # {"call": N, "mode": "interactive" | "all"}: step call N
+    debug: dict | None = None  # a debug run: {"lines": [...], "skip_to": N, "pause": bool}
+    seeds: dict | None = None  # reseed the run with these (a re-run for stepping)
+    memory_rate: float = 50.0
+
+
+@_command("cancel")
+@dataclass
+class Cancel(_Base):
+    pass
+
+
+@_command("quit")
+@dataclass
+class Quit(_Base):
+    pass
+
+
+@_command("devices")
+@dataclass
+class ListDevices(_Base):
+    pass
+
+
+@_command("step")
+@dataclass
+class StepCmd(_Base):
+    count: int = 1
+
+
+@_command("step_to")
+@dataclass
+class StepTo(_Base):
+    node: str = ""
+
+
+@_command("continue")
+@dataclass
+class Continue(_Base):
+    """Run the paused backward to its end; a debug run pauses again at the next breakpoint."""
+
+
+@_command("next_call")
+@dataclass
+class NextCall(_Base):
+    """Run the paused backward to its end and pause at the next call, breakpoint or not."""
+
+
+@_command("resume_all")
+@dataclass
+class ResumeAll(_Base):
+    """Run the paused backward and the rest of the script without pausing again."""
+
+
+@_command("pause")
+@dataclass
+class Pause(_Base):
+    pass
+
+
+@_command("stop_step")
+@dataclass
+class StopStep(_Base):
+    pass
+
+
+@_command("breakpoints")
+@dataclass
+class Breakpoints(_Base):
+    """Where a debug run pauses: calls made from ``lines``; ``pause_all`` pauses at every call."""
+    lines: list = field(default_factory=list)
+    pause_all: bool = True
+    skip_to: int | None = None  # pause first at call N (and after it as usual)
+
+
+STEP_COMMANDS = ("step", "step_to", "continue", "next_call", "resume_all", "pause", "stop_step")
+
+
+def message_from_dict(data: dict) -> _Base:
+    """The typed worker message for ``data``; ProtocolError if its ``type`` is unknown."""
+    cls = MESSAGES.get(data.get("type"))
+    if cls is None:
+        raise ProtocolError(f"unknown worker message type {data.get('type')!r}")
+    return cls.from_dict(data)
+
+
+def command_from_dict(data: dict) -> _Base:
+    """The typed command for ``data``; ProtocolError if its ``cmd`` is unknown."""
+    cls = COMMANDS.get(data.get("cmd"))
+    if cls is None:
+        raise ProtocolError(f"unknown command {data.get('cmd')!r}")
+    return cls.from_dict(data)
