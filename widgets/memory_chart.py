@@ -322,7 +322,7 @@ class MemoryChart(QWidget):
             item = pg.PlotDataItem(pen=pen, clipToView=True, autoDownsample=True, downsampleMethod="peak")
             (self.view2 if axis == "right" else self.view).addItem(item)
             self._ref_lines[key] = item
-            self.legend.addItem(item, f"{self._ref_label}: {name}")
+            self.legend.addItem(item, f"{self._ref_label}: {'RSS' if key == 'rss' else name.split()[0]}")
 
     def _drop_ref_lines(self) -> None:
         for item in self._ref_lines.values():

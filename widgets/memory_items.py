@@ -233,7 +233,7 @@ class Series:
         for i, s in enumerate(samples):
             if mark := get_field(s, "mark", ""):
                 self.events.append((float(self.t[self.n + i]), mark))
-            if where := get_field(s, "where", ""):
+            elif where := get_field(s, "where", ""):  # an op; a marker's line names no peak
                 self.wheres[self.n + i] = where
         codes = [PHASES.index(ph) if (ph := get_field(s, "phase", "forward")) in PHASES else len(PHASES) - 1
                  for s in samples]
