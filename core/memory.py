@@ -41,6 +41,7 @@ BATCH_INTERVAL_S = 0.1
 SAVED_INTERVAL_S = 0.05
 SAVED_DUTY = 20  # tick() waits 20x as long as its last walk took: <= 5% overhead
 OP_INTERVAL_S = 0.0002  # at most one sample per 0.2 ms from the ops of a forward pass
+OP_DUTY = 0.05  # per-op accounting stops for a while once it took 5% of the run's time
 MAX_SAMPLES = 200_000
 
 
@@ -324,6 +325,7 @@ class MemorySampler:
         self._saved = 0
         self._live: dict = {}  # storages counted in _saved, when the walk reports them
         self._op_next = 0.0
+        self._op_busy = 0.0  # seconds spent in on_node
         self._saved_next = 0.0
         self._seq = count()
         self._samples: list[MemorySample] = []
@@ -414,22 +416,25 @@ class MemorySampler:
         """A node the forward pass just created: add what it saves, and sample when due.
 
         Script thread only, called per op. Reading one node's saved tensors costs a few
-        microseconds; a sample is taken at most every ``op_interval`` (and the full walk of
-        ``tick()`` keeps its own duty limit), so the forward pass shows memory being saved
-        as it happens rather than a jump at the first backward.
+        microseconds; a sample is taken at most every ``op_interval``, the full walk of
+        ``tick()`` keeps its own duty limit, and the whole stays under ``OP_DUTY`` of the run's
+        time (past it, nodes are left to the next full walk). So the forward pass shows memory
+        being saved as it happens rather than a jump at the first backward.
         """
-        added = 0
+        start = time.perf_counter()
+        if self._op_busy > OP_DUTY * (start - self.origin):
+            return None  # over budget: the next full walk (tick or mark) counts these nodes
         for key, nbytes in node_storages(node).items():
             if key not in self._live:
                 self._live[key] = nbytes
-                added += nbytes
-        self._saved += added
-        now = time.perf_counter()
-        if now < self._op_next:
-            return None
-        self._op_next = now + self.op_interval
-        self.tick()
-        return self._record(now - self.origin, where=where)
+                self._saved += nbytes
+        sample = None
+        if start >= self._op_next:
+            self._op_next = start + self.op_interval
+            self.tick()
+            sample = self._record(start - self.origin, where=where)
+        self._op_busy += time.perf_counter() - start
+        return sample
 
     def note(self, kind: str, where: str = "") -> MemorySample:
         """An event worth a marker on the chart (``zero_grad``, ``optimizer.step``, ``empty_cache``)."""

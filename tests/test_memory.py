@@ -321,7 +321,7 @@ def test_chart_renders_something(qtbot, theme):
 
 
 def test_forward_ops_add_their_saved_tensors_as_they_are_made():
-    sampler = MemorySampler(FakeCudaSource([(0, 0)]), rate_hz=1)
+    sampler = MemorySampler(FakeCudaSource([(0, 0)]), rate_hz=1, origin=time.perf_counter() - 60)  # 3 s budget
     sampler.op_interval = 0.0  # a sample per op
     sampler.mark("forward")
     a = torch.randn(1000, requires_grad=True)
@@ -340,6 +340,9 @@ def test_forward_ops_add_their_saved_tensors_as_they_are_made():
     d = c.exp()
     assert sampler.on_node(d.grad_fn) is None and len(sampler.samples) == 6
     assert sampler.note("zero_grad", "line 9").saved_bytes == 20000
+    sampler._op_busy = 10.0  # past 5% of the run's minute: nodes wait for the next full walk
+    e = d.exp()
+    assert sampler.on_node(e.grad_fn) is None and sampler._saved == 20000
 
 
 def test_the_sampler_starts_in_the_starting_phase():
