@@ -475,3 +475,30 @@ def test_memory_export_writes_a_valid_svg_and_a_png(qtbot, tmp_path):
         export_samples(_loop(), tmp_path / "m.pdf")
     with pytest.raises(MemoryExportError, match="no memory samples"):
         export_samples([], tmp_path / "e.svg")
+
+
+def test_memory_panel_keeps_a_reference_run_fits_a_call_and_exports(qtbot, tmp_path):
+    from widgets.memory_panel import CPU_NOTE, CUDA_NOTE, MemoryPanel
+
+    panel = MemoryPanel()
+    qtbot.addWidget(panel)
+    panel.resize(900, 320)
+    panel.set_run(_loop(saved=1 << 20), "/x/31_graph_leak_fixed.py", call_count=3)
+    assert panel.note.text() == CPU_NOTE and panel.call_box.maximum() == 2
+    panel.pin_reference()
+    assert panel.unpin_button.isEnabled() and "31_graph_leak_fixed" in panel.pin_button.text()
+    panel.set_run(_loop(saved=10 << 20), "/x/30_graph_leak.py", call_count=3)
+    assert panel.chart.reference_label() == "31_graph_leak_fixed"
+    assert max(panel.chart._ref_lines["saved_bytes"].yData) == 1.0  # MB, on the leak's scale
+    panel.call_box.setValue(1)
+    panel.fit_button.click()
+    assert 1.9 < panel.chart.view.viewRange()[0][0] < 2.0
+    panel.overlay_box.setChecked(True)
+    assert panel.chart.overlay_count() == 3
+    out = panel.export(tmp_path / "panel.svg")
+    assert "31_graph_leak_fixed: saved" in out.read_text()
+    panel.drop_reference()
+    assert panel.chart.reference_label() == "" and not panel.unpin_button.isEnabled()
+    cuda = [MemorySample(t=i, device="cuda:0", allocated=i << 20, reserved=2 * i << 20) for i in range(3)]
+    panel.set_run(cuda, "c.py", call_count=0)
+    assert panel.note.text() == CUDA_NOTE and panel.chart.gap is not None
