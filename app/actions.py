@@ -50,20 +50,29 @@ def build_actions(w) -> None:
     w.act_sharing = make_action(w, "Show Storage &Sharing", w.graph.set_show_sharing, "Ctrl+Shift+M",
                                 "Link tensors that share memory (same storage) and mark views with their base",
                                 "sharing", checkable=True)
-    w.act_step = make_action(w, "&Step", lambda: w.stepper.step(), "F10",
+    s = w.session
+    w.act_debug = make_action(w, "&Debug", w.debug_script, "F9",
+                              "Run the script and pause at each backward call (or at the breakpoints set "
+                              "in the Source gutter), with its graph shown", "debug")
+    w.act_step = make_action(w, "&Step", s.step, "F10",
                              "Run backward one node at a time: the next node", "step")
     w.act_step_to = make_action(w, "Step to Se&lected Node", w.step_to_selected, "Ctrl+F10",
                                 "Run backward until the selected node is next")
-    w.act_continue = make_action(w, "&Continue", lambda: w.stepper.resume(), "F5",
-                                 "Run backward to the end", "continue")
-    w.act_restart = make_action(w, "Res&tart Stepping", lambda: w.stepper.restart(), "Ctrl+Shift+F5",
-                                "Start stepping this call again from its first node", "restart")
+    w.act_continue = make_action(w, "&Continue", s.continue_, "F5",
+                                 "Run this backward to its end; a debug run goes on to its next breakpoint",
+                                 "continue")
+    w.act_next_call = make_action(w, "Run to &Next Call", s.next_call, "Shift+F11",
+                                  "Finish this backward and pause at the script's next backward call", "next_call")
+    w.act_resume = make_action(w, "Resume &Without Pausing", s.resume_all, "Ctrl+F5",
+                               "Run the rest of the script without pausing again")
+    w.act_restart = make_action(w, "Res&tart Stepping", s.restart, "Ctrl+Shift+F5",
+                                "Start stepping this call again from its first node, in a new run", "restart")
     w.act_show_graph = make_action(w, "&Graph", lambda: w.center.setCurrentWidget(w.graph), "Ctrl+1",
                                    "Show the autograd graph")
     w.act_show_storage = make_action(w, "S&torage", lambda: w.center.setCurrentWidget(w.storage), "Ctrl+2",
                                      "Show the selected tensor's storage, element by element")
     for action, short in ((w.act_saved, "Saved"), (w.act_shapes, "Shapes"), (w.act_sharing, "Sharing"),
-                          (w.act_fit, "Fit"), (w.act_restart, "Restart")):
+                          (w.act_fit, "Fit"), (w.act_restart, "Restart"), (w.act_next_call, "Next Call")):
         action.setIconText(short)
     w.act_quit = make_action(w, "&Quit", w.close, QKeySequence.StandardKey.Quit, "Quit Backprop Studio")
     w.act_about = make_action(w, "&About Backprop Studio", w.about, None, "About")
@@ -93,10 +102,12 @@ def build_toolbar(w) -> None:
     w.device_box.addItem("CPU", "cpu")
     bar.addWidget(w.device_box)
     bar.addAction(w.act_run)
+    bar.addAction(w.act_debug)
     bar.addAction(w.act_stop)
     bar.addSeparator()
     bar.addAction(w.act_step)
     bar.addAction(w.act_continue)
+    bar.addAction(w.act_next_call)
     bar.addAction(w.act_restart)
     bar.addSeparator()
     bar.addAction(w.act_saved)
@@ -154,10 +165,11 @@ def build_menus(w) -> None:
         view.addAction(dock.toggleViewAction())
     run = w.menuBar().addMenu("&Run")
     run.addAction(w.act_run)
+    run.addAction(w.act_debug)
     run.addAction(w.act_stop)
     run.addAction(w.act_rerun_on_change)
     run.addSeparator()
-    for action in (w.act_step, w.act_step_to, w.act_continue, w.act_restart):
+    for action in (w.act_step, w.act_step_to, w.act_continue, w.act_next_call, w.act_resume, w.act_restart):
         run.addAction(action)
     help_menu = w.menuBar().addMenu("&Help")
     help_menu.addAction(w.act_about)

@@ -1,203 +1,163 @@
-"""Stepping backward from the app: Step, Step to Selected, Continue, Restart, Stop.
+"""Stepping drawn: the session's stepped call on the graph and in the step log.
 
-A stepping session re-runs the script in a fresh worker with backward call N under the
-stepper; the engine pauses before every node and the worker streams each pause and each
-finished node here. The graph shows executed nodes, the current one and the ready frontier,
-gradients on the edges they travelled and leaf grads as they fill; the step log keeps every
-step, and clicking a past one replays the recorded steps (nothing is re-run).
+The graph shows executed nodes, the current one and the ready frontier, gradients on the
+edges they travelled and leaf grads as they fill; the step log keeps every step, and clicking
+a past one replays the recorded steps (nothing is re-run). Steps that stream in while the
+engine runs (Continue on thousands of nodes) are drawn in batches, a first frame after
+0.1 s and then two a second; a pause draws at once. The state itself lives in ``app.session.Session``.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Callable
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from core.step_state import StepTracker, short_values, step_texts, step_view
+from core.step_state import short_values, step_texts, step_view
 from core.trace import CallInfo
 
 
 class StepController(QObject):
     sig_changed = Signal()
-    """The stepping state changed (session started, paused, stepped or ended)."""
+    """The stepping state changed (started, paused, stepped or ended)."""
 
-    def __init__(self, window):
-        super().__init__(window)
-        self.window = window
-        self.handle = window.handle
-        self.call: CallInfo | None = None
-        self.steps: list[dict] = []
-        self.tracker: StepTracker | None = None
-        self.pending: dict | None = None
-        self.state = "idle"  # idle, starting, paused, running, finished, failed, stopped
-        self.run_id: int | None = None
-        self._queued: list[tuple[str, dict]] = []
-        self._unlogged: list[dict] = []  # steps not yet in the log (drawn in batches while running)
+    def __init__(self, session, graph, step_log, status: Callable[[str], None],
+                 show_node: Callable[[str], None], on_begin: Callable[[], None] | None = None, parent=None):
+        super().__init__(parent)
+        self.session = session
+        self.graph = graph
+        self.step_log = step_log
+        self._status = status
+        self._show_node = show_node
+        self._on_begin_cb = on_begin
+        self._unlogged: list[dict] = []
+        self._frames = 0  # frames drawn since the last pause
         self._redraw = QTimer(self, singleShot=True, interval=100)
         self._redraw.timeout.connect(self._flush)
-        self.handle.sig_step_begin.connect(self._on_begin)
-        self.handle.sig_step_paused.connect(self._on_paused)
-        self.handle.sig_step.connect(self._on_step)
-        self.handle.sig_step_end.connect(self._on_end)
+        session.sig_step_begin.connect(self._on_begin)
+        session.sig_paused.connect(self._on_paused)
+        session.sig_step.connect(self._on_step)
+        session.sig_step_end.connect(self._on_end)
+        session.sig_state.connect(lambda _s: self.sig_changed.emit())
+        session.sig_status.connect(self._status)
+        session.sig_warning.connect(self._status)
+
+    # -- the session's stepping, as the exporters and tests read it ---------------------------------------
+    @property
+    def call(self) -> CallInfo | None:
+        return self.session.step_call
+
+    @property
+    def steps(self) -> list[dict]:
+        return self.session.steps
+
+    @property
+    def state(self) -> str:
+        return self.session.state
 
     @property
     def active(self) -> bool:
-        return self.state in ("starting", "paused", "running")
+        return self.session.active
 
-    # -- commands ----------------------------------------------------------------------------------
+    # -- commands (the session's) ------------------------------------------------------------------------
     def step(self) -> None:
-        self._command("step", count=1)
+        self.session.step()
 
     def step_to(self, node_id: str | None) -> None:
-        if node_id:
-            self._command("step_to", node=node_id)
+        self.session.step_to(node_id)
 
     def resume(self) -> None:
-        self._command("continue")
+        self.session.continue_()
 
     def restart(self) -> None:
-        if self.active:
-            self.stop()
-        self._start()
+        self.session.restart()
 
     def stop(self) -> None:
-        if self.active:
-            self.handle.control("stop_step")
-            self.handle.cancel()
-            self.state = "stopped"
-            self._status("Stepping stopped: the worker released the graph.")
-            self.sig_changed.emit()
+        self.session.stop()
 
-    def _command(self, cmd: str, **args) -> None:
-        if not self.active:
-            self._queued = [(cmd, args)]
-            self._start()
-            return
-        if self.state == "starting":
-            self._queued.append((cmd, args))
-            return
-        self.state = "running"
-        self.handle.control(cmd, **args)
-        self.sig_changed.emit()
-
-    def _start(self) -> None:
-        w = self.window
-        call = w.call
-        if call is None or w.script_path is None:
-            self._status("Open a script and pick a backward call to step through.")
-            return
-        if call.api == "unreached":
-            self._status("This graph was never backwarded: there is no backward call to step.")
-            return
-        self.call = call
-        self.steps = []
+    # -- session signals --------------------------------------------------------------------------------
+    def _on_begin(self, call: CallInfo) -> None:
         self._unlogged = []
-        self.tracker = StepTracker(call)
-        self.pending = None
-        self.state = "starting"
-        w.step_log.set_steps(call, [])
-        w.step_log.set_status(f"Re-running {Path(w.script_path).name} up to call #{call.index} ({call.api}, "
-                              f"line {call.line})…")
-        w.graph.clear_states()
-        w.memory.chart.clear()
-        w._last_saved = None
-        device = w.device_box.currentData() or "cpu"
-        self.run_id = self.handle.run(w.script_path, device=device, timeout=w.timeout,
-                                      step={"call": call.index, "mode": "interactive"})
-        w.begin_busy(f"Starting a stepping session for call #{call.index}")
-        w.docks["steps"].show()
-        w.docks["steps"].raise_()
-        self.sig_changed.emit()
-
-    # -- worker messages ------------------------------------------------------------------------------
-    def _on_begin(self, event: dict) -> None:
-        if self.state != "starting":
-            return
-        self.state = "paused"
-        self.window.end_busy()
-        queued, self._queued = self._queued, []
-        for cmd, args in queued:
-            if cmd == "step":
-                continue  # the first Step is the pause before the first node
-            self.state = "running"
-            self.handle.control(cmd, **args)
+        self.step_log.set_steps(call, [])
+        self.graph.clear_states()
+        if self._on_begin_cb is not None:
+            self._on_begin_cb()
+        s = self.session
+        warning = f" {s.warning}." if s.warning else ""
+        self._status(f"Paused at call #{call.index} ({call.api}, line {call.line}) before backward: "
+                     f"{call.node_count} nodes. F10 runs one node, F5 the whole call.{warning}")
         self.sig_changed.emit()
 
     def _flush(self) -> None:
         """Log the steps that arrived since the last frame and draw the graph once."""
         self._redraw.stop()
         if self._unlogged:
-            self.window.step_log.append_steps(self._unlogged)
+            self.step_log.append_steps(self._unlogged)
             self._unlogged = []
         self._draw()
 
-    def _on_paused(self, event: dict) -> None:
-        if not self.active:
-            return
-        self.state = "paused"
-        self.pending = event.get("pending")
+    def _on_paused(self, pending: dict) -> None:
+        self._frames = 0
         self._flush()
-        node = self.call.node(self.pending.get("node")) if self.call and self.pending else None
+        call = self.call
+        node = call.node(pending.get("node")) if call and pending else None
         if node is not None:
-            grads = ", ".join(short_values(g) for g in self.pending.get("grad_outputs") or [])
+            grads = ", ".join(short_values(g) for g in pending.get("grad_outputs") or [])
             label = f" ({node.label})" if node.label else ""
-            self._status(f"Step {len(self.steps)}: paused before {node.name}{label}; gradient in: {grads}. "
-                         "F10 steps, F5 continues.")
-            self.window.show_step_node(node.id)
+            warning = f" {self.session.warning}." if self.session.warning else ""
+            self._status(f"Call #{call.index}, step {len(self.steps)}: paused before {node.name}{label}; "
+                         f"gradient in: {grads}. F10 steps, F5 continues.{warning}")
+            self._show_node(node.id)
         self.sig_changed.emit()
 
-    def _on_step(self, event: dict) -> None:
-        if self.call is None or event.get("call") != self.call.index:
-            return
-        record = event["record"]
-        self.steps.append(record)
-        self.tracker.add(record)
+    def _on_step(self, record: dict) -> None:
         self._unlogged.append(record)
         if not self._redraw.isActive():
-            # Continue streams thousands of steps: draw at most ten frames a second.
-            self._redraw.start()
+            # A frame costs O(nodes) (~100 ms at 5,000 nodes): while backward streams on, the
+            # first frame comes soon and later ones every half second, so drawing never holds up
+            # the run. A pause or the end draws at once.
+            self._redraw.start(100 if self._frames == 0 else 500)
+            self._frames += 1
 
     def _on_end(self, event: dict) -> None:
-        if self.call is None or event.get("call") != self.call.index:
-            return
-        self.state = event.get("state") or "finished"
-        self.pending = None
         self._flush()
+        call = self.call
         error = event.get("error")
+        if call is None:
+            return
         if error:
             failed = next((s for s in self.steps if s.get("error")), None)
-            node = self.call.node(failed["node"]) if failed else None
+            node = call.node(failed["node"]) if failed else None
             where = f" at {node.name}" if node else ""
             self._status(f"Backward failed{where}: {error['type']}: {error['message'].splitlines()[0]}")
             if node is not None:
-                self.window.show_step_node(node.id)
-        elif self.state == "finished":
-            self._status(f"Backward finished: {len(self.steps)} nodes executed. Click a step in the log to replay it.")
+                self._show_node(node.id)
+        elif event.get("state") == "finished":
+            more = " The script runs on to its next breakpoint." if self.session.run_kind == "debug" else ""
+            self._status(f"Backward of call #{call.index} finished: {len(self.steps)} nodes executed. "
+                         f"Click a step in the log to replay it.{more}")
         self.sig_changed.emit()
 
     # -- drawing ------------------------------------------------------------------------------------------
     def replay(self, count: int) -> None:
         """Show the graph as it was after ``count`` recorded steps."""
-        if self.call is None or not self.steps:
+        if self.call is None or not self.steps or count < 1:
             return
+        count = min(count, len(self.steps))
         self._draw(upto=count)
-        self.window.step_log.select_step(count)
+        self.step_log.select_step(count)
         record = self.steps[count - 1]
         self._status(f"Replaying step {count - 1}: {record.get('name')} (of {len(self.steps)} recorded)")
 
     def _draw(self, upto: int | None = None) -> None:
-        w = self.window
-        if self.call is None or w.call is None or w.call.structure != self.call.structure:
+        call, shown = self.call, self.session.call
+        if call is None or shown is None or shown.structure != call.structure or self.session.tracker is None:
             return
         if upto is None:
-            view = self.tracker.view(self.pending)
+            view = self.session.tracker.view(self.session.pending)
             texts = view.edge_texts  # the tracker keeps leaf .grad values on their edges
         else:
-            view = step_view(self.call, self.steps, None, upto=upto)
-            texts = step_texts(self.call, view)
-        w.graph.set_node_states(view.states)
-        w.graph.set_edge_texts(texts)
-
-    def _status(self, text: str) -> None:
-        self.window.step_log.set_status(text)
-        self.window.state_label.setText(text)
+            view = step_view(call, self.steps, None, upto=upto)
+            texts = step_texts(call, view)
+        self.graph.set_node_states(view.states)
+        self.graph.set_edge_texts(texts)

@@ -1,7 +1,8 @@
-"""The main window: open a script, run it in the worker, show its graphs, inspect everything.
+"""The main window: builds the views and wires them to the session.
 
-Selection is one shared state: a node or tensor picked in the graph, the inspector, the
-source, the calls list or the problems list is shown everywhere through ``select_node``.
+The state (trace, current call, selection, run / debug / stepping) is the session's
+(``app.session.Session``); a node picked in the graph, the inspector, the source, the calls
+list or the problems list becomes the session's one selection, and every view follows it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from app.actions import build_actions, build_menus, build_toolbar
 from app.export_dialog import add_export_action
 from app.resources import icon
 from app.screen_fit import fit_window
+from app.session import Session
 from app.step_controller import StepController
 from app.worker_handle import WorkerHandle
 from core.trace import CallInfo, Trace
@@ -65,16 +67,14 @@ class MainWindow(QMainWindow):
         self.setWindowIcon(icon("app"))
         self.setAcceptDrops(True)
         self.resize(1400, 860)
-        self.timeout = timeout
-        self.script_path: str | None = None
-        self.trace: Trace | None = None
-        self.call: CallInfo | None = None
         self.last_error = None
         self._run_started = 0.0
-        self._selected_node: str | None = None
         self.handle = handle or WorkerHandle(self)
+        self.session = Session(self.handle, self)
+        self.session.timeout = timeout
         self._build_views()
-        self.stepper = StepController(self)
+        self.stepper = StepController(self.session, self.graph, self.step_log, self._step_status,
+                                      self.show_step_node, self._show_step_log, self)
         build_actions(self)
         build_toolbar(self)
         build_menus(self)
@@ -88,6 +88,35 @@ class MainWindow(QMainWindow):
         self._restore_settings()
         fit_window(self, settings())  # the first size follows the screen, remembered per screen
         self._update_actions()
+
+    # -- the session's state, as the exporters and tests read it --------------------------------------
+    @property
+    def timeout(self) -> float:
+        return self.session.timeout
+
+    @property
+    def script_path(self) -> str | None:
+        return self.session.script_path
+
+    @script_path.setter
+    def script_path(self, path: str | None) -> None:
+        self.session.script_path = path
+
+    @property
+    def trace(self) -> Trace | None:
+        return self.session.trace
+
+    @trace.setter
+    def trace(self, trace: Trace | None) -> None:
+        self.session.trace = trace
+
+    @property
+    def call(self) -> CallInfo | None:
+        return self.session.call
+
+    @call.setter
+    def call(self, call: CallInfo | None) -> None:
+        self.session.call = call
 
     # -- construction ---------------------------------------------------------------------------------
     def _build_views(self) -> None:
@@ -161,7 +190,18 @@ class MainWindow(QMainWindow):
         h.sig_state.connect(lambda s: self._update_actions())
         h.sig_output.connect(self.output.append)
         h.sig_progress.connect(self._on_progress)
-        h.sig_finished.connect(self._on_finished)
+        s = self.session
+        s.sig_result.connect(self._on_finished)
+        s.sig_state.connect(self._on_session_state)
+        s.sig_trace.connect(self.calls.set_trace)
+        s.sig_call.connect(self._on_call)
+        s.sig_selection.connect(self._on_selection)
+        s.sig_warning.connect(self._on_warning)
+        s.sig_step_begin.connect(lambda call: self._live_call(call))
+        s.sig_paused.connect(lambda _p: self.source.set_paused_line(s.paused_line))
+        s.sig_step_end.connect(lambda _e: self.source.set_paused_line(None))
+        self.source.sig_breakpoints_changed.connect(s.set_breakpoints)
+        self.calls.sig_debug_to_call.connect(self.debug_to_call)
         h.sig_memory.connect(self.memory.chart.append_samples)
         h.sig_step_memory.connect(self._on_step_memory)
         self.memory.chart.sig_call_selected.connect(self._select_call_index)
@@ -208,13 +248,14 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(f"{p.name} — Backprop Studio")
         self.source.set_source(text, self.script_path)
         self._add_recent(self.script_path)
+        self._update_actions()
         if run:
             self.run_script()
         return True
 
-    def run_script(self) -> None:
+    def _prepare_run(self) -> bool:
         if not self.script_path:
-            return
+            return False
         try:
             self.source.set_source(Path(self.script_path).read_text(encoding="utf-8"), self.script_path)
         except (OSError, UnicodeDecodeError):
@@ -222,45 +263,77 @@ class MainWindow(QMainWindow):
         self.output.clear()
         self.memory.chart.clear()
         self._last_saved = None
-        device = self.device_box.currentData() or "cpu"
-        self.handle.run(self.script_path, device=device, timeout=self.timeout)
-        self._run_started = time.monotonic()
-        self._elapsed_timer.start()
-        self.busy.show()
-        self._tick()
-        self._update_actions()
+        self.session.device = self.device_box.currentData() or "cpu"
+        self._busy_text = None
+        return True
+
+    def run_script(self) -> None:
+        """Run (Ctrl+R): capture every call, no pause."""
+        if self._prepare_run():
+            self.session.run()
+
+    def debug_script(self) -> None:
+        """Debug (F9): run the script and pause at each backward call a breakpoint selects."""
+        if self._prepare_run():
+            self.session.debug()
+
+    def debug_to_call(self, index: int) -> None:
+        """Debug, pausing first at call ``index`` (a loop's later call)."""
+        if self._prepare_run():
+            self.session.debug(skip_to=index)
 
     def stop(self) -> None:
-        if self.stepper.active:
-            self.stepper.stop()
-            return
-        if self.handle.running:
-            self.state_label.setText("Stopping…")
-            self.handle.cancel()
-
-    def begin_busy(self, text: str) -> None:
-        self._busy_text = text
-        self._run_started = time.monotonic()
-        self._elapsed_timer.start()
-        self.busy.show()
-        self._tick()
-        self._update_actions()
-
-    def end_busy(self) -> None:
-        self._elapsed_timer.stop()
-        self.busy.hide()
-        self._busy_text = None
-        self._update_actions()
+        self.session.stop()
 
     def show_step_node(self, node_id: str) -> None:
         """Describe the node backward is at, and keep it in view."""
         if self.call is None or self.call.node(node_id) is None:
             return
-        self.graph.ensure_visible(node_id) if hasattr(self.graph, "ensure_visible") else None
+        self.graph.ensure_visible(node_id)
         self.inspector.show_node(self.call, node_id)
 
     def step_to_selected(self) -> None:
-        self.stepper.step_to(self.graph.selected_node() or self._selected_node)
+        self.session.step_to(self.session.selected or self.graph.selected_node())
+
+    def _step_status(self, text: str) -> None:
+        self.step_log.set_status(text)
+        self.state_label.setText(text)
+
+    def _show_step_log(self) -> None:
+        self.docks["steps"].show()
+        self.docks["steps"].raise_()
+
+    def _live_call(self, call: CallInfo) -> None:
+        """A debug run paused at a call: list the calls paused at so far."""
+        if self.session.run_kind == "debug":
+            self.calls.select_call(call.id)
+            self.counts_label.setText(f"paused at call #{call.index}, line {call.line}: {call.node_count} nodes")
+
+    def _on_warning(self, text: str) -> None:
+        from core.trace import ErrorInfo
+
+        self.problems.show_error(ErrorInfo(type="NotDeterministic", message=text, kind="stepping"),
+                                 title="Stepping does not show the traced numbers")
+        self._step_status(text)
+
+    def _on_session_state(self, state: str) -> None:
+        waiting = state in ("running", "debugging", "starting")
+        if waiting:
+            if not self._elapsed_timer.isActive():
+                self._run_started = time.monotonic()
+            if state != "running":
+                name = Path(self.script_path or "").name
+                self._busy_text = f"Debugging {name}" if state == "debugging" else f"Re-running {name} to the call"
+            self._elapsed_timer.start()
+            self.busy.show()
+            self._tick()
+        else:
+            self._elapsed_timer.stop()
+            self.busy.hide()
+            self._busy_text = None
+        if state == "idle":
+            self.source.set_paused_line(None)
+        self._update_actions()
 
     def _tick(self) -> None:
         elapsed = time.monotonic() - self._run_started
@@ -275,18 +348,8 @@ class MainWindow(QMainWindow):
             self.counts_label.setText(f"backward call #{event.get('index')} at line {event.get('line')}")
 
     def _on_finished(self, result) -> None:
-        self._elapsed_timer.stop()
-        self.busy.hide()
         trace: Trace = result.trace
         self._update_actions()
-        if result.run_id == self.stepper.run_id:
-            # A stepping session's re-run: the graph on screen keeps the steps drawn on it.
-            if self.stepper.active:
-                self.stepper.state = "stopped"
-                reached = trace.error.message if trace.error else "the script ended before reaching that call"
-                self.step_log.set_status(f"Stepping ended: {reached}")
-            self._update_actions()
-            return
         if trace.error is not None:
             self.last_error = trace.error
         else:
@@ -309,10 +372,9 @@ class MainWindow(QMainWindow):
 
     def show_trace(self, trace: Trace) -> None:
         """Show a trace: calls list, problems, memory, and the first call's graph."""
-        self.trace = trace
+        self.session.set_trace(trace)
         if trace.memory:
             self.memory.set_run(trace.memory, trace.script, trace.call_count)
-        self.calls.set_trace(trace)
         self.tensors.set_tensors(trace.tensors)
         self.problems.set_trace(trace)
         if trace.error is not None:
@@ -321,11 +383,7 @@ class MainWindow(QMainWindow):
         self.counts_label.setText(f"{len(trace.calls)} graph(s), {trace.call_count} backward call(s), {nodes} nodes")
         first = next((c for c in trace.calls if c.snapshot == "full" and c.nodes), None)
         if first is None:
-            self.call = None
-            self.graph.set_call(None)
-            self.inspector.clear()
-            self.storage.clear()
-            self._update_actions()
+            self.session.set_call(None)
             named = [t for t in trace.tensors if t.name]
             if named:
                 # No graph: the script is about tensors themselves; show them.
@@ -341,8 +399,6 @@ class MainWindow(QMainWindow):
     def show_call(self, call_id: str) -> None:
         if self.trace is None:
             return
-        if self.stepper.active:
-            self.stepper.stop()
         call = next((c for c in self.trace.calls if c.id == call_id), None)
         if call is None:
             return
@@ -351,13 +407,20 @@ class MainWindow(QMainWindow):
             self.inspector.clear()
             same = next((c for c in self.trace.calls if c.id == call.same_as), None)
             if same is not None and same is not self.call:
-                self.call = same
-                self.graph.set_call(same)
+                self.session.set_call(same)
             return
-        self.call = call
-        self._selected_node = None
+        if call is not self.call:
+            self.session.set_call(call)
+
+    def _on_call(self, call: CallInfo | None) -> None:
+        """The session's current call changed: every view shows it."""
         self.inspector.clear()
         self.source.clear_highlight()
+        if call is None:
+            self.graph.set_call(None)
+            self.storage.clear()
+            self._update_actions()
+            return
         self.graph.set_call(call)
         self.memory.set_call(call)
         self.center.setCurrentWidget(self.graph)
@@ -365,7 +428,7 @@ class MainWindow(QMainWindow):
 
     def _on_scene_ready(self, _call_id: str = "") -> None:
         self._update_zoom_label()
-        if self.call is not None and self._selected_node is None and self.call.roots:
+        if self.call is not None and self.session.selected is None and self.call.roots:
             # Describe the root (the loss) without moving the fitted view.
             self.inspector.show_node(self.call, self.call.roots[0])
         self.sig_trace_shown.emit()
@@ -391,9 +454,12 @@ class MainWindow(QMainWindow):
 
     # -- selection -----------------------------------------------------------------------------------
     def select_node(self, node_id: str) -> None:
-        if self.call is None or self.call.node(node_id) is None:
+        """Make a node the selection (the session's; every view follows)."""
+        self.session.select(node_id)
+
+    def _on_selection(self, node_id: str) -> None:
+        if not node_id or self.call is None or self.call.node(node_id) is None:
             return
-        self._selected_node = node_id
         self._tensor_scope = "call"
         node = self.call.node(node_id)
         tensor_id = node.variable or node.tensor
@@ -452,13 +518,12 @@ class MainWindow(QMainWindow):
             self.source.highlight_lines([line])
             return
         nodes = [n for n in self.call.nodes if n.line == line]
-        self.source.highlight_lines([line])
         if nodes:
-            self._selected_node = nodes[0].id
-            self.graph.select_node(nodes[0].id)
-            self.inspector.show_node(self.call, nodes[0].id)
+            self.session.select(nodes[0].id)
+            self.source.highlight_lines([line])
             self.state_label.setText(f"Line {line} created {len(nodes)} node(s)")
         else:
+            self.source.highlight_lines([line])
             self.state_label.setText(f"Line {line} created no node of this graph")
 
     def focus_search(self) -> None:
@@ -497,11 +562,23 @@ class MainWindow(QMainWindow):
 
     def _update_actions(self) -> None:
         running = self.handle.running
-        self.act_run.setEnabled(bool(self.script_path))
-        self.act_stop.setEnabled(running or self.stepper.active)
-        can_step = self.call is not None and self.call.api != "unreached"
-        for action in (self.act_step, self.act_continue, self.act_restart, self.act_step_to):
+        state = self.session.state
+        has_script = bool(self.script_path)
+        self.act_run.setEnabled(has_script)
+        self.act_debug.setEnabled(has_script)
+        self.act_stop.setEnabled(running or self.session.active)
+        can_step = has_script and (self.session.active or (self.call is not None and self.call.api != "unreached")
+                                   or self.trace is None)
+        for action in (self.act_step, self.act_continue, self.act_step_to):
             action.setEnabled(can_step)
+        self.act_restart.setEnabled(has_script and (self.session.active or self.session.step_call is not None))
+        self.act_next_call.setEnabled(has_script)
+        self.act_resume.setEnabled(self.session.active)
+        # While the worker gets to the pause, Step says that its presses wait for it.
+        waiting = state in ("debugging", "starting", "stepping")
+        self.act_step.setIconText("Step (queued)" if waiting else "Step")
+        self.act_step.setStatusTip("Presses now wait for the next pause" if waiting
+                                   else "Run backward one node at a time: the next node")
         if not running and self.handle.client.state == "starting":
             self.state_label.setText("Starting the worker…")
         elif not running and self.state_label.text().startswith("Starting"):

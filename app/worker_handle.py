@@ -29,35 +29,44 @@ class WorkerHandle(QObject):
     """A backward call started or finished (index, api, line, nodes)."""
     sig_finished = Signal(object)
     """A run finished: a core.client.RunResult with the trace (or only an error)."""
-    sig_step_begin = Signal(dict)
-    """The stepped backward call was reached: the engine will pause before its first node."""
-    sig_step_paused = Signal(dict)
+    sig_step_begin = Signal(object)
+    """A stepped backward call was reached (with its graph, structure hash and leaf digest): the
+    engine will pause before its first node."""
+    sig_step_paused = Signal(object)
     """The engine is paused before a node (``pending``: node, name, grad_outputs)."""
-    sig_step = Signal(dict)
+    sig_step = Signal(object)
     """A node finished executing (``record``: node, name, grad_outputs, grad_inputs, leaf_grads, error)."""
+    sig_steps = Signal(object)
+    """Nodes that finished while backward ran on: a dict with ``call`` and ``records``."""
     sig_step_end = Signal(dict)
     """The stepped backward ended: state finished, stopped or failed, with the error."""
     sig_memory = Signal(list)
     """A batch of memory samples (dicts: t, device, allocated, reserved, rss, saved_bytes, phase)."""
     sig_step_memory = Signal(dict)
     """Memory right after a stepped node ran (t, saved_bytes, allocated)."""
-    sig_event = Signal(dict)
-    """Any worker message, as received (internal: carried to the GUI thread)."""
+    sig_event = Signal(object)
+    """Any worker message, as received (internal: carried to the GUI thread). An object, not a
+    dict signal: Qt would convert it to a QVariantMap, which cannot hold integers past 2**63
+    (a captured graph's ``ignore_index`` of -100 is saved as 2**64 - 100)."""
 
     def __init__(self, parent=None, prestart: bool = True):
         super().__init__(parent)
         self.sig_event.connect(self._dispatch)
         self.client = WorkerClient(self.sig_event.emit, prestart=prestart)
+        self.client.expand_steps = False  # one Qt event per batch, not per node
         self.current_run: int | None = None
 
     # -- commands --------------------------------------------------------------------------------
     def run(self, path: str, device: str = "cpu", mode: str = "auto", timeout: float = 600.0,
-            step: dict | None = None) -> int:
-        self.current_run = self.client.run(path, device=device, mode=mode, timeout=timeout, step=step)
+            step: dict | None = None, debug: dict | None = None, seeds: dict | None = None) -> int:
+        """Start a run (a debug run with ``debug``; reseeded with ``seeds``); returns its id."""
+        self.current_run = self.client.run(path, device=device, mode=mode, timeout=timeout, step=step,
+                                           debug=debug, seeds=seeds)
         return self.current_run
 
     def control(self, cmd: str, **args) -> bool:
-        """A stepping command for the running worker: step, step_to, continue, pause, stop_step."""
+        """A stepping or debug command for the running worker (``core.protocol.STEP_COMMANDS``,
+        ``breakpoints``)."""
         return self.client.control(cmd, **args)
 
     def cancel(self) -> None:
@@ -106,6 +115,9 @@ class WorkerHandle(QObject):
 
     def _handle_step(self, event: dict) -> None:
         self.sig_step.emit(event)
+
+    def _handle_steps(self, event: dict) -> None:
+        self.sig_steps.emit(event)
 
     def _handle_step_end(self, event: dict) -> None:
         self.sig_step_end.emit(event)

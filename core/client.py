@@ -231,6 +231,7 @@ class WorkerClient:
         self.python = python
         self.prestart = prestart
         self.memory_rate = 50.0  # memory samples per second in the worker; 0 turns sampling off
+        self.expand_steps = True  # hand each batched ``steps`` message on as one ``step`` event per node
         self.state = "starting"
         self.devices: list[dict] = [{"id": "cpu", "name": "CPU", "kind": "cpu"}]
         self.torch_version = ""
@@ -369,7 +370,10 @@ class WorkerClient:
             current = run is not None and run["worker"] is worker
         if not current:
             return  # a spare's exit, or an old worker's last words
-        if kind == "trace":
+        if kind == "steps" and self.expand_steps:
+            for record in msg.get("records", ()):
+                self.on_event({"type": "step", "call": msg.get("call"), "record": record, "worker": msg.get("worker")})
+        elif kind == "trace":
             self._finish_with_trace(worker, run, msg)
         elif kind == "exit":
             self._finish_dead_run(code=msg.get("code"), run=run)

@@ -6,9 +6,11 @@ carry ``cmd``. ``to_dict`` gives the JSON-ready dict, ``message_from_dict`` /
 worker's additions are not lost; a missing required field raises ``ProtocolError`` naming it).
 Qt-free and torch-free: the worker, the client, the GUI and the CLI all import it.
 
-Stepping messages: ``step_begin`` (a call is paused before its first node; in a debug run it
-carries the captured graph, ``graph``, and its ``structure`` hash), ``step_paused`` (paused
-before ``pending``), ``step`` (one node ran: ``record``), ``step_memory``, ``step_end``.
+Stepping messages: ``step_begin`` (a call is paused before its first node, with the captured
+graph, ``graph``, its ``structure`` hash and a digest of its leaf values), ``step_paused``
+(paused before ``pending``), ``steps`` (nodes that ran: ``records``, batched while backward runs
+on; ``core.client`` hands them on one ``step`` event per record unless told not to),
+``step_memory``, ``step_end``.
 """
 
 from __future__ import annotations
@@ -144,6 +146,14 @@ class StepPaused(_Base):
 class Step(_Base):
     call: int = 0
     record: dict = field(default_factory=dict)
+
+
+@_message("steps")
+@dataclass
+class Steps(_Base):
+    """Nodes that finished while backward ran on (Continue, Step to): sent in batches."""
+    call: int = 0
+    records: list = field(default_factory=list)
 
 
 @_message("step_memory")

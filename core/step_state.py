@@ -24,7 +24,7 @@ class StepView:
 
 
 def short_values(values: dict | None, limit: int = 3) -> str:
-    """'3', '[1, 2, 3, …]' or '[8×64] mean 0.01' for a gradient on an edge."""
+    """'3', '[1, 2, 3, …]', '512 values, mean 0.01' or '[1, 2, 3, …] (512 values)' for a gradient."""
     if not values:
         return "None"
     data = values.get("data")
@@ -35,7 +35,12 @@ def short_values(values: dict | None, limit: int = 3) -> str:
         shown = ", ".join(_num(v) for v in data[:limit])
         return f"[{shown}{', …' if len(data) > limit else ''}]"
     mean = values.get("mean")
-    return f"{numel} values, mean {_num(mean)}" if mean is not None else f"{numel} values"
+    if mean is not None:
+        return f"{numel} values, mean {_num(mean)}"
+    sample = values.get("sample")
+    if sample:
+        return f"[{', '.join(_num(v) for v in sample[:limit])}, …] ({numel} values)"
+    return f"{numel} values"
 
 
 def _num(v) -> str:

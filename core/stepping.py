@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
+from core.snapshot import _plain_list
 from core.snapshot import FULL_VALUES, node_kind, node_name, number_nodes, root_nodes, values_of  # noqa: F401
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,10 @@ _RESTING = frozenset(("paused", "finished", "stopped", "failed"))
 # Values kept in full across all step records of one call; later tensors keep a sample and stats,
 # so stepping a 5,000-node graph does not hold every gradient as Python floats.
 VALUE_BUDGET = 200_000
+# While backward runs on without pausing (Continue, Step to), gradients on edges keep their first
+# values and size only; leaf grads keep every value. Stats over 5,000 nodes' gradients cost
+# more than the backward itself.
+LIGHT_VALUES = 8
 
 
 class StepperStopped(BaseException):
@@ -205,8 +210,9 @@ class BackwardStepper:
         name = node_name(node)
 
         def hook(grad_outputs):
+            light = self._running_on()
             record = {"index": len(self.steps), "node": nid, "name": name,
-                      "grad_outputs": [self._values(g) for g in grad_outputs]}
+                      "grad_outputs": [self._values(g, light) for g in grad_outputs]}
             del grad_outputs  # a stop's traceback keeps this frame: it must not keep the gradients
             self._gate(nid, record)
             self._open.append(record)
@@ -247,7 +253,8 @@ class BackwardStepper:
 
         def hook(grad_inputs, grad_outputs):
             record = self._take_open(nid)
-            record["grad_inputs"] = [self._values(g) for g in grad_inputs]
+            light = self._running_on()
+            record["grad_inputs"] = [self._values(g, light) for g in grad_inputs]
             leaf_grads = {}
             if accumulate:
                 var = node.variable
@@ -296,22 +303,34 @@ class BackwardStepper:
             name = None
         return name or nid
 
-    def _values(self, g) -> dict | None:
-        """A JSON-ready preview of a gradient; records may share one preview dict (read-only)."""
+    def _running_on(self) -> bool:
+        """Backward goes on without pausing at the next node (Continue or Step to)."""
+        return self._free or self._target is not None
+
+    def _values(self, g, light: bool = False) -> dict | None:
+        """A JSON-ready preview of a gradient; records may share one preview dict (read-only).
+
+        ``light``: the first values and the size only (see LIGHT_VALUES)."""
         if not isinstance(g, torch.Tensor):
             return None
         version = g._version
         hit = self._previews.get(id(g))
-        if hit is not None and hit[0]() is g and hit[1] == version:
+        if hit is not None and hit[0]() is g and hit[1] == version and (light or not hit[3]):
             return hit[2]
         n = g.numel()
-        if n <= FULL_VALUES and n <= self.value_budget:
+        light = light and n > LIGHT_VALUES
+        if light:
+            try:
+                preview = {"numel": n, "sample": _plain_list(g.detach().reshape(-1)[:LIGHT_VALUES])}
+            except Exception:
+                preview = {"numel": n}
+        elif n <= FULL_VALUES and n <= self.value_budget:
             self.value_budget -= n
             preview = dict(vars(values_of(g)))
         else:
             preview = dict(vars(values_of(g, full_limit=0)))
         try:
-            self._previews[id(g)] = (weakref.ref(g), version, preview)
+            self._previews[id(g)] = (weakref.ref(g), version, preview, light)
         except TypeError:
             pass
         return preview

@@ -35,6 +35,7 @@ from dataclasses import replace
 from core import protocol
 
 DEFAULT_MEMORY_RATE = 50.0  # samples per second while a script runs
+STEP_BATCH, STEP_BATCH_S = 1000, 0.05  # finished nodes are sent at least this often
 PHASE_OF_EVENT = {"call": "backward", "call_done": "between", "forward": "forward"}  # capture event -> memory phase
 
 class Channel:
@@ -125,9 +126,10 @@ def seed_run(seeds: dict | None) -> dict:
     import torch
 
     seeds = dict(seeds or {})
-    fresh = int.from_bytes(os.urandom(8), "little")
-    seeds.setdefault("torch", torch.initial_seed() if not seeds else fresh)
-    seeds.setdefault("random", fresh >> 1)
+    # Fresh seeds fit in 63 bits, so every JSON and Qt layer carries them as plain integers.
+    fresh = [int.from_bytes(os.urandom(8), "little") >> 1 for _ in range(2)]
+    seeds.setdefault("torch", fresh[0])
+    seeds.setdefault("random", fresh[1])
     torch.manual_seed(int(seeds["torch"]))
     random.seed(int(seeds["random"]))
     try:
@@ -135,7 +137,7 @@ def seed_run(seeds: dict | None) -> dict:
     except ImportError:
         seeds.pop("numpy", None)
     else:
-        seeds.setdefault("numpy", fresh & 0xFFFFFFFF)
+        seeds.setdefault("numpy", fresh[1] & 0xFFFFFFFF)
         numpy.random.seed(int(seeds["numpy"]) & 0xFFFFFFFF)
     return seeds
 
@@ -186,6 +188,8 @@ class Worker:
         self._memory_due = None
         self._early: list[dict] = []  # step commands that arrived before the stepped call began
         self.debug: DebugPlan | None = None
+        self._steps: list[dict] = []  # finished nodes not sent yet
+        self._steps_since = 0.0
 
     def read_commands(self) -> None:
         for line in sys.stdin:
@@ -271,10 +275,22 @@ class Worker:
             stepper.stop()
 
     def _on_step(self, index: int, record: dict) -> None:
-        self.channel.send({"type": "step", "call": index, "record": record})
+        # Batched: Continue on 5,000 nodes sent 5,000 messages; a pause or the end flushes at once,
+        # so a single Step is not delayed.
+        if not self._steps:
+            self._steps_since = time.perf_counter()
+        self._steps.append(record)
         self._memory_due = record.get("index")
+        if len(self._steps) >= STEP_BATCH or time.perf_counter() - self._steps_since > STEP_BATCH_S:
+            self._flush_steps(index)
+
+    def _flush_steps(self, index: int) -> None:
+        if self._steps:
+            records, self._steps = self._steps, []
+            self.channel.send({"type": "steps", "call": index, "records": records})
 
     def _on_pause(self, index: int, pending: dict) -> None:
+        self._flush_steps(index)
         self.channel.send({"type": "step_paused", "call": index, "pending": pending})
         self._step_memory(index)
 
@@ -338,6 +354,7 @@ class Worker:
             try:
                 return stepper.run()
             finally:
+                self._flush_steps(index)
                 self.stepper = None
                 self._step_memory(index)
                 err = stepper.error

@@ -648,3 +648,21 @@ def test_gradient_edge_root_is_one_graph_for_capture_and_stepping(tmp_path):
     (call,) = trace.calls
     assert [n.name for n in call.nodes] == ids[0] == ["SumBackward0", "MulBackward0", "MulBackward0",
                                                          "AccumulateGrad"]
+
+
+def test_running_on_keeps_leaf_grads_whole_and_edges_short():
+    x = torch.randn(50, requires_grad=True)
+    loss = (x * 2).sum()
+    stepper = BackwardStepper([loss], loss.backward, names=lambda t: "x" if t is x else None)
+    box = {}
+    thread = threading.Thread(target=lambda: box.setdefault("r", stepper.run()), daemon=True)
+    thread.start()
+    assert stepper.wait_paused(WAIT_S)["name"] == "SumBackward0"
+    stepper.step(1)  # one node at a time: every value
+    stepper.wait_paused(WAIT_S)
+    assert stepper.steps[0]["grad_inputs"][0]["data"] == [1.0] * 50
+    stepper.resume()  # running on: the edge keeps its first values, the leaf its whole .grad
+    thread.join(WAIT_S)
+    mul, acc = stepper.steps[1], stepper.steps[2]
+    assert mul["grad_inputs"][0] == {"numel": 50, "sample": [2.0] * 8}
+    assert acc["leaf_grads"]["x"]["data"] == [2.0] * 50

@@ -138,13 +138,15 @@ def test_step_continue_and_replay(qtbot, window):
     call = window.call
     mul = next(n.id for n in call.nodes if n.name == "MulBackward0")
     leaf_a = next(n.id for n in call.nodes if n.label == "a")
-    with qtbot.waitSignal(window.handle.sig_step_paused, timeout=60_000):
-        window.act_step.trigger()
-    assert window.graph.node_items[mul].state == "current"
-    with qtbot.waitSignal(window.handle.sig_step_paused, timeout=10_000):
-        window.act_step.trigger()
+    # After a plain Run, Step re-runs the script (with the trace's seeds) to this call; the press
+    # that started it is the first step: one node executed.
+    session = window.session
+    window.act_step.trigger()
+    assert session.state == "starting" and window.act_step.iconText() == "Step (queued)"
+    qtbot.waitUntil(lambda: session.state == "paused" and len(session.steps) == 1, timeout=60_000)
     assert window.graph.node_items[mul].state == "executed"
-    assert window.step_log.count() == 1
+    assert session.warning == ""  # the same graph and leaf values as the trace
+    qtbot.waitUntil(lambda: window.step_log.count() == 1, timeout=5_000)
     with qtbot.waitSignal(window.handle.sig_step_end, timeout=10_000):
         window.act_continue.trigger()
     qtbot.waitUntil(lambda: window.step_log.count() == 3, timeout=5_000)
@@ -208,3 +210,112 @@ def test_anatomy_script_shows_tensors_and_storage(qtbot, window):
     assert window.select_named("row")
     assert window.storage.highlighted_offsets() == [4, 5, 6, 7]
     assert "(1, 4)" not in window.inspector.text() and "(1,)" in window.inspector.text()
+
+
+DEBUGGED = """\
+import torch
+w = torch.randn(3, requires_grad=True)
+for i in range(3):
+    loss = (w * (i + 1)).sigmoid().sum()
+    loss.backward()
+"""
+
+
+def test_debug_run_steps_continues_and_runs_to_the_next_call(qtbot, window, tmp_path):
+    from PySide6.QtCore import Qt
+
+    script = tmp_path / "debugged.py"
+    script.write_text(DEBUGGED)
+    window.open_script(str(script), run=False)
+    session = window.session
+    stepped = []
+    session.sig_step.connect(stepped.append)
+    with qtbot.waitSignal(session.sig_paused, timeout=60_000):
+        window.act_debug.trigger()
+    assert session.state == "paused" and window.call.index == 0
+    assert window.graph.wait_ready()
+    names = [n.name for n in window.call.nodes]
+    assert names == ["SumBackward0", "SigmoidBackward0", "MulBackward0", "AccumulateGrad"]
+    assert window.graph.node_items["n0"].state == "current"  # paused before the first node
+    assert window.source.editor.paused_line == 5
+    # Three F10 presses in a row, without waiting: three nodes executed, none lost.
+    window.activateWindow()
+    for _ in range(3):
+        qtbot.keyClick(window.graph, Qt.Key.Key_F10)
+    qtbot.waitUntil(lambda: len(session.steps) == 3 and session.state == "paused", timeout=10_000)
+    assert [s["name"] for s in session.steps] == names[:3]
+    qtbot.waitUntil(lambda: window.step_log.count() == 3, timeout=5_000)
+    assert [window.graph.node_items[f"n{i}"].state for i in range(4)] == ["executed"] * 3 + ["current"]
+    # F5: this backward to its end; the run goes on and pauses at the next call (every call breaks).
+    with qtbot.waitSignal(session.sig_step_end, timeout=10_000) as ended:
+        qtbot.keyClick(window.graph, Qt.Key.Key_F5)
+    assert ended.args[0]["state"] == "finished"
+    first_grad = stepped[3]["leaf_grads"]["w"]["data"]
+    qtbot.waitUntil(lambda: session.state == "paused" and window.call.index == 1, timeout=10_000)
+    # Run to the next call: the whole of call 1, then a pause at call 2.
+    with qtbot.waitSignal(session.sig_step_begin, timeout=10_000) as began:
+        window.act_next_call.trigger()
+    assert began.args[0].index == 2
+    qtbot.waitUntil(lambda: session.state == "paused", timeout=10_000)
+    assert window.calls.call_ids() == ["c0", "c1", "c2"]
+    # Resume to the end: the trace shown is this run's, with the grads stepped.
+    window.act_resume.trigger()
+    qtbot.waitUntil(lambda: session.state == "idle" and window.trace.call_count == 3, timeout=30_000)
+    assert window.trace.error is None and not window.handle.running
+    c0 = next(c for c in window.trace.calls if c.index == 0)
+    assert c0.leaf_grads["w"].data == first_grad
+    assert window.call.index == 2  # the call last stepped stays on screen
+
+
+def test_restart_while_paused_then_stop(qtbot, window, tmp_path):
+    script = tmp_path / "debugged.py"
+    script.write_text(DEBUGGED)
+    window.open_script(str(script), run=False)
+    session = window.session
+    with qtbot.waitSignal(session.sig_paused, timeout=60_000):
+        window.act_debug.trigger()
+    with qtbot.waitSignal(session.sig_paused, timeout=10_000):
+        window.act_step.trigger()
+    assert len(session.steps) == 1
+    old_worker = window.handle.client._run["worker"]
+    # Restart while the worker is alive and paused: a new run pauses at the same call, no step made.
+    with qtbot.waitSignal(session.sig_paused, timeout=60_000):
+        window.act_restart.trigger()
+    assert session.state == "paused" and session.steps == [] and session.step_call.index == 0
+    assert window.handle.client._run["worker"] is not old_worker and not old_worker.alive
+    assert window.graph.node_items["n0"].state == "current"
+    # Stop: no error in the event loop (pytest-qt fails the test on one), and nothing left running.
+    window.act_stop.trigger()
+    assert session.state == "idle"
+    qtbot.waitUntil(lambda: not window.handle.running, timeout=10_000)
+    assert window.graph.node_items["n0"].state == "current"  # the graph stays as it was when stopped
+
+
+def test_run_while_running_keeps_the_window_responsive(qtbot, window, tmp_path):
+    import time
+
+    slow = tmp_path / "slow.py"
+    slow.write_text("import time\nimport torch\nwhile True:\n    time.sleep(0.05)\n")
+    window.open_script(str(slow), run=False)
+    with qtbot.waitSignal(window.handle.sig_started, timeout=60_000):
+        window.act_run.trigger()
+    slow.write_text("import torch\nx = torch.ones(2, requires_grad=True)\n(x * 3).sum().backward()\n")
+    t0 = time.monotonic()
+    window.act_run.trigger()
+    assert time.monotonic() - t0 < 2.0
+    qtbot.waitUntil(lambda: window.trace is not None and window.trace.call_count == 1, timeout=60_000)
+    assert window.trace.error is None and window.call.leaf_grads["x"].data == [3.0, 3.0]
+
+
+def test_nondeterministic_rerun_is_said(qtbot, window, tmp_path):
+    script = tmp_path / "urandom.py"
+    script.write_text("import os\nimport torch\n"
+                      "w = torch.tensor([float(b) for b in os.urandom(3)], requires_grad=True)\n"
+                      "(w * w).sum().backward()\n")
+    _open(qtbot, window, script)
+    with qtbot.waitSignal(window.session.sig_warning, timeout=60_000) as warned:
+        window.act_step.trigger()
+    assert "not deterministic" in warned.args[0] and "values differ from the trace" in warned.args[0]
+    qtbot.waitUntil(lambda: window.session.state == "paused", timeout=10_000)
+    assert "not deterministic" in window.state_label.text()
+    window.act_stop.trigger()

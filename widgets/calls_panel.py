@@ -145,6 +145,8 @@ class CallsPanel(QWidget):
 
     sig_call_selected = Signal(str)
     """The user moved to a call (click or keys); carries the call id."""
+    sig_debug_to_call = Signal(int)
+    """The user asked to debug the script up to a call (its index): a loop's later call."""
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -156,6 +158,9 @@ class CallsPanel(QWidget):
         layout.addWidget(self.list)
         self.setFocusProxy(self.list)
         self._quiet = False
+        self._index_of: dict[str, int] = {}
+        self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.list.customContextMenuRequested.connect(self._context_menu)
 
     def set_trace(self, trace: Trace | None) -> None:
         """Fill the list from ``trace``; ``None`` empties it."""
@@ -165,6 +170,7 @@ class CallsPanel(QWidget):
             if trace is None:
                 return
             index_of = {c.id: c.index for c in trace.calls}
+            self._index_of = index_of
             for call in trace.calls:
                 head, details = call_parts(call, index_of)
                 item = QListWidgetItem(" · ".join([head, *details]))
@@ -222,6 +228,20 @@ class CallsPanel(QWidget):
         item.setFlags(Qt.ItemFlag.NoItemFlags)
         item.setToolTip(tooltip)
         self.list.addItem(item)
+
+    def _context_menu(self, pos) -> None:
+        from PySide6.QtWidgets import QMenu
+
+        item = self.list.itemAt(pos)
+        call_id = item.data(CALL_ID_ROLE) if item is not None else None
+        if call_id not in self._index_of:
+            return
+        index = self._index_of[call_id]
+        menu = QMenu(self)
+        action = menu.addAction(f"Debug to Call #{index}")
+        action.setToolTip("Run the script again and pause first at this call, skipping the calls before it")
+        action.triggered.connect(lambda: self.sig_debug_to_call.emit(index))
+        menu.exec(self.list.viewport().mapToGlobal(pos))
 
     def _on_current(self, item: QListWidgetItem | None, _previous) -> None:
         if not self._quiet and item is not None and item.data(CALL_ID_ROLE) is not None:

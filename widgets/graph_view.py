@@ -345,6 +345,13 @@ class GraphView(MarksMixin, QGraphicsView):
     def selected_node(self) -> str | None:
         return self._selected
 
+    def ensure_visible(self, node_id: str) -> None:
+        """Scroll (only if needed) so the node, or the collapsed group that holds it, is in view."""
+        members = self._layout.members if self._layout else {}
+        item = self.node_items.get(members.get(node_id, node_id))
+        if item is not None:
+            self.ensureVisible(item.sceneBoundingRect(), 40, 40)
+
     def _select(self, node_id: str | None, *, emit: bool, center: bool) -> None:
         members = self._layout.members if self._layout else {}
         old = members.get(self._selected, self._selected) if self._selected else None

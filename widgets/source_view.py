@@ -1,7 +1,9 @@
 """The script, read-only, with line numbers, Python colouring and highlighted lines.
 
 Highlighted lines show where the selected node came from; clicking a line lets the rest of
-the app select what that line created.
+the app select what that line created. Clicking the gutter (the line numbers) toggles a
+breakpoint, drawn as a red dot: a debug run pauses at backward calls made from those lines.
+The line a debug run is paused at gets an arrow.
 """
 
 from __future__ import annotations
@@ -125,7 +127,8 @@ class _Gutter(QWidget):
 
     def mousePressEvent(self, event: QMouseEvent) -> None:
         block = self.editor.cursorForPosition(event.position().toPoint()).block()
-        self.editor.line_clicked(block.blockNumber() + 1)
+        if event.button() == Qt.MouseButton.LeftButton:
+            self.editor.panel.toggle_breakpoint(block.blockNumber() + 1)
 
 
 class _Editor(QPlainTextEdit):
@@ -133,7 +136,12 @@ class _Editor(QPlainTextEdit):
         super().__init__(panel)
         self.panel = panel
         self.marked: set[int] = set()
+        self.breakpoints: set[int] = set()
+        self.paused_line: int | None = None
         self.gutter = _Gutter(self)
+        self.gutter.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.gutter.setToolTip("Click a line number to set or clear a breakpoint: a debug run (F9) "
+                               "pauses at backward calls made from that line")
         self.setReadOnly(True)
         self.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
         self.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse
@@ -144,7 +152,7 @@ class _Editor(QPlainTextEdit):
 
     def gutter_width(self) -> int:
         digits = max(3, len(str(self.blockCount())))
-        return 14 + self.fontMetrics().horizontalAdvance("9") * digits
+        return 14 + self.fontMetrics().height() + self.fontMetrics().horizontalAdvance("9") * digits
 
     def line_clicked(self, line: int) -> None:
         self.panel.sig_line_clicked.emit(line)
@@ -185,10 +193,37 @@ class _Editor(QPlainTextEdit):
                     painter.setPen(pal.color(QPalette.ColorRole.Text))
                 else:
                     painter.setPen(muted)
+                self._paint_marks(painter, line, top, height)
                 painter.drawText(0, top, self.gutter.width() - 8, height,
                                  Qt.AlignmentFlag.AlignRight, str(line))
             block = block.next()
             top = bottom
+
+
+    def _paint_marks(self, painter: QPainter, line: int, top: int, height: int) -> None:
+        """A breakpoint's red dot and the paused line's arrow, left of the number."""
+        if line not in self.breakpoints and line != self.paused_line:
+            return
+        pen = painter.pen()
+        painter.save()
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        d = max(6, height - 6)
+        x, y = 6, top + (height - d) / 2
+        painter.setPen(Qt.PenStyle.NoPen)
+        if line in self.breakpoints:
+            painter.setBrush(QColor("#d73a3a"))
+            painter.drawEllipse(QRect(int(x), int(y), d, d))
+        if line == self.paused_line:
+            from PySide6.QtCore import QPointF
+            from PySide6.QtGui import QPolygonF
+
+            # The paused line's arrow, outlined so it reads over a breakpoint's dot.
+            painter.setPen(QColor("#5a4300"))
+            painter.setBrush(QColor("#ffc933"))
+            painter.drawPolygon(QPolygonF([QPointF(x - 3, y - 1), QPointF(x + d + 2, y + d / 2),
+                                           QPointF(x - 3, y + d + 1)]))
+        painter.restore()
+        painter.setPen(pen)
 
 
 class SourcePanel(QWidget):
@@ -196,6 +231,8 @@ class SourcePanel(QWidget):
 
     sig_line_clicked = Signal(int)
     """A line was clicked; carries the 1-based line number."""
+    sig_breakpoints_changed = Signal(list)
+    """The breakpoint lines changed (sorted 1-based line numbers)."""
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -216,12 +253,41 @@ class SourcePanel(QWidget):
         self.set_source("", None)
 
     def set_source(self, text: str, path: str | None = None) -> None:
-        """Show ``text`` (the script at ``path``) and drop any highlight."""
+        """Show ``text`` (the script at ``path``) and drop any highlight; breakpoints stay for the same file."""
+        if path != getattr(self, "_path", None):
+            self.editor.breakpoints = set()
+            self.editor.paused_line = None
+        self._path = path
         self.editor.setPlainText(text)
+        self.editor.breakpoints = {n for n in self.editor.breakpoints if n <= self.editor.blockCount()}
         self.path_label.setText(Path(path).name if path else "")
         self.path_label.setToolTip(str(path) if path else "")
         self.path_label.setVisible(bool(path))
         self.clear_highlight()
+
+    def toggle_breakpoint(self, line: int) -> None:
+        """Set or clear the breakpoint on a 1-based line."""
+        if not 1 <= line <= self.editor.blockCount():
+            return
+        self.editor.breakpoints ^= {line}
+        self.editor.gutter.update()
+        self.sig_breakpoints_changed.emit(self.breakpoints())
+
+    def set_breakpoints(self, lines: list[int]) -> None:
+        """Show these breakpoint lines (no signal)."""
+        self.editor.breakpoints = {n for n in lines if n}
+        self.editor.gutter.update()
+
+    def breakpoints(self) -> list[int]:
+        """The breakpoint lines, 1-based and sorted."""
+        return sorted(self.editor.breakpoints)
+
+    def set_paused_line(self, line: int | None) -> None:
+        """Mark the line a debug run is paused at (None clears it) and scroll it into view."""
+        self.editor.paused_line = line
+        self.editor.gutter.update()
+        if line:
+            self.highlight_lines([line])
 
     def highlight_lines(self, lines: list[int]) -> None:
         """Give the 1-based ``lines`` a background and scroll the first into the middle."""
