@@ -30,10 +30,12 @@ from core.held_memory import format_bytes, held_by_nodes
 from core.trace import CallInfo
 from widgets.memory_chart import MemoryChart
 
-CPU_NOTE = ("CPU run: process RSS (left) and the bytes autograd saves for backward (right, dashed). "
-            "On CUDA the chart shows the allocator's allocated and reserved memory and the cache between them.")
-CUDA_NOTE = ("CUDA run: allocated (live tensors), reserved (held by the caching allocator), the shaded cache "
-             "between them, and saved tensors (right). Hover the chart for details.")
+CPU_NOTE = "CPU: RSS and saved tensors; allocated / reserved appear on CUDA"
+CUDA_NOTE = "CUDA: allocated, reserved, the cache between them, saved tensors"
+CPU_TIP = ("CPU run: process RSS (left) and the bytes autograd saves for backward (right, dashed). "
+           "On CUDA the chart shows the allocator's allocated and reserved memory and the cache between them.")
+CUDA_TIP = ("CUDA run: allocated (live tensors), reserved (held by the caching allocator), the shaded cache "
+            "between them, and saved tensors (right). Hover the chart for details.")
 
 
 class MemoryPanel(QWidget):
@@ -57,9 +59,11 @@ class MemoryPanel(QWidget):
                                       "next run over it, on the same scale (a leak beside its fix)")
         self.unpin_button = QPushButton("Drop reference", self, toolTip="Stop drawing the reference run")
         self.export_button = QPushButton("Export…", self, toolTip="Save the chart as PNG or SVG (print theme)")
-        self.note = QLabel(CPU_NOTE, self)
-        self.note.setWordWrap(True)
+        self.note = QLabel(CPU_NOTE, self)  # what this run's chart measures; the tooltip says more
+        self.note.setToolTip(CPU_TIP)
         self.note.setStyleSheet("color: palette(placeholder-text)")
+        self.note.setWordWrap(True)
+        self.chart.setMinimumHeight(170)  # the plot stays readable however short the dock
         controls = QHBoxLayout()
         controls.setContentsMargins(2, 0, 2, 0)
         for w in (self.call_box, self.fit_button, self.whole_button, self.overlay_box, self.pin_button,
@@ -79,7 +83,6 @@ class MemoryPanel(QWidget):
         chart_layout.setSpacing(2)
         chart_layout.addLayout(controls)
         chart_layout.addWidget(self.chart, 1)
-        chart_layout.addWidget(self.note)
         self.held = QTreeWidget(self)
         self.held.setHeaderLabels(["node", "saved bytes", "tensors"])
         self.held.setRootIsDecorated(False)
@@ -89,6 +92,7 @@ class MemoryPanel(QWidget):
         side = QWidget(self)
         side_layout = QVBoxLayout(side)
         side_layout.setContentsMargins(0, 0, 0, 0)
+        side_layout.addWidget(self.note)
         side_layout.addWidget(self.total)
         side_layout.addWidget(self.held)
         split = QSplitter(Qt.Orientation.Horizontal, self)
@@ -128,6 +132,7 @@ class MemoryPanel(QWidget):
         self.call_box.setMaximum(max(call_count - 1, 0))
         cuda = bool(self._samples) and str(getattr(self._samples[-1], "device", "cpu")).startswith("cuda")
         self.note.setText(CUDA_NOTE if cuda else CPU_NOTE)
+        self.note.setToolTip(CUDA_TIP if cuda else CPU_TIP)
         self.chart.set_samples(self._samples)
         if self._pinned is not None:
             self.chart.set_reference(*self._pinned)
