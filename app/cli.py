@@ -13,15 +13,20 @@ import json
 from dataclasses import asdict
 
 from app import export_cli
-from core.client import run_capture
+from core.client import run_capture, script_problem
 from core.step_state import short_values
 from core.summary import trace_summary
 
 
 def _trace(args) -> int:
     script = Path(args.script)
-    if not script.is_file():
-        print(f"backprop-studio: {script}: no such file", file=sys.stderr)
+    problem = script_problem(script)
+    if problem:
+        print(f"backprop-studio: {problem}", file=sys.stderr)
+        return 2
+    if script.suffix.lower() == ".json":
+        print(f"backprop-studio: {script} is a saved trace, not a script: open it with "
+              f"'python main.py view {script}'", file=sys.stderr)
         return 2
     result = run_capture(str(script), device=args.device, mode=args.mode, timeout=args.timeout)
     trace = result.trace
@@ -39,8 +44,9 @@ def _trace(args) -> int:
 
 def _step(args) -> int:
     script = Path(args.script)
-    if not script.is_file():
-        print(f"backprop-studio: {script}: no such file", file=sys.stderr)
+    problem = script_problem(script)
+    if problem:
+        print(f"backprop-studio: {problem}", file=sys.stderr)
         return 2
     steps: list[dict] = []
     info: dict = {}

@@ -23,6 +23,14 @@ class ScriptError(Exception):
     """A problem with one script of the batch; the message names the script."""
 
 
+def safe_name(script: Path) -> str:
+    """The script's name for ``{name}``: never a path component that leaves the chosen folder."""
+    name = script.stem.replace("/", "_").replace("\\", "_")
+    if not name.strip("."):  # "", "." or ".." (a script named "...py")
+        name = name.replace(".", "_") or "script"
+    return name
+
+
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "export",
@@ -92,9 +100,9 @@ def _is_dir(target: str) -> bool:
 def output_path(target: str, script: Path, default_ext: str) -> Path:
     """``target`` with {name} replaced, or ``target/<name>.<default_ext>`` when it is a directory."""
     if "{name}" in target:
-        return Path(target.replace("{name}", script.stem))
+        return Path(target.replace("{name}", safe_name(script)))
     if _is_dir(target):
-        return Path(target) / f"{script.stem}.{default_ext}"
+        return Path(target) / f"{safe_name(script)}.{default_ext}"
     return Path(target)
 
 
@@ -121,7 +129,7 @@ def _check_args(args, batch: bool) -> None:
 def _text(template: str | None, script: Path, call: CallInfo) -> str | None:
     if template is None:
         return None
-    return template.replace("{name}", script.stem).replace("{call}", str(call.index))
+    return template.replace("{name}", safe_name(script)).replace("{call}", str(call.index))
 
 
 def _export_one(args, script: Path, batch: bool) -> tuple[list[str], list[str]]:
@@ -174,9 +182,9 @@ def _export_one(args, script: Path, batch: bool) -> tuple[list[str], list[str]]:
         frame_opts = dict(theme=args.theme, title=title, collapsed=collapsed, show_shapes=args.shapes)
         gif = output_path(args.gif, script, "gif") if args.gif else None
         if args.frames:
-            frames_dir = Path(args.frames.replace("{name}", script.stem))
+            frames_dir = Path(args.frames.replace("{name}", safe_name(script)))
             if batch and "{name}" not in args.frames:
-                frames_dir = frames_dir / script.stem
+                frames_dir = frames_dir / safe_name(script)
             paths = export_frames(call, steps, frames_dir, **frame_opts)
             done.append(f"{frames_dir}: {len(paths)} frames")
             if gif is not None:

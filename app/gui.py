@@ -1,9 +1,15 @@
-"""Start the desktop app: ``python main.py [SCRIPT] [--screenshot OUT.png]``."""
+"""Start the desktop app: ``python main.py [SCRIPT | TRACE.json] [--screenshot OUT.png]``.
+
+A ``.json`` file is opened as a saved trace (nothing runs). Without a display (no
+``DISPLAY`` or ``WAYLAND_DISPLAY`` on Linux), ``--screenshot`` renders offscreen and the
+window says what to do instead of Qt's platform-plugin abort.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import threading
 import traceback
@@ -18,7 +24,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         description="See PyTorch's autograd: open a script, watch its graphs. "
         "Headless commands: 'trace SCRIPT' (see 'trace --help').",
     )
-    parser.add_argument("script", nargs="?", help="a PyTorch script or model file (default: a bundled example)")
+    parser.add_argument("script", nargs="?", help="a PyTorch script or model file, or a saved trace (.json) to "
+                        "open without running anything (default: a bundled example)")
     parser.add_argument("--device", default=None, help="cpu, cuda:N or mps")
     parser.add_argument("--screenshot", metavar="OUT.png",
                         help="run the script, save a picture of the whole window once the graph is shown, exit")
@@ -51,21 +58,41 @@ def _install_excepthooks(window_ref: list) -> None:
     threading.excepthook = lambda args: show(args.exc_type, args.exc_value, args.exc_traceback)
 
 
+def _no_display() -> bool:
+    """Linux without X11 or Wayland and no platform chosen: Qt would abort with a misleading hint."""
+    return (sys.platform.startswith("linux") and not os.environ.get("QT_QPA_PLATFORM")
+            and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"))
+
+
 def main(argv: list[str]) -> int:
     args = _parse(argv)
+    if _no_display():
+        if args.screenshot:
+            os.environ["QT_QPA_PLATFORM"] = "offscreen"  # a picture needs no screen
+        else:
+            sys.stderr.write("backprop-studio: no display found (DISPLAY and WAYLAND_DISPLAY are not set). "
+                             "Start it from a desktop session, run it under `xvfb-run`, or use the headless "
+                             "commands: trace, step, export, or --screenshot OUT.png\n")
+            return 2
+    script = args.script
+    if script:
+        from core.client import script_problem
+
+        problem = script_problem(script)
+        if problem:
+            sys.stderr.write(f"backprop-studio: {problem}\n")
+            return 2
     try:
         from PySide6.QtCore import QTimer
         from PySide6.QtWidgets import QApplication
     except ImportError as exc:  # a broken Qt install: say so instead of a traceback
         sys.stderr.write(f"backprop-studio: cannot load Qt (PySide6): {exc}\n")
         return 2
+    from app.open_trace import is_trace_path, open_trace
     from app.resources import DEFAULT_EXAMPLE, icon
     from app.window import MainWindow
 
-    script = args.script or str(DEFAULT_EXAMPLE)
-    if args.screenshot and not Path(script).is_file():
-        sys.stderr.write(f"backprop-studio: {script}: no such file\n")
-        return 2
+    script = script or str(DEFAULT_EXAMPLE)
     app = QApplication.instance() or QApplication([sys.argv[0]])
     app.setApplicationName("Backprop Studio")
     app.setOrganizationName("Backprop Studio")
@@ -130,8 +157,10 @@ def main(argv: list[str]) -> int:
         window.sig_trace_shown.connect(shoot)
         QTimer.singleShot(int((args.timeout + 60) * 1000), give_up)
     window.show()
-    if not window.open_script(script):
-        if args.screenshot:
-            return 2
+    opened = open_trace(window, script) if is_trace_path(script) else window.open_script(script)
+    if not opened and args.screenshot:
+        sys.stderr.write(f"backprop-studio: {window.state_label.text()}\n")
+        window.close()  # ends the worker started for the window
+        return 2
     code = app.exec()
     return status["code"] if args.screenshot else code

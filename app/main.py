@@ -1,4 +1,4 @@
-"""Entry point: headless commands (trace, ...) or the desktop window."""
+"""Entry point: headless commands (trace, ...) or the desktop window (``view TRACE.json`` opens a saved trace)."""
 
 from __future__ import annotations
 
@@ -39,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
 
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 1
+    if argv and argv[0] == "view":  # main.py view TRACE.json [--screenshot OUT.png]: open a saved trace
+        argv = argv[1:]
     from app.gui import main as gui_main
 
     return gui_main(argv)

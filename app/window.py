@@ -25,6 +25,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.actions import build_actions, build_menus, build_toolbar
+from app.open_trace import add_open_trace_action, is_trace_path, open_trace
+from core.client import read_script
 from app.export_dialog import add_export_action
 from app.resources import icon
 from app.screen_fit import fit_window
@@ -79,6 +81,7 @@ class MainWindow(QMainWindow):
         build_toolbar(self)
         build_menus(self)
         add_export_action(self)
+        add_open_trace_action(self)
         self._build_status()
         self._connect()
         self._watcher = QFileSystemWatcher(self)
@@ -237,8 +240,8 @@ class MainWindow(QMainWindow):
             self._show_problem(f"{path}: no such file")
             return False
         try:
-            text = p.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
+            text = read_script(p)
+        except (OSError, ValueError) as exc:
             self._show_problem(f"{path}: cannot read the file: {exc}")
             return False
         if self.script_path:
@@ -257,8 +260,8 @@ class MainWindow(QMainWindow):
         if not self.script_path:
             return False
         try:
-            self.source.set_source(Path(self.script_path).read_text(encoding="utf-8"), self.script_path)
-        except (OSError, UnicodeDecodeError):
+            self.source.set_source(read_script(self.script_path), self.script_path)
+        except (OSError, ValueError):
             pass
         self.output.clear()
         self.memory.chart.clear()
@@ -635,13 +638,14 @@ class MainWindow(QMainWindow):
 
     # -- drag and drop ---------------------------------------------------------------------------------
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:
-        if any(u.toLocalFile().endswith(".py") for u in event.mimeData().urls()):
+        if any(u.toLocalFile().endswith((".py", ".json")) for u in event.mimeData().urls()):
             event.acceptProposedAction()
 
     def dropEvent(self, event: QDropEvent) -> None:
         for url in event.mimeData().urls():
-            if url.toLocalFile().endswith(".py"):
-                self.open_script(url.toLocalFile())
+            if url.toLocalFile().endswith((".py", ".json")):  # a .json is a saved trace: opened, not run
+                path = url.toLocalFile()
+                open_trace(self, path) if is_trace_path(path) else self.open_script(path)
                 event.acceptProposedAction()
                 return
 

@@ -17,6 +17,7 @@ import logging
 import os
 import sys
 import time
+import tokenize
 import traceback
 import types
 from dataclasses import replace
@@ -26,6 +27,7 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
+from core.memory import saved_storages
 from core.names import NameTable
 from core.snapshot import Snapshotter, label_nodes, number_nodes, values_of
 from core.snapshot import root_nodes as shared_root_nodes
@@ -359,8 +361,6 @@ class Capture:
 
     def live_saved_storages(self) -> dict:
         """The storages (key -> bytes) held by saved tensors of every graph the script can still reach."""
-        from core.memory import saved_storages
-
         with torch._C.DisableTorchFunction():
             roots = self.names.graph_roots(self.names.user_frames(sys._getframe(1)))
             return saved_storages(roots)
@@ -369,8 +369,9 @@ class Capture:
         self.started = self.started or time.perf_counter()
         error = None
         try:
-            source = Path(self.script).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
+            with tokenize.open(self.script) as f:  # honours a PEP 263 coding cookie, as Python does
+                source = f.read()
+        except (OSError, UnicodeDecodeError, SyntaxError) as exc:
             err = ErrorInfo(type=type(exc).__name__, message=f"cannot read {self.script}: {exc}", kind="load",
                             file=self.script)
             return self._trace([], err, "")

@@ -9,32 +9,45 @@ exit code or signal, the faulthandler text and the script line found in it.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import json
 import logging
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import tokenize
 from pathlib import Path
 from typing import Callable
 
+from dataclasses import replace
+
 from core import protocol
-from core.trace import ErrorInfo, Trace, TraceFormatError, paused_gc
+from core.trace import ErrorInfo, Trace, TraceFormatError, call_from_dict, paused_gc
 
 log = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUT_TAIL = 64 * 1024
 DEFAULT_TIMEOUT = 600.0
+STOPPED = "stopped by you"
+STOP_GRACE = 1.0  # seconds a script gets to stop on KeyboardInterrupt before its worker is killed
 
 
 class WorkerProcess:
-    """One worker interpreter and the threads that read its pipes."""
+    """One worker interpreter, in its own session and process group, and the threads that read its pipes.
+
+    The worker's children (a ``multiprocessing`` pool, a ``subprocess``) share its process
+    group: killing and closing signal the whole group (as Jupyter does with kernels), so no
+    child outlives the run and no inherited pipe keeps a reader waiting. The fault file is
+    made by ``tempfile`` (0600, exclusive create) and removed with ``cleanup()``.
+    """
 
     _ids = itertools.count()
 
@@ -42,7 +55,8 @@ class WorkerProcess:
         self.on_message = on_message
         self.python = python or sys.executable
         self.id = next(self._ids)
-        self.fault_path = Path(tempfile.gettempdir()) / f"backprop-studio-fault-{os.getpid()}-{self.id}.txt"
+        self.fault_path = _private_temp("fault", ".txt")
+        self.fallback_path = _private_temp("result", ".jsonl")
         self.proc: subprocess.Popen | None = None
         self.hello: dict | None = None
         self.ready = threading.Event()
@@ -52,20 +66,31 @@ class WorkerProcess:
         self._lock = threading.Lock()
         self.finished = threading.Event()
         self._output_done = threading.Event()
+        self._exited = threading.Event()
+        self._fault_cache: str | None = None
 
     def start(self) -> None:
         env = dict(os.environ)
+        # The worker restores the user's PYTHONPATH before the script runs (its children inherit it).
+        env["BACKPROP_STUDIO_PYTHONPATH"] = env.get("PYTHONPATH", "")
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         env["PYTHONUNBUFFERED"] = "1"
         env["PYTHONFAULTHANDLER"] = "1"
+        cmd = [self.python, "-m", "core.worker"]
+        if self.fault_path:
+            cmd += ["--fault-file", str(self.fault_path)]
+        if self.fallback_path:
+            cmd += ["--fallback-file", str(self.fallback_path)]
         self.proc = subprocess.Popen(
-            [self.python, "-m", "core.worker", "--fault-file", str(self.fault_path)],
+            cmd,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             cwd=str(ROOT),
             env=env,
+            start_new_session=hasattr(os, "killpg"),
         )
+        threading.Thread(target=self._wait, name=f"worker-{self.id}-wait", daemon=True).start()
         threading.Thread(target=self._read_protocol, name=f"worker-{self.id}-proto", daemon=True).start()
         threading.Thread(target=self._read_output, name=f"worker-{self.id}-output", daemon=True).start()
 
@@ -84,68 +109,184 @@ class WorkerProcess:
             return False
 
     def dump_stacks(self) -> None:
-        """Ask faulthandler in the worker to write every thread's stack to the fault file."""
+        """Ask faulthandler in the worker to write every thread's stack to the fault file.
+
+        Two ways, so a script that ignores SIGUSR1 (or holds the GIL in C) is still named:
+        a command read on the worker's command thread, and the signal.
+        """
+        self.send(protocol.Dump().to_dict())
         if self.alive and hasattr(signal, "SIGUSR1"):
             try:
                 self.proc.send_signal(signal.SIGUSR1)
             except OSError:
                 pass
 
+    def dump_and_wait(self, limit: float = 2.0) -> None:
+        """Ask for a stack dump and wait (up to ``limit`` s) until the fault file stops growing."""
+        before = self._fault_size()
+        self.dump_stacks()
+        deadline = time.monotonic() + limit
+        last, stable_since = before, None
+        while time.monotonic() < deadline and self.alive:
+            time.sleep(0.05)
+            size = self._fault_size()
+            if size > before and size == last:
+                stable_since = stable_since or time.monotonic()
+                if time.monotonic() - stable_since >= 0.15:
+                    return
+            else:
+                stable_since = None
+            last = size
+
+    def _fault_size(self) -> int:
+        try:
+            return self.fault_path.stat().st_size if self.fault_path else 0
+        except OSError:
+            return 0
+
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
+        """Kill the worker and every process in its group."""
+        if self.proc is None:
+            return
+        if hasattr(os, "killpg"):
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError, OSError):
+                pass
+        if self.proc.poll() is None:
             try:
                 self.proc.kill()
             except OSError:
                 pass
 
-    def close(self) -> None:
+    def close(self, wait: float = 2.0) -> None:
+        """Ask the worker to quit, then kill what is left of its group and remove its files."""
         if self.alive:
             self.send({"cmd": "quit"})
             try:
-                self.proc.wait(timeout=2)
+                self.proc.wait(timeout=wait)
             except subprocess.TimeoutExpired:
-                self.kill()
+                pass
         self.kill()
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+            self.finished.wait(timeout=5)
+            for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+                try:
+                    if pipe is not None:
+                        pipe.close()
+                except OSError:
+                    pass
+        self.cleanup()
+
+    def cleanup(self) -> None:
+        """Remove the fault and fallback files (the fault text is kept in memory first)."""
+        self.fault_text()
+        for path in (self.fault_path, self.fallback_path):
+            if path is not None:
+                try:
+                    path.unlink()
+                except OSError:
+                    pass
 
     def fault_text(self) -> str:
+        if self._fault_cache is not None:
+            return self._fault_cache
         try:
-            return self.fault_path.read_text(encoding="utf-8", errors="replace")
+            text = self.fault_path.read_text(encoding="utf-8", errors="replace") if self.fault_path else ""
         except OSError:
-            return ""
+            text = ""
+        if self.proc is not None and self.proc.poll() is not None:
+            self._fault_cache = text
+        return text
+
+    def _wait(self) -> None:
+        """When the worker exits, end its group: orphans would keep the pipes open."""
+        assert self.proc is not None
+        self.proc.wait()
+        if hasattr(os, "killpg"):
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError, OSError):
+                pass
+        self._exited.set()
+
+    def _chunks(self, fd: int):
+        """Bytes read from ``fd`` until end of file, or until the worker has been gone a moment
+        (a child that left the process group may still hold the pipe)."""
+        gone_since = None
+        while True:
+            try:
+                ready, _, _ = select.select([fd], [], [], 0.25)
+            except (OSError, ValueError):
+                return
+            if not ready:
+                if self._exited.is_set():
+                    gone_since = gone_since or time.monotonic()
+                    if time.monotonic() - gone_since > 1.0:
+                        return
+                continue
+            try:
+                chunk = os.read(fd, 1 << 20)
+            except OSError:
+                return
+            if not chunk:
+                return
+            yield chunk
 
     def _read_protocol(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            try:
-                if len(raw) > 1 << 20:  # a big trace: millions of small objects at once
-                    with paused_gc():
-                        msg = json.loads(raw)
-                else:
-                    msg = json.loads(raw)
-            except json.JSONDecodeError:
-                log.warning("worker %s sent a line that is not JSON", self.id)
+        pending = b""
+        for chunk in self._chunks(self.proc.stdout.fileno()):
+            pending += chunk
+            if b"\n" not in chunk:
                 continue
-            kind = msg.get("type")
-            if kind == "hello":
-                self.hello = msg
-                self.ready.set()
-            elif kind == "exiting":
-                self.exiting = msg
-            self._deliver(msg)
+            *lines, pending = pending.split(b"\n")
+            for raw in lines:
+                self._handle_line(raw)
+        self._exited.wait()
         code = self.proc.wait()
+        # Messages the worker could not send on its channel (the script closed it).
+        try:
+            if self.fallback_path is not None:
+                for raw in self.fallback_path.read_bytes().split(b"\n"):
+                    self._handle_line(raw)
+        except OSError:
+            pass
         # Let the output reader drain what the worker printed last.
         self._output_done.wait(timeout=2)
         self.ready.set()
         self._deliver({"type": "exit", "code": code})
         self.finished.set()
 
+    def _handle_line(self, raw: bytes) -> None:
+        if not raw.strip():
+            return
+        try:
+            if len(raw) > 1 << 20:  # a big trace: millions of small objects at once
+                with paused_gc():
+                    msg = json.loads(raw)
+            else:
+                msg = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            log.warning("worker %s sent a line that is not JSON", self.id)
+            return
+        if not isinstance(msg, dict):
+            return
+        kind = msg.get("type")
+        if kind == "hello":
+            self.hello = msg
+            self.ready.set()
+        elif kind == "exiting":
+            self.exiting = msg
+        self._deliver(msg)
+
     def _read_output(self) -> None:
         assert self.proc is not None and self.proc.stderr is not None
-        fd = self.proc.stderr.fileno()
-        while True:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                break
+        for chunk in self._chunks(self.proc.stderr.fileno()):
             with self._lock:
                 self.output_bytes += len(chunk)
                 self.output_tail += chunk
@@ -160,6 +301,38 @@ class WorkerProcess:
             self.on_message(msg)
         except Exception:
             log.exception("a worker message handler failed")
+
+
+def _private_temp(kind: str, suffix: str) -> Path | None:
+    """An empty file only this user can read, made with an unpredictable name and exclusive create."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=f"backprop-studio-{kind}-", suffix=suffix)
+    except OSError:
+        return None
+    os.close(fd)
+    return Path(name)
+
+
+def script_problem(path: str | os.PathLike) -> str | None:
+    """Why ``path`` cannot be run or opened, in words, or None when it is a readable file."""
+    p = Path(path)
+    try:
+        p.stat()
+    except FileNotFoundError:
+        if p.is_symlink():
+            return f"{p}: a symbolic link to a file that does not exist"
+        return f"{p}: no such file"
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return f"{p}: a loop of symbolic links"
+        return f"{p}: cannot be read ({exc.strerror})"
+    if p.is_dir():
+        return f"{p}: a folder, not a file"
+    if not p.is_file():
+        return f"{p}: not a regular file"
+    if not os.access(p, os.R_OK):
+        return f"{p}: cannot be read (permission denied)"
+    return None
 
 
 def _daemon_timer(seconds: float, fn, *args) -> threading.Timer:
@@ -187,11 +360,15 @@ def death_error(code: int, fault: str, exiting: dict | None, script: str | None,
     else:
         message = f"the worker exited with code {code} before the run finished"
         kind, etype = "exit", "WorkerExited"
+    if line is None and script:
+        line = script_line_in_fault(fault, script)
+    if reason == STOPPED:
+        where = f" at line {line}" if line else ""
+        return ErrorInfo(type="Stopped", message=f"stopped by you{where}", line=line, kind="cancelled",
+                         fault=fault.strip(), file=script)
     if reason:
         message = f"{reason}; {message}"
         kind = "timeout" if "time limit" in reason else "cancelled" if "cancel" in reason else kind
-    if line is None and script:
-        line = script_line_in_fault(fault, script)
     return ErrorInfo(type=etype, message=message, line=line, kind=kind, fault=fault.strip(), file=script)
 
 
@@ -203,6 +380,27 @@ def script_line_in_fault(fault: str, script: str) -> int | None:
         if m.group("file") == target or m.group("file") == script:
             return int(m.group("line"))
     return None
+
+
+def summary_dict(call: dict) -> dict:
+    """A streamed call reduced to its summary, as the capture reduces repeated calls in a loop."""
+    return {**call, "nodes": [], "tensors": [], "storages": [], "roots": [], "snapshot": "summary"}
+
+
+def read_script(path: str | os.PathLike) -> str:
+    """A script's text decoded as Python decodes it (a PEP 263 coding cookie, a BOM, else UTF-8).
+
+    Raises OSError, or ValueError (SyntaxError, UnicodeDecodeError) for an unknown coding.
+    """
+    with tokenize.open(path) as f:
+        return f.read()
+
+
+def _source(path: str) -> str:
+    try:
+        return read_script(path)
+    except (OSError, ValueError):
+        return ""
 
 
 class RunResult:
@@ -240,6 +438,7 @@ class WorkerClient:
         self._run: dict | None = None
         self._lock = threading.RLock()
         self._run_ids = itertools.count(1)
+        self._retired: list[threading.Thread] = []  # threads closing workers that served their run
         if prestart:
             self._spare = self._new_worker()
 
@@ -289,14 +488,29 @@ class WorkerClient:
             return
         worker = run["worker"]
         worker.send({"cmd": "cancel"})
-        _daemon_timer(1.0, self._kill_if_running, run["id"], "the run was cancelled")
+        self._timer(run, STOP_GRACE, self._stop_hard, run["id"])
+
+    def _stop_hard(self, run_id: int) -> None:
+        """The script did not stop on KeyboardInterrupt: dump its stacks (for the line), then kill it."""
+        with self._lock:
+            run = self._run
+        if run is None or run["id"] != run_id:
+            return
+        run["worker"].dump_and_wait()
+        self._kill_if_running(run_id, STOPPED)
 
     def close(self) -> None:
+        """End every worker this client started and wait for them (no process or temp file is left)."""
         with self._lock:
             workers = [w for w in (self._spare, self._active) if w is not None]
+            retired, self._retired = self._retired, []
+            run, self._run = self._run, None
             self._spare = self._active = None
-            self._run = None
             self._set_state("closed")
+        if run is not None:
+            self._cancel_timers(run)
+        for t in retired:
+            t.join(timeout=10)
         for w in workers:
             w.close()
 
@@ -336,15 +550,27 @@ class WorkerClient:
                 if self._spare is None and self.state != "closed":
                     self._spare = self._new_worker()
         if timeout and extra.get("debug") is None and not (step and step.get("mode") != "all"):
-            _daemon_timer(timeout, self._timed_out, run_id, timeout)
+            with self._lock:
+                run = self._run
+            if run is not None and run["id"] == run_id:
+                self._timer(run, timeout, self._timed_out, run_id, timeout)
+
+    def _timer(self, run: dict, seconds: float, fn, *args) -> None:
+        """A timer owned by ``run``: cancelled when the run completes, so none piles up."""
+        timer = _daemon_timer(seconds, fn, *args)
+        run.setdefault("timers", []).append(timer)
+
+    @staticmethod
+    def _cancel_timers(run: dict) -> None:
+        for timer in run.get("timers", ()):
+            timer.cancel()
 
     def _timed_out(self, run_id: int, timeout: float) -> None:
         with self._lock:
             run = self._run
         if run is None or run["id"] != run_id:
             return
-        run["worker"].dump_stacks()
-        time.sleep(0.3)
+        run["worker"].dump_and_wait()
         self._kill_if_running(run_id, f"the run passed its time limit of {timeout:g} s")
 
     def _kill_if_running(self, run_id: int, reason: str) -> None:
@@ -370,6 +596,14 @@ class WorkerClient:
             current = run is not None and run["worker"] is worker
         if not current:
             return  # a spare's exit, or an old worker's last words
+        if kind == "call_trace":
+            run.setdefault("calls", {})[int(msg.get("position", 0))] = msg.get("call")
+        elif kind == "call_summary":
+            position = int(msg.get("position", -1))
+            call = run.get("calls", {}).get(position)
+            if isinstance(call, dict):
+                run["calls"][position] = summary_dict(call)
+            return
         if kind == "steps" and self.expand_steps:
             for record in msg.get("records", ()):
                 self.on_event({"type": "step", "call": msg.get("call"), "record": record, "worker": msg.get("worker")})
@@ -383,13 +617,30 @@ class WorkerClient:
     def _finish_with_trace(self, worker: WorkerProcess, run: dict, msg: dict) -> None:
         try:
             trace = Trace.from_dict(msg["trace"])
+            streamed = self._streamed_calls(run)
+            if streamed:
+                trace = replace(trace, calls=streamed + list(trace.calls))
         except TraceFormatError as exc:
             trace = Trace(calls=[], error=ErrorInfo(type="TraceFormatError", message=str(exc), kind="load"))
         with worker._lock:
             output = worker.output_tail.decode("utf-8", errors="replace")
+        # The worker has served its run: it is closed off the caller's thread; close() waits for it.
+        closer = threading.Thread(target=worker.close, name=f"close-worker-{worker.id}", daemon=True)
+        closer.start()
+        with self._lock:
+            self._retired = [t for t in self._retired if t.is_alive()] + [closer]
         self._complete(run, trace, output, worker.output_bytes)
-        # The worker has served its run; it stays for a moment in case later commands need it.
-        threading.Thread(target=worker.close, daemon=True).start()
+
+    @staticmethod
+    def _streamed_calls(run: dict) -> list:
+        """The calls the worker streamed as it captured them, in order (unreadable ones skipped)."""
+        calls = []
+        for position in sorted(run.get("calls", {})):
+            try:
+                calls.append(call_from_dict(run["calls"][position], f"call {position}"))
+            except TraceFormatError as exc:
+                log.warning("a streamed call could not be read: %s", exc)
+        return calls
 
     def _finish_dead_run(self, code: int | None = None, run: dict | None = None, reason: str = "") -> None:
         with self._lock:
@@ -403,7 +654,10 @@ class WorkerClient:
             code = worker.proc.returncode if worker.proc is not None else -9
         reason = reason or run.get("reason", "")
         err = death_error(code if code is not None else -9, worker.fault_text(), worker.exiting, run["path"], reason)
-        trace = Trace(calls=[], error=err, script=run["path"], device=run["device"])
+        calls = self._streamed_calls(run)
+        trace = Trace(calls=calls, error=err, script=run["path"], device=run["device"], source=_source(run["path"]),
+                      call_count=max([c.index + 1 for c in calls], default=0))
+        worker.cleanup()
         with worker._lock:
             output = worker.output_tail.decode("utf-8", errors="replace")
         self._complete(run, trace, output, worker.output_bytes)
@@ -413,14 +667,13 @@ class WorkerClient:
             if run.get("done"):
                 return
             run["done"] = True
+            self._cancel_timers(run)
             if self._run is run:
                 self._run = None
                 self._active = None
             elapsed = time.monotonic() - run["start"]
             if self.state != "closed" and self._run is None:
                 self._set_state("ready")
-        from dataclasses import replace
-
         trace = replace(trace, output=output)
         self.on_event({"type": "finished", "run": run["id"], "result": RunResult(trace, output, output_bytes, elapsed, run["id"])})
 

@@ -37,6 +37,10 @@ from dataclasses import asdict
 from itertools import count
 from typing import Callable, Iterable, Sequence
 
+# Imported here, not inside the functions: they run while the script does, when the app's
+# modules are out of sys.modules (the worker keeps the script's imports its own).
+from core.snapshot import node_name
+from core.stepping import number_nodes, root_nodes
 from core.trace import MemorySample
 
 log = logging.getLogger(__name__)
@@ -219,8 +223,6 @@ def _walk_saved(roots: Iterable) -> tuple[list, list[dict]]:
     """
     import torch
 
-    from core.stepping import number_nodes, root_nodes
-
     tensor_type = torch.Tensor
     held: list[dict] = []
     was_enabled = gc.isenabled()
@@ -258,8 +260,6 @@ def saved_tensor_bytes(roots: Iterable) -> int:
 
 def memory_report(roots: Iterable) -> dict:
     """Who holds memory: ``{"nodes": held_by_nodes rows, "total": bytes, "node_count"}`` in one walk."""
-    from core.snapshot import node_name
-
     order, storages = _walk_saved(roots)
     seen: dict = {}
     rows = []

@@ -182,11 +182,29 @@ class Exiting(_Base):
     file: str | None = None
 
 
+@_message("call_trace")
+@dataclass
+class CallTrace(_Base):
+    """One captured call, sent as soon as it is complete, so a crash or a kill later keeps it."""
+    position: int = 0  # its place in the trace's ``calls``
+    call: dict = field(default_factory=dict)  # the call in the trace format
+    run: Any = None
+
+
+@_message("call_summary")
+@dataclass
+class CallSummary(_Base):
+    """The call streamed at ``position`` was reduced to a summary (a loop's repeated graph)."""
+    position: int = 0
+    run: Any = None
+
+
 @_message("trace")
 @dataclass
 class TraceDone(_Base):
-    trace: dict = field(default_factory=dict)
+    trace: dict = field(default_factory=dict)  # without the calls already streamed
     run: Any = None
+    streamed: int = 0  # how many calls came before as ``call_trace``: they go first in ``calls``
 
 
 @_message("bye")
@@ -219,6 +237,12 @@ class Cancel(_Base):
 @dataclass
 class Quit(_Base):
     pass
+
+
+@_command("dump")
+@dataclass
+class Dump(_Base):
+    """Write every thread's stack to the fault file (before a kill, so the report names the line)."""
 
 
 @_command("devices")

@@ -246,6 +246,10 @@ class Trace:
                 f"{source}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
                 "the file may be truncated"
             ) from None
+        except RecursionError:
+            raise TraceFormatError(f"{source}: JSON nested too deeply to be a trace") from None
+        except ValueError as exc:  # e.g. an integer of thousands of digits
+            raise TraceFormatError(f"{source}: not readable JSON: {exc}") from None
         return trace_from_dict(data, source)
 
     @classmethod
@@ -255,6 +259,8 @@ class Trace:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise TraceFormatError(f"{path}: cannot read: {exc}") from None
+        except MemoryError:
+            raise TraceFormatError(f"{path}: too big to read") from None
         return cls.from_json(text, str(path))
 
 
@@ -345,6 +351,12 @@ class _Reader:
             required, known, defaults, factories = _fast_spec(cls)
             if not (data.keys() <= known and required <= data.keys()):
                 raise _Retry()
+            checks = _CHECKS.get(cls)
+            if checks is not None:
+                for key, value in data.items():
+                    check = checks.get(key)
+                    if check is not None and check(value) is not None:
+                        raise _Retry()
             # Frozen dataclasses set each field through object.__setattr__ in __init__, the
             # main cost of reading big traces; the fields were just checked, so fill __dict__.
             made = cls.__new__(cls)
@@ -360,6 +372,12 @@ class _Reader:
                         values[key] = conv(value, path)
             return made
         kwargs = self.build(cls, data, path)
+        checks = _CHECKS.get(cls, {})
+        for key, value in kwargs.items():
+            check = checks.get(key)
+            problem = check(value) if check is not None else None
+            if problem is not None:
+                self.fail(f"{path}.{key}" if path else key, problem)
         for key, conv in (nested or {}).items():
             if key in kwargs and kwargs[key] is not None:
                 kwargs[key] = conv(kwargs[key], f"{path}.{key}")
@@ -434,6 +452,18 @@ class _Reader:
             },
         )
         ids = {n.id for n in c.nodes}
+        if len(ids) != len(c.nodes):
+            seen: set[str] = set()
+            for i, n in enumerate(c.nodes):
+                if n.id in seen:
+                    self.fail(f"{p}.nodes[{i}].id", f"node id '{n.id}' appears twice")
+                seen.add(n.id)
+        if len({t.id for t in c.tensors}) != len(c.tensors):
+            seen = set()
+            for i, t in enumerate(c.tensors):
+                if t.id in seen:
+                    self.fail(f"{p}.tensors[{i}].id", f"tensor id '{t.id}' appears twice")
+                seen.add(t.id)
         for i, root in enumerate(c.roots):
             if root not in ids:
                 self.fail(f"{p}.roots[{i}]", f"node '{root}' is not in the call's nodes")
@@ -506,6 +536,160 @@ def with_fields(obj, **changes):
     return fast_new(type(obj), values)
 
 
+# -- field types ------------------------------------------------------------------------------
+# Every field is checked on read, so whatever is accepted can be summarised, laid out and
+# inspected. A check returns None when the value fits, else what was expected. Fields
+# without a check (added later, or free-form like ``Saved.value``) are taken as they are.
+
+
+def _short(value: Any) -> str:
+    text = repr(value) if isinstance(value, (str, int, float, bool, type(None))) else type(value).__name__
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _t_str(v):
+    return None if isinstance(v, str) else f"expected a string, got {_short(v)}"
+
+
+def _t_opt_str(v):
+    return None if v is None or isinstance(v, str) else f"expected a string or null, got {_short(v)}"
+
+
+def _t_bool(v):
+    return None if isinstance(v, bool) else f"expected true or false, got {_short(v)}"
+
+
+def _t_int(v):
+    return None if _is_int(v) else f"expected an integer, got {_short(v)}"
+
+
+def _t_count(v):
+    return None if _is_int(v) and v >= 0 else f"expected a non-negative integer, got {_short(v)}"
+
+
+def _t_opt_int(v):
+    return None if v is None or _is_int(v) else f"expected an integer or null, got {_short(v)}"
+
+
+def _t_num(v):
+    return None if _is_num(v) else f"expected a number, got {_short(v)}"
+
+
+def _t_opt_num(v):
+    return None if v is None or _is_num(v) else f"expected a number or null, got {_short(v)}"
+
+
+def _t_obj(v):
+    return None if isinstance(v, dict) else f"expected an object, got {_short(v)}"
+
+
+def _t_opt_obj(v):
+    return None if v is None or isinstance(v, dict) else f"expected an object or null, got {_short(v)}"
+
+
+def _t_list(v):
+    return None if isinstance(v, list) else f"expected a list, got {_short(v)}"
+
+
+def _t_shape(v):
+    if not isinstance(v, list) or not all(_is_int(x) and x >= 0 for x in v):
+        return f"expected a list of non-negative integers, got {_short(v)}"
+    return None
+
+
+def _t_ints(v):
+    if not isinstance(v, list) or not all(_is_int(x) for x in v):
+        return f"expected a list of integers, got {_short(v)}"
+    return None
+
+
+def _t_strs(v):
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        return f"expected a list of strings, got {_short(v)}"
+    return None
+
+
+def _element(x) -> bool:
+    if x is None or isinstance(x, (int, float)):
+        return True
+    return isinstance(x, list) and len(x) == 2 and _is_num(x[0]) and _is_num(x[1])  # complex as [re, im]
+
+
+def _t_elements(v):
+    if v is None:
+        return None
+    if not isinstance(v, list) or not all(_element(x) for x in v):
+        return f"expected a list of numbers or null, got {_short(v)}"
+    return None
+
+
+def _t_edges(v):
+    if not isinstance(v, list) or not all(x is None or isinstance(x, dict) for x in v):
+        return f"expected a list of edges (objects or null), got {_short(v)}"
+    return None
+
+
+def _t_objs(v):
+    if not isinstance(v, list) or not all(isinstance(x, dict) for x in v):
+        return f"expected a list of objects, got {_short(v)}"
+    return None
+
+
+def _t_options(v):
+    if not isinstance(v, dict):
+        return f"expected an object, got {_short(v)}"
+    if "inputs" in v and _t_strs(v["inputs"]) is not None:
+        return "'inputs': expected a list of tensor ids"
+    results = v.get("results")
+    if results is not None:
+        if not isinstance(results, list):
+            return "'results': expected a list"
+        for item in results:
+            if not isinstance(item, dict) or _t_opt_str(item.get("tensor")) or _t_opt_obj(item.get("values")):
+                return "'results': expected objects with 'tensor' and 'values'"
+    return None
+
+
+_CHECKS: dict[type, dict[str, Any]] = {
+    ErrorInfo: {"type": _t_str, "message": _t_str, "line": _t_opt_int, "traceback": _t_str, "kind": _t_str,
+                "file": _t_opt_str, "fault": _t_str},
+    Values: {"numel": _t_count, "data": _t_elements, "sample": _t_elements, "min": _t_opt_num,
+             "max": _t_opt_num, "mean": _t_opt_num},
+    GradInfo: {"shape": _t_shape, "values": _t_obj},
+    TensorInfo: {"id": _t_str, "name": _t_opt_str, "shape": _t_shape, "dtype": _t_str, "device": _t_str,
+                 "requires_grad": _t_bool, "is_leaf": _t_bool, "retains_grad": _t_bool, "stride": _t_ints,
+                 "storage_offset": _t_count, "storage": _t_opt_str, "version": _t_int, "values": _t_obj,
+                 "grad": _t_opt_obj, "base": _t_opt_str, "is_view": _t_bool, "grad_fn": _t_opt_str,
+                 "grad_fn_name": _t_opt_str, "element_size": _t_count, "nbytes": _t_count},
+    Edge: {"node": _t_str, "input_nr": _t_count},
+    Saved: {"name": _t_str, "tensor": _t_opt_str, "freed": _t_bool},
+    Stale: {"saved": _t_str, "saved_version": _t_opt_int, "version": _t_opt_int, "message": _t_str,
+            "op_line": _t_opt_int, "op": _t_opt_str},
+    NodeInfo: {"id": _t_str, "name": _t_str, "kind": _t_str, "next": _t_edges, "saved": _t_objs,
+               "variable": _t_opt_str, "tensor": _t_opt_str, "label": _t_opt_str, "line": _t_opt_int,
+               "module": _t_opt_str, "stale": _t_opt_obj, "device": _t_opt_str, "inplace": _t_opt_str},
+    StorageInfo: {"id": _t_str, "nbytes": _t_count, "device": _t_str, "tensors": _t_strs},
+    CallInfo: {"id": _t_str, "index": _t_count, "api": _t_str, "line": _t_opt_int, "roots": _t_strs,
+               "nodes": _t_objs, "tensors": _t_objs, "error": _t_opt_obj, "storages": _t_objs,
+               "options": _t_options, "snapshot": _t_str, "same_as": _t_opt_str, "structure": _t_str,
+               "node_count": _t_count, "edge_count": _t_count, "leaf_grads": _t_obj, "duration_s": _t_num},
+    MemorySample: {"t": _t_num, "device": _t_str, "allocated": _t_count, "reserved": _t_count, "rss": _t_count,
+                   "saved_bytes": _t_count, "phase": _t_str, "max_allocated": _t_count},
+    Trace: {"calls": _t_objs, "error": _t_opt_obj, "script": _t_str, "source": _t_str, "device": _t_str,
+            "mode": _t_str, "output": _t_str, "duration_s": _t_num, "torch_version": _t_str,
+            "call_count": _t_count, "tensors": _t_objs, "storages": _t_objs, "memory": _t_objs,
+            "format": _t_str, "version": _t_count},
+}
+
+
 def call_to_dict(call: CallInfo) -> dict:
     """One call in the trace format (the ``calls`` entry), JSON-ready."""
     with paused_gc():
@@ -532,10 +716,12 @@ def _read(data: Any, r: "_Reader") -> Trace:
     if not isinstance(data, dict):
         r.fail("", f"expected a JSON object at the top level, got {type(data).__name__}")
     if data.get("format") != FORMAT:
-        r.fail("format", f"expected '{FORMAT}', got {data.get('format')!r}: not a Backprop Studio trace")
+        r.careful = True
+        r.fail("format", f"expected '{FORMAT}', got {_short(data.get('format'))}: not a Backprop Studio trace")
     version = data.get("version")
-    if not isinstance(version, int):
-        r.fail("version", f"expected an integer, got {version!r}")
+    if type(version) is not int or version < 1:
+        r.careful = True
+        r.fail("version", f"expected a positive integer, got {_short(version)}")
     if version > VERSION:
         raise TraceFormatError(
             f"{source}: trace version {version} is newer than this Backprop Studio reads "

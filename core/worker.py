@@ -1,15 +1,28 @@
 """The worker process: owns torch, runs one user script, talks to its parent in JSON lines.
 
-Started by ``core.client`` as ``python -m core.worker --fault-file PATH``. The protocol
-channel is a duplicate of the original stdout; file descriptors 1 and 2 are then pointed
-at the stderr pipe, so whatever the script prints (from Python or from C) can never
-corrupt the protocol. Commands arrive on stdin and are read on a thread, so a running
-script can be cancelled (KeyboardInterrupt in the main thread) and, later, stepped.
+Started by ``core.client`` as ``python -m core.worker --fault-file PATH``; at the process
+boundary stdin carries commands and stdout the protocol (so any command whose stdin and
+stdout are the worker's can start it). Inside, both move to private descriptors numbered
+high and marked close-on-exec; fd 0 becomes ``/dev/null`` (``input()`` fails at once with a
+message saying scripts get no input) and fds 1 and 2 point at the stderr pipe, so whatever
+the script prints (from Python or from C) can never corrupt the protocol, and a script that
+closes fds 0-2 or writes to fd 3 cannot reach it. Only this process writes messages: a
+forked child (``multiprocessing``) is recognised by its pid. Commands are read on a thread
+with ``os.read`` (no ``sys.stdin`` lock a forked child could inherit held), so a running
+script can be cancelled (KeyboardInterrupt in the main thread) and stepped.
+
+The script runs as under ``python script.py``: cwd and ``sys.path[0]`` are its folder,
+``__name__ == "__main__"``, ``__file__`` set, and the app's own packages (``core``, ``app``,
+``widgets``) are out of ``sys.modules``, ``sys.path`` and ``PYTHONPATH`` while it runs, so a
+project with its own ``core`` package imports its own.
 
 Messages sent: ``hello`` (pid, torch version, devices), ``started``, ``call`` and
-``call_done`` (progress), ``exiting`` (the script called ``os._exit``), ``trace`` (the
-result, in the trace format) and ``bye``; while stepping ``step_begin``, ``step_paused``,
-``step``, ``step_memory`` and ``step_end``. Every kind is a dataclass in ``core.protocol``.
+``call_done`` (progress), ``call_trace`` (each captured call as soon as it is complete, so a
+crash keeps it), ``call_summary`` (an earlier streamed call was reduced to a summary),
+``exiting`` (the script called ``os._exit``), ``trace`` (the result, in the trace format,
+without the calls already streamed) and ``bye``; while stepping ``step_begin``,
+``step_paused``, ``step``, ``step_memory`` and ``step_end``. Every kind is a dataclass in
+``core.protocol``.
 
 A debug run (``run`` with ``debug``) pauses the script itself at each backward /
 ``autograd.grad`` call that hits a breakpoint, before the engine runs: the call's graph is
@@ -22,6 +35,7 @@ from __future__ import annotations
 
 import _thread
 import argparse
+import builtins
 import faulthandler
 import json
 import os
@@ -30,29 +44,156 @@ import signal
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import replace
+from pathlib import Path
 
 from core import protocol
+from core.trace import ErrorInfo, Trace, call_to_dict, paused_gc
+
+ROOT = Path(__file__).resolve().parents[1]
+APP_PACKAGES = ("core", "app", "widgets")
+PRIVATE_FD_MIN = 600  # the protocol and command descriptors live above what scripts touch
+NO_INPUT = ("scripts get no input in Backprop Studio (stdin is empty, as with `python script.py < /dev/null`); "
+            "set the value in the script instead")
 
 DEFAULT_MEMORY_RATE = 50.0  # samples per second while a script runs
 STEP_BATCH, STEP_BATCH_S = 1000, 0.05  # finished nodes are sent at least this often
 PHASE_OF_EVENT = {"call": "backward", "call_done": "between", "forward": "forward"}  # capture event -> memory phase
 
 class Channel:
-    """Writes one JSON message per line on the protocol descriptor, from any thread."""
+    """Writes one JSON message per line on the protocol descriptor, from any thread.
 
-    def __init__(self, fd: int):
-        self._file = os.fdopen(fd, "w", encoding="utf-8", buffering=1 << 16)
+    Only the process that made it writes (a forked child's messages are dropped). If the
+    script closed or replaced the descriptor, messages go to ``fallback`` (a file the parent
+    made and reads after the worker exits) instead of being lost.
+    """
+
+    def __init__(self, fd: int, fallback: str | None = None):
+        self.fd = fd
+        self.pid = os.getpid()
+        self.fallback = fallback
+        self._identity = _identity(fd)
         self._lock = threading.Lock()
+        self.broken = False  # the script closed or replaced the descriptor
 
     def send(self, msg: dict) -> None:
-        from core.trace import paused_gc
-
+        if os.getpid() != self.pid:
+            return
         with paused_gc():
-            text = json.dumps(msg, separators=(",", ":"))
+            data = (json.dumps(msg, separators=(",", ":")) + "\n").encode("utf-8")
         with self._lock:
-            self._file.write(text + "\n")
-            self._file.flush()
+            if _identity(self.fd) == self._identity:
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(self.fd, view):]
+                    return
+                except OSError:
+                    pass
+            self.broken = True
+            self._send_fallback(data)
+
+    def _send_fallback(self, data: bytes) -> None:
+        if not self.fallback:
+            return
+        try:
+            fd = os.open(self.fallback, os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0))
+        except OSError:
+            return
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+
+
+def _identity(fd: int) -> tuple | None:
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _private_fd(fd: int) -> int:
+    """A close-on-exec duplicate of ``fd`` numbered high, out of the script's usual reach."""
+    try:
+        import fcntl
+
+        return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, PRIVATE_FD_MIN)
+    except (ImportError, OSError, AttributeError):
+        new = os.dup(fd)
+        os.set_inheritable(new, False)
+        return new
+
+
+def _say_no_input() -> None:
+    """``input()`` fails at once with a message saying why (stdin is ``/dev/null``)."""
+    real_input = builtins.input
+
+    def no_input(prompt: object = "") -> str:
+        try:
+            return real_input(prompt)
+        except EOFError:
+            raise EOFError(NO_INPUT) from None
+
+    builtins.input = no_input
+
+
+@contextmanager
+def script_environment(script: str):
+    """The process as ``python script.py`` would give it: cwd, sys.path, PYTHONPATH, no app modules.
+
+    The app's modules stay alive (the worker's functions hold them) but leave ``sys.modules``
+    while the script runs, so its own ``core`` or ``app`` package imports; they come back after.
+    """
+    folder = str(Path(script).resolve().parent)
+    old_cwd = os.getcwd()
+    old_path = list(sys.path)
+    old_env = os.environ.get("PYTHONPATH")
+    ours = {}
+    for name, mod in list(sys.modules.items()):
+        if name.split(".")[0] in APP_PACKAGES and _is_ours(mod):
+            ours[name] = sys.modules.pop(name)
+    sys.path[:] = [p for p in sys.path if not _is_root(p)]
+    original = os.environ.get("BACKPROP_STUDIO_PYTHONPATH")
+    if original is not None:
+        if original:
+            os.environ["PYTHONPATH"] = original
+        else:
+            os.environ.pop("PYTHONPATH", None)
+    try:
+        os.chdir(folder)
+    except OSError:
+        pass
+    try:
+        yield
+    finally:
+        try:
+            os.chdir(old_cwd)
+        except OSError:
+            pass
+        sys.path[:] = old_path
+        if old_env is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old_env
+        for name in [n for n in sys.modules if n.split(".")[0] in APP_PACKAGES]:
+            del sys.modules[name]  # the script's own packages of those names
+        sys.modules.update(ours)
+
+
+def _is_ours(mod) -> bool:
+    file = getattr(mod, "__file__", None) or ""
+    paths = list(getattr(mod, "__path__", []) or [])
+    return any(str(p).startswith(str(ROOT)) for p in [file, *paths] if p)
+
+
+def _is_root(entry: str) -> bool:
+    try:
+        return Path(entry or ".").resolve() == ROOT
+    except OSError:
+        return False
 
 
 def list_devices() -> list[dict]:
@@ -179,29 +320,39 @@ class DebugPlan:
 class Worker:
     STEP_COMMANDS = protocol.STEP_COMMANDS
 
-    def __init__(self, channel: Channel):
+    def __init__(self, channel: Channel, command_fd: int = 0, fault=None):
         self.channel = channel
+        self.command_fd = command_fd
+        self.fault = fault
+        self.cancelled = False
         self.commands: queue.Queue = queue.Queue()
         self.running = False
         self.stepper = None
         self.sampler = None
         self._memory_due = None
         self._early: list[dict] = []  # step commands that arrived before the stepped call began
+        self._summarised: set[int] = set()
         self.debug: DebugPlan | None = None
         self._steps: list[dict] = []  # finished nodes not sent yet
         self._steps_since = 0.0
 
     def read_commands(self) -> None:
-        for line in sys.stdin:
+        for line in _lines(self.command_fd):
             try:
                 cmd = json.loads(line)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                continue
+            if not isinstance(cmd, dict):
                 continue
             if cmd.get("cmd") == "cancel":
+                self.cancelled = True
                 if self.stepper is not None:
                     self.stepper.stop()
                 if self.running:
                     _thread.interrupt_main()
+                continue
+            if cmd.get("cmd") == "dump":
+                self.dump_stacks()
                 continue
             if cmd.get("cmd") in self.STEP_COMMANDS:
                 self.control_step(cmd)
@@ -212,6 +363,15 @@ class Worker:
                 continue
             self.commands.put(cmd)
         self.commands.put({"cmd": "quit"})
+
+    def dump_stacks(self) -> None:
+        """Write every thread's stack to the fault file (works even if the script ignores SIGUSR1)."""
+        if self.fault is not None:
+            try:
+                faulthandler.dump_traceback(file=self.fault, all_threads=True)
+                self.fault.flush()
+            except (OSError, ValueError):
+                pass
 
     def serve(self) -> None:
         threading.Thread(target=self.read_commands, name="commands", daemon=True).start()
@@ -225,6 +385,8 @@ class Worker:
                 self.channel.send({"type": "devices", "devices": list_devices()})
             elif kind == "run":
                 self.run(cmd)
+                if self.channel.broken:
+                    return  # the script closed the channel: the parent reads the rest from the fallback file
 
     def _sampler(self, capture, device: str, rate: float, run_id):
         from core.memory import MemorySampler
@@ -312,8 +474,7 @@ class Worker:
         """A call hook that runs backward calls under a BackwardStepper: call ``step['call']``
         (a stepping run), or each call where ``debug`` pauses (a debug run)."""
         from core.step_state import leaf_digest
-        from core.stepping import BackwardStepper
-        from core.trace import call_to_dict
+        from core.stepping import BackwardStepper  # imported now: the script's run hides the app's modules
 
         step = step or {}
         wanted = int(step.get("call", 0))
@@ -366,20 +527,23 @@ class Worker:
 
     def run(self, cmd: dict) -> None:
         from core.capture import Capture
-        from core.trace import ErrorInfo, Trace
 
         run_id = cmd.get("run")
         device = cmd.get("device") or "cpu"
+        self.cancelled = False
         seeds = seed_run(cmd.get("seeds"))
         self.channel.send(protocol.Started(run=run_id, t=time.time(), seeds=seeds).to_dict())
         problem = check_device(device)
+        streamed = 0
         if problem:
             err = ErrorInfo(type="DeviceError", message=problem, kind="device")
             trace = Trace(calls=[], error=err, script=cmd.get("path", ""), device=device)
         else:
             sampler = None
+            capture = None
 
             def on_event(event: dict) -> None:
+                nonlocal streamed
                 event["run"] = run_id
                 if sampler is not None:
                     phase = PHASE_OF_EVENT.get(event.get("type"))
@@ -387,6 +551,8 @@ class Worker:
                         sampler.mark(phase, event)
                 if event.get("type") != "forward":
                     self.channel.send(event)
+                if event.get("type") == "call_done" and capture is not None:
+                    streamed = self._stream_calls(capture, run_id, streamed)
 
             self.running = True
             try:
@@ -411,7 +577,8 @@ class Worker:
                     sampler.start()
                     remove_marks = install_marks(sampler.note, script_line(capture.names))
                 try:
-                    trace = capture.run()
+                    with script_environment(cmd["path"]):
+                        trace = capture.run()
                 finally:
                     if sampler is not None:
                         remove_marks()
@@ -425,18 +592,62 @@ class Worker:
                 self.running = False
                 self.debug = None
                 self._early.clear()
-            sys.stdout.flush()
-            sys.stderr.flush()
+            if self.cancelled and trace.error is not None and trace.error.kind == "cancelled":
+                where = f" at line {trace.error.line}" if trace.error.line else ""
+                trace = replace(trace, error=replace(trace.error, message=f"stopped by you{where}"))
+            _flush_quietly()
         trace = replace(trace, seeds=seeds)
-        self.channel.send({"type": "trace", "run": run_id, "trace": trace.to_dict()})
+        # Calls already streamed are not sent again; the parent puts them first.
+        data = replace(trace, calls=trace.calls[streamed:]).to_dict()
+        self.channel.send(protocol.TraceDone(trace=data, run=run_id, streamed=streamed).to_dict())
+
+    def _stream_calls(self, capture, run_id, streamed: int) -> int:
+        """Send each call the capture has stored since the last time, and earlier calls it summarised."""
+        calls = capture.calls
+        for i in range(max(0, streamed - 2), streamed):
+            if i < len(calls) and calls[i].snapshot == "summary" and i not in self._summarised:
+                self._summarised.add(i)
+                self.channel.send(protocol.CallSummary(position=i, run=run_id).to_dict())
+        while streamed < len(calls):
+            self.channel.send(protocol.CallTrace(position=streamed, call=call_to_dict(calls[streamed]),
+                                                 run=run_id).to_dict())
+            streamed += 1
+        return streamed
+
+
+def _flush_quietly() -> None:
+    """Flush the script's streams; a script that closed fd 1 or 2 must not lose the result."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+
+
+def _lines(fd: int):
+    """Lines read from ``fd`` with ``os.read`` until end of file or a closed descriptor."""
+    pending = b""
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            return
+        if not chunk:
+            return
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            if line.strip():
+                yield line.decode("utf-8", errors="replace")
 
 
 def _patch_exit(channel: Channel) -> None:
-    """Tell the parent where ``os._exit`` was called before the process vanishes."""
+    """Tell the parent where ``os._exit`` was called before the process vanishes (not a forked child's)."""
     real_exit = os._exit
 
     def _exit(code: int = 0) -> None:
-        line = None
+        if os.getpid() != channel.pid:
+            real_exit(code)
         try:
             frame = sys._getframe(1)
             while frame is not None and frame.f_code.co_filename.endswith(("worker.py", "capture.py")):
@@ -444,34 +655,63 @@ def _patch_exit(channel: Channel) -> None:
             line = frame.f_lineno if frame is not None else None
             file = frame.f_code.co_filename if frame is not None else None
             channel.send({"type": "exiting", "code": code, "line": line, "file": file})
-            sys.stdout.flush()
-            sys.stderr.flush()
+            _flush_quietly()
         finally:
             real_exit(code)
 
     os._exit = _exit
 
 
+def _open_fault_file(path: str):
+    """The parent's fault file (made 0600 by ``tempfile``); never follows a planted symlink."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    os.set_inheritable(fd, False)
+    try:
+        import fcntl
+
+        high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, PRIVATE_FD_MIN)
+        os.close(fd)
+        fd = high
+    except (ImportError, OSError, AttributeError):
+        pass
+    return os.fdopen(fd, "w", encoding="utf-8")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="core.worker")
     parser.add_argument("--fault-file", default=None)
+    parser.add_argument("--fallback-file", default=None)
     args = parser.parse_args(argv)
 
-    channel = Channel(os.dup(1))
+    # stdout -> protocol and stdin -> commands at the boundary; private high fds inside.
+    channel = Channel(_private_fd(1), fallback=args.fallback_file)
+    command_fd = _private_fd(0)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
     os.dup2(2, 1)
+    sys.stdin = open(0, "r", encoding="utf-8", closefd=False)
     sys.stdout = os.fdopen(1, "w", encoding="utf-8", buffering=1, closefd=False)
-    if args.fault_file:
-        fault = open(args.fault_file, "w", encoding="utf-8")
+    _say_no_input()
+    fault = _open_fault_file(args.fault_file) if args.fault_file else None
+    if fault is not None:
         faulthandler.enable(file=fault, all_threads=True)
         if hasattr(signal, "SIGUSR1"):
-            # The parent sends SIGUSR1 before killing a hung run: the dump names the line.
+            # The parent sends SIGUSR1 (and a dump command) before killing a run: the dump names the line.
             faulthandler.register(signal.SIGUSR1, file=fault, all_threads=True, chain=False)
     _patch_exit(channel)
     import torch
 
+    import core.capture  # noqa: F401  (loaded before the script hides the app's modules)
+    import core.memory  # noqa: F401
+    import core.stepping  # noqa: F401
+
     channel.send({"type": "hello", "pid": os.getpid(), "torch": torch.__version__, "devices": list_devices(),
                   "python": sys.version.split()[0]})
-    Worker(channel).serve()
+    Worker(channel, command_fd, fault).serve()
     return 0
 
 

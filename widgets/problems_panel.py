@@ -127,8 +127,15 @@ class ProblemsPanel(QWidget):
             self.tree.setCurrentItem(self.tree.topLevelItem(0))
 
     def show_error(self, error: ErrorInfo, title: str | None = None) -> None:
-        """Put ``error`` at the top of the list and show it; ``title`` replaces the heading."""
+        """Put ``error`` at the top of the list and show it; ``title`` replaces the heading.
+
+        An error already listed (the trace's own, listed by ``set_trace``) is selected, not added twice.
+        """
         problem = self._error_problem(error, None, title)
+        for row, listed in enumerate(self._problems):
+            if listed.summary == problem.summary and listed.line == problem.line and title is None:
+                self.tree.setCurrentItem(self.tree.topLevelItem(row))
+                return
         self._add(problem, at=0)
         self.tree.setCurrentItem(self.tree.topLevelItem(0))
 
