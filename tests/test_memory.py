@@ -502,3 +502,19 @@ def test_memory_panel_keeps_a_reference_run_fits_a_call_and_exports(qtbot, tmp_p
     cuda = [MemorySample(t=i, device="cuda:0", allocated=i << 20, reserved=2 * i << 20) for i in range(3)]
     panel.set_run(cuda, "c.py", call_count=0)
     assert panel.note.text() == CUDA_NOTE and panel.chart.gap is not None
+
+
+def test_axis_labels_fit_a_short_chart(qtbot):
+    chart = MemoryChart(theme="light")
+    qtbot.addWidget(chart)
+    chart.resize(600, 170)  # the memory panel's smallest plot
+    chart.set_samples([MemorySample(t=i, device="cpu", rss=(300 + i) << 20, saved_bytes=i << 10) for i in range(5)])
+    chart.show()
+    qtbot.waitExposed(chart)
+    visible = chart.plot_widget.mapToScene(chart.plot_widget.viewport().rect()).boundingRect()
+    for side in ("left", "right", "bottom"):
+        label = chart.plot.getAxis(side).label
+        rect = label.mapRectToScene(label.boundingRect())
+        assert visible.contains(rect), (side, rect, visible)
+    assert "RSS (MB)" in chart.plot.getAxis("left").labelString()
+    assert "saved (KB)" in chart.plot.getAxis("right").labelString()
