@@ -23,6 +23,7 @@ from PySide6.QtWidgets import QSizePolicy, QVBoxLayout, QWidget
 
 from core.held_memory import byte_unit, format_bytes
 from widgets.memory_items import (
+    LINES as _LINES,
     PHASES,
     CallMarkersItem,
     EventMarksItem,
@@ -31,17 +32,12 @@ from widgets.memory_items import (
     Series,
     get_field,
 )
+from widgets.memory_time import TimeToolsMixin
 from widgets.theme import Theme, get_theme
 
 MB = float(1 << 20)
 REFRESH_MS = 50  # live updates are drawn at most 20 times a second
 DASH_PIXELS = 10_000  # longer dashed paths are drawn 1 px wide: Qt takes ~3 us per pixel of wide dashes
-# Lines per device: (sample field, legend name, axis, pen role).
-_LINES = {
-    "cuda": (("allocated", "allocated", "left", "solid"), ("reserved", "reserved", "left", "reserved"),
-             ("saved_bytes", "saved tensors", "right", "dashed")),
-    "cpu": (("rss", "process RSS", "left", "solid"), ("saved_bytes", "saved tensors", "right", "dashed")),
-}
 _AXIS_NAMES = {"cpu": "RSS", "cuda": "CUDA"}
 CUDA_TOOLTIP = (
     "<b>allocated</b>: bytes held by live tensors.<br><b>reserved</b>: bytes the caching allocator "
@@ -55,7 +51,7 @@ CPU_TOOLTIP = (
 )
 
 
-class MemoryChart(QWidget):
+class MemoryChart(TimeToolsMixin, QWidget):
     """Memory over the run: lines per device, phase bands, call markers, hover values, click to select."""
 
     sig_call_selected = Signal(int)
@@ -250,94 +246,6 @@ class MemoryChart(QWidget):
         self.peak_dot.setData([t], [y])
         self.peak_label.setText(f"peak {format_bytes(nbytes)}" + (f" · {where}" if where else ""))
         self.peak_label.setPos(t, y)
-
-    # -- time: one call, every iteration, a reference run --------------------------------------------
-    def iterations(self) -> list[tuple[float, float]]:
-        """(start, end) of each iteration: a forward pass up to the next one."""
-        return self._series.iterations()
-
-    def fit_call(self, index: int) -> tuple[float, float] | None:
-        """Zoom the time axis to the iteration of backward call ``index`` (its forward, backward and after)."""
-        t = next((t for t, i in self._calls() if i == index), None)
-        if t is None:
-            return None
-        spans = self.iterations()
-        span = next(((a, b) for a, b in spans if a <= t <= b), None)
-        if span is None:
-            later = [c for c, _ in self._calls() if c > t]
-            span = (t, later[0] if later else float(self._series.t[self._series.n - 1]))
-        self.view.setXRange(*span, padding=0.02)
-        for view in (self.view, self.view2):
-            view.enableAutoRange(y=True)
-        return span
-
-    def set_overlay(self, on: bool) -> None:
-        """Draw each iteration's ``measure_key`` from its own start, all on one time axis (or go back)."""
-        self._overlay = bool(on)
-        for item in (*self._lines.values(), *self._ref_lines.values(), self.bands, self.markers, self.events):
-            item.setVisible(not self._overlay)
-        if self.gap is not None:
-            self.gap.setVisible(not self._overlay)
-        self.overlay_item.setVisible(self._overlay)
-        self.plot.showAxis("right", not self._overlay)
-        self.plot.setLabel("bottom", "time since the iteration began" if self._overlay else "time", units="s")
-        self._label_axes()
-        self.flush()
-        self.view.enableAutoRange()
-
-    def overlay_count(self) -> int:
-        """How many iterations the overlay draws."""
-        return len(self.iterations()) if self._overlay else 0
-
-    def _draw_overlay(self) -> None:
-        s, key = self._series, self.measure_key()
-        unit = self._unit_of(key)[1]
-        xs, ys = [], []
-        for a, b in self.iterations():
-            lo, hi = np.searchsorted(s.t[:s.n], (a, b), "left")
-            hi = min(int(hi) + 1, s.n)
-            xs += [s.t[lo:hi] - a, [np.nan]]
-            ys += [s.cols[key][lo:hi] / unit, [np.nan]]
-        if xs:
-            self.overlay_item.setData(np.concatenate(xs), np.concatenate(ys))
-        else:
-            self.overlay_item.setData([], [])
-
-    def set_reference(self, samples, label: str = "reference") -> None:
-        """Draw another run (e.g. the leak beside its fix) in the same views: one y scale for both."""
-        self.clear_reference()
-        self._ref, self._ref_label = Series(), label
-        self._ref.append(list(samples))
-        self._add_ref_lines()
-        self.flush()
-        for view in (self.view, self.view2):
-            view.enableAutoRange()
-
-    def _add_ref_lines(self) -> None:
-        if self._ref is None:
-            return
-        color = self._theme.muted_text if self._theme.name == "print" else self._theme.group_border
-        for key, name, axis, role in _LINES[self._mode]:
-            pen = pg.mkPen(color, width=1.5, style=Qt.DashDotLine if role == "dashed" else Qt.SolidLine)
-            item = pg.PlotDataItem(pen=pen, clipToView=True, autoDownsample=True, downsampleMethod="peak")
-            (self.view2 if axis == "right" else self.view).addItem(item)
-            self._ref_lines[key] = item
-            self.legend.addItem(item, f"{self._ref_label}: {'RSS' if key == 'rss' else name.split()[0]}")
-
-    def _drop_ref_lines(self) -> None:
-        for item in self._ref_lines.values():
-            item.getViewBox().removeItem(item)
-            self.legend.removeItem(item)
-        self._ref_lines = {}
-
-    def clear_reference(self) -> None:
-        """Stop drawing the reference run."""
-        self._drop_ref_lines()
-        self._ref, self._ref_label = None, ""
-        self._choose_units()
-
-    def reference_label(self) -> str:
-        return self._ref_label
 
     def _calls(self) -> list[tuple[float, int]]:
         return self._explicit_calls if self._explicit_calls is not None else self._series.calls

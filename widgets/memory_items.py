@@ -19,6 +19,12 @@ from widgets.theme import Theme, get_theme
 PHASES = ("starting", "forward", "backward", "between")
 BACKWARD = PHASES.index("backward")
 FIELDS = ("allocated", "reserved", "rss", "saved_bytes", "max_allocated")
+# Lines per device: (sample field, legend name, axis, pen role).
+LINES = {
+    "cuda": (("allocated", "allocated", "left", "solid"), ("reserved", "reserved", "left", "reserved"),
+             ("saved_bytes", "saved tensors", "right", "dashed")),
+    "cpu": (("rss", "process RSS", "left", "solid"), ("saved_bytes", "saved tensors", "right", "dashed")),
+}
 
 
 def get_field(sample, key, default=0):
