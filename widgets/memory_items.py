@@ -163,7 +163,9 @@ class CallMarkersItem(_ViewSpanItem):
         p.setPen(QColor(self.theme.text))
         y = self._label_y(px, fm)
         for x, text in labels:
-            p.drawText(QPointF(x + 3, y), text)
+            width = fm.horizontalAdvance(text)
+            # A label that would run past the plot's right edge is drawn to the left of its line.
+            p.drawText(QPointF(x + 3 if x + 3 + width <= px.right() else x - 3 - width, y), text)
 
 
 EVENT_LABELS = {"zero_grad": "zero_grad", "optimizer.step": "step", "empty_cache": "empty_cache"}
