@@ -9,12 +9,18 @@
    allocated memory it reports.
 3. Steps backward of an MLP on the GPU node by node and checks that allocated memory and
    the saved-tensor bytes of the graph fall as nodes release their saved tensors.
-Exits non-zero when a check fails.
+4. Runs GPT-2 small (4 x 128 tokens, needs ``transformers``) and a 1,200-block residual MLP
+   bare and under capture, each in a fresh process, and checks that the peak
+   ``torch.cuda.max_memory_allocated()`` under capture is within 5 % of the bare run's.
+Every sampled ``allocated`` must equal ``torch.cuda.memory_allocated()`` read at the same
+call, and CUDA samples must carry the host RSS. Exits non-zero when a check fails.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
 import threading
 import time
@@ -63,9 +69,14 @@ def in_process(device: str) -> bool:
         for index, alloc, direct, reserved, saved in rows[:3] + rows[-1:]:
             print(f"{name:<28}{index:>5}{alloc / MB:>18.2f}{direct / MB:>17.2f}{reserved / MB:>13.2f}"
                   f"{saved / MB:>10.2f}")
+        for index, alloc, direct, *_ in rows:  # every call, not only the printed ones
             if alloc != direct:
-                print(f"   MISMATCH: the sampler read {alloc} bytes, torch.cuda.memory_allocated {direct}")
+                print(f"   MISMATCH at call {index}: the sampler read {alloc} bytes, "
+                      f"torch.cuda.memory_allocated {direct}")
                 ok = False
+        if sampler.samples and not all(s.rss > 0 for s in sampler.samples):
+            print("   MISSING host RSS in CUDA samples")
+            ok = False
         if trace.error and name not in ("08_inplace_error.py",):
             print(f"   script error: {trace.error.type}: {trace.error.message}")
         peak = max((s.max_allocated for s in sampler.samples), default=0)
@@ -125,6 +136,51 @@ def stepping_frees(device: str) -> bool:
     return bool(ok)
 
 
+PEAK_SCRIPTS = [  # script, extra environment
+    ("bench/scripts/gpt2_small.py", {"GPT2_BATCH": "4x128"}),
+    ("bench/scripts/residual_mlp.py", {"RESIDUAL_BLOCKS": "1200"}),
+]
+PEAK_CODE = """\
+import sys, runpy, torch
+sys.path.insert(0, {root!r})
+if {captured!r}:
+    from core.capture import Capture
+    trace = Capture({script!r}, device={device!r}).run()
+    assert trace.error is None, trace.error.message
+else:
+    runpy.run_path({script!r}, run_name="__main__")
+torch.cuda.synchronize()
+print("PEAK", torch.cuda.max_memory_allocated())
+"""
+
+
+def peak_of(script: str, device: str, env: dict, captured: bool) -> int:
+    code = PEAK_CODE.format(root=str(ROOT), script=str(ROOT / script), device=device, captured=captured)
+    run_env = dict(os.environ, HF_HUB_OFFLINE="1", BACKPROP_STUDIO_DEVICE=device, **env)
+    proc = subprocess.run([sys.executable, "-c", code], env=run_env, capture_output=True, text=True, timeout=600)
+    for line in proc.stdout.splitlines():
+        if line.startswith("PEAK "):
+            return int(line.split()[1])
+    raise RuntimeError(f"{script} failed:\n{proc.stdout[-1500:]}\n{proc.stderr[-1500:]}")
+
+
+def peak_memory(device: str) -> bool:
+    print(f"== peak CUDA memory, bare against captured, each in a fresh process on {device}")
+    ok = True
+    for script, env in PEAK_SCRIPTS:
+        if "gpt2" in script and subprocess.run([sys.executable, "-c", "import transformers"]).returncode != 0:
+            print(f"{script:<34} skipped: transformers is not installed")
+            continue
+        bare = peak_of(script, device, env, captured=False)
+        captured = peak_of(script, device, env, captured=True)
+        ratio = captured / bare if bare else float("inf")
+        good = ratio <= 1.05
+        ok &= good
+        print(f"{script:<34} bare {bare / MB:9.1f} MB   captured {captured / MB:9.1f} MB   "
+              f"{(ratio - 1) * 100:+.1f} %  {'OK' if good else 'OVER 5 %'}")
+    return ok
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--device", default="cuda:0")
@@ -133,7 +189,8 @@ def main() -> int:
         print("no CUDA device: this check needs an NVIDIA GPU")
         return 2
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name(args.device)}")
-    results = [in_process(args.device), through_worker(args.device), stepping_frees(args.device)]
+    results = [in_process(args.device), through_worker(args.device), stepping_frees(args.device),
+               peak_memory(args.device)]
     print("ALL OK" if all(results) else "SOME CHECKS FAILED")
     return 0 if all(results) else 1
 

@@ -28,8 +28,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from core.memory import saved_storages
-from core.names import NameTable
-from core.snapshot import Snapshotter, label_nodes, number_nodes, values_of
+from core.names import OP_FRAME, NameTable
+from core.snapshot import Snapshotter, grad_fn_of, label_nodes, number_nodes, values_of
 from core.snapshot import root_nodes as shared_root_nodes
 from core.trace import CallInfo, ErrorInfo, Trace, paused_gc
 
@@ -52,7 +52,7 @@ class _CreationMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types_, args=(), kwargs=None):
         try:
-            out = func(*args, **(kwargs or {}))
+            out = _call_at(sys._getframe(1))(func, args, kwargs or {})
         except RuntimeError as exc:
             if self.capture.tagging and _is_device_error(exc):
                 self.capture.note_device_error(func, args, kwargs or {})
@@ -71,6 +71,30 @@ class _CreationMode(TorchFunctionMode):
                     if isinstance(o, torch.Tensor):
                         cap.tag(o, args)
         return out
+
+
+# A warning raised inside an op (PyTorch's C++ warns at stack level 1) is reported at the
+# innermost Python frame, which under the mode would be ``__torch_function__``. So the op is
+# called from a one-line function whose code claims the caller's file and line and whose
+# globals are the caller's: the warning then names the script's line, lands in the script's
+# ``__warningregistry__`` and is shown once per line, exactly as under plain ``python``.
+_OP_CODE = next(c for c in compile("def _(f, a, k): return f(*a, **k)", "<op>", "exec").co_consts
+                if isinstance(c, types.CodeType)).replace(co_name=OP_FRAME)
+_HANDLE_CODE = torch.overrides.handle_torch_function.__code__
+_call_sites: dict[tuple, Callable] = {}
+
+
+def _call_at(frame) -> Callable:
+    """A caller of ops that warnings attribute to ``frame``'s file and line."""
+    if frame.f_code is _HANDLE_CODE:  # a Python-level torch function: attribute to its caller
+        frame = frame.f_back
+    code, line = frame.f_code, frame.f_lineno
+    fn = _call_sites.get((code, line))
+    if fn is None:
+        fn = types.FunctionType(_OP_CODE.replace(co_filename=code.co_filename, co_firstlineno=line or 1),
+                                frame.f_globals)
+        _call_sites[(code, line)] = fn
+    return fn
 
 
 class Capture:
@@ -109,7 +133,7 @@ class Capture:
 
     # -- creation tagging -------------------------------------------------------------------
     def tag(self, t: torch.Tensor, args=()) -> None:
-        fn = t.grad_fn
+        fn = grad_fn_of(t)
         if fn is None:
             return
         md = fn.metadata
@@ -133,7 +157,7 @@ class Capture:
         ptr = _storage_ptr(t)
         if ptr:
             self.inplace.setdefault(ptr, []).append((t._version, self.names.user_line(sys._getframe(2)), op))
-        fn = t.grad_fn
+        fn = grad_fn_of(t)
         if fn is not None:
             fn.metadata.setdefault("bps_inplace", op)
 
@@ -246,16 +270,21 @@ class Capture:
         nodes, ids, structure = snap.walk(root_nodes)
         # Named tensors whose grad_fn lies in this graph label their nodes.
         for _, t in self.names.named_tensors():
-            fn = t.grad_fn
+            fn = grad_fn_of(t)
             if fn is not None and id(fn) in ids:
                 snap.tensor_id(t)
         input_ids = [snap.tensor_id(t) for t in _as_list(inputs) if isinstance(t, torch.Tensor)]
-        for node in number_nodes(root_nodes)[0]:
+        for node in snap.walked:
             try:
                 node.metadata["bps_seen"] = index
             except Exception:
                 pass
         roots_ids = [ids[id(n)] for n in root_nodes]
+        # Previews are taken now, and every reference backward would otherwise free is dropped:
+        # the snapshot must not hold activations (device memory) the script does not hold.
+        snap.release(ids)
+        if self.call_hook is None:
+            self.names.release()
         return snap, nodes, ids, structure, roots_ids, input_ids
 
     def call_before(self) -> CallInfo:
@@ -351,6 +380,7 @@ class Capture:
             log.exception("leaving the creation mode failed")
         for h in self._hooks:
             h.remove()
+        _call_sites.clear()  # its functions hold the script's globals, and with them its tensors
         torch.Tensor.backward = _ORIG_TENSOR_BACKWARD
         torch.autograd.backward = _ORIG_BACKWARD
         torch.autograd.grad = _ORIG_GRAD
@@ -458,7 +488,7 @@ class Capture:
         self.names.refresh([])
         candidates = []
         for _, t in self.names.named_tensors():
-            fn = t.grad_fn
+            fn = grad_fn_of(t)
             if fn is not None and "bps_seen" not in _safe_metadata(fn):
                 candidates.append(fn)
         if not candidates:
@@ -476,7 +506,8 @@ class Capture:
         snap = Snapshotter(self.names.name_of, self.names.module_paths)
         nodes, ids, structure = snap.walk(roots)
         for _, t in self.names.named_tensors():
-            if t.grad_fn is not None and id(t.grad_fn) in ids:
+            fn = grad_fn_of(t)
+            if fn is not None and id(fn) in ids:
                 snap.tensor_id(t)
         tensors = snap.finish_tensors(ids)
         nodes = label_nodes(nodes, tensors)
@@ -595,17 +626,10 @@ def _format_tb(exc: BaseException, names: NameTable) -> str:
         tb = tb.tb_next
     lines = traceback.format_exception(type(exc), exc, tb)
     here = str(Path(__file__).resolve())
-    out, skip = [], False
-    for chunk in lines:
-        if chunk.lstrip().startswith(f'File "{here}"'):
-            skip = True
-            continue
-        if skip and not chunk.lstrip().startswith("File "):
-            skip = False
-            continue
-        skip = False
-        out.append(chunk)
-    return "".join(out)
+    # Each frame is one chunk (its "File" line with its source lines); the exception's own
+    # message is the last chunk and is always kept.
+    return "".join(chunk for chunk in lines
+                   if not (chunk.lstrip().startswith(f'File "{here}"') or f", in {OP_FRAME}\n" in chunk))
 
 
 def _error_info(exc: BaseException, line: int | None, names: NameTable) -> ErrorInfo:

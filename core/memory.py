@@ -114,6 +114,7 @@ class CudaSource:
         self.index = dev.index if dev.index is not None else 0
         self.device = f"cuda:{self.index}"
         self._cuda = torch.cuda
+        self._host = CpuSource()  # the process's host memory too: a CUDA script still fills RAM
 
     def read(self) -> dict:
         stats = self._cuda.memory_stats(self.index)  # one call: each counter alone rebuilds all stats
@@ -121,6 +122,7 @@ class CudaSource:
             "allocated": stats.get("allocated_bytes.all.current", 0),
             "reserved": stats.get("reserved_bytes.all.current", 0),
             "max_allocated": stats.get("allocated_bytes.all.peak", 0),
+            "rss": self._host.read()["rss"],
         }
 
 

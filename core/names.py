@@ -15,7 +15,10 @@ from types import FrameType
 
 import torch
 
+from core.snapshot import grad_fn_of
+
 MAX_LIST_ITEMS = 64
+OP_FRAME = "<op>"  # name of the capture's call frames that carry the script's file and line
 
 
 class NameTable:
@@ -52,7 +55,7 @@ class NameTable:
         frames = []
         f = start or sys._getframe(1)
         while f is not None:
-            if self.is_user_file(f.f_code.co_filename):
+            if self.is_user_file(f.f_code.co_filename) and f.f_code.co_name != OP_FRAME:
                 frames.append(f)
             f = f.f_back
         return frames
@@ -126,28 +129,29 @@ class NameTable:
                 self._bound += 1
         self._names = names
         self._tensors = tensors
+        # ``add`` refers to itself through its closure: a reference cycle that would keep this
+        # table (and every tensor in it) alive until the next garbage collection.
+        add = None  # noqa: F841
 
     def _add_module_names(self, modules, names, tensors) -> None:
+        # One walk of each module tree gives paths, parameters and buffers: named_parameters()
+        # and named_buffers() would walk the tree again each (thousands of calls on big models).
         paths: dict[int, str] = {}
         single = len(modules) == 1
         for var, module in modules:
-            has_children = any(True for _ in module.children())
-            prefix = "" if single and has_children else f"{var}."
+            prefix = "" if single and module._modules else f"{var}."
+            params, buffers = [], []
             for path, sub in module.named_modules():
-                if not path and not prefix:
-                    continue  # the script's one model: its own forward is the top level, not a group
-                full = (prefix + path).rstrip(".") if path else var
-                paths.setdefault(id(sub), full)
-            for pname, p in module.named_parameters():
-                key = p._cdata
+                if path or prefix:  # the script's one model: its own forward is the top level, not a group
+                    paths.setdefault(id(sub), (prefix + path).rstrip(".") if path else var)
+                base = f"{prefix}{path}." if path else prefix
+                params.extend((base + n, p) for n, p in sub._parameters.items() if p is not None)
+                buffers.extend((base + n, b) for n, b in sub._buffers.items() if b is not None)
+            for name, t in params + buffers:
+                key = t._cdata
                 if key not in names:
-                    names[key] = prefix + pname
-                    tensors.append((prefix + pname, p))
-            for bname, b in module.named_buffers():
-                key = b._cdata
-                if key not in names:
-                    names[key] = prefix + bname
-                    tensors.append((prefix + bname, b))
+                    names[key] = name
+                    tensors.append((name, t))
         self.module_paths = paths
 
     def graph_roots(self, frames: list[FrameType]) -> list:
@@ -157,7 +161,7 @@ class NameTable:
 
         def add(value, depth=0) -> None:
             if isinstance(value, torch.Tensor):
-                fn = value.grad_fn
+                fn = grad_fn_of(value)
                 if fn is not None and id(fn) not in seen:
                     seen.add(id(fn))
                     roots.append(fn)
@@ -170,6 +174,7 @@ class NameTable:
             for name, value in list(scope.items()):
                 if not name.startswith("__"):
                     add(value)
+        add = None  # noqa: F841  (breaks the closure's cycle, see refresh)
         return roots
 
     def release(self) -> None:

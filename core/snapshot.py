@@ -20,7 +20,14 @@ from core.trace import Edge, GradInfo, NodeInfo, Saved, Stale, StorageInfo, Tens
 FULL_VALUES = 1000
 SAMPLE_VALUES = 24
 VALUE_BUDGET = 6_000
-STATS_LIMIT = 1 << 20
+EXACT_LIMIT = 1 << 28  # elements: statistics of a bigger tensor come from a strided sample (approx)
+# Elements of CPU tensors one snapshot reduces exactly; past it, statistics come from a strided
+# sample (approx). On a CPU a full pass over every weight, grad and activation of GPT-2 small
+# (~300 M elements) would cost seconds; on an accelerator it is milliseconds, so no budget there.
+CPU_EXACT_BUDGET = 1 << 25
+APPROX_SAMPLE = 4096  # elements of that sample
+STACK_LIMIT = 1 << 16  # elements: smaller tensors of one shape are previewed stacked together
+CHUNK_ELEMENTS = 1 << 22  # elements copied at once when stacking (16 MB of float32)
 
 _saved_attrs_cache: dict[type, tuple[str, ...]] = {}
 
@@ -32,6 +39,21 @@ def saved_attr_names(node) -> tuple[str, ...]:
         names = tuple(a for a in dir(node) if a.startswith("_saved_"))
         _saved_attrs_cache[cls] = names
     return names
+
+
+def grad_fn_of(t: torch.Tensor):
+    """``t.grad_fn``, or None where reading it would raise.
+
+    Reading the grad_fn of a view made under ``no_grad`` whose base was later changed in
+    place with grad mode on raises, although the script itself never reads it (BERT's
+    weight initialisation does this). Capture must not turn that into the script's error.
+    """
+    if not t.requires_grad:
+        return None
+    try:
+        return t.grad_fn
+    except RuntimeError:
+        return None
 
 
 def node_kind(node) -> str:
@@ -78,29 +100,176 @@ def _plain_list(flat: torch.Tensor) -> list:
 
 
 def values_of(t: torch.Tensor, full_limit: int = FULL_VALUES) -> Values:
-    """A bounded preview: every value up to ``full_limit`` elements, else a sample and stats.
+    """A bounded preview: every value up to ``full_limit`` elements, else a sample and stats."""
+    batch = ValueBatch()
+    out: dict = {}
+    batch.add(out, "values", t, full=t.numel() <= full_limit, sample=SAMPLE_VALUES if full_limit else 8)
+    batch.flush()
+    return out["values"]
 
-    Statistics are computed on the tensor's own device, over at most STATS_LIMIT evenly
-    spaced elements, so a preview never copies a whole activation to the host.
-    """
+
+def _flat_head(t: torch.Tensor, count: int) -> torch.Tensor:
+    """The first ``count`` elements in row-major order, without copying the whole tensor."""
+    if t.is_contiguous():
+        return t.reshape(-1)[:count]
+    index = torch.arange(min(count, t.numel()), device=t.device)
+    return t[torch.unravel_index(index, t.shape)]
+
+
+def _stats_dtype(t: torch.Tensor) -> torch.dtype:
+    return torch.float32 if t.device.type == "mps" else torch.float64
+
+
+def _strided_sample(t: torch.Tensor, count: int) -> torch.Tensor:
+    """``count`` evenly spaced elements of ``t`` (a view when ``t`` is contiguous)."""
     numel = t.numel()
-    try:
-        flat = t.detach().reshape(-1)
-        if numel <= full_limit:
-            return fast_new(Values, {"numel": numel, "data": _plain_list(flat)})
-        sample = _plain_list(flat[: SAMPLE_VALUES if full_limit else 8])
-        if flat.is_complex() or flat.dtype == torch.bool or numel == 0:
-            return Values(numel=numel, sample=sample)
-        src = flat if numel <= STATS_LIMIT else flat[:: -(-numel // STATS_LIMIT)]
-        if not src.is_floating_point():
-            src = src.double()
-        elif src.element_size() < 4:
-            src = src.float()
-        lo, hi = torch.aminmax(src)
-        lo, hi, mean = _plain_list(torch.stack((lo, hi, src.mean())))
-        return fast_new(Values, {"numel": numel, "sample": sample, "min": lo, "max": hi, "mean": mean})
-    except Exception:  # sparse, meta, nested or otherwise unreadable tensors
-        return Values(numel=numel)
+    step = max(1, numel // count)
+    if t.is_contiguous():
+        return t.reshape(-1)[::step][:count]
+    index = torch.arange(0, step * count, step, device=t.device)
+    return t[torch.unravel_index(index, t.shape)]
+
+
+def _reduce_rows(rows: torch.Tensor) -> torch.Tensor:
+    """min, max, mean of each row of a 2-d tensor, as one (rows x 3) tensor in float64."""
+    acc = _stats_dtype(rows)
+    lo, hi = rows.amin(1), rows.amax(1)
+    if rows.is_floating_point():
+        mean = rows.mean(1, dtype=torch.float32) if rows.element_size() < 4 else rows.mean(1)
+    else:
+        mean = rows.sum(1, dtype=acc) / rows.shape[1]
+    return torch.stack((lo.to(acc), hi.to(acc), mean.to(acc)), 1)
+
+
+def _one_stats(t: torch.Tensor) -> torch.Tensor:
+    """Exact min, max, mean of one tensor, on its own device, without copying it."""
+    acc = _stats_dtype(t)
+    lo, hi = torch.aminmax(t)
+    if t.is_floating_point():
+        mean = t.mean(dtype=torch.float32) if t.element_size() < 4 else t.mean()
+    else:
+        mean = t.sum(dtype=acc) / t.numel()
+    return torch.stack((lo.to(acc), hi.to(acc), mean.to(acc)))
+
+
+class ValueBatch:
+    """Previews of many tensors computed together, on their own device, in bounded chunks.
+
+    One snapshot may preview thousands of tensors; computing each alone costs a few torch
+    calls and a host copy per tensor, which on tiny tensors is more than the script's own
+    work. Here small tensors of one shape, dtype and device are stacked (at most
+    CHUNK_ELEMENTS at a time, so the copy stays small next to the script's memory) and
+    reduced together, with one copy to the host per chunk; big tensors are reduced in place.
+    Statistics are exact (over every element) except for tensors past EXACT_LIMIT elements
+    and for CPU tensors once the batch has reduced CPU_EXACT_BUDGET elements: those are
+    taken over APPROX_SAMPLE evenly spaced elements and say ``approx``.
+    """
+
+    def __init__(self, cpu_budget: int | None = None):
+        # elements of CPU tensors still reduced exactly
+        self.cpu_budget = CPU_EXACT_BUDGET if cpu_budget is None else cpu_budget
+        self._full: list[tuple] = []
+        self._summary: list[tuple] = []
+
+    def add(self, target: dict, key: str, t: torch.Tensor, full: bool, sample: int = SAMPLE_VALUES) -> None:
+        """Set ``target[key]`` to the tensor's Values at the next ``flush()``: every value when
+        ``full``, else its first ``sample`` values and statistics."""
+        t = t.detach()
+        numel = t.numel()
+        if t.layout != torch.strided or t.is_nested or t.is_meta:
+            target[key] = Values(numel=numel)
+        elif full or numel == 0:
+            self._full.append((target, key, t))
+        else:
+            self._summary.append((target, key, t, sample))
+
+    def flush(self) -> None:
+        """Compute every pending preview and drop the references to the tensors."""
+        full, summary = self._full, self._summary
+        self._full, self._summary = [], []
+        groups: dict[tuple, list] = {}
+        for item in full:
+            groups.setdefault((item[2].device, item[2].dtype), []).append(item)
+        for items in groups.values():
+            self._flush_full(items)
+        groups = {}
+        for target, key, t, count in summary:
+            numel = t.numel()
+            if t.is_complex() or t.dtype == torch.bool:
+                self._flush_plain(target, key, t, count)
+                continue
+            rows, approx = t, False
+            if numel > STACK_LIMIT:
+                exact = numel <= EXACT_LIMIT and (t.device.type != "cpu" or numel <= self.cpu_budget)
+                if exact:
+                    if t.device.type == "cpu":
+                        self.cpu_budget -= numel
+                    self._flush_one(target, key, t, count)
+                    continue
+                rows, approx = _strided_sample(t, APPROX_SAMPLE), True
+            groups.setdefault((t.device, t.dtype, rows.numel(), count, approx), []).append(
+                (target, key, t, count, rows))
+        for (_, _, width, _, approx), items in groups.items():
+            per = max(1, CHUNK_ELEMENTS // max(1, width))
+            for start in range(0, len(items), per):
+                self._flush_stacked(items[start:start + per], approx)
+
+    @staticmethod
+    def _flush_full(items) -> None:
+        try:
+            values = _plain_list(torch.cat([t.reshape(-1) for _, _, t in items]))
+        except Exception:  # unreadable tensors: each alone, so one does not spoil the rest
+            for target, key, t in items:
+                try:
+                    target[key] = fast_new(Values, {"numel": t.numel(), "data": _plain_list(t.reshape(-1))})
+                except Exception:
+                    target[key] = Values(numel=t.numel())
+            return
+        pos = 0
+        for target, key, t in items:
+            n = t.numel()
+            target[key] = fast_new(Values, {"numel": n, "data": values[pos:pos + n]})
+            pos += n
+
+    @staticmethod
+    def _flush_plain(target, key, t, count) -> None:
+        try:
+            target[key] = Values(numel=t.numel(), sample=_plain_list(_flat_head(t, count)))
+        except Exception:
+            target[key] = Values(numel=t.numel())
+
+    @staticmethod
+    def _flush_one(target, key, t, count) -> None:
+        try:
+            sample = _plain_list(_flat_head(t, count))
+            lo, hi, mean = _plain_list(_one_stats(t))
+            target[key] = fast_new(Values, {"numel": t.numel(), "sample": sample, "min": lo, "max": hi,
+                                            "mean": mean})
+        except Exception:  # unreadable tensors
+            target[key] = Values(numel=t.numel())
+
+    @classmethod
+    def _flush_stacked(cls, items, approx: bool) -> None:
+        try:
+            rows = torch.stack([r.reshape(-1) for *_, r in items])
+            stats = _plain_list(_reduce_rows(rows).reshape(-1))
+            count = items[0][3]
+            if approx:  # the preview's first values come from the tensors, not the sample
+                heads = torch.stack([_flat_head(t, count) for _, _, t, _, _ in items])
+            else:
+                heads = rows[:, :count]
+            width = heads.shape[1]
+            samples = _plain_list(heads.reshape(-1))
+        except Exception:
+            for target, key, t, count, _ in items:
+                cls._flush_one(target, key, t, count)
+            return
+        for i, (target, key, t, _, _) in enumerate(items):
+            values = {"numel": t.numel(), "sample": samples[i * width:(i + 1) * width],
+                      "min": stats[3 * i], "max": stats[3 * i + 1], "mean": stats[3 * i + 2]}
+            if approx:
+                values["approx"] = True
+            target[key] = fast_new(Values, values)
 
 
 def dtype_name(dtype) -> str:
@@ -128,13 +297,17 @@ class Snapshotter:
         self.inplace = inplace or {}
         self.module_paths = module_paths or {}
         self.tensors: dict[int, dict] = {}  # key -> raw fields
-        self.objects: dict[str, torch.Tensor] = {}  # tensor id -> live tensor (for grads after the call)
+        # tensor id -> live tensor, for the grads read after the call; ``release()`` keeps only the
+        # tensors that can get one, so the snapshot never keeps an activation alive through backward.
+        self.objects: dict[str, torch.Tensor] = {}
         self.by_key: dict[int, str] = {}
         self.by_layout: dict[tuple, str] = {}
         self.storages: dict[tuple, str] = {}
         self.storage_nbytes: dict[str, tuple[int, str]] = {}
         # Big graphs: once this many values are stored, further tensors keep a sample and stats.
         self.value_budget = VALUE_BUDGET
+        self._batch = ValueBatch()
+        self.walked: list = []  # node wrappers of the last walk, in preorder
 
     # -- tensors --------------------------------------------------------------------------
     def storage_id(self, t: torch.Tensor) -> str | None:
@@ -176,7 +349,7 @@ class Snapshotter:
         if ptr != 0:
             self.by_layout.setdefault(layout, tid)
         self.objects[tid] = t
-        grad_fn = t.grad_fn
+        grad_fn = grad_fn_of(t)
         is_leaf = t.is_leaf
         raw = dict(
             id=tid,
@@ -191,7 +364,7 @@ class Snapshotter:
             storage_offset=offset,
             storage=self._storage_key(device, ptr, nbytes),
             version=t._version,
-            values=self._values(t),
+            values=None,
             is_view=t._is_view(),
             grad_fn_name=node_name(grad_fn) if grad_fn is not None else None,
             element_size=t.element_size(),
@@ -199,31 +372,57 @@ class Snapshotter:
             _grad_fn=grad_fn,
         )
         self.tensors[key] = raw
+        self._values(raw, "values", t)
         base = t._base
         if base is not None:
             raw["base"] = self.tensor_id(base)
         return tid
 
-    def _values(self, t: torch.Tensor) -> Values:
+    def _values(self, target: dict, key: str, t: torch.Tensor) -> None:
+        """Queue ``t``'s preview into ``target[key]`` (computed in bulk by ``flush``)."""
         numel = t.numel()
         if numel <= FULL_VALUES and numel <= self.value_budget:
             self.value_budget -= numel
-            return values_of(t)
-        return values_of(t, full_limit=0)
+            self._batch.add(target, key, t, full=True)
+        else:
+            self._batch.add(target, key, t, full=False, sample=8)
+
+    def release(self, node_ids: dict[int, str]) -> None:
+        """Compute the queued previews, then drop every reference the script would not hold:
+        node wrappers and all tensors except those that can receive a ``.grad``."""
+        self._batch.flush()
+        self.walked = []
+        for raw in self.tensors.values():
+            fn = raw.pop("_grad_fn", None)
+            if fn is not None:
+                raw["grad_fn"] = node_ids.get(id(fn))
+        self.objects = {
+            tid: t for tid, t in self.objects.items()
+            if (t.requires_grad and t.is_leaf) or (not t.is_leaf and t.retains_grad)
+        }
 
     def finish_tensors(self, node_ids: dict[int, str] | None = None, read_grads: bool = True) -> list[TensorInfo]:
-        out = []
+        self._batch.flush()
+        raws = []
         for raw in self.tensors.values():
             raw = dict(raw)
-            fn = raw.pop("_grad_fn")
+            fn = raw.pop("_grad_fn", None)
             if node_ids is not None and fn is not None:
                 raw["grad_fn"] = node_ids.get(id(fn))
-            t = self.objects[raw["id"]]
-            if read_grads and (t.is_leaf or t.retains_grad):
+            t = self.objects.get(raw["id"])
+            if t is not None and read_grads and (t.is_leaf or t.retains_grad):
                 g = t.grad
                 if g is not None:
-                    raw["grad"] = GradInfo(shape=list(g.shape), values=self._values(g))
+                    raw["_grad_shape"] = list(g.shape)
+                    self._values(raw, "_grad_values", g)
                 raw["version"] = t._version
+            raws.append(raw)
+        self._batch.flush()
+        out = []
+        for raw in raws:
+            shape = raw.pop("_grad_shape", None)
+            if shape is not None:
+                raw["grad"] = GradInfo(shape=shape, values=raw.pop("_grad_values"))
             out.append(fast_new(TensorInfo, raw))
         return out
 
@@ -241,6 +440,8 @@ class Snapshotter:
     def walk(self, roots: list) -> tuple[list[NodeInfo], dict[int, str], str]:
         """Snapshot every node reachable from ``roots``; returns nodes, id map and a structure hash."""
         order, ids = number_nodes(roots)
+        # The wrappers stay alive until ``release()``, so the ``id()`` keys of ``ids`` stay valid.
+        self.walked = order
         digest = hashlib.sha1()
         nodes = []
         for node in order:

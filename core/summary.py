@@ -19,7 +19,8 @@ def format_values(values: Values | None, limit: int = 8) -> str:
         return _fmt(data[0])
     text = f"[{shown}{', ...' if more else ''}]"
     if values.data is None and values.min is not None:
-        text += f" (min {_fmt(values.min)}, max {_fmt(values.max)}, mean {_fmt(values.mean)})"
+        mark = "\u2248" if values.approx else ""  # statistics of a strided sample
+        text += f" (min {mark}{_fmt(values.min)}, max {mark}{_fmt(values.max)}, mean {mark}{_fmt(values.mean)})"
     return text
 
 

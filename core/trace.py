@@ -46,6 +46,7 @@ class Values:
     min: float | None = None
     max: float | None = None
     mean: float | None = None
+    approx: bool = False  # min / max / mean come from a strided sample (tensors past the exact bound)
 
 
 @dataclass(frozen=True)
@@ -265,7 +266,7 @@ class Trace:
 
 
 # Optional keys written only when set: keeps 5,000-node traces small.
-_SPARSE_KEYS = frozenset(("sample", "min", "max", "mean", "tensor", "value", "freed"))
+_SPARSE_KEYS = frozenset(("sample", "min", "max", "mean", "tensor", "value", "freed", "approx"))
 
 
 @contextmanager
@@ -295,7 +296,7 @@ def _plain(obj: Any) -> Any:
         return {
             k: _plain(v)
             for k, v in obj.__dict__.items()
-            if not k.startswith("_") and not (k in _SPARSE_KEYS and (v is None or (k == "freed" and v is False)))
+            if not k.startswith("_") and not (k in _SPARSE_KEYS and (v is None or (v is False and k in ("freed", "approx"))))
         }
     if isinstance(obj, list):
         for item in obj:

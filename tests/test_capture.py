@@ -176,3 +176,124 @@ def test_inplace_nodes_and_devices_are_marked():
     assert nodes["MulBackward0"].inplace == "mul_"
     assert nodes["SigmoidBackward0"].inplace is None
     assert nodes["SigmoidBackward0"].device == "cpu"
+
+
+def test_statistics_of_a_big_tensor_are_exact(tmp_path):
+    from core.snapshot import values_of
+
+    torch.manual_seed(3)
+    t = torch.randn(3_000_000) * 0.1 + 0.01
+    t[1_234_567] = 7.5  # one extreme value a strided sample would miss
+    t[2_345_671] = -6.25
+    values = values_of(t)
+    assert values.numel == 3_000_000 and values.approx is False
+    assert values.max == 7.5 and values.min == -6.25
+    assert values.mean == pytest.approx(t.double().mean().item(), rel=1e-5)
+    assert values.sample == t[:24].tolist()
+    # A transposed (non-contiguous) view gives the same statistics, read in row-major order.
+    view = t.reshape(1500, 2000).t()
+    vals = values_of(view)
+    assert (vals.min, vals.max) == (-6.25, 7.5)
+    assert vals.sample == view.reshape(-1)[:24].tolist()
+
+
+def test_statistics_past_the_exact_budget_are_marked_approximate(tmp_path):
+    from core.snapshot import ValueBatch
+
+    torch.manual_seed(4)
+    tensors = [torch.randn(100_000) for _ in range(3)]
+    batch = ValueBatch(cpu_budget=150_000)
+    out = [{} for _ in tensors]
+    for target, t in zip(out, tensors):
+        batch.add(target, "v", t, full=False)
+    batch.flush()
+    first, second, third = (o["v"] for o in out)
+    assert first.approx is False and first.max == tensors[0].max().item()
+    assert second.approx is True and third.approx is True
+    sample = tensors[1][:: 100_000 // 4096][:4096]
+    assert second.max == sample.max().item() and second.min == sample.min().item()
+    assert second.sample == tensors[1][:24].tolist()
+    # The trace says so, and only where it is true.
+    from core.trace import _plain
+
+    assert _plain(second)["approx"] is True and "approx" not in _plain(first)
+
+
+def test_a_warning_names_the_script_line(tmp_path):
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trace = _capture(tmp_path, """\
+            import torch
+            x = torch.ones(2, requires_grad=True)
+            y = x * 2
+            y.sum().backward()
+            print(y.grad)
+            """)
+    assert trace.error is None
+    grad_warnings = [w for w in caught if "not a leaf Tensor" in str(w.message)]
+    assert len(grad_warnings) == 1
+    assert Path(grad_warnings[0].filename) == tmp_path / "script.py"
+    assert grad_warnings[0].lineno == 5
+
+
+def test_capture_holds_no_activation_through_backward(tmp_path):
+    from core.capture import Capture
+
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent("""\
+        import weakref
+        import torch
+        w = torch.randn(4, 4, requires_grad=True)
+        def forward():
+            hidden = torch.randn(8, 4) @ w
+            return hidden.sin().sum(), weakref.ref(hidden)
+        loss, ref = forward()
+        alive = [ref() is not None]
+        w.register_hook(lambda g: alive.append(ref() is not None))
+        loss.backward()
+        """))
+    capture = Capture(str(script))
+    trace = capture.run()
+    assert trace.error is None, trace.error.message
+    call = trace.calls[0]
+    sin = next(n for n in call.nodes if n.name == "SinBackward0")
+    assert call.tensor(sin.saved[0].tensor).name == "hidden"
+    # Only SinBackward0 holds `hidden`; the engine frees it once that node ran, before w's grad,
+    # and the capture must not keep it alive longer.
+    assert capture.namespace["alive"] == [True, False]
+
+
+def test_cuda_samples_carry_host_rss():
+    from core.memory import CpuSource, CudaSource
+
+    class Allocator:  # torch.cuda's counters, without a GPU
+        @staticmethod
+        def memory_stats(index):
+            return {"allocated_bytes.all.current": 1024, "reserved_bytes.all.current": 2048,
+                    "allocated_bytes.all.peak": 4096}
+
+    source = CudaSource("cuda:0")
+    source._cuda = Allocator()
+    sample = source.read()
+    assert (sample["allocated"], sample["reserved"], sample["max_allocated"]) == (1024, 2048, 4096)
+    host = CpuSource().read()["rss"]
+    assert sample["rss"] > 0 and abs(sample["rss"] - host) < 64 << 20
+
+
+def test_an_error_inside_an_op_shows_the_script_traceback_only(tmp_path):
+    trace = _capture(tmp_path, """\
+        import torch
+        a = torch.randn(2, 3, requires_grad=True)
+        def f(x):
+            return x @ torch.randn(4, 2)
+        y = f(a)
+        """)
+    err = trace.error
+    assert err.type == "RuntimeError" and err.line == 4
+    lines = err.traceback.strip().splitlines()
+    assert lines[-1] == "RuntimeError: mat1 and mat2 shapes cannot be multiplied (2x3 and 4x2)"
+    frames = [ln.strip() for ln in lines if ln.strip().startswith("File ")]
+    assert frames == [f'File "{tmp_path / "script.py"}", line 5, in <module>',
+                      f'File "{tmp_path / "script.py"}", line 4, in f']

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from PySide6.QtCore import QPoint, Qt, QUrl
 from PySide6.QtGui import QColor, QPalette, QTextCursor
@@ -153,6 +155,21 @@ def test_big_values_show_sample_and_stats():
     assert "first 2 of 524,288: [0.5, 1.0, …]" in text
     assert "min -4.2" in text and "max 4.7" in text and "mean 0.0031" in text
 
+
+
+def test_approximate_stats_are_marked(qtbot):
+    exact = Values(numel=3_000_000, sample=[0.5], min=-4.2, max=4.7, mean=0.0031)
+    approx = Values(numel=3_000_000, sample=[0.5], min=-4.2, max=4.7, mean=0.0031, approx=True)
+    assert "\u2248" not in format_values(exact, [3_000_000])
+    text = format_values(approx, [3_000_000])
+    assert "min \u2248 -4.2" in text and "max \u2248 4.7" in text and "mean \u2248 0.0031" in text
+    call = mul_call()
+    t5 = call.tensor("t5")
+    big = replace(t5, values=approx)
+    panel = InspectorPanel()
+    qtbot.addWidget(panel)
+    panel.show_tensor({**call.tensor_map(), "t5": big}, "t5")
+    assert "max \u2248 4.7" in panel.text() and "from a sample" in panel.text()
 
 # -- inspector -----------------------------------------------------------------------------
 

@@ -102,9 +102,10 @@ def format_values(values: Values, shape: list[int], dtype: str = "float32") -> s
     else:
         lines.append(f"{values.numel:,} elements (values not captured)")
     stats = [(k, getattr(values, k)) for k in ("min", "max", "mean")]
-    stats_text = "   ".join(f"{k} {format_number(v)}" for k, v in stats if v is not None)
+    mark = "\u2248 " if values.approx else ""  # from a strided sample: approximately
+    stats_text = "   ".join(f"{k} {mark}{format_number(v)}" for k, v in stats if v is not None)
     if stats_text:
-        lines.append(stats_text)
+        lines.append(stats_text + ("   (from a sample)" if values.approx else ""))
     return "\n".join(lines)
 
 

@@ -1,0 +1,16 @@
+# GPT-2 small (124M parameters, random init: nothing is downloaded), forward, language-model loss
+# and backward on one batch (1 x 32 tokens; GPT2_BATCH="4x128" for another size). Needs `transformers`.
+import os
+
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+torch.manual_seed(0)
+device = os.environ.get("BACKPROP_STUDIO_DEVICE", "cpu")
+batch, tokens = (int(n) for n in os.environ.get("GPT2_BATCH", "1x32").split("x"))
+model = GPT2LMHeadModel(GPT2Config()).to(device)
+ids = torch.randint(0, model.config.vocab_size, (batch, tokens), device=device)
+out = model(input_ids=ids, labels=ids)
+loss = out.loss
+loss.backward()
+print(f"loss {loss.item():.4f}")
