@@ -53,6 +53,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--shapes", action="store_true", help="write tensor shapes on the edges")
     p.add_argument("--saved", action="store_true", help="draw each node's saved tensors")
     p.add_argument("--expand", action="store_true", help="expand every module group (big graphs open collapsed)")
+    p.add_argument("--direction", choices=("TB", "LR", "forward"), default="TB",
+                   help="TB: the loss on top, arrows the way gradients flow (default); LR: the loss on the "
+                   "left; forward: inputs on top, arrows from the inputs to the loss")
+    p.add_argument("--page", choices=("16:9", "4:3", "A4", "Letter"),
+                   help="fit a slide (16:9 is 1920x1080 in PNG) or a portrait page, folding modules rather "
+                   "than shrinking text below 9 px")
     p.add_argument("--frames", metavar="DIR", help="also write one PNG per backward step (frame_000.png, ...)")
     p.add_argument("--gif", metavar="OUT.gif", help="also write the steps as an animated GIF")
     p.add_argument("--duration", type=int, default=700, help="milliseconds per GIF frame (default 700)")
@@ -176,7 +182,8 @@ def _export_one(args, script: Path, batch: bool) -> tuple[list[str], list[str]]:
     else:
         export_call(call, out, fmt, theme=args.theme, title=title, caption=caption, states=states,
                     edge_texts=edge_texts, collapsed=collapsed, show_saved=args.saved, show_shapes=args.shapes,
-                    scale=args.scale, background="transparent" if args.transparent else None)
+                    scale=args.scale, background="transparent" if args.transparent else None,
+                    direction=args.direction, page=args.page)
     done = [f"{script}: {n}" for n in notes] + [f"{out}: call #{call.index} ({call.api}), {len(call.nodes)} nodes"]
     if args.frames or args.gif:
         frame_opts = dict(theme=args.theme, title=title, collapsed=collapsed, show_shapes=args.shapes)

@@ -88,6 +88,16 @@ class ExportDialog(QDialog):
         self.background = QComboBox()
         self.background.addItem("Theme background (white in print)", "theme")
         self.background.addItem("Transparent", "transparent")
+        self.direction = QComboBox()
+        self.direction.addItem("Top-down: loss on top, arrows the way gradients flow", "TB")
+        self.direction.addItem("Left to right: loss on the left", "LR")
+        self.direction.addItem("Forward order: inputs on top, arrows to the loss", "forward")
+        self.page = QComboBox()
+        self.page.addItem("Fit the graph (any size)", None)
+        for key, text in (("16:9", "16:9 slide"), ("4:3", "4:3 slide"), ("A4", "A4 portrait"),
+                          ("Letter", "Letter portrait")):
+            self.page.addItem(text, key)
+        self.page.setToolTip("Fit a slide or page; modules fold rather than text shrinking below 9 px")
         self.selection = QCheckBox("Include the selection ring")
         self.only_call = QCheckBox("Only the current call (JSON)")
         steps = self._steps()
@@ -100,6 +110,8 @@ class ExportDialog(QDialog):
         form.addRow("Format:", self.format)
         form.addRow("Region:", self.region)
         form.addRow("Theme:", self.theme)
+        form.addRow("Direction:", self.direction)
+        form.addRow("Page:", self.page)
         form.addRow("Title:", self.title)
         form.addRow("Caption:", self.caption)
         form.addRow("PNG scale:", self.scale)
@@ -146,7 +158,7 @@ class ExportDialog(QDialog):
     def _update_enabled(self) -> None:
         fmt = self.fmt()
         drawn = fmt in ("png", "svg", "pdf")
-        for w in (self.region, self.caption, self.background, self.selection):
+        for w in (self.region, self.caption, self.background, self.selection, self.direction, self.page):
             w.setEnabled(drawn)
         self.scale.setEnabled(fmt == "png")
         self.theme.setEnabled(fmt != "json")
@@ -178,6 +190,8 @@ class ExportDialog(QDialog):
             "selection": self.selection.isChecked(),
             "only_call": self.only_call.isChecked(),
             "frames": self.frames.isEnabled() and self.frames.isChecked(),
+            "direction": self.direction.currentData(),
+            "page": self.page.currentData(),
         }
 
     # -- running -------------------------------------------------------------------------------
@@ -203,9 +217,12 @@ class ExportDialog(QDialog):
 
 
 def run_export(window, *, path, fmt=None, region="all", theme="print", title=None, caption=None, scale=2.0,
-               background="theme", selection=False, only_call=False, frames=False, parent=None) -> list[Path]:
+               background="theme", selection=False, only_call=False, frames=False, parent=None, direction="TB",
+               page=None) -> list[Path]:
     """Write the window's current graph (and, with ``frames``, the stepping session's frames and
-    GIF beside it); returns the files written. Raises ``export.ExportError`` and OSError."""
+    GIF beside it); returns the files written. Raises ``export.ExportError`` and OSError.
+    Another ``direction`` or a ``page`` lays the graph out again on an offscreen view, with the
+    window's folds, toggles and step state."""
     call = window.call
     if call is None or not call.nodes:
         raise export.ExportError("there is no graph to export: run a script first")
@@ -222,6 +239,12 @@ def run_export(window, *, path, fmt=None, region="all", theme="print", title=Non
             written = [export.save_json(call, path, trace)]
         elif fmt == "dot":
             written = [export.render(view, path, "dot", title=title, theme=theme)]
+        elif direction != "TB" or page is not None:
+            written = [export.export_call(
+                call, path, fmt, theme=theme, title=title, caption=caption, states=view.node_states(),
+                edge_texts=view.edge_texts(), collapsed=view.collapsed(), show_saved=view.shows_saved(),
+                show_shapes=view.shows_shapes(), scale=scale, background=None if background == "theme" else background,
+                direction=direction, page=page, fold=True)]
         else:
             options = dict(region=region, title=title, caption=caption, theme=theme, selection=selection,
                            background=None if background == "theme" else background)

@@ -34,6 +34,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--show", metavar="PANEL", choices=("source", "output", "problems", "steps", "memory",
                                                              "tensors", "storage"),
                         help="bring a panel to the front before the screenshot")
+    parser.add_argument("--region", choices=("window", "graph"), default="window",
+                        help="what --screenshot saves: the whole window (graph fitted), or the graph view "
+                        "alone, as it opens")
     parser.add_argument("--size", default=None, help="window size, WIDTHxHEIGHT (default: fit the screen; "
                         "1400x860 for --screenshot)")
     return parser.parse_args(argv)
@@ -123,7 +126,8 @@ def main(argv: list[str]) -> int:
             QTimer.singleShot(300, grab)
 
         def grab() -> None:
-            window.graph.fit()
+            if args.region == "window":
+                window.graph.fit()
             if args.show == "storage":
                 window.center.setCurrentWidget(window.storage)
             elif args.show == "tensors":
@@ -133,7 +137,7 @@ def main(argv: list[str]) -> int:
             if args.select and not window.select_named(args.select):
                 sys.stderr.write(f"backprop-studio: nothing named {args.select!r} to select\n")
             app.processEvents()
-            pixmap = window.grab()
+            pixmap = window.graph.grab() if args.region == "graph" else window.grab()
             out.parent.mkdir(parents=True, exist_ok=True)
             if not pixmap.save(str(out)):
                 sys.stderr.write(f"backprop-studio: cannot write {out}\n")

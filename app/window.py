@@ -424,6 +424,7 @@ class MainWindow(QMainWindow):
             self.storage.clear()
             self._update_actions()
             return
+        self.graph.set_peer_calls(self.trace.calls if self.trace is not None else [])
         self.graph.set_call(call)
         self.memory.set_call(call)
         self.center.setCurrentWidget(self.graph)
@@ -626,6 +627,8 @@ class MainWindow(QMainWindow):
         if isinstance(state, QByteArray):
             self.restoreState(state)
         self.act_rerun_on_change.setChecked(str(s.value("rerun_on_change", "false")).lower() == "true")
+        self.graph.legend.set_folded(str(s.value("legend_folded", "false")).lower() == "true")
+        self.graph.legend.sig_folded.connect(lambda folded: settings().setValue("legend_folded", folded))
         self._fill_recent()
 
     def closeEvent(self, event) -> None:

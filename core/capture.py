@@ -320,6 +320,9 @@ class Capture:
                     leaf_grads[t.name] = t.grad.values
         if input_ids:
             options["inputs"] = input_ids
+        classes = module_classes(nodes, self.names.module_classes)
+        if classes:
+            options["module_classes"] = classes
         edge_count = sum(1 for n in nodes for e in n.next if e is not None)
         call = CallInfo(
             id=f"c{index}",
@@ -644,3 +647,13 @@ def _error_info(exc: BaseException, line: int | None, names: NameTable) -> Error
         kind=kind,
         file=names.script_path,
     )
+
+
+def module_classes(nodes, classes: dict[str, str]) -> dict[str, str]:
+    """Class names of the modules the call's nodes were made in, and of the modules around them."""
+    paths = set()
+    for n in nodes:
+        if n.module and n.module not in paths:
+            parts = n.module.split(".")
+            paths.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return {p: classes[p] for p in sorted(paths) if p in classes}

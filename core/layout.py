@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from core.layout_groups import GroupInfo, default_collapsed, group_info, paused_gc  # noqa: F401 - public API
 from core.layout_layered import layered
@@ -34,6 +34,7 @@ GROUP_PAD = 12.0
 GROUP_LABEL = 22.0
 GROUP_BOTTOM = 12.0
 MARGIN = 24.0
+DIRECTIONS = ("TB", "LR", "forward")
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,7 @@ class Layout:
     members: dict[str, str] = field(default_factory=dict)  # trace node id -> drawn box id
     engine: str = "layered"
     crossings: int = 0
+    direction: str = "TB"  # "TB", "LR" or "forward" (edge points then run from input to consumer)
 
 
 def format_shape(shape) -> str:
@@ -159,7 +161,7 @@ def build_visible(call: CallInfo, collapsed: frozenset[str], show_saved: bool) -
     label: dict[str, str] = {}
     coll: dict[str, int] = {}
     ids: list[str] = []
-    per_module: dict[str | None, tuple[str | None, str | None]] = {}  # module -> (collapsed group, container)
+    per_module: dict[str | None, tuple] = {}  # module -> (collapsed group, container, its box id)
     for n in call.nodes:
         mod = info.module[n.id]
         hit = per_module.get(mod)
@@ -169,9 +171,9 @@ def build_visible(call: CallInfo, collapsed: frozenset[str], show_saved: bool) -
             if outer is not None:
                 groups = groups[: groups.index(outer)]
             drawn = [g for g in groups if info.is_drawn(g)]
-            hit = per_module[mod] = (outer, drawn[-1] if drawn else None)
+            hit = per_module[mod] = (outer, drawn[-1] if drawn else None, None if outer is None else "group:" + outer)
         outer = hit[0]
-        vid = n.id if outer is None else "group:" + outer
+        vid = hit[2] or n.id
         members[n.id] = vid
         if outer is not None and vid in kind:
             continue
@@ -183,7 +185,8 @@ def build_visible(call: CallInfo, collapsed: frozenset[str], show_saved: bool) -
         else:
             kind[vid] = "group"
             coll[outer] = info.count[outer]
-            label[vid] = f"{outer}\n{info.count[outer]:,} nodes"
+            cls = info.class_of(outer)
+            label[vid] = f"{info.title(outer)}\n{cls + ' · ' if cls else ''}{info.count[outer]:,} nodes"
     edges: list[tuple[str, str, int, int, int]] = []
     merged: dict[tuple[str, str], int] = {}
     for n in call.nodes:
@@ -207,7 +210,7 @@ def build_visible(call: CallInfo, collapsed: frozenset[str], show_saved: bool) -
         while c is not None and c not in used:
             used.add(c)
             c = info.drawn_parent(c)
-    groups = sorted(used, key=lambda g: (g.count("."), g))
+    groups = sorted(used, key=lambda g: (len(info.ancestors[g]), g))  # parents first
     saved = _saved_boxes(call, kind) if show_saved else {}
     size = {v: text_size(label[v], kind[v]) for v in ids}
     return Visible(ids, kind, label, size, container, edges, members, groups, coll, saved)
@@ -241,18 +244,32 @@ def layout_call(
     collapsed: frozenset[str] = frozenset(),
     show_saved: bool = False,
     engine: str = "auto",
+    direction: str = "TB",
 ) -> Layout:
-    """Lay out ``call``; ``engine`` is "auto"/"layered" (built in) or "dot" (Graphviz, if installed)."""
+    """Lay out ``call``; ``engine`` is "auto"/"layered" (built in) or "dot" (Graphviz, if installed).
+
+    ``direction``: "TB" (the loss on top, arrows the way gradients flow), "LR" (the loss on the
+    left) or "forward" (inputs on top, the loss at the bottom, arrows the way tensors flow, as
+    forward diagrams draw them; the built-in engine only)."""
+    if direction not in DIRECTIONS:
+        raise ValueError(f"unknown direction {direction!r}: use one of {', '.join(DIRECTIONS)}")
     start = time.perf_counter()
     with paused_gc():
         vis = build_visible(call, frozenset(collapsed), show_saved)
-        if engine == "dot":
+        if engine == "dot" and direction == "TB":
             from core.layout_dot import dot_available, layout_dot
 
             if dot_available():
                 return layout_dot(call, vis)
             log.warning("Graphviz dot is not installed; using the built-in layout")
-        out = _compound(call, vis)
+        if direction == "LR":
+            vis.saved = {}  # saved-tensor tabs sit beside nodes only in the top-down drawing
+            vis.size = {v: (h, w) for v, (w, h) in vis.size.items()}
+            out = _transposed(_compound(call, vis, lr=True))
+        elif direction == "forward":
+            out = _forward(_compound(call, vis, top=GROUP_BOTTOM, bottom=GROUP_LABEL))
+        else:
+            out = _compound(call, vis)
     log.debug("layout of %d boxes in %.3f s", len(vis.ids), time.perf_counter() - start)
     return out
 
@@ -272,7 +289,8 @@ def _is_port(x, side: str) -> bool:
     return isinstance(x, tuple) and x[0] == side
 
 
-def _compound(call: CallInfo, vis: Visible) -> Layout:
+def _compound(call: CallInfo, vis: Visible, lr: bool = False, top: float = GROUP_LABEL,
+              bottom: float = GROUP_BOTTOM) -> Layout:
     info = group_info(call)
     containers: list[str | None] = [None] + vis.groups
     chain: dict[str | None, tuple[str | None, ...]] = {None: (None,)}
@@ -355,12 +373,18 @@ def _compound(call: CallInfo, vis: Visible) -> Layout:
         results[c] = (order, index, keys, res)
         if c is not None:
             parent = info.drawn_parent(c)
-            text = c if parent is None else c[len(parent) + 1 :]
-            bw = max(res.width + 2 * GROUP_PAD, len(text) * CHAR_W + 2 * GROUP_PAD)
-            bh = res.height + GROUP_LABEL + GROUP_BOTTOM
-            dx = (bw - res.width) / 2
+            text = info.title(c, parent)
+            if info.class_of(c):
+                text += f" \u00b7 {info.class_of(c)}"
+            tw = len(text) * CHAR_W + 2 * GROUP_PAD
+            if lr:  # layout space is the drawing transposed: the title band is on the left here
+                bw, bh = res.width + GROUP_LABEL + GROUP_BOTTOM, max(res.height + 2 * GROUP_PAD, tw)
+                dx, dy = GROUP_LABEL, (bh - res.height) / 2
+            else:
+                bw, bh = max(res.width + 2 * GROUP_PAD, tw), res.height + top + bottom
+                dx, dy = (bw - res.width) / 2, top
             ports = {p: res.xs[index[p]] + dx - bw / 2 for p in ports_in + ports_out}
-            blocks[c] = {"size": (bw, bh), "ports": ports, "dx": dx, "label": text}
+            blocks[c] = {"size": (bw, bh), "ports": ports, "dx": dx, "dy": dy, "label": text}
 
     # Place containers top-down: content offset of each.
     offset: dict[str | None, tuple[float, float]] = {None: (MARGIN, MARGIN)}
@@ -373,7 +397,7 @@ def _compound(call: CallInfo, vis: Visible) -> Layout:
                 bw, bh = blocks[x[1]]["size"]
                 cx, cy = ox + res.xs[index[x]], oy + res.ys[index[x]]
                 rect[x[1]] = (cx - bw / 2, cy - bh / 2, bw, bh)
-                offset[x[1]] = (cx - bw / 2 + blocks[x[1]]["dx"], cy - bh / 2 + GROUP_LABEL)
+                offset[x[1]] = (cx - bw / 2 + blocks[x[1]]["dx"], cy - bh / 2 + blocks[x[1]]["dy"])
 
     nodes_xywh: dict[str, tuple[float, float, float, float]] = {}
     saved_boxes: list[SavedBox] = []
@@ -428,3 +452,26 @@ def _compound(call: CallInfo, vis: Visible) -> Layout:
     width = root.width + 2 * MARGIN
     height = root.height + 2 * MARGIN
     return Layout(nodes, edges, groups, width, height, saved_boxes, vis.members, "layered", crossings)
+
+
+def _transposed(lay: Layout) -> Layout:
+    """A layout made with swapped box sizes, turned into left-to-right (x and y swap back)."""
+    nodes = {}
+    for v, b in lay.nodes.items():
+        w, h = b.h, b.w  # the real size; the layout space held it transposed
+        cx, cy = b.y + b.h / 2, b.x + b.w / 2
+        nodes[v] = replace(b, x=cx - w / 2, y=cy - h / 2, w=w, h=h)
+    edges = [replace(e, points=[(y, x) for x, y in e.points]) for e in lay.edges]
+    groups = [replace(g, x=g.y, y=g.x, w=g.h, h=g.w) for g in lay.groups]
+    return replace(lay, nodes=nodes, edges=edges, groups=groups, width=lay.height, height=lay.width,
+                   direction="LR")
+
+
+def _forward(lay: Layout) -> Layout:
+    """Leaves on top, the loss at the bottom, points running from input to consumer."""
+    H = lay.height
+    nodes = {v: replace(b, y=H - b.y - b.h) for v, b in lay.nodes.items()}
+    edges = [replace(e, points=[(x, H - y) for x, y in reversed(e.points)]) for e in lay.edges]
+    groups = [replace(g, y=H - g.y - g.h) for g in lay.groups]
+    saved = [replace(sv, y=H - sv.y - sv.h) for sv in lay.saved]
+    return replace(lay, nodes=nodes, edges=edges, groups=groups, saved=saved, direction="forward")

@@ -131,7 +131,7 @@ def layout_dot(call: CallInfo, vis: Visible, timeout: float = 120.0) -> Layout:
     for g in vis.groups:
         if g in rects:
             parent = info.drawn_parent(g)
-            label = g if parent is None else g[len(parent) + 1 :]
+            label = info.title(g, parent)
             depth = len([a for a in info.ancestors[g][:-1] if info.is_drawn(a)])
             groups.append(GroupBox(g, *rects[g], False, info.count[g], label, depth))
     for path, count in vis.collapsed.items():

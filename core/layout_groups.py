@@ -15,6 +15,8 @@ from core.trace import CallInfo, paused_gc  # noqa: F401 (paused_gc is re-export
 
 log = logging.getLogger(__name__)
 
+CHUNK = 64  # a stack of more than twice this many modules opens as runs of this many
+
 
 class GroupInfo:
     """Module groups of a call: paths, nesting, node counts; which are drawn is found lazily.
@@ -51,12 +53,101 @@ class GroupInfo:
                 self._members.setdefault(g, []).extend(idx)
         self.count: dict[str, int] = {g: len(m) for g, m in self._members.items()}
         self.module_count: dict[str | None, int] = {m: len(idx) for m, idx in by_module.items()}
+        self.repeat: dict[str, int] = _repeats(nodes, self)
+        self._classes: dict[str, str] = dict((call.options or {}).get("module_classes") or {})
+        self.chunk_of: dict[str, str] = {}  # a chunk of a long stack -> the stack
+        for g, n in list(self.repeat.items()):
+            if n > 2 * CHUNK:
+                self._chunk(g)
         self._drawn: dict[str, bool] = {}
         self._graph = None
         self._budget = 400_000
 
     def node_groups(self, node_id: str) -> tuple[str, ...]:
         return self.ancestors[self.module[node_id]]
+
+    def _chunk(self, g: str) -> None:
+        """Split the stack ``g`` (say 8,333 blocks) into runs of ``CHUNK`` (``g.0–63`` …), each a
+        group of its own: opening the stack then draws 131 boxes, not 8,333."""
+        kids = sorted(self.children[g], key=lambda k: int(k[len(g) + 1 :]))
+        depth = len(self.ancestors[g])
+        chunk_of: dict[str, str] = {}
+        chunks = []
+        k = -(-len(kids) // CHUNK)  # runs of even length, none longer than CHUNK
+        bounds = [round(i * len(kids) / k) for i in range(k + 1)]
+        for a, b in zip(bounds, bounds[1:]):
+            part = kids[a:b]
+            c = f"{g}.{a}\u2013{b - 1}"
+            chunks.append(c)
+            self.children[c] = part
+            self.ancestors[c] = self.ancestors[g] + (c,)
+            self._members[c] = [i for k in part for i in self._members[k]]
+            self.count[c] = len(self._members[c])
+            self.repeat[c] = len(part)
+            self.chunk_of[c] = g
+            chunk_of.update((k, c) for k in part)
+        self.children[g] = chunks
+        for path, chain in list(self.ancestors.items()):
+            if len(chain) > depth and chain[depth] in chunk_of:
+                self.ancestors[path] = chain[:depth] + (chunk_of[chain[depth]],) + chain[depth:]
+
+    def title(self, g: str, parent: str | None = None) -> str:
+        """``g`` relative to ``parent``, with "× N" for a stack of identical modules."""
+        parent = self.chunk_of.get(parent, parent)
+        text = g if parent is None or not g.startswith(parent + ".") else g[len(parent) + 1 :]
+        n = self.repeat.get(g)
+        return f"{text} \u00d7 {n}" if n else text
+
+    def boundary(self, g: str) -> tuple[int, int]:
+        """(inputs, outputs) of module ``g`` in the forward sense: nodes outside it that its nodes
+        read from (their next functions) and nodes outside it that read its results."""
+        call = self._call()
+        nodes = call.nodes
+        inside = {nodes[i].id for i in self._members.get(g, ())}
+        ins = {e.node for i in self._members.get(g, ()) for e in nodes[i].next if e is not None and e.node not in inside}
+        users = call.consumers()
+        outs = {u for nid in inside for u in users.get(nid, ()) if u not in inside}
+        return len(ins), len(outs)
+
+    def class_of(self, g: str) -> str | None:
+        """The module's class name when the capture recorded it; a stack's (or a run's) is its
+        blocks' class."""
+        if g in self.repeat:
+            kids = self.children.get(g) or [g]
+            first = kids[0]
+            while first in self.chunk_of:
+                first = self.children[first][0]
+            return self._classes.get(first)
+        return self._classes.get(g)
+
+    def depth(self, g: str) -> int:
+        """Nesting depth among drawn groups: 0 for a top-level group."""
+        d, p = 0, self.drawn_parent(g)
+        while p is not None:
+            d, p = d + 1, self.drawn_parent(p)
+        return d
+
+    def fold_to_depth(self, depth: int) -> frozenset[str]:
+        """The collapsed set that shows drawn groups down to ``depth`` levels open (0: all folded)."""
+        out: set[str] = set()
+        level = self.drawn_children(None)
+        for _ in range(max(0, depth)):
+            level = [c for g in level for c in self.drawn_children(g)]
+        out.update(level)
+        return frozenset(out)
+
+    def expand_path(self, collapsed: frozenset[str], node_id: str) -> frozenset[str]:
+        """``collapsed`` less every group around ``node_id``; the groups beside that path stay
+        folded (Model Explorer opens only the path), so a 50,000-node graph stays small."""
+        chain = self.node_groups(node_id)
+        first = next((i for i, g in enumerate(chain) if g in collapsed), None)
+        if first is None:
+            return collapsed
+        around = set(chain)
+        out = set(collapsed) - around
+        for g in chain[first:]:
+            out.update(c for c in self.drawn_children(g) if c not in around)
+        return frozenset(out)
 
     def is_drawn(self, g: str) -> bool:
         """True when group ``g`` is convex, so it gets a frame or a box."""
@@ -117,6 +208,35 @@ class GroupInfo:
         return True
 
 
+def _repeats(nodes, info: GroupInfo) -> dict[str, int]:
+    """Groups whose children are ``0 … N-1`` (a ModuleList, a Sequential of blocks) built of the
+    same ops (all but perhaps the first): drawn as one "× N" stack that opens to its members."""
+    candidates = {}
+    for g, kids in info.children.items():
+        if g is None or len(kids) < 2 or info.module_count.get(g):
+            continue
+        tails = [k[len(g) + 1 :] for k in kids]
+        if all(t.isdigit() for t in tails) and sorted(map(int, tails)) == list(range(len(kids))):
+            candidates[g] = kids
+    if not candidates:
+        return {}
+    sig: dict[str, list] = {k: [] for kids in candidates.values() for k in kids}
+    for n in nodes:
+        mod = info.module[n.id]
+        for a in info.ancestors[mod]:
+            if a in sig:
+                sig[a].append((mod[len(a) :], n.name))
+    out = {}
+    for g, kids in candidates.items():
+        kids = sorted(kids, key=lambda k: int(k[len(g) + 1 :]))
+        # The first block may differ: its input often needs no grad, so some ops are missing.
+        rest = kids[1:] if len(kids) > 2 else kids
+        last = sorted(sig[rest[-1]])
+        if all(len(sig[k]) == len(last) and sorted(sig[k]) == last for k in rest[:-1]):
+            out[g] = len(kids)
+    return out
+
+
 def _owners(call: CallInfo, paths: set[str]) -> dict[str, str]:
     """Parameters' modules from their names (``layers.3.fc.weight`` -> ``layers.3.fc``).
 
@@ -126,17 +246,20 @@ def _owners(call: CallInfo, paths: set[str]) -> dict[str, str]:
     out = {}
     for t in call.tensors:
         if t.is_leaf and t.name and "." in t.name:
-            owner = t.name.rsplit(".", 1)[0]
-            if owner in paths:
+            owner = _owner_of(t.name, paths)
+            if owner is not None:
                 out[t.id] = owner
     return out
 
 
 def _owner_of(name: str | None, paths: set[str]) -> str | None:
-    if not name or "." not in name:
-        return None
-    owner = name.rsplit(".", 1)[0]
-    return owner if owner in paths else None
+    """The nearest module on the name's path that made nodes: ``attn.out_proj.weight`` belongs
+    to ``attn`` when ``out_proj`` never ran its own forward (nn.MultiheadAttention)."""
+    while name and "." in name:
+        name = name.rsplit(".", 1)[0]
+        if name in paths:
+            return name
+    return None
 
 
 def _depths(succ: list[list[int]]) -> list[int]:

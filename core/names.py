@@ -31,6 +31,7 @@ class NameTable:
         self._tensors: list[tuple[str, torch.Tensor]] = []
         self._bound = 0
         self.module_paths: dict[int, str] = {}
+        self.module_classes: dict[str, str] = {}  # module path -> class name (folded boxes show it)
         self._user_files: dict[str, bool] = {}
 
     # -- which frames are the user's ------------------------------------------------------
@@ -137,13 +138,16 @@ class NameTable:
         # One walk of each module tree gives paths, parameters and buffers: named_parameters()
         # and named_buffers() would walk the tree again each (thousands of calls on big models).
         paths: dict[int, str] = {}
+        classes: dict[str, str] = {}
         single = len(modules) == 1
         for var, module in modules:
             prefix = "" if single and module._modules else f"{var}."
             params, buffers = [], []
             for path, sub in module.named_modules():
                 if path or prefix:  # the script's one model: its own forward is the top level, not a group
-                    paths.setdefault(id(sub), (prefix + path).rstrip(".") if path else var)
+                    full = (prefix + path).rstrip(".") if path else var
+                    paths.setdefault(id(sub), full)
+                    classes.setdefault(full, type(sub).__name__)
                 base = f"{prefix}{path}." if path else prefix
                 params.extend((base + n, p) for n, p in sub._parameters.items() if p is not None)
                 buffers.extend((base + n, b) for n, b in sub._buffers.items() if b is not None)
@@ -153,6 +157,7 @@ class NameTable:
                     names[key] = name
                     tensors.append((name, t))
         self.module_paths = paths
+        self.module_classes = classes
 
     def graph_roots(self, frames: list[FrameType]) -> list:
         """grad_fn nodes of every tensor the script can reach by name (lists included), without

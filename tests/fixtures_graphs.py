@@ -231,3 +231,54 @@ def rnn_call(steps: int = 12) -> CallInfo:
 
 def edge_count(c: CallInfo) -> int:
     return sum(1 for n in c.nodes for e in n.next if e is not None)
+
+
+def transformer_call(blocks: int = 12, prefix: str = "transformer") -> CallInfo:
+    """A GPT-2-like language model's backward graph (token and position embeddings, ``blocks``
+    pre-norm blocks of attention and MLP with residual additions, a final norm, an LM head tied
+    to the token embedding and a cross-entropy loss), about 45 nodes per block."""
+    nodes: list[NodeInfo] = []
+    tensors: list[TensorInfo] = []
+    made: dict[str, int] = {}
+
+    def op(name, module, inputs, label=None):
+        k = made[name] = made.get(name, -1) + 1
+        nid = f"{name[:-9].lower() if name.endswith('Backward0') else name.lower()}{k}"
+        nodes.append(node(nid, name, list(inputs), module=module, label=label))
+        return nid
+
+    def param(name, shape):
+        tid = "t_" + name
+        tensors.append(tensor(tid, name, shape))
+        nodes.append(leaf("p_" + name, tid, name))
+        return "p_" + name
+
+    def linear(mod, x, n_in=64, n_out=64):
+        mm = op("AddmmBackward0", mod, [param(f"{mod}.bias", [n_out]), op("ViewBackward0", mod, [x]),
+                                         param(f"{mod}.weight", [n_in, n_out])])
+        return op("ViewBackward0", mod, [mm])
+
+    def norm(mod, x):
+        return op("NativeLayerNormBackward0", mod, [x, param(f"{mod}.weight", [64]), param(f"{mod}.bias", [64])])
+
+    wte = param(f"{prefix}.wte.weight", [500, 64])
+    h = op("AddBackward0", prefix, [op("EmbeddingBackward0", f"{prefix}.wte", [wte]),
+                                    op("EmbeddingBackward0", f"{prefix}.wpe", [param(f"{prefix}.wpe.weight", [32, 64])])])
+    for i in range(blocks):
+        m = f"{prefix}.h.{i}"
+        a = f"{m}.attn"
+        split = op("SplitBackward0", a, [linear(f"{a}.c_attn", norm(f"{m}.ln_1", h), 64, 192)])
+        q, k, v = (op("PermuteBackward0", a, [op("ViewBackward0", a, [split])]) for _ in range(3))
+        scores = op("DivBackward0", a, [op("BmmBackward0", a, [q, op("TransposeBackward0", a, [k])])])
+        probs = op("SoftmaxBackward0", a, [op("WhereBackward0", a, [scores])])
+        ctx = op("ViewBackward0", a, [op("PermuteBackward0", a, [op("BmmBackward0", a, [probs, v])])])
+        h = op("AddBackward0", m, [h, linear(f"{a}.c_proj", ctx)])
+        act = op("GeluBackward0", f"{m}.mlp.act", [linear(f"{m}.mlp.c_fc", norm(f"{m}.ln_2", h), 64, 256)])
+        h = op("AddBackward0", m, [h, linear(f"{m}.mlp.c_proj", act, 256, 64)])
+    h = norm(f"{prefix}.ln_f", h)
+    logits = op("MmBackward0", "lm_head", [op("ViewBackward0", "lm_head", [h]), op("TBackward0", "lm_head", [wte])])
+    loss = op("NllLossBackward0", None, [op("LogSoftmaxBackward0", None, [op("ViewBackward0", None, [logits])])],
+              label="loss")
+    order = {n.id: i for i, n in enumerate(nodes)}
+    nodes.sort(key=lambda n: -order[n.id])  # consumers before their inputs, the loss first
+    return call(nodes, tensors, [loss])

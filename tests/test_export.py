@@ -203,7 +203,7 @@ def test_render_keeps_the_view_as_it_was(qtbot, tmp_path):
     view = GraphView()
     qtbot.addWidget(view)
     view.resize(500, 400)
-    view.set_call(residual_mlp_call(300), sync=True)
+    view.set_call(residual_mlp_call(300), sync=True, collapsed=frozenset())
     view.select_node("n1")
     view.set_zoom(5)  # the overview picture instead of the items
     assert not view.node_items["n1"].isVisible()
@@ -220,7 +220,49 @@ def test_big_graph_exports_collapsed_by_default(qapp, tmp_path):
     c = residual_mlp_call(833)
     path = export.export_call(c, tmp_path / "big.svg")
     texts = [t for t, _, _ in svg_texts(path)]
-    assert "layers.5" in texts and "collapsed module" in texts and "MeanBackward0" in texts
+    assert "layers \u00d7 833" in texts and "collapsed module" in texts and "MeanBackward0" in texts
+    assert "arrows: gradients, from the loss to the leaves" in texts
+
+
+def test_page_export_folds_rather_than_shrinking_text(qapp, tmp_path):
+    from tests.fixtures_graphs import transformer_call
+    from widgets.export_page import plan_page
+
+    c = transformer_call(12)
+    with export.offscreen_view(c, collapsed=frozenset()) as view:  # all 542 nodes open
+        plan = plan_page(view, "16:9", "png", export.make_sheet)
+        assert plan.text >= 9 and not plan.cropped
+        assert plan.sheet.width * plan.scale <= 1920 + 0.5 and plan.sheet.height * plan.scale <= 1080 + 0.5
+        assert plan.collapsed and len(view.node_items) < len(c.nodes)  # folded to fit
+        path = export.render_png(view, tmp_path / "t.png", plan=plan)
+    with Image.open(path) as im:
+        assert im.size == (1920, 1080) and dark_pixels(im) > 2000
+    # A chain with no modules cannot fold: the page shows the part around the loss, and says so.
+    path = export.export_call(mlp_call(), tmp_path / "m.svg", page="4:3", collapsed=frozenset(),
+                              direction="LR")
+    texts = [t for t, _, _ in svg_texts(path)]
+    assert "MseLossBackward0" in texts and "arrows: gradients, from the loss to the leaves" in texts
+    assert any("around the loss" in t for t in texts)
+    root = ET.parse(path).getroot()
+    assert (root.get("width"), root.get("height"), root.get("viewBox")) == ("254mm", "190.5mm", "0 0 720 540")
+
+
+def test_forward_direction_in_an_export(qapp, tmp_path):
+    path = export.export_call(mlp_call(), tmp_path / "f.svg", direction="forward")
+    pos = {t: y for t, _, y in svg_texts(path)}
+    assert pos["fc1.weight"] < pos["ReluBackward0"] < pos["MseLossBackward0"]  # inputs on top, loss below
+    assert "arrows: forward order, from the inputs to the loss" in pos
+
+
+def test_cli_page_and_direction(tmp_path):
+    pytest.importorskip("torch")
+    out = tmp_path / "slide.png"
+    done = _cli(EXAMPLES / "13_mlp_classifier.py", "-o", out, "--page", "16:9", "--direction", "LR")
+    assert done.returncode == 0, done.stderr
+    with Image.open(out) as im:
+        assert im.size == (1920, 1080) and dark_pixels(im) > 2000
+    bad = _cli(EXAMPLES / "13_mlp_classifier.py", "-o", out, "--page", "B5")
+    assert bad.returncode == 2 and "--page" in bad.stderr
 
 
 # -- the command line and the dialog --------------------------------------------------------------
@@ -307,3 +349,24 @@ def test_dialog_exports_the_window_state_and_reports_errors(qtbot, tmp_path, mon
     (tmp_path / "file").write_text("")
     bad.path.setText(str(tmp_path / "file" / "x.png"))  # a file where a folder should be
     assert bad.export() == [] and len(errors) == 1 and "x.png" in errors[0]
+
+
+def test_dialog_exports_a_slide_in_forward_order_with_the_window_state(qtbot, tmp_path):
+    from app import export_dialog
+
+    w = _stub_window(qtbot)
+    w.graph.set_collapsed({"fc1"}, sync=True)
+    w.graph.set_node_states({"n0": "executed", "n1": "current"})
+    dialog = export_dialog.ExportDialog(w)
+    qtbot.addWidget(dialog)
+    dialog.path.setText(str(tmp_path / "slide.svg"))
+    dialog._path_edited(dialog.path.text())
+    dialog.direction.setCurrentIndex(dialog.direction.findData("forward"))
+    dialog.page.setCurrentIndex(dialog.page.findData("4:3"))
+    assert dialog.options()["direction"] == "forward" and dialog.options()["page"] == "4:3"
+    [path] = dialog.export()
+    pos = {t: y for t, _, y in svg_texts(path)}
+    assert {"fc1", "running now", "arrows: forward order, from the inputs to the loss"} <= set(pos)
+    assert pos["fc1"] < pos["MseLossBackward0"]  # the folded input module above the loss
+    assert ET.parse(path).getroot().get("viewBox") == "0 0 720 540"
+    assert w.graph.graph_layout().direction == "TB"  # the window's own view is left as it was

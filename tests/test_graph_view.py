@@ -12,6 +12,7 @@ from PySide6.QtWidgets import QApplication
 
 from tests.fixtures_graphs import edge_count, mlp_call, mul_call, residual_mlp_call
 from widgets.graph_items import EdgeItem, NodeItem, color
+from core.layout import group_info
 from widgets.graph_view import OVERVIEW_LOD, GraphView
 from widgets.theme import THEMES
 
@@ -211,7 +212,10 @@ def test_error_call_marks_the_culprit(view):
 
 def test_zoom_and_fit(view):
     view.set_call(mlp_call(), sync=True)
+    assert view.zoom_percent() == 90  # too tall to fit readably: opens readable, on the loss
+    QTest.keyClick(view, Qt.Key_0, Qt.ControlModifier)
     fitted = view.zoom_percent()
+    assert fitted < 90
     view.zoom_in()
     assert view.zoom_percent() > fitted
     QTest.keyClick(view, Qt.Key_0, Qt.ControlModifier)
@@ -263,7 +267,7 @@ def test_big_graph_switches_to_overview_when_zoomed_out(view):
     c = residual_mlp_call(833)
     view.set_call(c, sync=True, collapsed=frozenset())
     assert len(view.node_items) == 5000 and len(view.edge_items) == edge_count(c)
-    assert view.zoom_percent() == 100  # too big to fit readably: opens on the root
+    assert view.zoom_percent() == 90  # too big to fit readably: opens on the root
     assert view.node_items["n0"].isVisible() and view.minimap.isVisible()
     view.fit()
     assert view.transform().m11() < OVERVIEW_LOD
@@ -283,7 +287,7 @@ def test_big_graph_switches_to_overview_when_zoomed_out(view):
 
 
 def test_minimap_click_moves_the_view(view, qtbot):
-    view.set_call(residual_mlp_call(200), sync=True)
+    view.set_call(residual_mlp_call(200), sync=True, collapsed=frozenset())
     assert view.minimap.isVisible()
     top = view.verticalScrollBar().value()
     mm = view.minimap
@@ -293,7 +297,154 @@ def test_minimap_click_moves_the_view(view, qtbot):
 
 def test_default_collapse_for_big_graphs(view):
     view.set_call(residual_mlp_call(833), sync=True)
-    assert len(view.collapsed()) == 833 and len(view.node_items) == 835
-    assert view.node_items["group:layers.5"].style.shape == "group"
-    view.select_node("w5")  # inside a collapsed group: its box is selected
-    assert view.node_items["group:layers.5"].selected and view.selected_node() == "w5"
+    assert view.collapsed() == frozenset({"layers"}) and len(view.node_items) == 3
+    assert view.node_items["group:layers"].box.label == "layers \u00d7 833\n4,998 nodes"
+    view.select_node("w5")  # inside the folded stack: only the path to it opens
+    chunks = group_info(view.call()).children["layers"]
+    assert view.collapsed() == frozenset(chunks[1:]) | frozenset(f"layers.{i}" for i in range(60) if i != 5)
+    assert view.node_items["w5"].selected and view.selected_node() == "w5"
+    assert "group:layers.4" in view.node_items and "w4" not in view.node_items
+
+
+def test_transformer_opens_readable_and_find_opens_the_fold(view):
+    from tests.fixtures_graphs import transformer_call
+
+    view.set_call(transformer_call(12), sync=True)
+    assert view.collapsed() == frozenset({"transformer", "lm_head"})
+    assert view.smallest_text_px() >= 9
+    assert view.search("h.7.mlp.c_fc.weight") == ["p_transformer.h.7.mlp.c_fc.weight"]
+    assert "transformer.h.7.mlp" not in view.collapsed() and "transformer.h.6" in view.collapsed()
+    item = view.node_items["p_transformer.h.7.mlp.c_fc.weight"]
+    assert item.selected and view.selected_node() == "p_transformer.h.7.mlp.c_fc.weight"
+    shown = view.mapFromScene(item.sceneBoundingRect()).boundingRect()
+    assert view.viewport().rect().contains(shown)
+    assert not shown.intersects(view.legend.geometry())
+    assert view.smallest_text_px() >= 9
+
+
+def test_find_on_a_background_layout_scrolls_once_drawn(view, qtbot):
+    c = residual_mlp_call(800, "blocks")
+    view.set_call(c)
+    assert view.wait_ready()
+    assert view.collapsed() == frozenset({"blocks"})
+    view.search("blocks.412.fc.weight")
+    assert view.wait_ready()
+    item = view.node_items["w412"]
+    assert item.selected and view.viewport().rect().contains(view.mapFromScene(item.sceneBoundingRect()).boundingRect())
+    assert len(view.node_items) < 900  # the other 799 blocks stay folded
+
+
+def test_fit_leaves_the_legend_clear(view, qtbot):
+    view.set_call(mlp_call(error=True), sync=True)
+    assert len(view.legend.entries()) >= 5
+    view.fit()
+    legend = view.legend.geometry()
+    for nid, item in view.node_items.items():
+        box = view.mapFromScene(item.sceneBoundingRect()).boundingRect()
+        assert view.viewport().rect().contains(box), nid
+        assert not box.intersects(legend), nid
+    with qtbot.waitSignal(view.legend.sig_folded) as folded:
+        view.legend.mousePressEvent(_click())  # fold the legend: the window stores it
+    assert folded.args == [True] and view.legend.folded and view.legend.height() == 24
+
+
+def _click():
+    from PySide6.QtGui import QMouseEvent
+
+    return QMouseEvent(QEvent.MouseButtonPress, QPointF(5, 5), QPointF(5, 5), Qt.LeftButton, Qt.LeftButton, Qt.NoModifier)
+
+
+def test_upstream_downstream_and_paths_are_marked(view):
+    from tests.test_graph_query import shared_call
+
+    view.set_call(shared_call(), sync=True)
+    assert view.show_related("n2", "downstream") == {"n2", "n4", "n5"}
+    assert {v for v, i in view.node_items.items() if i.highlighted} == {"n2", "n4", "n5"}
+    assert {e.key for e in view.edge_items if e.accent == "highlight"} == {("n2", "n4"), ("n2", "n5")}
+    view.show_related("n2", "upstream")
+    assert {v for v, i in view.node_items.items() if i.highlighted} == {"n0", "n1", "n2", "n3"}
+    view.show_related("n5", "paths")
+    assert {e.key for e in view.edge_items if e.accent == "highlight"} == {
+        ("n0", "n1"), ("n1", "n2"), ("n2", "n5"), ("n1", "n3"), ("n3", "n2")}
+    assert view.related_note() == "2 paths from the loss to torch::autograd::AccumulateGrad"
+    assert view.crumbs.isVisible() and "2 paths" in view.crumbs.text()
+    view.clear_related()
+    assert not any(i.highlighted for i in view.node_items.values())
+    assert not any(e.accent for e in view.edge_items)
+    menu = view.context_menu(centre_of(view, "n2"))
+    assert [a.text() for a in menu.actions()][:3] == [
+        "What feeds it gradient (toward the loss)", "Where its gradient flows (toward the leaves)",
+        "Paths from the loss to here"]
+
+
+def test_compare_two_calls_on_the_graph(view):
+    a, b = residual_mlp_call(3), replace(residual_mlp_call(5), id="c1", index=1)
+    view.set_peer_calls([a, b])
+    view.set_call(b, sync=True)
+    diff = view.show_diff(a)
+    assert not diff.same_structure
+    marked = {v for v, i in view.node_items.items() if i.highlighted}
+    assert marked == {f"{k}{i}" for i in (3, 4) for k in ("add", "relu", "mm", "b", "t", "w")}
+    assert view.related_note() == "since #0: 12 nodes added, 15 edges added, 1 edge removed"
+    compare = next(a for a in view.context_menu(QPoint(2, 2)).actions() if a.text() == "Compare with call")
+    assert [x.text() for x in compare.menu().actions()] == [a.title]
+    view.show_diff(replace(residual_mlp_call(5), id="c2", index=2))
+    assert view.related_note() == "same structure as #2 (verified node by node)"
+    assert not any(i.highlighted for i in view.node_items.values())
+
+
+def test_fold_depth_expand_all_and_breadcrumbs(view):
+    from tests.fixtures_graphs import transformer_call
+
+    view.set_call(transformer_call(12), sync=True)
+    view.set_fold_depth(2)
+    assert view.collapsed() == frozenset(f"transformer.h.{i}" for i in range(12))
+    assert view.node_items["group:transformer.h.3"].box.label == "transformer.h.3\n44 nodes"
+    view.toggle_group("transformer.h.3", sync=True)
+    assert "transformer.h.3" not in view.collapsed() and "transformer.h.4" in view.collapsed()
+    view.ensure_visible("p_transformer.h.3.mlp.c_fc.weight")
+    assert view.crumbs.isVisible()
+    assert view.crumbs.text().count("\u203a") == 5  # graph › transformer › h × 12 › 3 › mlp › c_fc
+    assert ">h \u00d7 12<" in view.crumbs.text() and ">c_fc<" in view.crumbs.text()
+    menu = view.context_menu(centre_of(view, "p_transformer.h.3.mlp.c_fc.weight"))
+    assert "Collapse transformer.h.3.mlp.c_fc" in [a.text() for a in menu.actions()]
+    view.crumbs.linkActivated.emit("transformer.h.3")  # frames that block
+    frame = view.mapFromScene(view.group_items["transformer.h.3"].sceneBoundingRect()).boundingRect()
+    assert view.viewport().rect().contains(frame)
+    view.expand_all()
+    assert view.collapsed() == frozenset() and len(view.node_items) == 542
+    view.collapse_all()
+    assert view.collapsed() == frozenset({"transformer", "lm_head"})
+
+
+def test_folded_module_tooltip_says_what_goes_in_and_out():
+    from tests.fixtures_graphs import transformer_call
+    from widgets.graph_scene import tooltip
+
+    c = transformer_call(12)
+    assert tooltip(c, "group:transformer.h") == (
+        "module transformer.h (collapsed)\n528 nodes\n12 blocks built of the same ops\n"
+        "reads 1 node from outside, read by 1\ndouble-click to expand")
+    assert "reads 0 nodes from outside, read by 2" in tooltip(c, "group:transformer.wte")  # tied to lm_head
+
+
+def test_zoomed_out_nodes_keep_a_readable_summary(view):
+    view.set_call(mlp_call(), sync=True, collapsed=frozenset())
+    view.set_zoom(35)  # 11 px labels would be under 4 px: each box shows its op name at 6 px
+    image = view.viewport().grab().toImage()
+    item = view.node_items["n1"]  # AddmmBackward0 / out
+    box = view.mapFromScene(item.sceneBoundingRect()).boundingRect().adjusted(4, 4, -4, -4)
+    text = color(view.theme().text)
+    dark = sum(1 for x in range(box.left(), box.right()) for y in range(box.top(), box.bottom())
+               if QColor(image.pixel(x, y)).lightness() < (text.lightness() + 255) // 2)
+    assert dark >= 15, dark  # glyphs, not an empty box
+
+
+def test_ensure_visible_opens_folds_without_selecting(view):
+    c = residual_mlp_call(800, "blocks")
+    view.set_call(c, sync=True)
+    assert view.ensure_visible("relu700", sync=True)
+    item = view.node_items["relu700"]
+    assert view.selected_node() is None and not item.selected
+    assert view.viewport().rect().contains(view.mapFromScene(item.sceneBoundingRect()).boundingRect())
+    assert not view.ensure_visible("no-such-node")

@@ -11,10 +11,12 @@ from dataclasses import replace
 import pytest
 
 from core.layout import default_collapsed, group_info, layout_call, node_label
+from core.layout_open import opening_layout
 from core.layout_dot import dot_available
 from core.layout_layered import layered
 from tests.conftest import ROOT
 from tests.fixtures_graphs import call, edge_count, leaf, mlp_call, mul_call, node, residual_mlp_call, rnn_call, tensor
+from tests.fixtures_graphs import transformer_call
 
 
 def overlaps(boxes) -> list[tuple[str, str]]:
@@ -186,7 +188,10 @@ def test_default_collapsed_opens_whole_levels():
     c = residual_mlp_call(833)
     coll = default_collapsed(c)
     assert coll == frozenset(f"layers.{i}" for i in range(833))  # 835 boxes fit in 2,000
-    assert default_collapsed(c, threshold=500) == frozenset({"layers"})
+    chunks = group_info(c).children["layers"]  # 833 blocks open as 14 runs of 59 or 60
+    assert len(chunks) == 14 and chunks[0] == "layers.0\u201359" and chunks[-1] == "layers.774\u2013832"
+    assert default_collapsed(c, threshold=500) == frozenset(chunks)
+    assert default_collapsed(c, threshold=10) == frozenset({"layers"})
     lay = layout_call(c, collapsed=coll)
     assert len(lay.nodes) == 835
     assert overlaps(node_boxes(lay)) == []
@@ -283,3 +288,76 @@ def test_dot_engine_places_the_same_boxes():
 
 def test_edge_count_helper_matches_trace():
     assert edge_count(mlp_call()) == 10
+
+
+def test_transformer_stacks_its_blocks_and_folds_at_any_depth():
+    c = transformer_call(12)
+    info = group_info(c)
+    assert info.repeat == {"transformer.h": 12}  # h.0 ... h.11 are built of the same ops
+    assert info.title("transformer.h", "transformer") == "h \u00d7 12"
+    assert info.fold_to_depth(0) == frozenset({"transformer", "lm_head"})
+    assert info.fold_to_depth(1) == frozenset({"transformer.wte", "transformer.wpe", "transformer.h", "transformer.ln_f"})
+    assert info.fold_to_depth(2) == frozenset(f"transformer.h.{i}" for i in range(12))
+    assert info.fold_to_depth(3) == frozenset(
+        f"transformer.h.{i}.{m}" for i in range(12) for m in ("ln_1", "attn", "ln_2", "mlp"))
+    lay = layout_call(c, collapsed=info.fold_to_depth(1))
+    labels = {b.label for b in lay.nodes.values() if b.kind == "group"}
+    assert labels == {"transformer.wte\n2 nodes", "transformer.wpe\n2 nodes",
+                      f"transformer.h \u00d7 12\n{info.count['transformer.h']:,} nodes", "transformer.ln_f\n3 nodes"}
+    lay = layout_call(c, collapsed=info.fold_to_depth(2))
+    frames = {g.path: g.label for g in lay.groups if not g.collapsed}
+    assert frames == {"transformer": "transformer", "transformer.h": "h \u00d7 12", "lm_head": "lm_head",
+                      "transformer.wte": "wte", "transformer.wpe": "wpe", "transformer.ln_f": "ln_f"}
+    assert overlaps(node_boxes(lay)) == []
+    # Expanding the path to one weight opens only that block and that module.
+    coll = info.expand_path(info.fold_to_depth(0), "p_transformer.h.7.mlp.c_fc.weight")
+    assert "transformer.h.7" not in coll and "transformer.h.7.mlp" not in coll
+    assert {"transformer.h.6", "transformer.h.7.attn", "transformer.wte", "lm_head"} <= coll
+    assert layout_call(c, collapsed=coll).members["p_transformer.h.7.mlp.c_fc.weight"] == "p_transformer.h.7.mlp.c_fc.weight"
+
+
+def test_800_block_example_opens_as_one_stack_and_fits():
+    c = residual_mlp_call(800, "blocks")
+    info = group_info(c)
+    assert info.repeat["blocks"] == 800 and len(info.children["blocks"]) == 13  # runs of 61 or 62 blocks
+    assert sum(info.repeat[k] for k in info.children["blocks"]) == 800
+    assert info.title("blocks.62\u2013122", "blocks") == "62\u2013122 \u00d7 61"
+    assert info.title("blocks.100", "blocks.62\u2013122") == "100"
+    assert info.node_groups("mm100") == ("blocks", "blocks.62\u2013122", "blocks.100", "blocks.100.fc")
+    coll, lay = opening_layout(c, (900, 600))
+    assert coll == frozenset({"blocks"})
+    assert sorted(b.label for b in lay.nodes.values()) == ["MeanBackward0\nloss", "PowBackward0",
+                                                            "blocks \u00d7 800\n4,800 nodes"]
+    assert lay.height * 0.9 <= 600
+    # small graphs open unfolded; a transformer opens at the deepest level that fits
+    assert opening_layout(mlp_call(), (300, 200))[0] == frozenset()
+    coll, lay = opening_layout(transformer_call(12), (2000, 1400))
+    assert coll == frozenset({"transformer.wte", "transformer.wpe", "transformer.h", "transformer.ln_f"})
+    assert lay.width * 0.9 <= 2000 and lay.height * 0.9 <= 1400
+
+
+def test_left_to_right_and_forward_directions():
+    c = mlp_call()
+    tb = layout_call(c)
+    lr = layout_call(c, direction="LR")
+    fw = layout_call(c, direction="forward")
+    assert (lr.direction, fw.direction) == ("LR", "forward")
+    # LR: the loss is the leftmost box and every edge runs left to right; boxes keep their sizes.
+    root = lr.nodes["n0"]
+    assert all(root.x < b.x for v, b in lr.nodes.items() if v != "n0")
+    assert all(e.points[0][0] < e.points[-1][0] for e in lr.edges)
+    assert {v: (b.w, b.h) for v, b in lr.nodes.items()} == {v: (b.w, b.h) for v, b in tb.nodes.items()}
+    assert lr.width > lr.height and tb.height > tb.width
+    # forward: leaves on top, the loss at the bottom, and each edge's points end at its consumer.
+    assert all(fw.nodes["n0"].y > b.y for v, b in fw.nodes.items() if v != "n0")
+    for e in fw.edges:
+        src, dst = fw.nodes[e.src], fw.nodes[e.dst]
+        assert e.points[-1][1] == pytest.approx(src.y, abs=1) and e.points[0][1] == pytest.approx(dst.y + dst.h, abs=1)
+    for lay in (lr, fw):
+        assert overlaps(node_boxes(lay)) == []
+        for g in lay.groups:  # frames still hold their nodes
+            for v, b in lay.nodes.items():
+                if group_info(c).module.get(v) == g.path:
+                    assert g.x <= b.x and b.x + b.w <= g.x + g.w and g.y <= b.y and b.y + b.h <= g.y + g.h
+    with pytest.raises(ValueError, match="unknown direction"):
+        layout_call(c, direction="RL")

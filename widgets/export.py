@@ -138,6 +138,9 @@ def error_notice(view) -> str:
 
 def make_sheet(view, *, region="all", title=None, caption=None, legend=True, source=None, entries=None) -> Sheet:
     keys = (view.legend.entries() if entries is None else list(entries)) if legend else []
+    layout = view.graph_layout()
+    if keys and layout is not None and not any(k.startswith("flow_") for k in keys):
+        keys.append("flow_forward" if layout.direction == "forward" else "flow_backward")
     return layout_sheet(source or source_rect(view, region), view.theme(), title=title, caption=caption, legend=keys,
                         notice=error_notice(view))
 
@@ -161,16 +164,19 @@ def _background(background: str | None, theme_name: str) -> QColor | None:
 
 def render_png(view, path, *, scale: float = 2.0, dpi: float | None = None, background: str | None = None,
                region: str = "all", title=None, caption=None, theme: str | None = None, legend: bool = True,
-               selection: bool = False, sheet: Sheet | None = None) -> Path:
-    """A PNG of the sheet at ``scale`` pixels per scene unit (or ``dpi``; 96 dpi is scale 1)."""
+               selection: bool = False, sheet: Sheet | None = None, plan=None) -> Path:
+    """A PNG of the sheet at ``scale`` pixels per scene unit (or ``dpi``; 96 dpi is scale 1), or
+    laid on a page (``plan``, a ``widgets.export_page.PagePlan``)."""
     if dpi:
         scale = dpi / 96.0
     path = Path(path)
     with prepared(view, theme, selection) as scene:
+        if plan is not None:
+            sheet, scale = plan.sheet, plan.scale
         sheet = sheet or make_sheet(view, region=region, title=title, caption=caption, legend=legend)
         scale = _fit_png_scale(sheet, scale)
-        image = QImage(max(1, round(sheet.width * scale)), max(1, round(sheet.height * scale)),
-                       QImage.Format_ARGB32_Premultiplied)
+        size = (round(sheet.width * scale), round(sheet.height * scale)) if plan is None else plan.size
+        image = QImage(max(1, int(size[0])), max(1, int(size[1])), QImage.Format_ARGB32_Premultiplied)
         if image.isNull():
             raise ExportError(f"{path}: the image ({sheet.width * scale:.0f} x {sheet.height * scale:.0f}) "
                               "is too big; lower the scale")
@@ -180,8 +186,13 @@ def render_png(view, path, *, scale: float = 2.0, dpi: float | None = None, back
         image.setDotsPerMeterY(dots)
         p = QPainter(image)
         try:
+            back = _background(background, view.theme().name)
+            if plan is not None:
+                if back is not None:
+                    image.fill(back)
+                p.translate(*plan.offset)
             p.scale(scale, scale)
-            paint_sheet(p, sheet, scene, view.theme(), _background(background, view.theme().name))
+            paint_sheet(p, sheet, scene, view.theme(), back)
         finally:
             p.end()
     if not image.save(str(path), "PNG"):
@@ -198,25 +209,34 @@ def _fit_png_scale(sheet: Sheet, scale: float) -> float:
 
 
 def render_svg(view, path, *, background: str | None = None, region: str = "all", title=None, caption=None,
-               theme: str | None = None, legend: bool = True, selection: bool = False) -> Path:
-    """A vector SVG of the sheet; every label line is a ``<text>`` element."""
+               theme: str | None = None, legend: bool = True, selection: bool = False, plan=None) -> Path:
+    """A vector SVG of the sheet; every label line is a ``<text>`` element. With ``plan`` the
+    SVG is the page's size in points, the sheet scaled and centred on it."""
     path = Path(path)
     with prepared(view, theme, selection) as scene:
-        sheet = make_sheet(view, region=region, title=title, caption=caption, legend=legend)
+        sheet = plan.sheet if plan is not None else make_sheet(view, region=region, title=title, caption=caption,
+                                                               legend=legend)
         buffer = QBuffer()  # one write at the end: much faster than QFile's many small ones
         buffer.open(QIODevice.OpenModeFlag.WriteOnly)
         gen = QSvgGenerator()
         gen.setOutputDevice(buffer)
-        gen.setSize(QSize(round(sheet.width), round(sheet.height)))
-        gen.setViewBox(QRectF(0, 0, round(sheet.width), round(sheet.height)))
-        gen.setResolution(96)
+        w, h = (round(sheet.width), round(sheet.height)) if plan is None else (round(plan.size[0]), round(plan.size[1]))
+        gen.setSize(QSize(w, h))
+        gen.setViewBox(QRectF(0, 0, w, h))
+        gen.setResolution(96 if plan is None else 72)  # a page's units are points
         gen.setTitle(title or "Backprop Studio graph")
         gen.setDescription(caption or "autograd graph exported by Backprop Studio")
         p = QPainter()
         if not p.begin(gen):
             raise ExportError(f"{path}: cannot write the SVG file")
         try:
-            paint_sheet(p, sheet, scene, view.theme(), _background(background, view.theme().name))
+            back = _background(background, view.theme().name)
+            if plan is not None:
+                if back is not None:
+                    p.fillRect(QRectF(0, 0, w, h), back)
+                p.translate(*plan.offset)
+                p.scale(plan.scale, plan.scale)
+            paint_sheet(p, sheet, scene, view.theme(), back)
         finally:
             p.end()
     try:
@@ -227,26 +247,35 @@ def render_svg(view, path, *, background: str | None = None, region: str = "all"
 
 
 def render_pdf(view, path, *, background: str | None = None, region: str = "all", title=None, caption=None,
-               theme: str | None = None, legend: bool = True, selection: bool = False) -> Path:
-    """A one-page vector PDF sized to the sheet (fonts embedded)."""
+               theme: str | None = None, legend: bool = True, selection: bool = False, plan=None) -> Path:
+    """A one-page vector PDF sized to the sheet (fonts embedded), or to the page of ``plan``."""
     path = Path(path)
     with prepared(view, theme, selection) as scene:
-        sheet = make_sheet(view, region=region, title=title, caption=caption, legend=legend)
-        k = min(PT_PER_UNIT, MAX_PDF_SIDE / max(sheet.width, sheet.height))
+        sheet = plan.sheet if plan is not None else make_sheet(view, region=region, title=title, caption=caption,
+                                                               legend=legend)
+        k = min(PT_PER_UNIT, MAX_PDF_SIDE / max(sheet.width, sheet.height)) if plan is None else plan.scale
+        page = (sheet.width * k, sheet.height * k) if plan is None else plan.size
         writer = QPdfWriter(str(path))
         writer.setTitle(title or "Backprop Studio graph")
         writer.setCreator("Backprop Studio")
         writer.setPageMargins(QMarginsF(0, 0, 0, 0), QPageLayout.Unit.Point)
-        size = QPageSize(QSizeF(sheet.width * k, sheet.height * k), QPageSize.Unit.Point, "graph",
-                         QPageSize.SizeMatchPolicy.ExactMatch)
+        size = QPageSize(QSizeF(*page), QPageSize.Unit.Point, "graph", QPageSize.SizeMatchPolicy.ExactMatch)
         writer.setPageSize(size)
         p = QPainter()
         if not p.begin(writer):
             raise ExportError(f"{path}: cannot write the PDF file")
         try:
-            unit = writer.resolution() / 72.0 * k
-            p.scale(unit, unit)
-            paint_sheet(p, sheet, scene, view.theme(), _background(background, view.theme().name))
+            dots = writer.resolution() / 72.0
+            back = _background(background, view.theme().name)
+            if plan is not None:
+                p.scale(dots, dots)
+                if back is not None:
+                    p.fillRect(QRectF(0, 0, *page), back)
+                p.translate(*plan.offset)
+                p.scale(k, k)
+            else:
+                p.scale(dots * k, dots * k)
+            paint_sheet(p, sheet, scene, view.theme(), back)
         finally:
             p.end()
     return path
@@ -287,14 +316,16 @@ def save_json(call: CallInfo, path, trace: Trace | None = None) -> Path:
 
 @contextmanager
 def offscreen_view(call: CallInfo, *, theme="print", collapsed=None, show_saved=False, show_shapes=False,
-                   states=None, edge_texts=None):
-    """A GraphView that is never shown, holding ``call`` laid out with the given state."""
+                   states=None, edge_texts=None, direction: str = "TB"):
+    """A GraphView that is never shown, holding ``call`` laid out with the given state; with
+    ``collapsed`` None, folded as the view opens it (big graphs: the readable overview)."""
     ensure_app()
     from widgets.graph_view import GraphView
 
     view = GraphView(theme=theme)
     try:
         view.resize(1200, 900)
+        view.direction = direction
         if show_saved:
             view.set_show_saved(True)
         view.set_call(call, sync=True, collapsed=None if collapsed is None else frozenset(collapsed))
@@ -313,9 +344,12 @@ def offscreen_view(call: CallInfo, *, theme="print", collapsed=None, show_saved=
 
 def export_call(call: CallInfo, path, fmt: str | None = None, *, theme: str = "print", title=None, caption=None,
                 states=None, edge_texts=None, collapsed=None, show_saved=False, show_shapes=False,
-                scale: float = 2.0, background: str | None = None, trace: Trace | None = None) -> Path:
+                scale: float = 2.0, background: str | None = None, trace: Trace | None = None,
+                direction: str = "TB", page: str | None = None, fold: bool | None = None) -> Path:
     """Export one call without a window. ``background`` None is the theme's (white in print);
-    ``collapsed`` None collapses big graphs as the view does."""
+    ``collapsed`` None collapses big graphs as the view does; ``direction`` "TB", "LR" or
+    "forward"; ``page`` fits a slide or paper page ("16:9", "4:3", "A4", "Letter", see
+    ``widgets.export_page``), folding rather than shrinking text."""
     fmt = format_of(path, fmt)
     if fmt == "json":
         return save_json(call, path, trace)
@@ -328,8 +362,13 @@ def export_call(call: CallInfo, path, fmt: str | None = None, *, theme: str = "p
                                           edge_texts=edge_texts, theme=theme), encoding="utf-8")
         return Path(path)
     with offscreen_view(call, theme=theme, collapsed=collapsed, show_saved=show_saved, show_shapes=show_shapes,
-                        states=states, edge_texts=edge_texts) as view:
+                        states=states, edge_texts=edge_texts, direction=direction) as view:
         opts = dict(title=title, caption=caption, background=background)
+        if page is not None:
+            from widgets.export_page import plan_page
+
+            fold = collapsed is None if fold is None else fold
+            opts["plan"] = plan_page(view, page, fmt, make_sheet, fold=fold, caption=caption, title=title)
         if fmt == "png":
             return render_png(view, path, scale=scale, **opts)
         return (render_svg if fmt == "svg" else render_pdf)(view, path, **opts)

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem
 from core.layout import EdgePath, GroupBox, NodeBox, SavedBox
 from widgets.theme import Theme
 
-MIN_TEXT_PX = 5.0  # text smaller than this on screen is not drawn
+MIN_TEXT_PX = 6.0  # text smaller than this on screen is drawn as a summary at this size
 STATES = ("executed", "current", "frontier", "failed")  # what set_node_states understands
 _DEVICE_CACHE = QGraphicsItem.DeviceCoordinateCache
 
@@ -37,6 +37,16 @@ def font(family: str, px: int, bold: bool = False) -> QFont:
     f.setPixelSize(px)
     f.setBold(bold)
     return f
+
+
+def summary_px(lod: float, px: float, room: float) -> int:
+    """Scene pixel size for text of ``px`` at ``lod``: ``px`` while it reads (>= 6 px on screen);
+    below that, as large as 6 screen pixels when that fits ``room`` (scene px), else 0 (no text).
+    Zoomed out, a chip then shows its first words rather than nothing."""
+    if lod * px >= MIN_TEXT_PX:
+        return int(px)
+    big = MIN_TEXT_PX / max(lod, 1e-6)
+    return int(big + 0.999) if big <= room else 0
 
 
 @dataclass(frozen=True)
@@ -137,6 +147,14 @@ def paint_node(
     if lod * theme.font_px >= MIN_TEXT_PX:
         _paint_label(p, rect, style, theme, label, state)
         _paint_badges(p, rect, style, theme, state)
+    elif label:
+        px = summary_px(lod, theme.font_px, rect.height() * 0.8)
+        if px:  # the op name (or module path) alone, large enough to read
+            f = font(theme.font_family, px, style.shape in ("leaf", "group"))
+            p.setFont(f)
+            p.setPen(color(theme.text))
+            line = label.split("\n", 1)[0]
+            p.drawText(rect, _ALIGN_CENTER, _elided(theme.font_family, px, f.bold(), line, round(rect.width() - 4, 1)))
 
 
 def _paint_label(p: QPainter, rect: QRectF, style: NodeStyle, theme: Theme, label: str, state) -> None:
@@ -244,11 +262,18 @@ class NodeItem(QGraphicsItem):
         self.update()
 
 
-def edge_path(points: list[tuple[float, float]], curved: bool = True) -> QPainterPath:
-    """Straight runs through layer bands, S-curves (vertical tangents) across the gaps."""
+def edge_path(points: list[tuple[float, float]], curved: bool = True, horizontal: bool = False) -> QPainterPath:
+    """Straight runs through layer bands, S-curves (vertical tangents, horizontal ones for a
+    left-to-right layout) across the gaps."""
     path = QPainterPath(QPointF(*points[0]))
     for (x0, y0), (x1, y1) in zip(points, points[1:]):
-        if not curved or abs(x1 - x0) < 0.5:
+        if horizontal:
+            if not curved or abs(y1 - y0) < 0.5:
+                path.lineTo(x1, y1)
+            else:
+                mx = (x0 + x1) / 2
+                path.cubicTo(mx, y0, mx, y1, x1, y1)
+        elif not curved or abs(x1 - x0) < 0.5:
             path.lineTo(x1, y1)
         else:
             my = (y0 + y1) / 2
@@ -261,9 +286,11 @@ class EdgeItem(QGraphicsItem):
 
     ARROW = 7.0
 
-    def __init__(self, edge: EdgePath, theme: Theme, shape_text: str = "", curved: bool = True):
+    def __init__(self, edge: EdgePath, theme: Theme, shape_text: str = "", curved: bool = True,
+                 horizontal: bool = False):
         super().__init__()
         self.edge = edge
+        self._horizontal = horizontal
         self.key = (edge.src, edge.dst)
         self.theme = theme
         self.active = False
@@ -286,9 +313,14 @@ class EdgeItem(QGraphicsItem):
             return
         pts = self.edge.points
         (xa, ya), (xb, yb) = pts[-2], pts[-1]
-        d = (0.0, 1.0 if yb >= ya else -1.0) if self._curved else _unit(xb - xa, yb - ya)
+        if not self._curved:
+            d = _unit(xb - xa, yb - ya)
+        elif self._horizontal:
+            d = (1.0 if xb >= xa else -1.0, 0.0)
+        else:
+            d = (0.0, 1.0 if yb >= ya else -1.0)
         base = (xb - d[0] * self.ARROW, yb - d[1] * self.ARROW)
-        self._path = edge_path(pts[:-1] + [base], self._curved)
+        self._path = edge_path(pts[:-1] + [base], self._curved, self._horizontal)
         nx, ny, half = -d[1], d[0], self.ARROW * 0.5
         self._arrow = QPolygonF(
             [
@@ -320,7 +352,9 @@ class EdgeItem(QGraphicsItem):
         if rect != self._text_rect:
             self.prepareGeometryChange()
             self._text_rect = rect
-            self._bounds = self._line_bounds.united(rect) if not rect.isNull() else self._line_bounds
+            # Room for the text enlarged twice about its centre (zoomed out, see ``summary_px``).
+            big = rect.adjusted(-rect.width() / 2, -rect.height() / 2, rect.width() / 2, rect.height() / 2)
+            self._bounds = self._line_bounds.united(big) if not rect.isNull() else self._line_bounds
         self.update()
 
     def set_active(self, active: bool) -> None:
@@ -354,12 +388,18 @@ class EdgeItem(QGraphicsItem):
         p.setBrush(color(c))
         p.drawPolygon(self._arrow)
         text = self._text()
-        if text and lod * t.small_font_px >= MIN_TEXT_PX:
+        px = summary_px(lod, t.small_font_px, 2.0 * t.small_font_px) if text else 0
+        if px:
+            r = self._text_rect
+            if px != t.small_font_px:  # zoomed out: the same text, enlarged about its centre
+                k = px / t.small_font_px
+                r = QRectF(r.center().x() - r.width() * k / 2, r.center().y() - r.height() * k / 2,
+                           r.width() * k, r.height() * k)
             p.setBrush(color(t.background))
-            p.drawRoundedRect(self._text_rect, 3, 3)
-            p.setFont(font(t.font_family, t.small_font_px))
+            p.drawRoundedRect(r, 3, 3)
+            p.setFont(font(t.font_family, px))
             p.setPen(color(t.edge_text))
-            p.drawText(self._text_rect, Qt.AlignCenter, text)
+            p.drawText(r, Qt.AlignCenter, text)
 
 
 def _unit(dx: float, dy: float) -> tuple[float, float]:
@@ -448,10 +488,12 @@ class SavedItem(QGraphicsItem):
         p.setPen(_pen(border, 1.0 if state != "stale" else 2.0, style))
         p.setBrush(color(t.no_grad_fill if self.no_grad else t.error_fill if state == "stale" else t.saved_fill))
         p.drawRoundedRect(self._rect, 3, 3)
-        if lod * t.small_font_px >= MIN_TEXT_PX:
-            p.setFont(font(t.font_family, t.small_font_px))
+        px = summary_px(lod, t.small_font_px, self._rect.height())
+        if px:
+            p.setFont(font(t.font_family, px))
             p.setPen(color(t.muted_text if state == "freed" else t.text))
-            p.drawText(self._rect, Qt.AlignCenter, self.saved.label)
+            label = self.saved.label if px == t.small_font_px else self.saved.label.split(" ", 1)[0]
+            p.drawText(self._rect, Qt.AlignCenter, label)
 
     def set_theme(self, theme: Theme) -> None:
         self.theme = theme

@@ -14,7 +14,9 @@ from PySide6.QtGui import QFontMetricsF
 from PySide6.QtWidgets import QGraphicsScene, QGraphicsSimpleTextItem
 
 from core.anatomy import stale_tip
-from core.layout import Layout, default_collapsed, format_shape, group_info, layout_call, node_label, paused_gc
+from core.layout import Layout, default_collapsed, format_shape, group_info, layout_call, node_label
+from core.layout_open import opening_layout
+from core.layout import paused_gc
 from core.trace import CallInfo
 from widgets.graph_items import EdgeItem, GroupBoxItem, NodeItem, NodeStyle, SavedItem, color, font
 from widgets.minimap import OverviewItem
@@ -58,7 +60,7 @@ def _build_scene(scene, call, layout, theme, show, with_overview) -> SceneItems:
             _add(scene, item, show)
     shapes = edge_shapes(call)
     for e in layout.edges:
-        item = EdgeItem(e, t, shapes.get(e.dst, ""), curved)
+        item = EdgeItem(e, t, shapes.get(e.dst, ""), curved, layout.direction == "LR")
         _add(scene, item, show)
         out.edges.append(item)
     for box in layout.nodes.values():
@@ -146,7 +148,13 @@ def tooltip(call: CallInfo, box_id: str) -> str:
     if box_id.startswith("group:"):
         path = box_id[6:]
         count = group_info(call).count.get(path, 0)
-        return f"module {path} (collapsed)\n{count:,} nodes\ndouble-click to expand"
+        info = group_info(call)
+        ins, outs = info.boundary(path)
+        lines = [f"module {path} (collapsed)", f"{count:,} nodes"]
+        if path in info.repeat:
+            lines.append(f"{info.repeat[path]} blocks built of the same ops")
+        lines.append(f"reads {ins} node{'s' if ins != 1 else ''} from outside, read by {outs}")
+        return "\n".join(lines + ["double-click to expand"])
     n = call.node(box_id)
     lines = [n.name, f"kind: {KIND_NAMES.get(n.kind, n.kind)}"]
     t = call.tensor(n.variable or n.tensor)
@@ -207,8 +215,8 @@ def toggled(info, collapsed: frozenset[str], path: str, one_level_above: int) ->
     """The collapsed set after folding or unfolding ``path``; a big group opens one level."""
     if path in collapsed:
         paths = set(collapsed) - {path}
-        if info.count.get(path, 0) > one_level_above:
-            paths |= set(info.drawn_children(path))
+        if info.count.get(path, 0) > one_level_above or path in info.repeat:
+            paths |= set(info.drawn_children(path))  # a "× N" stack opens to its members
     else:
         paths = {p for p in collapsed if not p.startswith(path + ".")} | {path}
     return frozenset(paths)
@@ -223,12 +231,15 @@ def overview_marks(nodes: dict[str, NodeItem], selected: str | None) -> dict[str
     return marks
 
 
-def compute_layout(call: CallInfo, collapsed, show_saved: bool, engine: str):
-    """(collapsed groups, layout); big graphs get ``default_collapsed`` when ``collapsed`` is None."""
+def compute_layout(call: CallInfo, collapsed, show_saved: bool, engine: str, area=None, direction: str = "TB"):
+    """(collapsed groups, layout). When ``collapsed`` is None: the opening fold that fits ``area``
+    (viewport width, height) readably, or ``default_collapsed`` without an area."""
+    if collapsed is None and area is not None:
+        return opening_layout(call, area, show_saved=show_saved, engine=engine, direction=direction)
     if collapsed is None:
         collapsed = default_collapsed(call)
     collapsed = frozenset(collapsed)
-    return collapsed, layout_call(call, collapsed=collapsed, show_saved=show_saved, engine=engine)
+    return collapsed, layout_call(call, collapsed=collapsed, show_saved=show_saved, engine=engine, direction=direction)
 
 
 class LayoutRunner(QObject):
@@ -244,10 +255,11 @@ class LayoutRunner(QObject):
         self._pool = QThreadPool(self)
         self._pool.setMaxThreadCount(1)
 
-    def run(self, gen: int, call: CallInfo, collapsed, show_saved: bool, engine: str, *, sync: bool = False) -> None:
+    def run(self, gen: int, call: CallInfo, collapsed, show_saved: bool, engine: str, *, sync: bool = False,
+            area=None, direction: str = "TB") -> None:
         def job() -> None:
             try:
-                result = compute_layout(call, collapsed, show_saved, engine)
+                result = compute_layout(call, collapsed, show_saved, engine, area, direction)
             except Exception as exc:  # a bad trace must not take the window down
                 log.exception("layout failed")
                 _emit(self.sig_failed, gen, f"{type(exc).__name__}: {exc}")

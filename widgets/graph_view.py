@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from contextlib import contextmanager
 
-from PySide6.QtCore import QCoreApplication, QDeadlineTimer, QEvent, QPointF, QRectF, Qt, Signal
+from PySide6.QtCore import QCoreApplication, QDeadlineTimer, QEvent, QPointF, Qt, Signal
 from PySide6.QtGui import QBrush, QKeySequence, QPainter, QTransform
 from PySide6.QtWidgets import QGraphicsScene, QGraphicsView, QWidget
 
@@ -20,6 +20,8 @@ from core.layout import Layout, group_info
 from core.trace import CallInfo
 from widgets.graph_items import EdgeItem, GroupBoxItem, NodeItem, NodeStyle, SavedItem, color
 from widgets.graph_marks import MarkItems, MarksMixin
+from widgets.graph_nav import MAX_FIT, MAX_ZOOM, NavigationMixin  # noqa: F401 - public constants
+from widgets.graph_relations import RelationsMixin
 from core.step_state import box_states
 from widgets.graph_scene import LayoutRunner, apply_edge_texts, build_message, build_scene, legend_entries
 from widgets.graph_scene import overview_marks, search_index, toggled, tooltip
@@ -30,12 +32,10 @@ log = logging.getLogger(__name__)
 
 OVERVIEW_LOD = 0.2  # below this zoom a big graph is drawn as one overview picture
 SMALL_SCENE = 1500  # scenes with fewer items always draw their own items
-MAX_FIT = 1.5
-MAX_ZOOM = 4.0
 EXPAND_ONE_LEVEL = 400  # expanding a group bigger than this keeps its subgroups collapsed
 
 
-class GraphView(MarksMixin, QGraphicsView):
+class GraphView(NavigationMixin, RelationsMixin, MarksMixin, QGraphicsView):
     """The autograd graph of one call, with zoom, search, selection, groups, step states and marks."""
 
     sig_scene_ready = Signal(str)
@@ -60,6 +60,11 @@ class GraphView(MarksMixin, QGraphicsView):
         self.setViewportUpdateMode(QGraphicsView.SmartViewportUpdate)
         self.setOptimizationFlags(QGraphicsView.DontAdjustForAntialiasing)
         self.setBackgroundBrush(QBrush(color(self._theme.background)))
+        # No scroll bars (drag, the wheel and the minimap move the view); the view's scene rect is
+        # the graph's with a margin of one viewport, so any point can be brought anywhere.
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        self._opening = False  # the opening frame is shown and the user has not moved it
         self.node_items: dict[str, NodeItem] = {}
         self.edge_items: list[EdgeItem] = []
         self.group_items: dict[str, GroupBoxItem] = {}
@@ -86,13 +91,16 @@ class GraphView(MarksMixin, QGraphicsView):
         self._fit_next = False
         self._focus_after: str | None = None
         self._press: QPointF | None = None
+        self._sync = False  # whether the last layout ran on the GUI thread (tests, exports)
         self.engine = "auto"
+        self.direction = "TB"  # "TB", "LR" or "forward" (core.layout.DIRECTIONS)
         self._runner = LayoutRunner(self)
         self._runner.sig_done.connect(self._on_done)
         self._runner.sig_failed.connect(self._on_failed)
         self.overlays = Overlays(self)
         self.legend, self.minimap = self.overlays.legend, self.overlays.minimap
         self.minimap.sig_center_on.connect(self.centerOn)
+        self._init_relations()
         self.horizontalScrollBar().valueChanged.connect(self._update_minimap)
         self.verticalScrollBar().valueChanged.connect(self._update_minimap)
 
@@ -100,10 +108,11 @@ class GraphView(MarksMixin, QGraphicsView):
     def set_call(self, call: CallInfo | None, *, sync: bool = False, collapsed: frozenset[str] | None = None) -> None:
         """Show ``call``; big graphs open with module groups collapsed unless ``collapsed`` is given."""
         self._call = call
+        self._related = None
         self._selected, self._matches, self._match_index = None, [], -1
         self._states, self._edge_texts, self._search_index = {}, {}, None
         self._fit_next = True
-        self._relayout(sync, collapsed)
+        self._relayout(sync, collapsed, opening=collapsed is None)
 
     def call(self) -> CallInfo | None:
         return self._call
@@ -144,12 +153,27 @@ class GraphView(MarksMixin, QGraphicsView):
             self._show_saved = show
             self._relayout(sync, self._collapsed)
 
+    def shows_saved(self) -> bool:
+        return self._show_saved
+
+    def shows_shapes(self) -> bool:
+        return self._show_shapes
+
+    def node_states(self) -> dict[str, str]:
+        """Step states by trace node id (see ``set_node_states``)."""
+        return dict(self._states)
+
+    def edge_texts(self) -> dict[tuple[str, str], str]:
+        """Texts on edges by (src, dst) trace node ids (see ``set_edge_texts``)."""
+        return dict(self._edge_texts)
+
     def set_show_shapes(self, show: bool) -> None:
         self._show_shapes = show
         for item in self.edge_items:
             item.set_texts(show_shape=show)
 
-    def _relayout(self, sync: bool, collapsed) -> None:
+    def _relayout(self, sync: bool, collapsed, opening: bool = False) -> None:
+        self._sync = sync
         self._generation += 1
         gen, call = self._generation, self._call
         if call is None or not call.nodes:
@@ -158,7 +182,9 @@ class GraphView(MarksMixin, QGraphicsView):
             self.sig_scene_ready.emit(call.id if call else "")
             return
         self._pending = True
-        self._runner.run(gen, call, collapsed, self._show_saved, self.engine, sync=sync)
+        area = self._area() if opening else None
+        self._runner.run(gen, call, collapsed, self._show_saved, self.engine, sync=sync,
+                         area=(area.width(), area.height()) if area is not None else None, direction=self.direction)
 
     def _on_done(self, gen: int, result) -> None:
         if gen != self._generation:
@@ -208,10 +234,14 @@ class GraphView(MarksMixin, QGraphicsView):
         )
         self.overview, self._banner, styles, members = items.overview, items.banner, items.styles, layout.members
         self._add_marks(scene.sceneRect())
+        self._pad_scene_rect()
         if self._show_shapes or self._edge_texts:
             self._apply_edge_texts()
         self._apply_states()
-        if self._matches:
+        self._accented = []
+        if self._related is not None:
+            self._apply_related()
+        elif self._matches:
             self._apply_matches()
         self._legend_entries(styles)
         self.minimap.set_overview(self.overview, scene.sceneRect(), t)
@@ -221,29 +251,16 @@ class GraphView(MarksMixin, QGraphicsView):
             self._selected = None
         if self._fit_next:
             self._fit_next = False
+            scale = self._initial_scale(layout)  # again, now that the legend's size is known
+            self.setTransform(QTransform.fromScale(scale, scale))
             self._initial_view(layout)
         elif self._focus_after is not None:
-            target = self.node_items.get(self._focus_after) or self.group_items.get(self._focus_after)
+            focus = layout.members.get(self._focus_after, self._focus_after)
+            target = self.node_items.get(focus) or self.group_items.get(focus)
             if target is not None:
-                self.centerOn(target.sceneBoundingRect().center())
+                self._reveal(target)
         self._focus_after = None
         self._after_zoom()
-
-    def _initial_scale(self, layout: Layout) -> float:
-        fit = self._fit_scale(QRectF(0, 0, layout.width, layout.height))
-        return fit if fit >= 0.3 or not self._big else 1.0
-
-    def _initial_view(self, layout: Layout) -> None:
-        """Small graphs are fitted; big ones open at 100 % on the root, where backward starts."""
-        if abs(self.transform().m11() - 1.0) > 1e-9 or not self._big:
-            self.centerOn(self.scene().sceneRect().center())
-            return
-        root = self._call.roots[0] if self._call.roots else None
-        box = layout.nodes.get(layout.members.get(root, "")) if root else None
-        if box is None:
-            return
-        half = self.viewport().height() / 2
-        self.centerOn(box.x + box.w / 2, box.y - 20 + half)
 
     def _legend_entries(self, styles: dict[str, NodeStyle]) -> None:
         marks = self.marks.legend()
@@ -328,7 +345,8 @@ class GraphView(MarksMixin, QGraphicsView):
             return None
         self._match_index = (self._match_index + 1) % len(self._matches)
         nid = self._matches[self._match_index]
-        self._select(nid, emit=True, center=True)
+        if self.ensure_visible(nid, select=True):
+            self.sig_node_selected.emit(nid)
         return nid
 
     def _apply_matches(self) -> None:
@@ -339,18 +357,15 @@ class GraphView(MarksMixin, QGraphicsView):
         self._update_marks()
 
     def select_node(self, node_id: str | None) -> None:
-        """Select and centre a node (a trace id or group id) without emitting sig_node_selected."""
-        self._select(node_id, emit=False, center=True)
+        """Select a node (a trace id or group id) and bring it into view, opening folds around it,
+        without emitting sig_node_selected."""
+        if node_id is None or node_id.startswith("group:") or self._call is None:
+            self._select(node_id, emit=False, center=True)
+        else:
+            self.ensure_visible(node_id, select=True)
 
     def selected_node(self) -> str | None:
         return self._selected
-
-    def ensure_visible(self, node_id: str) -> None:
-        """Scroll (only if needed) so the node, or the collapsed group that holds it, is in view."""
-        members = self._layout.members if self._layout else {}
-        item = self.node_items.get(members.get(node_id, node_id))
-        if item is not None:
-            self.ensureVisible(item.sceneBoundingRect(), 40, 40)
 
     def _select(self, node_id: str | None, *, emit: bool, center: bool) -> None:
         members = self._layout.members if self._layout else {}
@@ -377,58 +392,8 @@ class GraphView(MarksMixin, QGraphicsView):
         self.overview.set_marks(overview_marks(self.node_items, selected))
 
     # -- zoom and navigation ----------------------------------------------------------------------
-    def zoom_percent(self) -> int:
-        return round(self.transform().m11() * 100)
-
-    def set_zoom(self, percent: float) -> None:
-        s = max(self._min_zoom(), min(MAX_ZOOM, percent / 100))
-        anchor = self.transformationAnchor()
-        self.setTransformationAnchor(QGraphicsView.AnchorViewCenter)
-        self.setTransform(QTransform.fromScale(s, s))
-        self.setTransformationAnchor(anchor)
-        self._after_zoom()
-
-    def zoom_in(self) -> None:
-        self.set_zoom(self.transform().m11() * 125)
-
-    def zoom_out(self) -> None:
-        self.set_zoom(self.transform().m11() * 80)
-
-    def fit(self) -> None:
-        """Show the whole graph (never enlarged past 150 %)."""
-        r = self.scene().sceneRect()
-        s = self._fit_scale(r)
-        self.setTransform(QTransform.fromScale(s, s))
-        self.centerOn(r.center())
-        self._after_zoom()
-
-    def _fit_scale(self, r: QRectF) -> float:
-        vp = self.viewport().rect()
-        if r.width() <= 0 or r.height() <= 0:
-            return 1.0
-        return min(MAX_FIT, (vp.width() - 16) / r.width(), (vp.height() - 16) / r.height())
-
-    def _min_zoom(self) -> float:
-        return min(0.1, self._fit_scale(self.scene().sceneRect()) * 0.8)
-
-    def wheelEvent(self, event) -> None:
-        dy = event.angleDelta().y()
-        if dy == 0:
-            return super().wheelEvent(event)
-        current = self.transform().m11()
-        target = max(self._min_zoom(), min(MAX_ZOOM, current * 1.0015**dy))
-        pos = event.position().toPoint()
-        anchor = self.mapToScene(pos)
-        self.setTransformationAnchor(QGraphicsView.NoAnchor)
-        self.scale(target / current, target / current)
-        moved = self.mapFromScene(anchor) - pos  # keep the point under the mouse where it was
-        self.horizontalScrollBar().setValue(self.horizontalScrollBar().value() + moved.x())
-        self.verticalScrollBar().setValue(self.verticalScrollBar().value() + moved.y())
-        self.setTransformationAnchor(QGraphicsView.AnchorUnderMouse)
-        self._after_zoom()
-        event.accept()
-
     def _after_zoom(self) -> None:
+        self._pad_scene_rect()
         if self._big and self.node_items and not self._exporting:
             self._set_detail(self.transform().m11() >= OVERVIEW_LOD)
         self._update_minimap()
@@ -445,9 +410,15 @@ class GraphView(MarksMixin, QGraphicsView):
 
     def _update_minimap(self, *_args) -> None:
         self.overlays.update(self._layout is not None)
+        self._update_crumbs()
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
+        if self._opening and self._layout is not None:  # the window was laid out after the graph
+            s = self._initial_scale(self._layout)
+            self.setTransform(QTransform.fromScale(s, s))
+            self._initial_view(self._layout)
+            self._after_zoom()
         self._update_minimap()
 
     def keyPressEvent(self, event) -> None:
@@ -475,6 +446,7 @@ class GraphView(MarksMixin, QGraphicsView):
         return super().viewportEvent(event)
 
     def mousePressEvent(self, event) -> None:
+        self._opening = False
         self._press = event.position() if event.button() == Qt.LeftButton else None
         super().mousePressEvent(event)
 

@@ -109,6 +109,10 @@ class Minimap(QWidget):
         self._theme: Theme | None = None
         self.hide()
 
+    def has_overview(self) -> bool:
+        """True when there is a graph to show (the minimap appears once part of it is out of sight)."""
+        return self._overview is not None and not self._scene_rect.isEmpty()
+
     def set_overview(self, overview: OverviewItem | None, scene_rect: QRectF, theme: Theme) -> None:
         self._overview = overview
         self._scene_rect = QRectF(scene_rect)
@@ -211,6 +215,8 @@ LEGEND_ENTRIES = {
     "current": ("running now", NodeStyle("op"), "current"),
     "frontier": ("ready to run", NodeStyle("op"), "frontier"),
     "failed": ("failed", NodeStyle("op"), "failed"),
+    "flow_backward": ("arrows: gradients, from the loss to the leaves", None, None),
+    "flow_forward": ("arrows: forward order, from the inputs to the loss", None, None),
 }
 
 
@@ -218,7 +224,15 @@ def paint_legend_entry(p: QPainter, key: str, sample: QRectF, theme: Theme, fram
                        saved_inset: float = 6.0) -> None:
     """The picture of one legend entry, the same on screen and in exports."""
     _, style, state = LEGEND_ENTRIES[key]
-    if key == "frame":
+    if key.startswith("flow_"):
+        y = sample.center().y()
+        p.setPen(QPen(color(theme.edge), 1.4))
+        p.drawLine(QPointF(sample.left() + 2, y), QPointF(sample.right() - 7, y))
+        p.setPen(Qt.NoPen)
+        p.setBrush(color(theme.edge))
+        tip = sample.right() - 1
+        p.drawPolygon([QPointF(tip, y), QPointF(tip - 7, y - 3.5), QPointF(tip - 7, y + 3.5)])
+    elif key == "frame":
         p.setPen(QPen(color(theme.group_box_border), frame_width))
         p.setBrush(color(theme.group_box_fill))
         p.drawRoundedRect(sample, 5, 5)
@@ -234,6 +248,9 @@ def paint_legend_entry(p: QPainter, key: str, sample: QRectF, theme: Theme, fram
 
 class Legend(QWidget):
     """What each shape and mark means, for the kinds present in the graph; click to fold."""
+
+    sig_folded = Signal(bool)
+    """The user folded (True) or unfolded the legend; the window remembers it."""
 
     ROW = 22
 
@@ -264,10 +281,17 @@ class Legend(QWidget):
         self.setFixedSize(int(width), 24 + rows * self.ROW + (6 if rows else 0))
         self.move(self.x(), bottom - self.height())  # folding keeps the bottom corner in place
 
+    def set_folded(self, folded: bool) -> None:
+        if folded != self.folded:
+            self.folded = folded
+            self._resize()
+            self.update()
+            if self.parent() is not None and hasattr(self.parent(), "overlays"):
+                self.parent().overlays.place()
+
     def mousePressEvent(self, event) -> None:
-        self.folded = not self.folded
-        self._resize()
-        self.update()
+        self.set_folded(not self.folded)
+        self.sig_folded.emit(self.folded)
         event.accept()
 
     def mouseReleaseEvent(self, event) -> None:
