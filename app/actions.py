@@ -31,6 +31,8 @@ def make_action(w, text: str, slot, shortcut=None, tip: str = "", icon_name: str
 def build_actions(w) -> None:
     w.act_open = make_action(w, "&Open…", w.open_dialog, QKeySequence.StandardKey.Open,
                                  "Open a PyTorch script or model file", "open")
+    w.act_open_folder = make_action(w, "Open &Model Folder…", w.open_folder_dialog, "Ctrl+Alt+O",
+                                    "Open a Hugging Face model folder (config.json and weights)")
     w.act_run = make_action(w, "&Run", w.run_script, "Ctrl+R", "Run the script again", "run")
     w.act_stop = make_action(w, "&Stop", w.stop, "Shift+F5", "Stop the running script", "stop")
     w.act_rerun_on_change = make_action(w, "Re-run When the File &Changes", w._set_watch, None,
@@ -137,6 +139,7 @@ def examples_menu(w) -> QMenu:
 def build_menus(w) -> None:
     file_menu = w.menuBar().addMenu("&File")
     file_menu.addAction(w.act_open)
+    file_menu.addAction(w.act_open_folder)
     file_menu.addMenu(examples_menu(w))
     w.recent_menu = file_menu.addMenu("Open &Recent")
     file_menu.addSeparator()

@@ -14,13 +14,14 @@ from dataclasses import asdict
 
 from app import export_cli
 from core.client import run_capture, script_problem
+from core.model_files import is_huggingface_folder
 from core.step_state import short_values
 from core.summary import trace_summary
 
 
 def _trace(args) -> int:
     script = Path(args.script)
-    problem = script_problem(script)
+    problem = None if is_huggingface_folder(script) else script_problem(script)
     if problem:
         print(f"backprop-studio: {problem}", file=sys.stderr)
         return 2
@@ -28,7 +29,8 @@ def _trace(args) -> int:
         print(f"backprop-studio: {script} is a saved trace, not a script: open it with "
               f"'python main.py view {script}'", file=sys.stderr)
         return 2
-    result = run_capture(str(script), device=args.device, mode=args.mode, timeout=args.timeout)
+    result = run_capture(str(script), device=args.device, mode=args.mode, timeout=args.timeout,
+                         load=load_options(args))
     trace = result.trace
     if args.json:
         trace.save(args.json)
@@ -44,7 +46,7 @@ def _trace(args) -> int:
 
 def _step(args) -> int:
     script = Path(args.script)
-    problem = script_problem(script)
+    problem = None if is_huggingface_folder(script) else script_problem(script)
     if problem:
         print(f"backprop-studio: {problem}", file=sys.stderr)
         return 2
@@ -62,7 +64,7 @@ def _step(args) -> int:
     if args.breakpoint is not None:
         step["line"] = args.breakpoint
     result = run_capture(str(script), device=args.device, mode=args.mode, timeout=args.timeout,
-                         on_event=on_event, step=step)
+                         on_event=on_event, step=step, load=load_options(args))
     trace = result.trace
     wanted = f"no call was made from line {args.breakpoint}" if args.breakpoint is not None \
         else f"call #{args.call} was never reached"
@@ -111,6 +113,23 @@ def _step(args) -> int:
     return 1 if doc["error"] else 0
 
 
+def add_load_options(p: argparse.ArgumentParser) -> None:
+    """How to open notebooks and saved models (see README, "Notebooks and saved models")."""
+    p.add_argument("--weights", metavar="FILE", help="a state_dict or .safetensors file to load into the model "
+                   "the script defines")
+    p.add_argument("--input-shape", action="append", metavar="SHAPE",
+                   help="input shape for a TorchScript archive or pickled model, e.g. 2,4 or 2x8:int64; "
+                   "repeat once per input")
+    p.add_argument("--trust-pickle", action="store_true",
+                   help="allow a whole pickled model (torch.save(model)); loading it runs code from the file")
+
+
+def load_options(args) -> dict:
+    return {"weights": str(Path(args.weights).resolve()) if getattr(args, "weights", None) else None,
+            "input_shapes": ";".join(getattr(args, "input_shape", None) or []),
+            "trust_pickle": bool(getattr(args, "trust_pickle", False))}
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="backprop-studio", description="Backprop Studio headless commands")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -121,6 +140,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--mode", choices=("auto", "script", "model"), default="auto")
     p.add_argument("--timeout", type=float, default=600.0, help="time limit in seconds (default 600)")
     p.add_argument("--quiet", action="store_true", help="do not echo the script's output")
+    add_load_options(p)
     p = sub.add_parser("step", help="step through one backward call node by node and print every step")
     p.add_argument("script")
     p.add_argument("--call", type=int, default=0, help="which backward / grad call to step (default 0)")
@@ -128,6 +148,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--breakpoint", type=int, metavar="LINE",
                    help="step the first call made from this script line (instead of --call)")
     p.add_argument("--json", metavar="OUT", help="write the steps, leaf grads and the call as JSON")
+    add_load_options(p)
     p.add_argument("--mode", choices=("auto", "script", "model"), default="auto")
     p.add_argument("--timeout", type=float, default=600.0, help="time limit in seconds (default 600)")
     export_cli.add_parser(sub)

@@ -9,8 +9,10 @@ is non-zero when any script failed.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
+import threading
 from pathlib import Path
 
 from core.client import run_capture
@@ -152,9 +154,16 @@ def _export_one(args, script: Path, batch: bool) -> tuple[list[str], list[str]]:
         if event.get("type") == "step" and event.get("call", index) == index:
             steps.append(event["record"])
 
+    # Qt and the renderers load while the worker runs the script, not after it.
+    loader = threading.Thread(target=importlib.import_module, args=("widgets.export",), daemon=True)
+    loader.start()
     result = run_capture(str(script), device=args.device, mode=args.mode, timeout=args.timeout,
                          on_event=on_event if want_steps else None,
-                         step={"call": index, "mode": "all"} if want_steps else None)
+                         step={"call": index, "mode": "all"} if want_steps else None,
+                         # only a JSON export keeps the memory samples
+                         memory_rate=None if _format(args, output_path(args.output, script, args.format or "png"))
+                         == "json" else 0)
+    loader.join()
     trace = result.trace
     call, notes, warnings = _pick_call(trace, index)
     if want_steps and not steps:

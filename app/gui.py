@@ -24,8 +24,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         description="See PyTorch's autograd: open a script, watch its graphs. "
         "Headless commands: 'trace SCRIPT' (see 'trace --help').",
     )
-    parser.add_argument("script", nargs="?", help="a PyTorch script or model file, or a saved trace (.json) to "
-                        "open without running anything (default: a bundled example)")
+    parser.add_argument("script", nargs="?", help="a PyTorch script, notebook, saved model, Hugging Face model "
+                        "folder, or a saved trace (.json) to open without running anything (default: a bundled "
+                        "example)")
     parser.add_argument("--device", default=None, help="cpu, cuda:N or mps")
     parser.add_argument("--screenshot", metavar="OUT.png",
                         help="run the script, save a picture of the whole window once the graph is shown, exit")
@@ -39,6 +40,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                         "alone, as it opens")
     parser.add_argument("--size", default=None, help="window size, WIDTHxHEIGHT (default: fit the screen; "
                         "1400x860 for --screenshot)")
+    from app.cli import add_load_options
+
+    add_load_options(parser)
     return parser.parse_args(argv)
 
 
@@ -81,7 +85,9 @@ def main(argv: list[str]) -> int:
     if script:
         from core.client import script_problem
 
-        problem = script_problem(script)
+        from core.model_files import is_huggingface_folder
+
+        problem = None if is_huggingface_folder(script) else script_problem(script)
         if problem:
             sys.stderr.write(f"backprop-studio: {problem}\n")
             return 2
@@ -104,6 +110,12 @@ def main(argv: list[str]) -> int:
     _install_excepthooks(window_ref)
     window = MainWindow(timeout=args.timeout)
     window_ref.append(window)
+    if not args.screenshot:
+        from app.show_server import ShowServer
+
+        # show(tensor) from a notebook or script opens its graph in this window.
+        window.show_server = ShowServer(window)
+        window.show_server.sig_open.connect(window.open_sent_trace)
     try:  # without --size the window fits the screen; screenshots keep one size for the docs
         size = args.size or ("1400x860" if args.screenshot else "")
         if size:
@@ -144,7 +156,7 @@ def main(argv: list[str]) -> int:
                 status["code"] = 2
             elif window.last_error is not None:
                 e = window.last_error
-                where = f" at line {e.line}" if e.line else ""
+                where = f" at {e.where}" if e.where else (f" at line {e.line}" if e.line else "")
                 sys.stderr.write(f"backprop-studio: the script failed{where}: {e.type}: {e.message}\n")
                 status["code"] = 1
             else:
@@ -161,7 +173,10 @@ def main(argv: list[str]) -> int:
         window.sig_trace_shown.connect(shoot)
         QTimer.singleShot(int((args.timeout + 60) * 1000), give_up)
     window.show()
-    opened = open_trace(window, script) if is_trace_path(script) else window.open_script(script)
+    from app.cli import load_options
+
+    opened = open_trace(window, script) if is_trace_path(script) else \
+        window.open_script(script, load=load_options(args))
     if not opened and args.screenshot:
         sys.stderr.write(f"backprop-studio: {window.state_label.text()}\n")
         window.close()  # ends the worker started for the window

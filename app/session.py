@@ -68,6 +68,7 @@ class Session(QObject):
         self.script_path: str | None = None
         self.device = "cpu"
         self.timeout = 600.0
+        self.load_options: dict = {}  # how the file is opened: weights, input_shapes, trust_pickle
         self.trace: Trace | None = None
         self.call: CallInfo | None = None
         self.selected: str | None = None
@@ -244,7 +245,8 @@ class Session(QObject):
         self.run_kind = kind
         self.queued = []
         self.warning = ""
-        self.run_id = self.handle.run(self.script_path, device=self.device, timeout=self.timeout, **run_args)
+        self.run_id = self.handle.run(self.script_path, device=self.device, timeout=self.timeout,
+                                      load=self.load_options or None, **run_args)
         self._set_state({"run": "running", "debug": "debugging", "rerun": "starting"}[kind])
 
     def _start_rerun(self, call: CallInfo) -> None:

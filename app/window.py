@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app import open_files
 from app.actions import build_actions, build_menus, build_toolbar
 from app.open_trace import add_open_trace_action, is_trace_path, open_trace
 from core.client import read_script
@@ -104,6 +105,15 @@ class MainWindow(QMainWindow):
     @script_path.setter
     def script_path(self, path: str | None) -> None:
         self.session.script_path = path
+
+    @property
+    def load_options(self) -> dict:
+        """How the open file is loaded: weights, input_shapes, trust_pickle (see core.programs)."""
+        return self.session.load_options
+
+    @load_options.setter
+    def load_options(self, options: dict) -> None:
+        self.session.load_options = dict(options)
 
     @property
     def trace(self) -> Trace | None:
@@ -230,26 +240,37 @@ class MainWindow(QMainWindow):
     # -- opening and running ---------------------------------------------------------------------------
     def open_dialog(self) -> None:
         start = str(Path(self.script_path).parent) if self.script_path else str(Path.home())
-        path, _ = QFileDialog.getOpenFileName(self, "Open a PyTorch script", start, "Python scripts (*.py)")
+        path, _ = QFileDialog.getOpenFileName(self, "Open a script, notebook or model", start, open_files.OPEN_FILTER)
         if path:
             self.open_script(path)
 
-    def open_script(self, path: str, run: bool = True) -> bool:
+    def open_folder_dialog(self) -> None:
+        start = str(Path(self.script_path).parent) if self.script_path else str(Path.home())
+        path = QFileDialog.getExistingDirectory(self, "Open a Hugging Face model folder", start)
+        if path:
+            self.open_script(path)
+
+    def open_script(self, path: str, run: bool = True, load: dict | None = None) -> bool:
+        """Open a script, notebook, saved model or Hugging Face folder (``load``: weights,
+        input_shapes, trust_pickle), or a saved trace, and run it."""
         p = Path(path)
-        if not p.is_file():
+        if not (p.is_file() or (p.is_dir() and open_files.is_openable(p))):
             self._show_problem(f"{path}: no such file")
             return False
+        if is_trace_path(str(p)):
+            return open_trace(self, str(p))
         try:
-            text = read_script(p)
+            text, cells = open_files.display_source(p)
         except (OSError, ValueError) as exc:
             self._show_problem(f"{path}: cannot read the file: {exc}")
             return False
+        self.load_options = dict(load or {})
         if self.script_path:
             self._watcher.removePath(self.script_path)
         self.script_path = str(p.resolve())
         self._watcher.addPath(self.script_path)
         self.setWindowTitle(f"{p.name} — Backprop Studio")
-        self.source.set_source(text, self.script_path)
+        self.source.set_source(text, self.script_path, cells)
         self._add_recent(self.script_path)
         self._update_actions()
         if run:
@@ -260,7 +281,8 @@ class MainWindow(QMainWindow):
         if not self.script_path:
             return False
         try:
-            self.source.set_source(read_script(self.script_path), self.script_path)
+            text, cells = open_files.display_source(self.script_path)
+            self.source.set_source(text, self.script_path, cells)
         except (OSError, ValueError):
             pass
         self.output.clear()
@@ -355,6 +377,16 @@ class MainWindow(QMainWindow):
         self._update_actions()
         if trace.error is not None:
             self.last_error = trace.error
+            fix = open_files.ask_fix(self, trace.error, self.load_options, self.script_path) \
+                if trace.error.reason else None
+            if fix is not None:
+                script = fix.pop("script", None)
+                if script:  # weights opened alone: run them with the script of their model
+                    self.open_script(script, load=fix)
+                    return
+                self.load_options = fix
+                self.run_script()
+                return
         else:
             self.last_error = None
         keep_previous = not trace.calls and self.trace is not None and trace.error is not None
@@ -375,6 +407,10 @@ class MainWindow(QMainWindow):
 
     def show_trace(self, trace: Trace) -> None:
         """Show a trace: calls list, problems, memory, and the first call's graph."""
+        self.inspector.cells = trace.cells
+        if trace.source and (trace.cells or trace.mode == "model"):
+            # What ran: a notebook's cells, or the script that opened a saved model.
+            self.source.set_source(trace.source, trace.script, trace.cells)
         self.session.set_trace(trace)
         if trace.memory:
             self.memory.set_run(trace.memory, trace.script, trace.call_count)
@@ -641,16 +677,22 @@ class MainWindow(QMainWindow):
 
     # -- drag and drop ---------------------------------------------------------------------------------
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:
-        if any(u.toLocalFile().endswith((".py", ".json")) for u in event.mimeData().urls()):
+        if any(open_files.is_openable(u.toLocalFile()) for u in event.mimeData().urls()):
             event.acceptProposedAction()
 
     def dropEvent(self, event: QDropEvent) -> None:
-        for url in event.mimeData().urls():
-            if url.toLocalFile().endswith((".py", ".json")):  # a .json is a saved trace: opened, not run
-                path = url.toLocalFile()
-                open_trace(self, path) if is_trace_path(path) else self.open_script(path)
-                event.acceptProposedAction()
-                return
+        # A .json is a saved trace: opened, not run; a script dropped with weights runs with them.
+        path, load = open_files.split_dropped([u.toLocalFile() for u in event.mimeData().urls()])
+        if path is not None:
+            self.open_script(path, load=load)
+            event.acceptProposedAction()
+
+    def open_sent_trace(self, path: str) -> None:
+        """A trace sent by ``show()``: open it and come to the front."""
+        if open_trace(self, path):
+            self.showNormal()
+            self.raise_()
+            self.activateWindow()
 
     # -- messages ------------------------------------------------------------------------------------------
     def _show_problem(self, message: str) -> None:

@@ -58,10 +58,12 @@ class WorkerHandle(QObject):
 
     # -- commands --------------------------------------------------------------------------------
     def run(self, path: str, device: str = "cpu", mode: str = "auto", timeout: float = 600.0,
-            step: dict | None = None, debug: dict | None = None, seeds: dict | None = None) -> int:
-        """Start a run (a debug run with ``debug``; reseeded with ``seeds``); returns its id."""
+            step: dict | None = None, debug: dict | None = None, seeds: dict | None = None,
+            load: dict | None = None) -> int:
+        """Start a run (a debug run with ``debug``; reseeded with ``seeds``; ``load``: how to open
+        the file, see core.programs); returns its id."""
         self.current_run = self.client.run(path, device=device, mode=mode, timeout=timeout, step=step,
-                                           debug=debug, seeds=seeds)
+                                           debug=debug, seeds=seeds, load=load)
         return self.current_run
 
     def control(self, cmd: str, **args) -> bool:

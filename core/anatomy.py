@@ -80,17 +80,31 @@ def node_device(call: CallInfo, node: NodeInfo) -> str | None:
 
 
 def call_devices(call: CallInfo) -> list[str]:
-    """The devices the call's nodes put their outputs on, in first-seen order."""
-    seen: dict[str, None] = {}
-    for n in call.nodes:
-        d = node_device(call, n)
-        if d:
-            seen.setdefault(d, None)
-    return list(seen)
+    """The devices the call's nodes put their outputs on, in first-seen order (kept on the call)."""
+    cached = call.__dict__.get("_call_devices")
+    if cached is None:
+        seen: dict[str, None] = {}
+        for n in call.nodes:
+            d = node_device(call, n)
+            if d:
+                seen.setdefault(d, None)
+        cached = tuple(seen)
+        object.__setattr__(call, "_call_devices", cached)
+    return list(cached)
 
 
 def device_changes(call: CallInfo) -> list[DeviceChange]:
-    """Edges along which the gradient crosses devices (e.g. into a ``ToCopyBackward0``)."""
+    """Edges along which the gradient crosses devices (e.g. into a ``ToCopyBackward0``); kept on
+    the call (it is immutable), as every fold of a 50,000-node graph asks again."""
+    cached = call.__dict__.get("_device_changes")
+    if cached is not None:
+        return list(cached)
+    out = _device_changes(call)
+    object.__setattr__(call, "_device_changes", tuple(out))
+    return out
+
+
+def _device_changes(call: CallInfo) -> list[DeviceChange]:
     devices = {n.id: node_device(call, n) for n in call.nodes}
     out = []
     for n in call.nodes:

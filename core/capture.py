@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import inspect
+import linecache
 import logging
 import os
 import sys
@@ -29,6 +30,7 @@ from torch.overrides import TorchFunctionMode
 
 from core.memory import saved_storages
 from core.names import OP_FRAME, NameTable
+from core.programs import ProgramError, load_program
 from core.snapshot import Snapshotter, grad_fn_of, label_nodes, number_nodes, values_of
 from core.snapshot import root_nodes as shared_root_nodes
 from core.trace import CallInfo, ErrorInfo, Trace, paused_gc
@@ -108,6 +110,7 @@ class Capture:
         on_event: Callable[[dict], None] | None = None,
         keep_first: int = KEEP_FIRST,
         call_hook: Callable[..., Any] | None = None,
+        load: dict | None = None,
     ):
         self.script = str(Path(script).resolve())
         self.device = device
@@ -115,6 +118,8 @@ class Capture:
         self.on_event = on_event or (lambda event: None)
         self.keep_first = keep_first
         self.call_hook = call_hook
+        self.load = load or {}  # how to open the file: weights, trust_pickle, input_shapes
+        self.program = None
         self.names = NameTable(self.script)
         self.calls: list[CallInfo] = []
         self.call_count = 0
@@ -402,12 +407,16 @@ class Capture:
         self.started = self.started or time.perf_counter()
         error = None
         try:
-            with tokenize.open(self.script) as f:  # honours a PEP 263 coding cookie, as Python does
-                source = f.read()
-        except (OSError, UnicodeDecodeError, SyntaxError) as exc:
-            err = ErrorInfo(type=type(exc).__name__, message=f"cannot read {self.script}: {exc}", kind="load",
-                            file=self.script)
+            self.program = program = load_program(self.script, self.load)
+        except ProgramError as exc:
+            err = ErrorInfo(type="OpenError", message=str(exc), kind="load", file=self.script, reason=exc.reason)
             return self._trace([], err, "")
+        source = program.source
+        if program.kind != "script":
+            # Tracebacks quote the lines that ran (a notebook's cells, a model's driver), not the file's bytes.
+            linecache.cache[self.script] = (len(source), None, source.splitlines(keepends=True), self.script)
+        for note in program.notes:
+            print(note, file=sys.stderr)
         try:
             code = compile(source, self.script, "exec")
         except SyntaxError as exc:
@@ -418,6 +427,7 @@ class Capture:
         module.__file__ = self.script
         module.__builtins__ = __builtins__
         self.namespace = module.__dict__
+        self.namespace.update(program.globals)
         self.names.globals = self.namespace
         saved_main, saved_argv, saved_path0 = sys.modules.get("__main__"), sys.argv, sys.path[:1]
         sys.modules["__main__"] = module
@@ -428,6 +438,8 @@ class Capture:
         try:
             try:
                 exec(code, self.namespace)
+                if program.after_exec is not None:
+                    program.after_exec(self.namespace)
                 if self.mode in ("auto", "model"):
                     self._run_model()
             except SystemExit as exc:
@@ -529,6 +541,10 @@ class Capture:
         return tensors, snap.finish_storages(tensors)
 
     def _trace(self, calls, error, source) -> Trace:
+        cells = self.program.cells if self.program is not None else []
+        if error is not None and cells:
+            error = replace(error, where=self.program.where(error.line),
+                            traceback=self.program.map_traceback(error.traceback, self.script))
         tensors, storages = ([], [])
         if self.namespace:
             self.names.refresh([])
@@ -546,6 +562,7 @@ class Capture:
             call_count=self.call_count,
             tensors=tensors,
             storages=storages,
+            cells=cells,
         )
 
 

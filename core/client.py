@@ -444,7 +444,8 @@ class WorkerClient:
 
     # -- public --------------------------------------------------------------------------------
     def run(self, path: str, device: str = "cpu", mode: str = "auto", timeout: float = DEFAULT_TIMEOUT,
-            step: dict | None = None, debug: dict | None = None, seeds: dict | None = None) -> int:
+            step: dict | None = None, debug: dict | None = None, seeds: dict | None = None,
+            load: dict | None = None) -> int:
         """Start running ``path``; returns the run id. A run in progress is cancelled first.
 
         ``step`` (``{"call": N, "mode": "interactive" | "all"}``) runs backward call N under the
@@ -466,7 +467,7 @@ class WorkerClient:
             self._run = {"id": run_id, "path": str(path), "device": device, "start": time.monotonic(),
                          "worker": worker, "timeout": timeout, "done": False, "step": step, "debug": debug}
             self._set_state("running")
-        extra = {"debug": debug, "seeds": seeds}
+        extra = {"debug": debug, "seeds": seeds, "load": load}
         threading.Thread(target=self._launch, args=(worker, run_id, path, device, mode, timeout, step, extra),
                          name=f"run-{run_id}", daemon=True).start()
         return run_id
@@ -542,7 +543,8 @@ class WorkerClient:
             if self._run is None or self._run["id"] != run_id:
                 return
         cmd = protocol.Run(run=run_id, path=str(Path(path).resolve()), device=device, mode=mode, step=step,
-                           debug=extra.get("debug"), seeds=extra.get("seeds"), memory_rate=self.memory_rate)
+                           debug=extra.get("debug"), seeds=extra.get("seeds"), memory_rate=self.memory_rate,
+                           load=extra.get("load"))
         if not worker.send(cmd.to_dict()):
             return  # the exit message reports the death
         if self.prestart:
@@ -680,8 +682,10 @@ class WorkerClient:
 
 def run_capture(path: str, device: str = "cpu", mode: str = "auto", timeout: float = DEFAULT_TIMEOUT,
                 on_event: Callable[[dict], None] | None = None, step: dict | None = None,
-                seeds: dict | None = None) -> RunResult:
-    """Run one script in a fresh worker and wait for its result (the CLI and tests use this)."""
+                seeds: dict | None = None, load: dict | None = None,
+                memory_rate: float | None = None) -> RunResult:
+    """Run one script in a fresh worker and wait for its result (the CLI and tests use this).
+    ``memory_rate`` sets the memory samples per second (0: none, when nothing shows them)."""
     done = threading.Event()
     box: dict = {}
 
@@ -693,8 +697,10 @@ def run_capture(path: str, device: str = "cpu", mode: str = "auto", timeout: flo
             done.set()
 
     client = WorkerClient(handle, prestart=False)
+    if memory_rate is not None:
+        client.memory_rate = memory_rate
     try:
-        client.run(path, device=device, mode=mode, timeout=timeout, step=step, seeds=seeds)
+        client.run(path, device=device, mode=mode, timeout=timeout, step=step, seeds=seeds, load=load)
         done.wait()
         return box["result"]
     finally:

@@ -162,42 +162,49 @@ def build_visible(call: CallInfo, collapsed: frozenset[str], show_saved: bool) -
     coll: dict[str, int] = {}
     ids: list[str] = []
     per_module: dict[str | None, tuple] = {}  # module -> (collapsed group, container, its box id)
+    module_of = info.module
     for n in call.nodes:
-        mod = info.module[n.id]
-        hit = per_module.get(mod)
+        nid = n.id
+        hit = per_module.get(module_of[nid])
         if hit is None:
+            mod = module_of[nid]
             groups = info.ancestors[mod]
             outer = next((g for g in groups if g in collapsed), None)
             if outer is not None:
                 groups = groups[: groups.index(outer)]
             drawn = [g for g in groups if info.is_drawn(g)]
             hit = per_module[mod] = (outer, drawn[-1] if drawn else None, None if outer is None else "group:" + outer)
-        outer = hit[0]
-        vid = hit[2] or n.id
-        members[n.id] = vid
-        if outer is not None and vid in kind:
+        vid = hit[2]
+        if vid is None:
+            members[nid] = nid
+            ids.append(nid)
+            container[nid] = hit[1]
+            kind[nid] = n.kind
+            label[nid] = node_label(call, n)
             continue
+        members[nid] = vid
+        if vid in kind:
+            continue
+        outer = hit[0]
         ids.append(vid)
         container[vid] = hit[1]
-        if outer is None:
-            kind[vid] = n.kind
-            label[vid] = node_label(call, n)
-        else:
-            kind[vid] = "group"
-            coll[outer] = info.count[outer]
-            cls = info.class_of(outer)
-            label[vid] = f"{info.title(outer)}\n{cls + ' · ' if cls else ''}{info.count[outer]:,} nodes"
+        kind[vid] = "group"
+        coll[outer] = info.count[outer]
+        cls = info.class_of(outer)
+        label[vid] = f"{info.title(outer)}\n{cls + ' · ' if cls else ''}{info.count[outer]:,} nodes"
     edges: list[tuple[str, str, int, int, int]] = []
     merged: dict[tuple[str, str], int] = {}
+    boxes = {"group:" + g for g in coll}
     for n in call.nodes:
         u = members[n.id]
+        u_group = u in boxes
         for slot, e in enumerate(n.next):
             if e is None:
                 continue
             v = members[e.node]
             if u == v:
                 continue
-            if kind[u] == "group" or kind[v] == "group":
+            if u_group or v in boxes:
                 k = merged.get((u, v))
                 if k is not None:
                     s, d, nr, sl, c = edges[k]

@@ -225,6 +225,7 @@ class Run(_Base):
     debug: dict | None = None  # a debug run: {"lines": [...], "skip_to": N, "pause": bool}
     seeds: dict | None = None  # reseed the run with these (a re-run for stepping)
     memory_rate: float = 50.0
+    load: dict | None = None  # how to open the file: weights, input_shapes, trust_pickle (core.programs)
 
 
 @_command("cancel")

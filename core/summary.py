@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from core.trace import CallInfo, Trace, Values
+from core.notebook import where as line_where
 
 
 def format_values(values: Values | None, limit: int = 8) -> str:
@@ -30,8 +31,8 @@ def _fmt(v) -> str:
     return str(v)
 
 
-def call_summary(call: CallInfo) -> list[str]:
-    where = f"line {call.line}" if call.line else "end of script"
+def call_summary(call: CallInfo, cells: list | None = None) -> list[str]:
+    where = (line_where(cells, call.line) if cells else f"line {call.line}") if call.line else "end of script"
     head = f"call #{call.index}: {call.api} at {where}: {call.node_count} nodes, {call.edge_count} edges"
     if call.snapshot == "summary":
         head += f" (same graph as {call.same_as}; summary only)"
@@ -65,9 +66,9 @@ def trace_summary(trace: Trace, shown_calls: int = 12) -> str:
     for i, call in enumerate(calls):
         if hidden and i == shown_calls // 2:
             lines.append(f"... {hidden} more calls ...")
-        lines.extend(call_summary(call))
+        lines.extend(call_summary(call, getattr(trace, "cells", None)))
     if trace.error:
         e = trace.error
-        where = f" at line {e.line}" if e.line else ""
+        where = f" at {e.where}" if getattr(e, "where", "") else (f" at line {e.line}" if e.line else "")
         lines.append(f"error{where}: {e.type}: {e.message}")
     return "\n".join(lines)

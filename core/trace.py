@@ -36,6 +36,8 @@ class ErrorInfo:
     kind: str = "exception"
     file: str | None = None
     fault: str = ""
+    where: str = ""  # "cell 4, line 2" in a notebook: shown instead of the bare line
+    reason: str = ""  # why a file could not be opened (unsafe_pickle, needs_shapes, ...): the window offers a fix
 
 
 @dataclass(frozen=True)
@@ -220,6 +222,9 @@ class Trace:
     storages: list[StorageInfo] = field(default_factory=list)
     memory: list[MemorySample] = field(default_factory=list)
     seeds: dict = field(default_factory=dict)  # torch / random / numpy seeds the run used
+    # Notebooks: one entry per code cell (cell, first script line, line count); maps lines to
+    # "cell N, line M" in errors, the inspector and the Source panel's gutter.
+    cells: list[dict] = field(default_factory=list)
     format: str = FORMAT
     version: int = VERSION
 

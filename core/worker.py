@@ -557,7 +557,8 @@ class Worker:
             self.running = True
             try:
                 apply_device(device)
-                capture = Capture(cmd["path"], device=device, mode=cmd.get("mode", "auto"), on_event=on_event)
+                capture = Capture(cmd["path"], device=device, mode=cmd.get("mode", "auto"), on_event=on_event,
+                                  load=cmd.get("load"))
                 self._stepped = False
                 if cmd.get("debug") is not None:
                     d = cmd["debug"]
@@ -703,6 +704,12 @@ def main(argv: list[str] | None = None) -> int:
             # The parent sends SIGUSR1 (and a dump command) before killing a run: the dump names the line.
             faulthandler.register(signal.SIGUSR1, file=fault, all_threads=True, chain=False)
     _patch_exit(channel)
+    os.environ["BACKPROP_STUDIO_WORKER"] = "1"  # show() inside a traced script leaves the capture to us
+    try:
+        # Imported now, while the app's folder is on sys.path: a script that calls show() finds it.
+        import backprop_studio  # noqa: F401
+    except ImportError:
+        pass
     import torch
 
     import core.capture  # noqa: F401  (loaded before the script hides the app's modules)

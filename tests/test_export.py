@@ -237,6 +237,12 @@ def test_page_export_folds_rather_than_shrinking_text(qapp, tmp_path):
         path = export.render_png(view, tmp_path / "t.png", plan=plan)
     with Image.open(path) as im:
         assert im.size == (1920, 1080) and dark_pixels(im) > 2000
+    # Folded by default, an export opens modules as deep as the page still holds readably.
+    with export.offscreen_view(c) as view:
+        assert view.collapsed() == frozenset({"transformer", "lm_head"})
+        plan = plan_page(view, "A4", "png", export.make_sheet, deepen=True)
+        assert plan.text >= 9 and plan.collapsed == frozenset(
+            {"transformer.wte", "transformer.wpe", "transformer.h", "transformer.ln_f"})
     # A chain with no modules cannot fold: the page shows the part around the loss, and says so.
     path = export.export_call(mlp_call(), tmp_path / "m.svg", page="4:3", collapsed=frozenset(),
                               direction="LR")

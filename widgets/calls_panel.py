@@ -10,6 +10,7 @@ from PySide6.QtWidgets import (
     QListWidget, QListWidgetItem, QStyle, QStyledItemDelegate, QStyleOptionViewItem, QVBoxLayout, QWidget,
 )
 
+from core.notebook import where as line_where
 from core.trace import CallInfo, Trace
 
 log = logging.getLogger(__name__)
@@ -20,10 +21,12 @@ HEAD_ROLE = Qt.ItemDataRole.UserRole + 2
 DETAIL_ROLE = Qt.ItemDataRole.UserRole + 3
 
 
-def call_parts(call: CallInfo, index_of: dict[str, int] | None = None) -> tuple[str, list[str]]:
-    """The head (``#0 Tensor.backward``) and the details (line, node count, error) of a call."""
+def call_parts(call: CallInfo, index_of: dict[str, int] | None = None,
+               cells: list | None = None) -> tuple[str, list[str]]:
+    """The head (``#0 Tensor.backward``) and the details (line, node count, error) of a call;
+    ``cells`` (a notebook's) gives the line as "cell 4, line 2"."""
     api = "(never backwarded)" if call.api == "unreached" else call.api
-    details = [f"line {call.line}"] if call.line else []
+    details = [line_where(cells or [], call.line)] if call.line else []
     if call.snapshot == "summary":
         same = (index_of or {}).get(call.same_as or "")
         details.append(f"same graph as #{same}" if same is not None else "same graph as an earlier call")
@@ -172,7 +175,7 @@ class CallsPanel(QWidget):
             index_of = {c.id: c.index for c in trace.calls}
             self._index_of = index_of
             for call in trace.calls:
-                head, details = call_parts(call, index_of)
+                head, details = call_parts(call, index_of, trace.cells)
                 item = QListWidgetItem(" · ".join([head, *details]))
                 item.setData(CALL_ID_ROLE, call.id)
                 item.setData(STATE_ROLE, call_state(call))

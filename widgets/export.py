@@ -368,7 +368,8 @@ def export_call(call: CallInfo, path, fmt: str | None = None, *, theme: str = "p
             from widgets.export_page import plan_page
 
             fold = collapsed is None if fold is None else fold
-            opts["plan"] = plan_page(view, page, fmt, make_sheet, fold=fold, caption=caption, title=title)
+            opts["plan"] = plan_page(view, page, fmt, make_sheet, fold=fold, deepen=collapsed is None,
+                                     caption=caption, title=title)
         if fmt == "png":
             return render_png(view, path, scale=scale, **opts)
         return (render_svg if fmt == "svg" else render_pdf)(view, path, **opts)

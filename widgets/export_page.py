@@ -67,11 +67,11 @@ def smallest_text(view, legend: bool = True) -> float:
     return float(min(sizes))
 
 
-def plan_page(view, page: str, fmt: str, make_sheet, *, fold: bool = True, legend: bool = True,
-              caption: str | None = None, **sheet_options) -> PagePlan:
-    """Fit the view's graph to ``page``, folding the view's module groups when ``fold`` (the view
-    is left folded as planned). ``make_sheet(view, caption=..., source=..., **sheet_options)``
-    builds the sheet."""
+def plan_page(view, page: str, fmt: str, make_sheet, *, fold: bool = True, deepen: bool = False,
+              legend: bool = True, caption: str | None = None, **sheet_options) -> PagePlan:
+    """Fit the view's graph to ``page``, folding the view's module groups when ``fold`` and, with
+    ``deepen``, opening deeper levels while they still fit (the view is left folded as planned).
+    ``make_sheet(view, caption=..., source=..., **sheet_options)`` builds the sheet."""
     w, h = page_size(page, fmt)
 
     def attempt(source=None, note: str | None = None) -> tuple[Sheet, float, float]:
@@ -82,10 +82,11 @@ def plan_page(view, page: str, fmt: str, make_sheet, *, fold: bool = True, legen
         return sheet, s, text
 
     sheet, s, text = attempt()
-    if s * text >= MIN_PAGE_TEXT:
+    fits = s * text >= MIN_PAGE_TEXT
+    if fits and not deepen:
         return PagePlan(page, (w, h), sheet, s, s * text, view.collapsed())
     call = view.call()
-    if fold and call is not None:
+    if (fold or deepen) and call is not None:
         info = group_info(call)
         levels, previous = [], None
         for depth in range(64):
@@ -94,8 +95,14 @@ def plan_page(view, page: str, fmt: str, make_sheet, *, fold: bool = True, legen
                 break
             previous = coll
             boxes = len(call.nodes) - sum(info.count[g] for g in coll) + len(coll)
-            if boxes <= MAX_FOLD_BOXES and boxes < len(view.node_items):
+            if boxes <= MAX_FOLD_BOXES and (deepen or boxes < len(view.node_items)):
                 levels.append(coll)
+        if deepen and len(call.nodes) <= MAX_FOLD_BOXES:
+            levels.append(frozenset())
+        if fits:  # deeper levels only: the one shown already fits
+            shown = len(view.node_items)
+            levels = [c for c in levels if len(call.nodes) - sum(info.count[g] for g in c) + len(c) > shown]
+            levels.insert(0, view.collapsed())
         for coll in reversed(levels):  # the most detail first
             view.set_collapsed(coll, sync=True)
             sheet, s, text = attempt()

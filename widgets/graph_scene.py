@@ -128,7 +128,16 @@ def node_styles(call: CallInfo, box_ids) -> dict[str, NodeStyle]:
 
 
 def edge_shapes(call: CallInfo) -> dict[str, str]:
-    """Shape of the tensor each node produced: the gradient flowing into it has that shape."""
+    """Shape of the tensor each node produced: the gradient flowing into it has that shape.
+    Kept on the call (it is immutable): every fold of a big graph asks again."""
+    cached = call.__dict__.get("_edge_shapes")
+    if cached is None:
+        cached = _edge_shapes(call)
+        object.__setattr__(call, "_edge_shapes", cached)
+    return cached
+
+
+def _edge_shapes(call: CallInfo) -> dict[str, str]:
     out: dict[str, str] = {}
     text: dict[tuple, str] = {}
     for t in call.tensors:

@@ -16,6 +16,7 @@ from PySide6.QtCore import QEvent, QUrl, Signal
 from PySide6.QtGui import QColor, QFontDatabase, QPalette
 from PySide6.QtWidgets import QTextBrowser, QVBoxLayout, QWidget
 
+from core.notebook import where as line_where
 from core.storage_map import contiguity as is_contiguous
 from core.trace import CallInfo, NodeInfo, Stale, TensorInfo, Values
 
@@ -165,6 +166,7 @@ class InspectorPanel(QWidget):
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
+        self.cells: list[dict] = []  # a notebook's cells: lines read "cell 4, line 2"
         self.browser = QTextBrowser(self)
         self.browser.setOpenLinks(False)
         self.browser.setOpenExternalLinks(False)
@@ -300,7 +302,7 @@ class InspectorPanel(QWidget):
         if node.label:
             subtitle.append(f"creates <code>{html.escape(node.label)}</code>")
         if node.line:
-            subtitle.append(f"line {node.line}")
+            subtitle.append(html.escape(line_where(self.cells, node.line)))
         parts = [f"<p class='title'>{breakable(node.name)}</p><p>{' · '.join(subtitle)}</p>"]
         if node.stale is not None:
             parts.append(f"<table class='warn' width='100%' cellpadding='6'><tr><td>"
@@ -311,10 +313,14 @@ class InspectorPanel(QWidget):
         if node.tensor:
             rows.append(("grad_fn of", self._tensor_link(call, None, node.tensor)))
         if node.line:
-            rows.append(("script line", f"<a href='line:{node.line}'>line {node.line}</a>"))
+            where = html.escape(line_where(self.cells, node.line))
+            rows.append(("script line", f"<a href='line:{node.line}'>{where}</a>"))
         if node.module:
             rows.append(("module", f"<code>{html.escape(node.module)}</code>"))
-        rows.append(("call", html.escape(call.title)))
+        title = call.title
+        if self.cells:  # a notebook: the call's line as "cell 4, line 2"
+            title = f"#{call.index} {call.api} ({line_where(self.cells, call.line) or 'no line'})"
+        rows.append(("call", html.escape(title)))
         rows.append(("id", f"<code>{html.escape(node.id)}</code>"))
         parts.append(self._rows(rows))
 

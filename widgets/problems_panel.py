@@ -171,7 +171,7 @@ class ProblemsPanel(QWidget):
         parts = [f"<p class='title'>{html.escape(heading)}</p>",
                  f"<p><b>{html.escape(error.type)}</b>: {html.escape(error.message)}</p>"]
         if error.line:
-            where = f"<a href='line:{error.line}'>line {error.line}</a>"
+            where = f"<a href='line:{error.line}'>{html.escape(error.where or f'line {error.line}')}</a>"
             if error.file:
                 where += f" <span class='muted'>of {html.escape(error.file)}</span>"
             parts.append(f"<p>at {where}</p>")
@@ -181,7 +181,10 @@ class ProblemsPanel(QWidget):
             parts.append("<p class='section'>Fault report <span class='muted'>(faulthandler: where each "
                          f"thread was when the process died)</span></p>{_code(error.fault)}")
         line = error.line if error.line else (call.line if call is not None else None)
-        return Problem("error", summary, "".join(parts), line, call.id if call else None, None, _where(line, call))
+        located = _where(line, call)
+        if error.where:  # a notebook: "cell 4, line 2"
+            located = " · ".join([error.where] + ([f"call #{call.index}"] if call is not None else []))
+        return Problem("error", summary, "".join(parts), line, call.id if call else None, None, located)
 
     def _stale_problem(self, call: CallInfo, node: NodeInfo) -> Problem:
         stale = node.stale

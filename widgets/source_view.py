@@ -21,6 +21,8 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QLabel, QPlainTextEdit, QTextEdit, QVBoxLayout, QWidget
 
+from core.notebook import gutter_labels
+
 log = logging.getLogger(__name__)
 
 LIGHT = {"keyword": "#8a3ab9", "builtin": "#0b6e99", "string": "#2f7d32", "comment": "#8a8f98",
@@ -136,6 +138,7 @@ class _Editor(QPlainTextEdit):
         super().__init__(panel)
         self.panel = panel
         self.marked: set[int] = set()
+        self.labels: dict[int, str] = {}  # a notebook's "[cell]" headers and lines within cells
         self.breakpoints: set[int] = set()
         self.paused_line: int | None = None
         self.gutter = _Gutter(self)
@@ -151,7 +154,7 @@ class _Editor(QPlainTextEdit):
         self.setViewportMargins(self.gutter_width(), 0, 0, 0)
 
     def gutter_width(self) -> int:
-        digits = max(3, len(str(self.blockCount())))
+        digits = max(3, len(str(self.blockCount())), *(len(t) for t in self.labels.values()))
         return 14 + self.fontMetrics().height() + self.fontMetrics().horizontalAdvance("9") * digits
 
     def line_clicked(self, line: int) -> None:
@@ -194,8 +197,9 @@ class _Editor(QPlainTextEdit):
                 else:
                     painter.setPen(muted)
                 self._paint_marks(painter, line, top, height)
+                label = self.labels.get(line, "") if self.labels else str(line)
                 painter.drawText(0, top, self.gutter.width() - 8, height,
-                                 Qt.AlignmentFlag.AlignRight, str(line))
+                                 Qt.AlignmentFlag.AlignRight, label)
             block = block.next()
             top = bottom
 
@@ -252,14 +256,20 @@ class SourcePanel(QWidget):
         self._lines: list[int] = []
         self.set_source("", None)
 
-    def set_source(self, text: str, path: str | None = None) -> None:
-        """Show ``text`` (the script at ``path``) and drop any highlight; breakpoints stay for the same file."""
+    def set_source(self, text: str, path: str | None = None, cells: list[dict] | None = None) -> None:
+        """Show ``text`` (the script at ``path``) and drop any highlight; breakpoints stay for the same
+        file. ``cells`` (a notebook's, see core.notebook) numbers the gutter by cell: ``[4]`` on a
+        cell's header, then 1, 2, ..."""
         if path != getattr(self, "_path", None):
             self.editor.breakpoints = set()
             self.editor.paused_line = None
         self._path = path
+        self.editor.labels = gutter_labels(cells) if cells else {}
         self.editor.setPlainText(text)
         self.editor.breakpoints = {n for n in self.editor.breakpoints if n <= self.editor.blockCount()}
+        self.editor.setViewportMargins(self.editor.gutter_width(), 0, 0, 0)
+        cr = self.editor.contentsRect()
+        self.editor.gutter.setGeometry(QRect(cr.left(), cr.top(), self.editor.gutter_width(), cr.height()))
         self.path_label.setText(Path(path).name if path else "")
         self.path_label.setToolTip(str(path) if path else "")
         self.path_label.setVisible(bool(path))

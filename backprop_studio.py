@@ -1,0 +1,76 @@
+"""Show a tensor's autograd graph in Backprop Studio, from a notebook or a script.
+
+    from backprop_studio import show
+    loss = model(x).pow(2).mean()
+    show(loss)
+
+The graph is captured here, in the caller's process, with the same capture code a traced
+run uses (backward is not run: the notebook keeps its graph), saved as a trace file and
+sent to a running Backprop Studio window, or a new window opens on it; inside
+``with record():`` each op also remembers its line. No Qt is imported here. Inside a script that Backprop Studio itself is running, ``show()`` does nothing:
+the run already captures every graph.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+__all__ = ["record", "show"]
+
+ROOT = Path(__file__).resolve().parent
+_counter = itertools.count(1)
+
+
+def show(tensor, *, save: str | os.PathLike | None = None, open_window: bool = True) -> str | None:
+    """Capture the graph that produced ``tensor`` and show it in Backprop Studio.
+
+    ``save``: where to write the trace (JSON, the format of ``trace --json``); a temporary
+    file by default. ``open_window=False`` only writes it. Returns the trace's path, or None
+    inside a Backprop Studio run.
+    """
+    if os.environ.get("BACKPROP_STUDIO_WORKER"):
+        return None
+    from core.tensor_capture import capture_tensor
+
+    trace = capture_tensor(tensor, sys._getframe(1))
+    if save is None:
+        folder = Path(tempfile.gettempdir()) / "backprop-studio-show"
+        folder.mkdir(parents=True, exist_ok=True)
+        save = folder / f"show-{os.getpid()}-{next(_counter)}.json"
+    path = str(Path(save).resolve())
+    trace.save(path)
+    if open_window:
+        from core.show_link import send_open
+
+        if not send_open(path):
+            _start_window(path)
+    return path
+
+
+@contextlib.contextmanager
+def record():
+    """Within this block, each op remembers the caller's line that created it, so ``show()``
+    links nodes to lines (``with record(): loss = model(x).sum()``)."""
+    if os.environ.get("BACKPROP_STUDIO_WORKER"):
+        yield
+        return
+    from core.tensor_capture import LineTags
+
+    with LineTags(sys._getframe(2).f_code.co_filename):
+        yield
+
+
+def _start_window(path: str) -> None:
+    """A new Backprop Studio window on ``path``, detached from the caller (a kernel keeps running)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    kwargs = {"start_new_session": True} if os.name == "posix" else {}
+    subprocess.Popen([sys.executable, "-c", "import sys; from app.main import main; sys.exit(main())", path],
+                     env=env, cwd=str(ROOT), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                     stderr=subprocess.DEVNULL, **kwargs)
