@@ -13,7 +13,9 @@ import json
 from dataclasses import asdict
 
 from app import export_cli
+from app.hosts import add_hosts_parser, add_worker_args, hosts_main, worker_options
 from core.client import run_capture, script_problem
+from core.launchers import LauncherError
 from core.model_files import is_huggingface_folder
 from core.step_state import short_values
 from core.summary import trace_summary
@@ -30,7 +32,7 @@ def _trace(args) -> int:
               f"'python main.py view {script}'", file=sys.stderr)
         return 2
     result = run_capture(str(script), device=args.device, mode=args.mode, timeout=args.timeout,
-                         load=load_options(args))
+                         load=load_options(args), **worker_options(args))
     trace = result.trace
     if args.json:
         trace.save(args.json)
@@ -64,7 +66,7 @@ def _step(args) -> int:
     if args.breakpoint is not None:
         step["line"] = args.breakpoint
     result = run_capture(str(script), device=args.device, mode=args.mode, timeout=args.timeout,
-                         on_event=on_event, step=step, load=load_options(args))
+                         on_event=on_event, step=step, load=load_options(args), **worker_options(args))
     trace = result.trace
     wanted = f"no call was made from line {args.breakpoint}" if args.breakpoint is not None \
         else f"call #{args.call} was never reached"
@@ -141,6 +143,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--timeout", type=float, default=600.0, help="time limit in seconds (default 600)")
     p.add_argument("--quiet", action="store_true", help="do not echo the script's output")
     add_load_options(p)
+    add_worker_args(p)
     p = sub.add_parser("step", help="step through one backward call node by node and print every step")
     p.add_argument("script")
     p.add_argument("--call", type=int, default=0, help="which backward / grad call to step (default 0)")
@@ -151,8 +154,20 @@ def main(argv: list[str]) -> int:
     add_load_options(p)
     p.add_argument("--mode", choices=("auto", "script", "model"), default="auto")
     p.add_argument("--timeout", type=float, default=600.0, help="time limit in seconds (default 600)")
+    add_worker_args(p)
     export_cli.add_parser(sub)
+    add_hosts_parser(sub)
     args = parser.parse_args(argv)
+    try:
+        return _dispatch(parser, args)
+    except LauncherError as exc:
+        print(f"backprop-studio {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+def _dispatch(parser, args) -> int:
+    if args.command == "hosts":
+        return hosts_main(args)
     if args.command == "export":
         return export_cli.main(args)
     if args.command == "trace":

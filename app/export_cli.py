@@ -15,6 +15,7 @@ import sys
 import threading
 from pathlib import Path
 
+from app.hosts import worker_options
 from core.client import run_capture
 from core.trace import CallInfo, Trace
 
@@ -71,6 +72,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="cpu, cuda:N or mps (default cpu)")
     p.add_argument("--mode", choices=("auto", "script", "model"), default="auto")
     p.add_argument("--timeout", type=float, default=600.0, help="time limit per script in seconds (default 600)")
+    from app.hosts import add_worker_args
+
+    add_worker_args(p)
     return p
 
 
@@ -162,7 +166,8 @@ def _export_one(args, script: Path, batch: bool) -> tuple[list[str], list[str]]:
                          step={"call": index, "mode": "all"} if want_steps else None,
                          # only a JSON export keeps the memory samples
                          memory_rate=None if _format(args, output_path(args.output, script, args.format or "png"))
-                         == "json" else 0)
+                         == "json" else 0,
+                         **worker_options(args))
     loader.join()
     trace = result.trace
     call, notes, warnings = _pick_call(trace, index)

@@ -21,15 +21,15 @@ class StepController(QObject):
     sig_changed = Signal()
     """The stepping state changed (started, paused, stepped or ended)."""
 
-    def __init__(self, session, graph, step_log, status: Callable[[str], None],
-                 show_node: Callable[[str], None], on_begin: Callable[[], None] | None = None, parent=None):
+    def __init__(self, session, views, status: Callable[[str], None], parent=None):
+        """``views``: an object with the window's ``graph``, ``step_log``, ``inspector``, ``source``,
+        ``problems``, ``calls`` and ``steps_dock``; ``status`` shows a sentence in the status bar."""
         super().__init__(parent)
         self.session = session
-        self.graph = graph
-        self.step_log = step_log
-        self._status = status
-        self._show_node = show_node
-        self._on_begin_cb = on_begin
+        self.views = views
+        self.graph = views.graph
+        self.step_log = views.step_log
+        self._status_bar = status
         self._unlogged: list[dict] = []
         self._frames = 0  # frames drawn since the last pause
         self._redraw = QTimer(self, singleShot=True, interval=100)
@@ -40,7 +40,29 @@ class StepController(QObject):
         session.sig_step_end.connect(self._on_end)
         session.sig_state.connect(lambda _s: self.sig_changed.emit())
         session.sig_status.connect(self._status)
-        session.sig_warning.connect(self._status)
+        session.sig_warning.connect(self._on_warning)
+        session.sig_step_end.connect(lambda _e: views.source.set_paused_line(None))
+        session.sig_state.connect(lambda s: views.source.set_paused_line(None) if s == "idle" else None)
+        views.source.sig_breakpoints_changed.connect(session.set_breakpoints)
+
+    def _status(self, text: str) -> None:
+        self.step_log.set_status(text)
+        self._status_bar(text)
+
+    def _show_node(self, node_id: str) -> None:
+        """Describe the node backward is at, and keep it in view."""
+        call = self.session.call
+        if call is None or call.node(node_id) is None:
+            return
+        self.graph.ensure_visible(node_id)
+        self.views.inspector.show_node(call, node_id)
+
+    def _on_warning(self, text: str) -> None:
+        from core.trace import ErrorInfo
+
+        self.views.problems.show_error(ErrorInfo(type="NotDeterministic", message=text, kind="stepping"),
+                                       title="Stepping does not show the traced numbers")
+        self._status(text)
 
     # -- the session's stepping, as the exporters and tests read it ---------------------------------------
     @property
@@ -80,9 +102,11 @@ class StepController(QObject):
         self._unlogged = []
         self.step_log.set_steps(call, [])
         self.graph.clear_states()
-        if self._on_begin_cb is not None:
-            self._on_begin_cb()
+        self.views.steps_dock.show()
+        self.views.steps_dock.raise_()
         s = self.session
+        if s.run_kind == "debug":
+            self.views.calls.select_call(call.id)
         warning = f" {s.warning}." if s.warning else ""
         self._status(f"Paused at call #{call.index} ({call.api}, line {call.line}) before backward: "
                      f"{call.node_count} nodes. F10 runs one node, F5 the whole call.{warning}")
@@ -99,6 +123,7 @@ class StepController(QObject):
     def _on_paused(self, pending: dict) -> None:
         self._frames = 0
         self._flush()
+        self.views.source.set_paused_line(self.session.paused_line)
         call = self.call
         node = call.node(pending.get("node")) if call and pending else None
         if node is not None:

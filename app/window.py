@@ -76,8 +76,8 @@ class MainWindow(QMainWindow):
         self.session = Session(self.handle, self)
         self.session.timeout = timeout
         self._build_views()
-        self.stepper = StepController(self.session, self.graph, self.step_log, self._step_status,
-                                      self.show_step_node, self._show_step_log, self)
+        self.steps_dock = self.docks["steps"]
+        self.stepper = StepController(self.session, self, self.state_label_text, self)
         build_actions(self)
         build_toolbar(self)
         build_menus(self)
@@ -92,6 +92,9 @@ class MainWindow(QMainWindow):
         self._restore_settings()
         fit_window(self, settings())  # the first size follows the screen, remembered per screen
         self._update_actions()
+        from app.host_devices import install as install_hosts
+
+        install_hosts(self)  # saved hosts' devices join the picker
 
     # -- the session's state, as the exporters and tests read it --------------------------------------
     @property
@@ -119,17 +122,9 @@ class MainWindow(QMainWindow):
     def trace(self) -> Trace | None:
         return self.session.trace
 
-    @trace.setter
-    def trace(self, trace: Trace | None) -> None:
-        self.session.trace = trace
-
     @property
     def call(self) -> CallInfo | None:
         return self.session.call
-
-    @call.setter
-    def call(self, call: CallInfo | None) -> None:
-        self.session.call = call
 
     # -- construction ---------------------------------------------------------------------------------
     def _build_views(self) -> None:
@@ -209,11 +204,6 @@ class MainWindow(QMainWindow):
         s.sig_trace.connect(self.calls.set_trace)
         s.sig_call.connect(self._on_call)
         s.sig_selection.connect(self._on_selection)
-        s.sig_warning.connect(self._on_warning)
-        s.sig_step_begin.connect(lambda call: self._live_call(call))
-        s.sig_paused.connect(lambda _p: self.source.set_paused_line(s.paused_line))
-        s.sig_step_end.connect(lambda _e: self.source.set_paused_line(None))
-        self.source.sig_breakpoints_changed.connect(s.set_breakpoints)
         self.calls.sig_debug_to_call.connect(self.debug_to_call)
         h.sig_memory.connect(self.memory.chart.append_samples)
         h.sig_step_memory.connect(self._on_step_memory)
@@ -310,36 +300,11 @@ class MainWindow(QMainWindow):
     def stop(self) -> None:
         self.session.stop()
 
-    def show_step_node(self, node_id: str) -> None:
-        """Describe the node backward is at, and keep it in view."""
-        if self.call is None or self.call.node(node_id) is None:
-            return
-        self.graph.ensure_visible(node_id)
-        self.inspector.show_node(self.call, node_id)
-
     def step_to_selected(self) -> None:
         self.session.step_to(self.session.selected or self.graph.selected_node())
 
-    def _step_status(self, text: str) -> None:
-        self.step_log.set_status(text)
+    def state_label_text(self, text: str) -> None:
         self.state_label.setText(text)
-
-    def _show_step_log(self) -> None:
-        self.docks["steps"].show()
-        self.docks["steps"].raise_()
-
-    def _live_call(self, call: CallInfo) -> None:
-        """A debug run paused at a call: list the calls paused at so far."""
-        if self.session.run_kind == "debug":
-            self.calls.select_call(call.id)
-            self.counts_label.setText(f"paused at call #{call.index}, line {call.line}: {call.node_count} nodes")
-
-    def _on_warning(self, text: str) -> None:
-        from core.trace import ErrorInfo
-
-        self.problems.show_error(ErrorInfo(type="NotDeterministic", message=text, kind="stepping"),
-                                 title="Stepping does not show the traced numbers")
-        self._step_status(text)
 
     def _on_session_state(self, state: str) -> None:
         waiting = state in ("running", "debugging", "starting")
@@ -356,13 +321,11 @@ class MainWindow(QMainWindow):
             self._elapsed_timer.stop()
             self.busy.hide()
             self._busy_text = None
-        if state == "idle":
-            self.source.set_paused_line(None)
         self._update_actions()
 
     def _tick(self) -> None:
         elapsed = time.monotonic() - self._run_started
-        device = self.device_box.currentData() or "cpu"
+        device = (self.device_box.currentData() or "cpu").replace("::", ": ")  # "gpu-box: cuda:0"
         text = getattr(self, "_busy_text", None) or f"Running {Path(self.script_path or '').name} on {device}"
         self.state_label.setText(f"{text}… {elapsed:.1f} s")
 

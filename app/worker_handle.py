@@ -44,6 +44,8 @@ class WorkerHandle(QObject):
     """A batch of memory samples (dicts: t, device, allocated, reserved, rss, saved_bytes, phase)."""
     sig_step_memory = Signal(dict)
     """Memory right after a stepped node ran (t, saved_bytes, allocated)."""
+    sig_transfer = Signal(dict)
+    """Bytes of a compressed trace received from a remote worker (received, decoded, raw)."""
     sig_event = Signal(object)
     """Any worker message, as received (internal: carried to the GUI thread). An object, not a
     dict signal: Qt would convert it to a QVariantMap, which cannot hold integers past 2**63
@@ -54,6 +56,8 @@ class WorkerHandle(QObject):
         self.sig_event.connect(self._dispatch)
         self.client = WorkerClient(self.sig_event.emit, prestart=prestart)
         self.client.expand_steps = False  # one Qt event per batch, not per node
+        self.local = self.client  # the local worker; ``client`` is the one serving the current run
+        self.hosts = None  # app.host_devices.HostWorkers: runs on "HOST::DEVICE" go to that host
         self.current_run: int | None = None
 
     # -- commands --------------------------------------------------------------------------------
@@ -61,7 +65,16 @@ class WorkerHandle(QObject):
             step: dict | None = None, debug: dict | None = None, seeds: dict | None = None,
             load: dict | None = None) -> int:
         """Start a run (a debug run with ``debug``; reseeded with ``seeds``; ``load``: how to open
-        the file, see core.programs); returns its id."""
+        the file, see core.programs); returns its id.
+
+        A device ``HOST::DEVICE`` runs on that saved host's worker (app.host_devices)."""
+        from app.host_devices import split_device
+
+        host, device = split_device(device)
+        client = self.hosts.client_for(host) if host and self.hosts is not None else None
+        if client is not self.client and self.client.running:
+            self.client.cancel()
+        self.client = client or self.local
         self.current_run = self.client.run(path, device=device, mode=mode, timeout=timeout, step=step,
                                            debug=debug, seeds=seeds, load=load)
         return self.current_run
@@ -75,7 +88,9 @@ class WorkerHandle(QObject):
         self.client.cancel()
 
     def close(self) -> None:
-        self.client.close()
+        self.local.close()
+        if self.hosts is not None:
+            self.hosts.close()
 
     @property
     def running(self) -> bool:
@@ -129,6 +144,9 @@ class WorkerHandle(QObject):
 
     def _handle_step_memory(self, event: dict) -> None:
         self.sig_step_memory.emit(event)
+
+    def _handle_transfer(self, event: dict) -> None:
+        self.sig_transfer.emit(event)
 
     def _handle_finished(self, event: dict) -> None:
         if event.get("run") == self.current_run:

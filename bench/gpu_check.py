@@ -136,6 +136,49 @@ def stepping_frees(device: str) -> bool:
     return bool(ok)
 
 
+def debug_run(device: str) -> bool:
+    """A debug run on the GPU: pause at the call, step two nodes, continue; grads match the trace."""
+    import queue
+    import tempfile
+
+    from core.client import WorkerClient
+
+    print(f"== a debug run on {device}: paused at backward, stepped in place")
+    script = Path(tempfile.mkdtemp()) / "debugged.py"
+    script.write_text("import torch\n"
+                      "dev = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
+                      "w = torch.randn(256, 256, device=dev, requires_grad=True)\n"
+                      "x = torch.randn(64, 256, device=dev)\n"
+                      "loss = (x @ w).relu().pow(2).mean()\n"
+                      "loss.backward()\n")
+    events: queue.Queue = queue.Queue()
+    client = WorkerClient(events.put, prestart=False)
+    steps: list[dict] = []
+    try:
+        client.run(str(script), device=device, debug={"pause_all": True})
+        presses = 0
+        while True:
+            e = events.get(timeout=120)
+            kind = e.get("type")
+            if kind == "step":
+                steps.append(e["record"])
+            elif kind == "step_paused":
+                presses += 1
+                client.control("step" if presses <= 2 else "continue")
+            elif kind == "finished":
+                trace = e["result"].trace
+                break
+    finally:
+        client.close()
+    call = trace.calls[0] if trace.calls else None
+    stepped = next((s["leaf_grads"]["w"] for s in steps if "w" in (s.get("leaf_grads") or {})), None)
+    ok = call is not None and trace.error is None and stepped is not None and \
+        stepped.get("sample") == call.leaf_grads["w"].sample
+    print(f"{len(steps)} steps, error {trace.error.type if trace.error else None}, "
+          f"stepped w.grad sample equals the trace's: {ok}")
+    return ok
+
+
 PEAK_SCRIPTS = [  # script, extra environment
     ("bench/scripts/gpt2_small.py", {"GPT2_BATCH": "4x128"}),
     ("bench/scripts/residual_mlp.py", {"RESIDUAL_BLOCKS": "1200"}),
@@ -190,7 +233,7 @@ def main() -> int:
         return 2
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name(args.device)}")
     results = [in_process(args.device), through_worker(args.device), stepping_frees(args.device),
-               peak_memory(args.device)]
+               debug_run(args.device), peak_memory(args.device)]
     print("ALL OK" if all(results) else "SOME CHECKS FAILED")
     return 0 if all(results) else 1
 

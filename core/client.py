@@ -51,12 +51,17 @@ class WorkerProcess:
 
     _ids = itertools.count()
 
-    def __init__(self, on_message: Callable[[dict], None], python: str | None = None):
+    def __init__(self, on_message: Callable[[dict], None], python: str | None = None, launcher=None):
         self.on_message = on_message
+        self.launcher = launcher  # a core.launchers.Launcher: the worker runs behind that command
         self.python = python or sys.executable
         self.id = next(self._ids)
-        self.fault_path = _private_temp("fault", ".txt")
-        self.fallback_path = _private_temp("result", ".jsonl")
+        # A worker behind a launcher cannot write our files: its stacks come back as messages.
+        self.fault_path = _private_temp("fault", ".txt") if launcher is None else None
+        self.fallback_path = _private_temp("result", ".jsonl") if launcher is None else None
+        self.refused = ""  # why the worker's hello was refused (another protocol version)
+        self.remote_fault = ""  # stacks a remote worker sent back in answer to ``dump``
+        self.placed = ("", "")  # (path on the worker's host, the app's path) of a travelling script
         self.proc: subprocess.Popen | None = None
         self.hello: dict | None = None
         self.ready = threading.Event()
@@ -81,15 +86,27 @@ class WorkerProcess:
             cmd += ["--fault-file", str(self.fault_path)]
         if self.fallback_path:
             cmd += ["--fallback-file", str(self.fallback_path)]
-        self.proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=str(ROOT),
-            env=env,
-            start_new_session=hasattr(os, "killpg"),
-        )
+        if self.launcher is not None:
+            from core.launchers import missing_command
+
+            cmd = list(self.launcher.argv)
+            env.update(self.launcher.env)
+        try:
+            self.proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=str(ROOT),
+                env=env,
+                start_new_session=hasattr(os, "killpg"),
+            )
+        except OSError as exc:
+            if self.launcher is None:
+                raise
+            # ssh / docker / kubectl not installed: reported like any worker that did not start.
+            self.proc = subprocess.Popen(missing_command(self.launcher, exc), stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         threading.Thread(target=self._wait, name=f"worker-{self.id}-wait", daemon=True).start()
         threading.Thread(target=self._read_protocol, name=f"worker-{self.id}-proto", daemon=True).start()
         threading.Thread(target=self._read_output, name=f"worker-{self.id}-output", daemon=True).start()
@@ -123,6 +140,12 @@ class WorkerProcess:
 
     def dump_and_wait(self, limit: float = 2.0) -> None:
         """Ask for a stack dump and wait (up to ``limit`` s) until the fault file stops growing."""
+        if self.launcher is not None:  # signals do not cross ssh: the stacks come back as a message
+            self.send(protocol.Dump().to_dict())
+            deadline = time.monotonic() + limit
+            while not self.remote_fault and self.alive and time.monotonic() < deadline:
+                time.sleep(0.05)
+            return
         before = self._fault_size()
         self.dump_stacks()
         deadline = time.monotonic() + limit
@@ -193,6 +216,13 @@ class WorkerProcess:
                     pass
 
     def fault_text(self) -> str:
+        if self.launcher is not None:
+            from core.launchers import fault_in_output
+
+            with self._lock:
+                tail = self.output_tail.decode("utf-8", errors="replace")
+            text = self.remote_fault or fault_in_output(tail)
+            return text.replace(*self.placed) if self.placed[0] else text
         if self._fault_cache is not None:
             return self._fault_cache
         try:
@@ -239,14 +269,13 @@ class WorkerProcess:
 
     def _read_protocol(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
-        pending = b""
+        from core.launchers import transfer_progress
+        from core.wire import StreamDecoder
+
+        # Lines, and compressed frames from a worker behind a launcher (core.wire).
+        decoder = StreamDecoder(self._handle_line, transfer_progress(self._deliver))
         for chunk in self._chunks(self.proc.stdout.fileno()):
-            pending += chunk
-            if b"\n" not in chunk:
-                continue
-            *lines, pending = pending.split(b"\n")
-            for raw in lines:
-                self._handle_line(raw)
+            decoder.feed(chunk)
         self._exited.wait()
         code = self.proc.wait()
         # Messages the worker could not send on its channel (the script closed it).
@@ -278,8 +307,22 @@ class WorkerProcess:
             return
         kind = msg.get("type")
         if kind == "hello":
+            from core.wire import ProtocolMismatch, check_hello
+
+            try:
+                check_hello(msg, f"the worker on {self.launcher.name}" if self.launcher else "the worker")
+            except ProtocolMismatch as exc:
+                self.refused = str(exc)
+                self._deliver({"type": "refused", "message": self.refused})
+                self.kill()
+                return
             self.hello = msg
             self.ready.set()
+        elif kind == "fault":
+            self.remote_fault = msg.get("text", "")
+            return
+        elif kind == "placed":  # where the travelling script was written on the worker's host
+            self.placed = (msg.get("path", ""), msg.get("local", ""))
         elif kind == "exiting":
             self.exiting = msg
         self._deliver(msg)
@@ -424,9 +467,10 @@ class WorkerClient:
     """
 
     def __init__(self, on_event: Callable[[dict], None] | None = None, python: str | None = None,
-                 prestart: bool = True):
+                 prestart: bool = True, launcher=None):
         self.on_event = on_event or (lambda e: None)
         self.python = python
+        self.launcher = launcher  # a core.launchers.Launcher, or None for a local worker
         self.prestart = prestart
         self.memory_rate = 50.0  # memory samples per second in the worker; 0 turns sampling off
         self.expand_steps = True  # hand each batched ``steps`` message on as one ``step`` event per node
@@ -445,7 +489,7 @@ class WorkerClient:
     # -- public --------------------------------------------------------------------------------
     def run(self, path: str, device: str = "cpu", mode: str = "auto", timeout: float = DEFAULT_TIMEOUT,
             step: dict | None = None, debug: dict | None = None, seeds: dict | None = None,
-            load: dict | None = None) -> int:
+            load: dict | None = None, ddp: dict | None = None) -> int:
         """Start running ``path``; returns the run id. A run in progress is cancelled first.
 
         ``step`` (``{"call": N, "mode": "interactive" | "all"}``) runs backward call N under the
@@ -467,7 +511,7 @@ class WorkerClient:
             self._run = {"id": run_id, "path": str(path), "device": device, "start": time.monotonic(),
                          "worker": worker, "timeout": timeout, "done": False, "step": step, "debug": debug}
             self._set_state("running")
-        extra = {"debug": debug, "seeds": seeds, "load": load}
+        extra = {"debug": debug, "seeds": seeds, "load": load, "ddp": ddp}
         threading.Thread(target=self._launch, args=(worker, run_id, path, device, mode, timeout, step, extra),
                          name=f"run-{run_id}", daemon=True).start()
         return run_id
@@ -526,7 +570,7 @@ class WorkerClient:
         def on_message(msg: dict) -> None:
             self._on_worker_message(holder["w"], msg)
 
-        w = WorkerProcess(on_message, python=self.python)
+        w = WorkerProcess(on_message, python=self.python, launcher=self.launcher)
         holder["w"] = w
         w.start()
         return w
@@ -542,9 +586,22 @@ class WorkerClient:
         with self._lock:
             if self._run is None or self._run["id"] != run_id:
                 return
+            run = self._run
         cmd = protocol.Run(run=run_id, path=str(Path(path).resolve()), device=device, mode=mode, step=step,
                            debug=extra.get("debug"), seeds=extra.get("seeds"), memory_rate=self.memory_rate,
                            load=extra.get("load"))
+        if extra.get("ddp"):
+            cmd.extra["ddp"] = extra["ddp"]
+        if self.launcher is not None:
+            from core.launchers import run_payload
+
+            try:
+                cmd.extra.update(run_payload(self.launcher, path))
+            except (OSError, ValueError) as exc:
+                err = ErrorInfo(type=type(exc).__name__, message=str(exc), kind="load", file=str(path))
+                self._complete(run, Trace(calls=[], error=err, script=str(path), device=device), "", 0)
+                threading.Thread(target=worker.close, daemon=True).start()
+                return
         if not worker.send(cmd.to_dict()):
             return  # the exit message reports the death
         if self.prestart:
@@ -597,6 +654,13 @@ class WorkerClient:
             run = self._run
             current = run is not None and run["worker"] is worker
         if not current:
+            if kind == "exit" and self.launcher is not None and worker.hello is None:
+                from core.launchers import start_failure
+
+                with worker._lock:
+                    said = worker.output_tail.decode("utf-8", errors="replace")
+                why = worker.refused or start_failure(self.launcher, msg.get("code") or 0, said)
+                self.on_event({"type": "spare_failed", "message": why})
             return  # a spare's exit, or an old worker's last words
         if kind == "call_trace":
             run.setdefault("calls", {})[int(msg.get("position", 0))] = msg.get("call")
@@ -655,7 +719,13 @@ class WorkerClient:
             worker.finished.wait(timeout=5)
             code = worker.proc.returncode if worker.proc is not None else -9
         reason = reason or run.get("reason", "")
-        err = death_error(code if code is not None else -9, worker.fault_text(), worker.exiting, run["path"], reason)
+        if worker.launcher is not None:
+            from core.launchers import launcher_error
+
+            err = launcher_error(worker, code, run["path"], reason)
+        else:
+            err = death_error(code if code is not None else -9, worker.fault_text(), worker.exiting, run["path"],
+                              reason)
         calls = self._streamed_calls(run)
         trace = Trace(calls=calls, error=err, script=run["path"], device=run["device"], source=_source(run["path"]),
                       call_count=max([c.index + 1 for c in calls], default=0))
@@ -682,8 +752,8 @@ class WorkerClient:
 
 def run_capture(path: str, device: str = "cpu", mode: str = "auto", timeout: float = DEFAULT_TIMEOUT,
                 on_event: Callable[[dict], None] | None = None, step: dict | None = None,
-                seeds: dict | None = None, load: dict | None = None,
-                memory_rate: float | None = None) -> RunResult:
+                seeds: dict | None = None, load: dict | None = None, launcher=None,
+                ddp: dict | None = None, memory_rate: float | None = None) -> RunResult:
     """Run one script in a fresh worker and wait for its result (the CLI and tests use this).
     ``memory_rate`` sets the memory samples per second (0: none, when nothing shows them)."""
     done = threading.Event()
@@ -696,11 +766,11 @@ def run_capture(path: str, device: str = "cpu", mode: str = "auto", timeout: flo
             box["result"] = event["result"]
             done.set()
 
-    client = WorkerClient(handle, prestart=False)
+    client = WorkerClient(handle, prestart=False, launcher=launcher)
     if memory_rate is not None:
         client.memory_rate = memory_rate
     try:
-        client.run(path, device=device, mode=mode, timeout=timeout, step=step, seeds=seeds, load=load)
+        client.run(path, device=device, mode=mode, timeout=timeout, step=step, seeds=seeds, load=load, ddp=ddp)
         done.wait()
         return box["result"]
     finally:

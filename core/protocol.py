@@ -79,6 +79,9 @@ class Hello(_Base):
     torch: str = ""
     devices: list = field(default_factory=list)
     python: str = ""
+    protocol: int = 1  # core.wire.PROTOCOL_VERSION of the worker; the app refuses another one
+    codecs: list = field(default_factory=list)  # compressions the worker can send big messages in
+    host: str = ""  # the worker machine's host name
 
 
 @_message("devices")
@@ -207,6 +210,31 @@ class TraceDone(_Base):
     streamed: int = 0  # how many calls came before as ``call_trace``: they go first in ``calls``
 
 
+@_message("frame")
+@dataclass
+class Frame(_Base):
+    """A big message follows as compressed chunks (see core.wire); ``of`` is its type."""
+    codec: str = "zlib"
+    raw: int = 0  # bytes of the message's JSON once decompressed
+    of: str = ""
+
+
+@_message("fault")
+@dataclass
+class Fault(_Base):
+    """Every thread's stack, in answer to ``dump`` from a worker with no fault file (behind a launcher)."""
+    text: str = ""
+
+
+@_message("placed")
+@dataclass
+class Placed(_Base):
+    """Where a script sent with the run was written on the worker's host, and the app's path."""
+    path: str = ""
+    local: str = ""
+    run: Any = None
+
+
 @_message("bye")
 @dataclass
 class Bye(_Base):
@@ -226,6 +254,9 @@ class Run(_Base):
     seeds: dict | None = None  # reseed the run with these (a re-run for stepping)
     memory_rate: float = 50.0
     load: dict | None = None  # how to open the file: weights, input_shapes, trust_pickle (core.programs)
+    # Behind a launcher the run also carries (in ``extra``): ``source`` and ``name`` (the script's
+    # text and file name), ``folder`` (base64 tar.gz of the files beside it), ``remote_cwd``,
+    # ``compress`` (zlib, zstd or none); any run may carry ``ddp`` ({"nproc": N, "rank": R}).
 
 
 @_command("cancel")
@@ -243,7 +274,8 @@ class Quit(_Base):
 @_command("dump")
 @dataclass
 class Dump(_Base):
-    """Write every thread's stack to the fault file (before a kill, so the report names the line)."""
+    """Write every thread's stack to the fault file (before a kill, so the report names the line);
+    a worker behind a launcher sends them back as a ``fault`` message instead."""
 
 
 @_command("devices")

@@ -52,7 +52,27 @@ def call_summary(call: CallInfo, cells: list | None = None) -> list[str]:
     for name, vals in call.leaf_grads.items():
         lines.append(f"  {name}.grad = {format_values(vals)}" if call.api != "autograd.grad"
                      else f"  d/d{name} = {format_values(vals)}")
+    lines.extend(all_reduce_summary(call.options.get("all_reduce")))
     return lines
+
+
+def all_reduce_summary(ar: dict | None) -> list[str]:
+    """DDP's gradient all-reduce for one call: each rank's local gradient and the reduced one."""
+    if not ar:
+        return []
+    lines = [f"  all-reduce ({ar.get('backend')}, {ar.get('world_size')} ranks, {ar.get('op')}; this is rank "
+             f"{ar.get('rank')}) on {len(ar.get('params', {}))} parameter(s)"]
+    ranks = ar.get("ranks") or {str(ar.get("rank")): ar.get("params", {})}
+    for name in ar.get("params", {}):
+        for r, params in sorted(ranks.items()):
+            local = params.get(name, {}).get("local")
+            lines.append(f"    {name} rank {r} local grad = {_plain_values(local)}")
+        lines.append(f"    {name} after all-reduce = {_plain_values(ar['params'][name].get('reduced'))}")
+    return lines
+
+
+def _plain_values(d: dict | None) -> str:
+    return format_values(Values(**d)) if d else "None"
 
 
 def trace_summary(trace: Trace, shown_calls: int = 12) -> str:

@@ -41,6 +41,7 @@ import json
 import os
 import queue
 import signal
+import socket
 import sys
 import threading
 import time
@@ -48,7 +49,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from core import protocol
+from core import ddp, protocol, wire, worker_remote
 from core.trace import ErrorInfo, Trace, call_to_dict, paused_gc
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,12 +77,16 @@ class Channel:
         self._identity = _identity(fd)
         self._lock = threading.Lock()
         self.broken = False  # the script closed or replaced the descriptor
+        self.codec: str | None = None  # compress big messages (behind a launcher): see core.wire
 
     def send(self, msg: dict) -> None:
         if os.getpid() != self.pid:
             return
         with paused_gc():
             data = (json.dumps(msg, separators=(",", ":")) + "\n").encode("utf-8")
+        if self.codec and len(data) > wire.FRAME_MIN_BYTES:
+            self._send_frame(data, msg.get("type", ""))
+            return
         with self._lock:
             if _identity(self.fd) == self._identity:
                 try:
@@ -94,6 +99,34 @@ class Channel:
             self.broken = True
             self._send_fallback(data)
 
+    def _send_frame(self, data: bytes, kind: str) -> None:
+        """A big message as compressed chunks; a thread writes while the next chunk is compressed."""
+        header = (json.dumps(wire.frame_header(kind, len(data), self.codec)) + "\n").encode("utf-8")
+        out: queue.Queue = queue.Queue(maxsize=16)
+        failed = []
+
+        def write() -> None:  # blocks on a slow link
+            while (chunk := out.get()) is not None:
+                if not failed:
+                    try:
+                        _write_all(self.fd, chunk)
+                    except OSError as exc:
+                        failed.append(exc)
+
+        with self._lock:
+            try:
+                _write_all(self.fd, header)
+            except OSError:
+                self.broken = True
+                return
+            writer = threading.Thread(target=write, name="frame-writer", daemon=True)
+            writer.start()
+            for chunk in wire.frame_chunks(data, self.codec):
+                out.put(chunk)
+            out.put(None)
+            writer.join()
+            self.broken = self.broken or bool(failed)
+
     def _send_fallback(self, data: bytes) -> None:
         if not self.fallback:
             return
@@ -105,6 +138,12 @@ class Channel:
             os.write(fd, data)
         finally:
             os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _identity(fd: int) -> tuple | None:
@@ -141,7 +180,7 @@ def _say_no_input() -> None:
 
 
 @contextmanager
-def script_environment(script: str):
+def script_environment(script: str, cwd: str | None = None):
     """The process as ``python script.py`` would give it: cwd, sys.path, PYTHONPATH, no app modules.
 
     The app's modules stay alive (the worker's functions hold them) but leave ``sys.modules``
@@ -163,7 +202,7 @@ def script_environment(script: str):
         else:
             os.environ.pop("PYTHONPATH", None)
     try:
-        os.chdir(folder)
+        os.chdir(cwd or folder)  # ``cwd``: a remote run's --remote-cwd, where its data is
     except OSError:
         pass
     try:
@@ -190,6 +229,8 @@ def _is_ours(mod) -> bool:
 
 
 def _is_root(entry: str) -> bool:
+    if ROOT.name in ("site-packages", "dist-packages"):
+        return False  # an installed worker: that folder also holds torch and what the script imports
     try:
         return Path(entry or ".").resolve() == ROOT
     except OSError:
@@ -335,6 +376,7 @@ class Worker:
         self.debug: DebugPlan | None = None
         self._steps: list[dict] = []  # finished nodes not sent yet
         self._steps_since = 0.0
+        self.finish = None  # a travelling script's run: maps the trace's paths back (worker_remote)
 
     def read_commands(self) -> None:
         for line in _lines(self.command_fd):
@@ -353,6 +395,8 @@ class Worker:
                 continue
             if cmd.get("cmd") == "dump":
                 self.dump_stacks()
+                if self.fault is None:  # behind a launcher: the stacks travel back as a message
+                    self.channel.send({"type": "fault", "text": worker_remote.dump_stacks()})
                 continue
             if cmd.get("cmd") in self.STEP_COMMANDS:
                 self.control_step(cmd)
@@ -362,6 +406,8 @@ class Worker:
                     self.debug.update(cmd)
                 continue
             self.commands.put(cmd)
+        if self.running:  # the connection dropped mid-run: end everything this worker started
+            worker_remote.end_group()
         self.commands.put({"cmd": "quit"})
 
     def dump_stacks(self) -> None:
@@ -379,10 +425,10 @@ class Worker:
             cmd = self.commands.get()
             kind = cmd.get("cmd")
             if kind == "quit":
-                self.channel.send({"type": "bye"})
+                self.channel.send(protocol.Bye().to_dict())
                 return
             if kind == "devices":
-                self.channel.send({"type": "devices", "devices": list_devices()})
+                self.channel.send(protocol.Devices(devices=list_devices()).to_dict())
             elif kind == "run":
                 self.run(cmd)
                 if self.channel.broken:
@@ -449,11 +495,11 @@ class Worker:
     def _flush_steps(self, index: int) -> None:
         if self._steps:
             records, self._steps = self._steps, []
-            self.channel.send({"type": "steps", "call": index, "records": records})
+            self.channel.send(protocol.Steps(call=index, records=records).to_dict())
 
     def _on_pause(self, index: int, pending: dict) -> None:
         self._flush_steps(index)
-        self.channel.send({"type": "step_paused", "call": index, "pending": pending})
+        self.channel.send(protocol.StepPaused(call=index, pending=pending).to_dict())
         self._step_memory(index)
 
     def _step_memory(self, index: int) -> None:
@@ -467,8 +513,8 @@ class Worker:
             return
         # Saved bytes are recomputed at most ~5% of the time: fast stepping stays fast.
         sample = self.sampler.mark("backward", {"t": time.perf_counter() - self.sampler.origin}, force_saved=False)
-        self.channel.send({"type": "step_memory", "call": index, "step": step, "t": sample.t,
-                           "saved_bytes": sample.saved_bytes, "allocated": sample.allocated})
+        self.channel.send(protocol.StepMemory(call=index, step=step, t=sample.t, saved_bytes=sample.saved_bytes,
+                                              allocated=sample.allocated).to_dict())
 
     def _step_hook(self, capture, step: dict | None = None, debug: DebugPlan | None = None):
         """A call hook that runs backward calls under a BackwardStepper: call ``step['call']``
@@ -528,6 +574,10 @@ class Worker:
     def run(self, cmd: dict) -> None:
         from core.capture import Capture
 
+        self.channel.codec = wire.pick_codec(cmd.get("compress"))
+        if "source" in cmd:  # the script travelled from another machine: write it here, then run it
+            worker_remote.run_materialized(self, cmd)
+            return
         run_id = cmd.get("run")
         device = cmd.get("device") or "cpu"
         self.cancelled = False
@@ -578,8 +628,11 @@ class Worker:
                     sampler.start()
                     remove_marks = install_marks(sampler.note, script_line(capture.names))
                 try:
-                    with script_environment(cmd["path"]):
-                        trace = capture.run()
+                    with script_environment(cmd["path"], cmd.get("cwd")):
+                        if cmd.get("ddp"):  # torchrun on this host, one capture per rank
+                            trace = ddp.run_ranks(self, cmd)
+                        else:
+                            trace = capture.run()
                 finally:
                     if sampler is not None:
                         remove_marks()
@@ -598,6 +651,8 @@ class Worker:
                 trace = replace(trace, error=replace(trace.error, message=f"stopped by you{where}"))
             _flush_quietly()
         trace = replace(trace, seeds=seeds)
+        if self.finish is not None:  # a travelling script: paths back to the app's own
+            trace = self.finish(trace)
         # Calls already streamed are not sent again; the parent puts them first.
         data = replace(trace, calls=trace.calls[streamed:]).to_dict()
         self.channel.send(protocol.TraceDone(trace=data, run=run_id, streamed=streamed).to_dict())
@@ -686,6 +741,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fault-file", default=None)
     parser.add_argument("--fallback-file", default=None)
     args = parser.parse_args(argv)
+    worker_remote.become_group_leader()
 
     # stdout -> protocol and stdin -> commands at the boundary; private high fds inside.
     channel = Channel(_private_fd(1), fallback=args.fallback_file)
@@ -703,6 +759,8 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(signal, "SIGUSR1"):
             # The parent sends SIGUSR1 (and a dump command) before killing a run: the dump names the line.
             faulthandler.register(signal.SIGUSR1, file=fault, all_threads=True, chain=False)
+    else:  # behind a launcher: a hard crash's dump travels back with the output
+        faulthandler.enable(file=sys.stderr, all_threads=True)
     _patch_exit(channel)
     os.environ["BACKPROP_STUDIO_WORKER"] = "1"  # show() inside a traced script leaves the capture to us
     try:
@@ -717,7 +775,8 @@ def main(argv: list[str] | None = None) -> int:
     import core.stepping  # noqa: F401
 
     channel.send({"type": "hello", "pid": os.getpid(), "torch": torch.__version__, "devices": list_devices(),
-                  "python": sys.version.split()[0]})
+                  "python": sys.version.split()[0], "protocol": wire.PROTOCOL_VERSION,
+                  "codecs": wire.available_codecs(), "host": socket.gethostname()})
     Worker(channel, command_fd, fault).serve()
     return 0
 

@@ -39,7 +39,7 @@ for i in range(6):
 
 
 class Driver:
-    """A client whose events land in a queue, with helpers to wait for one kind."""
+    """A client whose events land in a queue, with ways to wait for one kind."""
 
     def __init__(self):
         self.events: queue.Queue = queue.Queue()

@@ -160,8 +160,9 @@ def test_step_continue_and_replay(qtbot, window):
     assert window.graph.node_items[mul].state == "current"
     assert window.graph.node_items[leaf_a].state == "frontier"
     # The graph stays usable: a normal run afterwards shows the new result.
-    _open(qtbot, window, EXAMPLES / "02_polynomial.py")
-    assert {n.name for n in window.call.nodes} >= {"PowBackward0", "AccumulateGrad"}
+    window.open_script(str(EXAMPLES / "02_polynomial.py"))
+    qtbot.waitUntil(lambda: window.call is not None and
+                    {n.name for n in window.call.nodes} >= {"PowBackward0", "AccumulateGrad"}, timeout=60_000)
 
 
 def test_stepping_stops_at_the_inplace_error(qtbot, window):
@@ -318,4 +319,35 @@ def test_nondeterministic_rerun_is_said(qtbot, window, tmp_path):
     assert "not deterministic" in warned.args[0] and "values differ from the trace" in warned.args[0]
     qtbot.waitUntil(lambda: window.session.state == "paused", timeout=10_000)
     assert "not deterministic" in window.state_label.text()
+    window.act_stop.trigger()
+
+
+def test_gutter_breakpoint_and_debug_to_call(qtbot, window, tmp_path):
+    from PySide6.QtCore import QPoint, Qt
+
+    script = tmp_path / "lines.py"
+    script.write_text("import torch\n"
+                      "w = torch.ones(2, requires_grad=True)\n"
+                      "(w * 2).sum().backward()\n"
+                      "for i in range(3):\n"
+                      "    (w * i).sum().backward()\n"
+                      "(w * 7).sum().backward()\n")
+    window.open_script(str(script), run=False)
+    editor = window.source.editor
+    block = editor.document().findBlockByNumber(5)  # line 6
+    y = round(editor.blockBoundingGeometry(block).translated(editor.contentOffset()).center().y())
+    window.docks["source"].raise_()
+    qtbot.mouseClick(editor.gutter, Qt.MouseButton.LeftButton, pos=QPoint(6, y))
+    assert window.session.breakpoints == [6] and window.source.breakpoints() == [6]
+    with qtbot.waitSignal(window.session.sig_step_begin, timeout=60_000) as began:
+        window.act_debug.trigger()
+    assert (began.args[0].index, began.args[0].line) == (4, 6)  # calls from other lines did not pause
+    window.act_stop.trigger()
+    qtbot.waitUntil(lambda: not window.handle.running, timeout=10_000)
+    # Debug to call #2 (a loop's later call): the calls before it do not pause.
+    qtbot.mouseClick(editor.gutter, Qt.MouseButton.LeftButton, pos=QPoint(6, y))
+    assert window.session.breakpoints == []
+    with qtbot.waitSignal(window.session.sig_step_begin, timeout=60_000) as began:
+        window.calls.sig_debug_to_call.emit(2)
+    assert began.args[0].index == 2 and began.args[0].line == 5
     window.act_stop.trigger()

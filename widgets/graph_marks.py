@@ -29,8 +29,9 @@ TAG_STYLES = {
     "view": ("sharing", "background", False),
     "device": ("device", "background", False),
     "device_edge": ("device", "background", True),
+    "allreduce": ("device", "background", False),
 }
-NODE_TAG_ORDER = ("stale", "inplace", "view", "device")
+NODE_TAG_ORDER = ("stale", "inplace", "view", "device", "allreduce")
 TAG_GAP = 3.0
 LINK_Z = 0.5  # above edges and nodes (routes go around boxes), below tags
 TAG_Z = 2.0  # above everything
@@ -199,6 +200,30 @@ class MarkItems:
         self.tags, self.links, self.accented = [], [], []
 
 
+def all_reduce_tips(call: CallInfo) -> dict[str, tuple[str, str]]:
+    """node id -> (tag, tooltip) for the AccumulateGrad nodes a DDP all-reduce wrote (see trace format)."""
+    ar = (call.options or {}).get("all_reduce")
+    if not ar:
+        return {}
+    out = {}
+    names = {t.id: t.name for t in call.tensors}
+    for n in call.nodes:
+        if n.id not in ar.get("nodes", ()):
+            continue
+        name = names.get(n.variable)
+        entry = ar.get("params", {}).get(name, {})
+
+        def short(v):
+            data = (v or {}).get("data") or (v or {}).get("sample") or []
+            return "[" + ", ".join(f"{x:.4g}" for x in data[:4]) + (", …]" if len(data) > 4 else "]")
+
+        tip = (f"DDP all-reduce ({ar.get('backend')}, {ar.get('world_size')} ranks, {ar.get('op')}): "
+               f"{name}.grad on rank {ar.get('rank')} was {short(entry.get('local'))} after this node, "
+               f"and {short(entry.get('reduced'))} once averaged over the ranks.")
+        out[n.id] = (f"\u21c4 all-reduce \u00d7{ar.get('world_size')}", tip)
+    return out
+
+
 def build_marks(
     scene: QGraphicsScene,
     call: CallInfo,
@@ -222,6 +247,7 @@ def build_marks(
 
     devices = anatomy.call_devices(call)
     stale = [n for n in call.nodes if n.stale is not None]
+    reduced = all_reduce_tips(call)
     for n in call.nodes:
         box = members.get(n.id)
         if box is None or box not in nodes:
@@ -239,6 +265,8 @@ def build_marks(
         if device:
             tip = f"Output on {device}. This call uses {len(devices)} devices: {', '.join(devices)}."
             tag(box, "device", device, tip)
+        if n.id in reduced:
+            tag(box, "allreduce", reduced[n.id][0], reduced[n.id][1])
     for box, kinds in node_tags.items():
         b = layout.nodes[box]  # tags hang from the bottom border, right of where the edges leave
         x, top = b.x + b.w / 2 + 8, b.y + b.h - 5

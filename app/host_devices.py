@@ -1,0 +1,156 @@
+"""Saved hosts in the window's device picker: "gpu-box: cuda:0 (H100, 80 GB)".
+
+Each saved host gets a ``WorkerClient`` behind its launcher, started with the window so its
+worker's hello (the host's devices) arrives while the user reads the first graph; that spare
+worker then serves the first run on the host. A picked host device has the data
+``HOST::DEVICE``; ``WorkerHandle.run`` sends such a run to the host's client. A host that
+cannot start a worker (ssh refused, another protocol version) is listed greyed out with the
+reason as its tooltip.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from PySide6.QtCore import QObject, Qt, Signal
+
+from app.hosts import load_hosts
+from core.client import WorkerClient
+from core.launchers import LauncherError, from_host
+
+log = logging.getLogger(__name__)
+
+SEP = "::"
+
+
+def split_device(device: str) -> tuple[str | None, str]:
+    """``("gpu-box", "cuda:0")`` for ``"gpu-box::cuda:0"``; ``(None, device)`` for a local device."""
+    host, sep, dev = device.partition(SEP)
+    return (host, dev) if sep else (None, device)
+
+
+def device_label(host: str, d: dict) -> str:
+    """The picker's text for device ``d`` of ``host``."""
+    detail = d.get("name", "")
+    if d.get("total_memory"):
+        detail = f"{detail}, {d['total_memory'] / 2**30:.0f} GB"  # GiB, as nvidia-smi rounds them
+    return f"{host}: {d['id']} ({detail})" if d["id"] != "cpu" else f"{host}: cpu ({detail or 'CPU'})"
+
+
+class HostWorkers(QObject):
+    sig_devices = Signal(str, list)
+    """A host's worker said hello: the host name and its devices."""
+    sig_failed = Signal(str, str)
+    """A host's worker could not start: the host name and why."""
+    _sig_hello = Signal(str, dict)
+    """(internal) a hello from a host's client, carried to the GUI thread."""
+
+    def __init__(self, handle, hosts: list[dict] | None = None):
+        super().__init__(handle)
+        self.handle = handle
+        self.clients: dict[str, WorkerClient] = {}
+        self.devices: dict[str, list] = {}
+        self.failed: dict[str, str] = {}
+        self._sig_hello.connect(self._on_hello)
+        for host in load_hosts() if hosts is None else hosts:
+            try:
+                launcher = from_host(host)
+            except LauncherError as exc:
+                self.failed[str(host.get("name"))] = str(exc)
+                continue
+            client = WorkerClient(lambda e, name=launcher.name: self._relay(name, e), prestart=True,
+                                  launcher=launcher)
+            client.expand_steps = handle.local.expand_steps  # the same events as the local worker
+            self.clients[launcher.name] = client
+
+    def _relay(self, name: str, event: dict) -> None:
+        kind = event.get("type")
+        if kind == "hello":
+            self._sig_hello.emit(name, event)
+        elif kind == "spare_failed":
+            self._sig_hello.emit(name, {"type": "failed", "message": event.get("message", "")})
+        else:
+            self.handle.sig_event.emit(event)  # a run on the host: the same signals as a local run
+
+    def _on_hello(self, name: str, event: dict) -> None:
+        if event.get("type") == "failed":
+            self.failed[name] = event.get("message", "")
+            self.sig_failed.emit(name, self.failed[name])
+            return
+        self.devices[name] = [d for d in event.get("devices", []) if d.get("kind") != "error"]
+        self.sig_devices.emit(name, self.devices[name])
+
+    def client_for(self, host: str) -> WorkerClient | None:
+        return self.clients.get(host)
+
+    def close(self) -> None:
+        for client in self.clients.values():
+            client.close()
+
+
+def fill_picker(box, hosts: HostWorkers | None) -> None:
+    """Append every host's devices (or its failure) to the device picker, after the local ones."""
+    current = box.currentData()
+    for i in range(box.count() - 1, -1, -1):
+        if SEP in str(box.itemData(i)):
+            box.removeItem(i)
+    names = [] if hosts is None else list(hosts.clients) + [n for n in hosts.failed if n not in hosts.clients]
+    for name in names:
+        for d in hosts.devices.get(name, []):
+            box.addItem(device_label(name, d), f"{name}{SEP}{d['id']}")
+        if name in hosts.failed:
+            box.addItem(f"{name}: unavailable", f"{name}{SEP}")
+            item = box.model().item(box.count() - 1)
+            item.setEnabled(False)
+            box.setItemData(box.count() - 1, hosts.failed[name], Qt.ItemDataRole.ToolTipRole)
+    index = box.findData(current)
+    if index >= 0:
+        box.setCurrentIndex(index)
+
+
+def install(window) -> None:
+    """Start a worker on every saved host, list their devices in ``window.device_box``, and add
+    Run > Hosts… (saving there starts the hosts' workers again)."""
+    from app.hosts_dialog import add_menu_action
+
+    handle = window.handle
+    refill = lambda *_: fill_picker(window.device_box, handle.hosts)  # noqa: E731
+
+    def start() -> None:
+        old = handle.hosts
+        if old is not None:
+            if handle.client is not handle.local and handle.client in old.clients.values():
+                handle.client = handle.local
+            old.close()
+        hosts = HostWorkers(handle)
+        handle.hosts = hosts if hosts.clients or hosts.failed else None
+        hosts.sig_devices.connect(refill)
+        hosts.sig_failed.connect(refill)
+        refill()
+
+    handle.sig_devices.connect(refill)  # connected after the window's own slot: runs after it
+    handle.sig_transfer.connect(lambda e: show_transfer(window, e))
+    handle.sig_finished.connect(lambda _: end_transfer(window))
+    add_menu_action(window, start)
+    window.restart_hosts = start
+    start()
+
+
+def show_transfer(window, event: dict) -> None:
+    """The status bar's progress bar follows a trace arriving over a slow link."""
+    raw = max(int(event.get("raw") or 0), 1)
+    bar = window.busy
+    bar.setRange(0, 1000)
+    bar.setValue(int(1000 * min(event.get("decoded", 0), raw) / raw))
+    bar.setFormat("trace %p%")
+    bar.setTextVisible(True)
+    bar.setToolTip(f"Receiving the trace: {event.get('received', 0) / 1e6:.1f} MB received ({event.get('codec')}), "
+                   f"{event.get('decoded', 0) / 1e6:.1f} of {raw / 1e6:.1f} MB decoded")
+    bar.show()
+
+
+def end_transfer(window) -> None:
+    """Back to the busy indicator for the next run."""
+    window.busy.setRange(0, 0)
+    window.busy.setTextVisible(False)
+    window.busy.setToolTip("")

@@ -1,0 +1,126 @@
+"""Run > Hosts…: the saved hosts as a table the user edits (name, ssh destination or worker
+command, the host's Python, a remote folder). Saving checks every row and names the first bad
+field; the picker then lists the new hosts' devices as their workers say hello."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import (QAbstractItemView, QDialog, QDialogButtonBox, QHBoxLayout, QHeaderView, QLabel,
+                               QPushButton, QTableWidget, QTableWidgetItem, QVBoxLayout)
+
+from app.hosts import load_hosts, save_hosts
+from core.launchers import LauncherError, from_host
+
+COLUMNS = ("Name", "ssh destination", "or worker command", "Python on the host", "Remote folder", "Send folder")
+SEND = len(COLUMNS) - 1  # a check box: send the files beside each script
+HELP = ("A host runs the worker where the GPU is. Give an ssh destination (user@host or a "
+        "~/.ssh/config alias; your keys and agent are used, no password is stored) and the host's "
+        "Python with torch and Backprop Studio installed, or a whole worker command such as "
+        "<code>srun -p gpu python -m core.worker</code>, <code>docker exec -i box python -m core.worker</code> "
+        "or <code>kubectl exec -i pod -- python -m core.worker</code>.")
+
+
+def row_to_host(values: list[str], send_folder: bool = False) -> dict:
+    name, dest, command, python, cwd = (v.strip() for v in values)
+    host = {"name": name, "remote_cwd": cwd or None, "send_folder": send_folder}
+    if command:
+        host.update(kind="command", command=command)
+    else:
+        host.update(kind="ssh", dest=dest or name, python=python or "python3")
+    return host
+
+
+def host_to_row(host: dict) -> list[str]:
+    if host.get("kind") == "command":
+        return [host.get("name", ""), "", host.get("command", ""), "", host.get("remote_cwd") or ""]
+    return [host.get("name", ""), host.get("dest", ""), "", host.get("python", ""), host.get("remote_cwd") or ""]
+
+
+class HostsDialog(QDialog):
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setWindowTitle("Hosts")
+        self.resize(860, 320)
+        layout = QVBoxLayout(self)
+        intro = QLabel(HELP, self)
+        intro.setWordWrap(True)
+        layout.addWidget(intro)
+        self.table = QTableWidget(0, len(COLUMNS), self)
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        layout.addWidget(self.table)
+        for host in load_hosts():
+            self.add_row(host_to_row(host), bool(host.get("send_folder")))
+        buttons = QHBoxLayout()
+        add, remove = QPushButton("Add", self), QPushButton("Remove", self)
+        add.clicked.connect(lambda: self.add_row(["", "", "", "python3", ""]))
+        remove.clicked.connect(lambda: self.table.removeRow(self.table.currentRow()))
+        buttons.addWidget(add)
+        buttons.addWidget(remove)
+        buttons.addStretch(1)
+        layout.addLayout(buttons)
+        self.error = QLabel("", self)
+        self.error.setStyleSheet("color: #b00020")
+        layout.addWidget(self.error)
+        box = QDialogButtonBox(QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel, self)
+        box.accepted.connect(self.save)
+        box.rejected.connect(self.reject)
+        layout.addWidget(box)
+
+    def add_row(self, values: list[str], send_folder: bool = False) -> None:
+        r = self.table.rowCount()
+        self.table.insertRow(r)
+        for c, v in enumerate(values):
+            self.table.setItem(r, c, QTableWidgetItem(v))
+        check = QTableWidgetItem("")
+        check.setFlags(Qt.ItemFlag.ItemIsUserCheckable | Qt.ItemFlag.ItemIsEnabled)
+        check.setCheckState(Qt.CheckState.Checked if send_folder else Qt.CheckState.Unchecked)
+        self.table.setItem(r, SEND, check)
+
+    def hosts(self) -> list[dict]:
+        """Every row as a host record; LauncherError naming the row and field of the first bad one."""
+        out, names = [], set()
+        for r in range(self.table.rowCount()):
+            values = [(self.table.item(r, c).text() if self.table.item(r, c) else "") for c in range(SEND)]
+            if not any(v.strip() for v in values):
+                continue
+            check = self.table.item(r, SEND)
+            host = row_to_host(values, check is not None and check.checkState() == Qt.CheckState.Checked)
+            try:
+                from_host(host)
+            except LauncherError as exc:
+                raise LauncherError(f"row {r + 1}: {exc}") from None
+            if host["name"] in names:
+                raise LauncherError(f"row {r + 1}: the name '{host['name']}' is used twice")
+            names.add(host["name"])
+            out.append(host)
+        return out
+
+    def save(self) -> None:
+        try:
+            hosts = self.hosts()
+        except LauncherError as exc:
+            self.error.setText(str(exc))
+            return
+        save_hosts(hosts)
+        self.accept()
+
+
+def add_menu_action(window, restart) -> QAction:
+    """Run > Hosts…; ``restart()`` starts the saved hosts' workers again after a save."""
+    run_menu = next((a.menu() for a in window.menuBar().actions() if a.text() == "&Run"), None)
+    act = QAction("&Hosts…", window)
+    act.setToolTip("Hosts the worker can run on (ssh, Slurm, Docker, Kubernetes)")
+
+    def open_dialog() -> None:
+        if HostsDialog(window).exec() == QDialog.DialogCode.Accepted:
+            restart()
+
+    act.triggered.connect(open_dialog)
+    if run_menu is not None:
+        run_menu.addSeparator()
+        run_menu.addAction(act)
+    window.act_hosts = act
+    return act

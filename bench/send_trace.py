@@ -1,0 +1,33 @@
+"""Stand-in for a worker that has just finished a run: says hello, then sends one saved trace
+through the worker's own Channel (compressed in frames when asked, as a worker behind a
+launcher does; bench_remote.py starts it behind one). The time it starts encoding travels in
+the ``started`` message."""
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from core import protocol  # noqa: E402
+from core.trace import Trace  # noqa: E402
+from core.wire import PROTOCOL_VERSION, pick_codec  # noqa: E402
+from core.worker import Channel  # noqa: E402
+
+
+def main() -> None:
+    path, codec = sys.argv[1], sys.argv[2]
+    trace = Trace.load(path)
+    channel = Channel(os.dup(1))
+    channel.send({"type": "hello", "pid": os.getpid(), "protocol": PROTOCOL_VERSION, "devices": []})
+    cmd = json.loads(sys.stdin.readline())  # the run command
+    channel.send({"type": "started", "run": cmd["run"], "t": time.time()})
+    channel.codec = pick_codec(codec)
+    channel.send(protocol.TraceDone(trace=trace.to_dict(), run=cmd["run"]).to_dict())
+    sys.stdin.readline()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""DDP scripts captured per rank: the worker launches ``torchrun`` on its own host.
+
+``torchrun --standalone --nproc_per_node=N`` starts N ranks, each running
+``core.ddp_rank`` (capture of the script, DDP's all-reduce recorded). The worker returns the
+trace of the rank the user picked (rank 0 by default); each call's ``all_reduce`` option also
+holds every rank's local and reduced gradients, so the ranks can be compared side by side.
+The ranks run in their own process group, ended on Stop, time-out or a dropped connection.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+# Imported now: while a script runs the app's modules are out of sys.modules (core.worker).
+from core.trace import ErrorInfo, Trace, TraceFormatError
+
+CHILD_GROUPS: set[int] = set()  # process groups to end with the worker (see worker_remote.end_group)
+
+
+def torchrun_argv(script: str, nproc: int, out: str, device: str, mode: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+            "-m", "core.ddp_rank", "--out", out, "--device", device, "--mode", mode, script]
+
+
+def end_children() -> None:
+    for pgid in list(CHILD_GROUPS):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except OSError:
+            pass
+        CHILD_GROUPS.discard(pgid)
+
+
+def run_ranks(worker, cmd: dict):
+    """Run ``cmd['path']`` under torchrun and return the picked rank's trace."""
+
+    ddp = cmd.get("ddp") or {}
+    nproc = int(ddp.get("nproc", 2))
+    rank = int(ddp.get("rank", 0))
+    device = cmd.get("device") or "cpu"
+    script = str(Path(cmd["path"]).resolve())
+    if not 0 <= rank < nproc:
+        err = ErrorInfo(type="ValueError", kind="load", message=f"rank {rank} was asked for, but only ranks 0 to "
+                                                                  f"{nproc - 1} run (--nproc {nproc})")
+        return Trace(calls=[], error=err, script=script, device=device)
+    out = tempfile.mkdtemp(prefix="backprop-studio-ddp-")
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    proc = subprocess.Popen(torchrun_argv(script, nproc, out, device, cmd.get("mode", "auto")), env=env,
+                            start_new_session=True)
+    CHILD_GROUPS.add(proc.pid)
+    try:
+        code = proc.wait()
+    except KeyboardInterrupt:
+        end_children()
+        proc.wait()
+        shutil.rmtree(out, ignore_errors=True)
+        err = ErrorInfo(type="KeyboardInterrupt", message="the run was cancelled", kind="cancelled")
+        return Trace(calls=[], error=err, script=script, device=device)
+    finally:
+        end_children()
+    try:
+        traces = {}
+        for r in range(nproc):
+            path = Path(out) / f"rank{r}.json"
+            if path.is_file():
+                traces[r] = Trace.load(path)
+    except (OSError, TraceFormatError) as exc:
+        traces = {}
+        load_error = str(exc)
+    else:
+        load_error = ""
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    if rank not in traces:
+        why = load_error or f"torchrun exited with code {code}"
+        err = ErrorInfo(type="DDPError", kind="exit",
+                        message=f"rank {rank} of {nproc} wrote no trace ({why}); the output above says why")
+        return Trace(calls=[], error=err, script=script, device=device)
+    return with_all_ranks(traces[rank], traces)
+
+
+def with_all_ranks(trace, traces: dict):
+    """``trace`` with each call's all-reduce record listing every rank's gradients for that call."""
+    calls = []
+    for call in trace.calls:
+        ar = call.options.get("all_reduce")
+        if not ar:
+            calls.append(call)
+            continue
+        ranks = {}
+        for r, other in sorted(traces.items()):
+            match = next((c for c in other.calls if c.index == call.index), None)
+            if match is not None and match.options.get("all_reduce"):
+                ranks[str(r)] = match.options["all_reduce"]["params"]
+        calls.append(replace(call, options={**call.options, "all_reduce": {**ar, "ranks": ranks}}))
+    return replace(trace, calls=calls)

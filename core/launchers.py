@@ -1,0 +1,230 @@
+"""Where a worker runs: the local interpreter, or any command whose stdin/stdout are the worker's.
+
+The protocol is JSON lines over pipes, so a worker can sit behind ``ssh gpu-box python3 -m
+core.worker``, ``srun --pty=no ... python -m core.worker``, ``docker exec -i CONTAINER python
+-m core.worker`` or ``kubectl exec -i POD -- python -m core.worker``: the app starts that
+command, writes commands to its stdin and reads the worker's messages from its stdout and
+the script's output from its stderr. ``ssh`` uses the user's own ``~/.ssh/config``, keys and
+agent (BatchMode: the app never asks for or stores a password).
+
+A *host* is a plain record (saved by the app in its settings)::
+
+    {"name": "gpu-box", "kind": "ssh", "dest": "me@gpu-box", "python": "python3",
+     "remote_cwd": "/data/run1", "send_folder": false}
+    {"name": "slurm-a100", "kind": "command",
+     "command": "srun -p gpu --gres=gpu:1 python -m core.worker"}
+
+``resolve(spec, hosts)`` turns a host name, or any ssh destination (``user@host``, a
+``~/.ssh/config`` alias) when no host has that name, into a ``Launcher``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+from dataclasses import dataclass, field
+
+WORKER_MODULE = "core.worker"
+DEFAULT_PYTHON = "python3"
+CODECS = ("zlib", "zstd", "none")
+
+
+class LauncherError(ValueError):
+    """A host record or worker command that cannot start a worker; the message names the field."""
+
+
+@dataclass(frozen=True)
+class Launcher:
+    """How to start one remote worker and what to send it with each run."""
+
+    name: str  # shown in the device picker before each device ("gpu-box: cuda:0")
+    argv: tuple[str, ...]  # the command; its stdin/stdout/stderr become the worker's
+    kind: str = "command"  # "ssh" or "command"
+    compress: str = "zlib"  # how traces travel back: zlib, zstd (where installed) or none
+    remote_cwd: str | None = None  # run the script in this remote folder instead of a temporary one
+    send_folder: bool = False  # also send the files beside the script
+    env: dict = field(default_factory=dict)  # extra environment for the local command (tests, PATH)
+
+    def describe(self) -> str:
+        return f"{self.name} ({shlex.join(self.argv)})"
+
+
+def worker_command(python: str = DEFAULT_PYTHON) -> str:
+    """The remote shell command that starts a worker with ``python``."""
+    return f"{python} -m {WORKER_MODULE}"
+
+
+def ssh_argv(dest: str, python: str = DEFAULT_PYTHON, ssh: str | None = None,
+             options: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """``ssh`` with no terminal, no password prompt and a keep-alive, running the worker on ``dest``."""
+    exe = ssh or shutil.which("ssh") or "ssh"
+    return (exe, "-T", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=15", *options, "--", dest,
+            worker_command(python))
+
+
+_DEST = re.compile(r"^(?:[A-Za-z0-9._-]+@)?[A-Za-z0-9._:\[\]-]+$")
+
+
+def from_host(host: dict) -> Launcher:
+    """A launcher from a saved host record; a bad record raises LauncherError naming the field."""
+    name = str(host.get("name") or "").strip()
+    if not name:
+        raise LauncherError("host record: 'name' is empty")
+    kind = host.get("kind", "ssh")
+    compress = host.get("compress", "zlib")
+    if compress not in CODECS:
+        raise LauncherError(f"host '{name}': 'compress' must be one of {', '.join(CODECS)}, not {compress!r}")
+    common = dict(name=name, compress=compress, remote_cwd=host.get("remote_cwd") or None,
+                  send_folder=bool(host.get("send_folder", False)))
+    if kind == "ssh":
+        dest = str(host.get("dest") or name)
+        if not _DEST.match(dest):
+            raise LauncherError(f"host '{name}': 'dest' {dest!r} is not an ssh destination (user@host or an alias)")
+        options = tuple(shlex.split(host.get("ssh_options", "")))
+        return Launcher(argv=ssh_argv(dest, host.get("python") or DEFAULT_PYTHON, options=options), kind="ssh",
+                        **common)
+    if kind == "command":
+        return Launcher(argv=split_command(host.get("command", ""), f"host '{name}': 'command'"), **common)
+    raise LauncherError(f"host '{name}': 'kind' must be 'ssh' or 'command', not {kind!r}")
+
+
+def split_command(command: str, what: str = "--worker-command") -> tuple[str, ...]:
+    """A worker command line split like a POSIX shell would, or LauncherError saying what is wrong."""
+    try:
+        argv = tuple(shlex.split(command or ""))
+    except ValueError as exc:
+        raise LauncherError(f"{what}: {exc} in {command!r}") from None
+    if not argv:
+        raise LauncherError(f"{what} is empty: give the command that starts "
+                            f"'{worker_command()}' with its stdin and stdout as the worker's")
+    return argv
+
+
+def from_command(command: str, name: str | None = None, **options) -> Launcher:
+    """A launcher from a whole command line (``--worker-command "docker exec -i box python -m core.worker"``)."""
+    argv = split_command(command)
+    return Launcher(name=name or os.path.basename(argv[0]), argv=argv, **options)
+
+
+def resolve(spec: str, hosts: list[dict] | None = None, **options) -> Launcher:
+    """``--host SPEC``: a saved host by name, else ``SPEC`` taken as an ssh destination."""
+    for host in hosts or []:
+        if host.get("name") == spec:
+            launcher = from_host(host)
+            break
+    else:
+        if not spec or not _DEST.match(spec):
+            raise LauncherError(f"--host {spec!r}: no saved host has that name, and it is not an ssh "
+                                f"destination (user@host or a ~/.ssh/config alias)")
+        launcher = from_host({"name": spec, "kind": "ssh", "dest": spec})
+    return replace_options(launcher, **options)
+
+
+def replace_options(launcher: Launcher, **options) -> Launcher:
+    from dataclasses import replace
+
+    given = {k: v for k, v in options.items() if v is not None}
+    return replace(launcher, **given) if given else launcher
+
+
+# -- the app's side of the pipe --------------------------------------------------------------------
+def missing_command(launcher: Launcher, exc: OSError) -> list[str]:
+    """A stand-in process that says why the launcher's command could not start, and exits 127."""
+    import sys
+
+    text = f"cannot start {launcher.argv[0]!r}: {exc.strerror or exc}"
+    return [sys.executable, "-c", f"import sys; sys.stderr.write({text!r}); sys.exit(127)"]
+
+
+def fault_in_output(output: str) -> str:
+    """The faulthandler dump a crashed remote worker wrote into its output, or ''."""
+    for marker in ("Fatal Python error", "Thread 0x", "Current thread 0x"):
+        at = output.find(marker)
+        if at >= 0:
+            return output[at:]
+    return ""
+
+
+def transfer_progress(deliver):
+    """``on_progress`` for core.wire.StreamDecoder: ``transfer`` messages, at most one per MiB received."""
+    last = {"got": 0, "done": None}
+
+    def progress(header: dict, got: int, decoded: int) -> None:
+        raw = int(header.get("raw") or 0)
+        if decoded >= raw:
+            if last["done"] is header:
+                return  # the end was already reported
+            last["done"], last["got"] = header, 0
+        elif got - last["got"] >= 1 << 20:
+            last["got"] = got
+        else:
+            return
+        deliver({"type": "transfer", "of": header.get("of"), "received": got, "decoded": decoded,
+                 "raw": raw, "codec": header.get("codec")})
+
+    return progress
+
+
+def launcher_error(worker, code: int | None, script: str, reason: str):
+    """The error for a run whose worker behind a launcher vanished (or never started)."""
+    from core.client import death_error
+    from core.trace import ErrorInfo
+
+    with worker._lock:
+        said = worker.output_tail.decode("utf-8", errors="replace")
+    if worker.refused:
+        return ErrorInfo(type="ProtocolMismatch", message=worker.refused, kind="load")
+    if worker.hello is None and code is not None and not reason:
+        return ErrorInfo(type="LauncherError", message=start_failure(worker.launcher, code, said), kind="load")
+    fault = worker.fault_text()
+    code = remote_exit_code(code if code is not None else -9, fault)
+    return death_error(code, fault, worker.exiting, script, reason)
+
+
+def run_payload(launcher: Launcher, path: str) -> dict:
+    """What a ``run`` command carries to a remote worker besides the local one's fields."""
+    from pathlib import Path
+
+    from core.worker_remote import pack_folder
+
+    p = Path(path)
+    from core.wire import available_codecs
+
+    # zstd only where this side can read it; the worker falls back to zlib where it has none.
+    codec = launcher.compress if launcher.compress in available_codecs() + ["none"] else "zlib"
+    payload = {"source": p.read_text(encoding="utf-8"), "name": p.name, "compress": codec}
+    if launcher.remote_cwd:
+        payload["remote_cwd"] = launcher.remote_cwd
+    if launcher.send_folder:
+        payload["folder"] = pack_folder(p.parent, skip=str(p))
+    return payload
+
+
+_FATAL = {"Segmentation fault": 11, "Aborted": 6, "Floating point exception": 8, "Bus error": 7,
+          "Illegal instruction": 4}
+
+
+def remote_exit_code(code: int, fault: str) -> int:
+    """The exit code as a local worker would report it: a remote shell turns signal N into
+    128+N and ssh may say 255, but the faulthandler dump names the signal."""
+    for text, signum in _FATAL.items():
+        if f"Fatal Python error: {text}" in fault:
+            return -signum
+    if 128 < code < 160:
+        return -(code - 128)
+    return code
+
+
+def start_failure(launcher: Launcher, code: int, output: str) -> str:
+    """Why a worker behind ``launcher`` never said hello, with the launcher's last words."""
+    lines = [ln.strip() for ln in output.strip().splitlines() if ln.strip()]
+    said = f": {lines[-1]}" if lines else ""
+    hint = ""
+    if launcher.kind == "ssh" and code == 255:
+        hint = " (check that 'ssh' to it works without a password prompt: keys or an agent)"
+    elif code == 127 or "No module named" in output:
+        hint = " (is Python with torch and Backprop Studio installed there? set the host's python)"
+    return (f"the worker on {launcher.name} did not start: {os.path.basename(launcher.argv[0])} exited with "
+            f"code {code}{said}{hint}")

@@ -1,0 +1,21 @@
+"""Start the worker with numpy, psutil and Qt made unimportable: what a bare remote host has."""
+
+import importlib.util
+import runpy
+import sys
+from pathlib import Path
+
+BLOCKED = ("numpy", "psutil", "PySide6", "networkx", "pyqtgraph", "PIL")
+
+
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked)", name=name)
+
+
+sys.meta_path.insert(0, Block())
+sys.path = [p for p in sys.path if p != str(Path(__file__).resolve().parents[1])]  # not the source tree
+spec = importlib.util.find_spec("core.worker")
+print("worker module:", spec.origin, file=sys.stderr, flush=True)
+runpy.run_module("core.worker", run_name="__main__", alter_sys=True)

@@ -1,0 +1,128 @@
+"""Saved hosts in the window: their devices in the picker under the host's name, a run on a
+host device goes through that host's worker, and a host that cannot start says why."""
+
+import shlex
+import sys
+
+import pytest
+
+from app.hosts import load_hosts, save_hosts
+from core.client import ROOT
+
+PY = sys.executable
+EXAMPLES = ROOT / "resources" / "examples"
+
+
+@pytest.fixture
+def hosts_window(qtbot, tmp_path, monkeypatch):
+    monkeypatch.setenv("BACKPROP_STUDIO_SETTINGS", str(tmp_path / "settings.ini"))
+    worker = f"sh -c 'cd {shlex.quote(str(ROOT))} && exec {shlex.quote(PY)} -m core.worker'"
+    save_hosts([{"name": "lab", "kind": "command", "command": worker},
+                {"name": "gone", "kind": "command", "command": "sh -c 'echo no route to gone >&2; exit 255'"}])
+    assert [h["name"] for h in load_hosts()] == ["lab", "gone"]
+    from app.window import MainWindow
+
+    w = MainWindow(timeout=60)
+    qtbot.addWidget(w)
+    w.resize(1200, 800)
+    w.show()
+    yield w
+    w.handle.close()
+
+
+def _items(box):
+    return [(box.itemText(i), box.itemData(i)) for i in range(box.count())]
+
+
+def test_host_devices_listed_and_used(qtbot, hosts_window, tmp_path):
+    w = hosts_window
+    box = w.device_box
+    qtbot.waitUntil(lambda: ("lab: cpu (CPU)", "lab::cpu") in _items(box), timeout=60_000)
+    qtbot.waitUntil(lambda: any(t == "gone: unavailable" for t, _ in _items(box)), timeout=30_000)
+    gone = next(i for i in range(box.count()) if box.itemText(i) == "gone: unavailable")
+    assert not box.model().item(gone).isEnabled()
+    assert "the worker on gone did not start" in box.itemData(gone, 3)  # the tooltip says why
+    assert "no route to gone" in box.itemData(gone, 3)
+    assert box.itemData(0) == "cpu"  # the local devices stay first
+    w.grab().save(str(tmp_path / "hosts.png"))
+    box.setCurrentIndex(box.findData("lab::cpu"))
+    with qtbot.waitSignal(w.sig_trace_shown, timeout=60_000):
+        w.open_script(str(EXAMPLES / "01_multiply.py"))
+    assert w.trace.error is None
+    assert w.trace.script == str((EXAMPLES / "01_multiply.py").resolve())
+    assert w.handle.client is w.handle.hosts.client_for("lab")  # the run went through the host
+    assert w.call is not None and w.call.api == "Tensor.backward"
+
+
+def test_all_reduce_is_marked_on_the_parameters(qtbot):
+    from dataclasses import replace
+
+    from tests.fixtures_graphs import mul_call
+    from widgets.graph_view import GraphView
+
+    ar = {"backend": "gloo", "world_size": 2, "rank": 1, "op": "average", "nodes": ["n1"],
+          "params": {"a": {"local": {"numel": 3, "data": [1.0, 2.0, 3.0]},
+                           "reduced": {"numel": 3, "data": [2.0, 2.0, 2.0]}}}}
+    call = replace(mul_call(), options={"all_reduce": ar})
+    view = GraphView()
+    qtbot.addWidget(view)
+    view.resize(800, 600)
+    view.show()
+    view.set_call(call, sync=True)
+    tags = {t.target: t for t in view.marks.tags if t.kind == "allreduce"}
+    assert set(tags) == {"n1"}  # a's AccumulateGrad, not b's
+    assert tags["n1"].text == "\u21c4 all-reduce \u00d72"
+    assert tags["n1"].toolTip() == ("DDP all-reduce (gloo, 2 ranks, average): a.grad on rank 1 was [1, 2, 3] "
+                                    "after this node, and [2, 2, 2] once averaged over the ranks.")
+
+
+def test_hosts_dialog_checks_saves_and_restarts(qtbot, hosts_window, tmp_path):
+    from PySide6.QtCore import Qt
+
+    from app.hosts_dialog import HostsDialog
+
+    w = hosts_window
+    dialog = HostsDialog(w)
+    qtbot.addWidget(dialog)
+    table = dialog.table
+    assert [table.item(r, 0).text() for r in range(table.rowCount())] == ["lab", "gone"]
+    dialog.add_row(["gpu-box", "me@gpu box", "", "/opt/venv/bin/python", "/data"])
+    dialog.save()
+    assert "row 3: host 'gpu-box': 'dest' 'me@gpu box' is not an ssh destination" in dialog.error.text()
+    assert dialog.result() == 0 and [h["name"] for h in load_hosts()] == ["lab", "gone"]  # nothing lost
+    table.item(2, 1).setText("me@gpu-box")
+    table.item(0, 5).setCheckState(Qt.CheckState.Checked)  # lab: send the files beside each script
+    table.removeRow(1)
+    dialog.grab().save(str(tmp_path / "hosts-dialog.png"))
+    dialog.save()
+    assert dialog.result() == 1
+    assert load_hosts()[1] == {"name": "gpu-box", "remote_cwd": "/data", "send_folder": False, "kind": "ssh",
+                               "dest": "me@gpu-box", "python": "/opt/venv/bin/python"}
+    assert load_hosts()[0]["send_folder"] is True
+    w.restart_hosts()
+    assert set(w.handle.hosts.clients) == {"lab", "gpu-box"}
+    box = w.device_box
+    assert not any(str(box.itemData(i)).startswith("gone::") for i in range(box.count()))
+
+
+def test_transfer_progress_in_the_status_bar(hosts_window):
+    from app.host_devices import end_transfer, show_transfer
+
+    w = hosts_window
+    show_transfer(w, {"type": "transfer", "received": 2_000_000, "decoded": 12_500_000, "raw": 50_000_000,
+                      "codec": "zlib"})
+    assert (w.busy.minimum(), w.busy.maximum(), w.busy.value()) == (0, 1000, 250)
+    assert w.busy.text() == "trace 25%"
+    assert w.busy.toolTip() == "Receiving the trace: 2.0 MB received (zlib), 12.5 of 50.0 MB decoded"
+    end_transfer(w)
+    assert w.busy.maximum() == 0 and not w.busy.isTextVisible()
+
+
+def test_device_labels():
+    from app.host_devices import device_label, split_device
+
+    h100 = {"id": "cuda:0", "name": "NVIDIA H100", "kind": "cuda", "total_memory": 80 * 2**30}
+    assert device_label("gpu-box", h100) == "gpu-box: cuda:0 (NVIDIA H100, 80 GB)"
+    assert device_label("gpu-box", {"id": "cpu", "name": "CPU", "kind": "cpu"}) == "gpu-box: cpu (CPU)"
+    assert split_device("gpu-box::cuda:1") == ("gpu-box", "cuda:1")
+    assert split_device("cuda:1") == (None, "cuda:1")

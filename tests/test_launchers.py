@@ -1,0 +1,373 @@
+"""Workers behind a command: a local ``sh -c 'exec python -m core.worker'`` and a real ``ssh``
+to an sshd started here with a throwaway key (skipped where sshd cannot run). Each launcher
+traces, steps, stops, reports a crash and a time-out, and leaves no process behind."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+from core import launchers
+from core.client import ROOT, WorkerClient, run_capture
+from core.launchers import LauncherError, from_command, from_host, resolve
+
+PY = sys.executable
+
+
+def local_launcher(mark: str) -> launchers.Launcher:
+    cmd = f"sh -c 'cd {shlex.quote(str(ROOT))} && exec {shlex.quote(PY)} -m core.worker'"
+    return from_command(cmd, name="local", env={"BPS_TEST_MARK": mark})
+
+
+# -- sshd on localhost ---------------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory):
+    sshd_exe = shutil.which("sshd") or "/usr/sbin/sshd"
+    if not os.path.exists(sshd_exe) or not shutil.which("ssh") or not shutil.which("ssh-keygen"):
+        pytest.skip("openssh-server / ssh not installed")
+    d = tmp_path_factory.mktemp("sshd")
+    for key in ("hostkey", "userkey"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / key)], check=True)
+    (d / "authorized_keys").write_text((d / "userkey.pub").read_text())
+    os.chmod(d / "authorized_keys", 0o600)
+    port = _free_port()
+    (d / "sshd_config").write_text(
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/hostkey\nAuthorizedKeysFile {d}/authorized_keys\n"
+        f"PasswordAuthentication no\nKbdInteractiveAuthentication no\nPubkeyAuthentication yes\n"
+        f"PermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\nPidFile {d}/sshd.pid\n")
+    if os.geteuid() == 0 and not os.path.isdir("/run/sshd"):
+        try:
+            os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege separation folder
+        except OSError:
+            pass
+    if subprocess.run([sshd_exe, "-t", "-f", str(d / "sshd_config")], capture_output=True).returncode != 0:
+        pytest.skip("sshd cannot run here")
+    proc = subprocess.Popen([sshd_exe, "-D", "-e", "-f", str(d / "sshd_config")], stderr=subprocess.DEVNULL)
+    options = (f"-p {port} -i {d}/userkey -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
+               f"-o LogLevel=ERROR")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        probe = subprocess.run(["ssh", "-T", "-o", "BatchMode=yes", *shlex.split(options), "127.0.0.1", "true"],
+                               capture_output=True, timeout=10)
+        if probe.returncode == 0:
+            break
+        time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.skip("sshd started but ssh localhost does not log in")
+    yield options
+    proc.kill()
+    proc.wait()
+
+
+def ssh_launcher(options: str, mark: str) -> launchers.Launcher:
+    # The remote command is what a host's "python" field holds: here the venv's interpreter,
+    # run in the source tree (an installed package needs no cd). The mark travels in the env.
+    python = f"cd {shlex.quote(str(ROOT))} && BPS_TEST_MARK={mark} {shlex.quote(PY)}"
+    return from_host({"name": "localhost", "kind": "ssh", "dest": "127.0.0.1", "python": python,
+                      "ssh_options": options})
+
+
+@pytest.fixture(params=["local", "ssh"])
+def launcher(request):
+    mark = uuid.uuid4().hex
+    if request.param == "local":
+        launcher = local_launcher(mark)
+    else:
+        launcher = ssh_launcher(request.getfixturevalue("sshd"), mark)
+    yield launcher, mark
+    assert_no_process(mark)
+
+
+def marked_processes(mark: str) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if p.environ().get("BPS_TEST_MARK") == mark:
+                found.append(p)
+        except (psutil.Error, OSError):
+            pass
+    return found
+
+
+def assert_no_process(mark: str, wait: float = 5.0) -> None:
+    deadline = time.monotonic() + wait
+    while marked_processes(mark) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = marked_processes(mark)
+    assert not left, f"processes left running: {[p.cmdline() for p in left]}"
+
+
+# -- scripts -------------------------------------------------------------------------------------
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+PRODUCT = "import torch\na = torch.tensor([2.0, 3.0], requires_grad=True)\n" \
+          "b = torch.tensor([4.0, -1.0], requires_grad=True)\nc = (a * b).sum()\nprint('ran remotely')\nc.backward()\n"
+
+
+def test_trace_and_step_through_launcher(launcher, tmp_path):
+    launcher, _ = launcher
+    script = write(tmp_path, "product.py", PRODUCT)
+    events = []
+    result = run_capture(str(script), launcher=launcher, timeout=60, on_event=events.append,
+                         step={"call": 0, "mode": "all"})
+    trace = result.trace
+    assert trace.error is None, trace.error
+    assert trace.script == str(script.resolve())  # the remote temp path is mapped back
+    assert "ran remotely" in result.output
+    a = torch.tensor([2.0, 3.0], requires_grad=True)
+    b = torch.tensor([4.0, -1.0], requires_grad=True)
+    ga, gb = torch.autograd.grad((a * b).sum(), (a, b))
+    (call,) = trace.calls
+    assert call.leaf_grads["a"].data == ga.tolist()
+    assert call.leaf_grads["b"].data == gb.tolist()
+    assert [n.name for n in call.nodes][:2] == ["SumBackward0", "MulBackward0"]
+    steps = [e["record"]["name"] for e in events if e.get("type") == "step"]
+    assert steps == ["SumBackward0", "MulBackward0", "AccumulateGrad", "AccumulateGrad"]
+    hello = next(e for e in events if e.get("type") == "hello")
+    assert hello["protocol"] == 2 and "zlib" in hello["codecs"]
+
+
+def test_stop_ends_the_remote_process_group(launcher, tmp_path):
+    """A script that ignores Stop and started a child: the connection is cut, the host cleans up."""
+    launcher, mark = launcher
+    script = write(tmp_path, "stubborn.py", (
+        "import subprocess, time\n"
+        "child = subprocess.Popen(['sleep', '300'])\n"
+        "print('child', child.pid, flush=True)\n"
+        "while True:\n"
+        "    try:\n"
+        "        time.sleep(0.05)\n"
+        "    except KeyboardInterrupt:\n"
+        "        pass\n"))
+    done = threading.Event()
+    box = {}
+
+    def on_event(e):
+        if e.get("type") == "output" and "child" in e.get("text", ""):
+            box["child"] = True
+        if e.get("type") == "finished":
+            box["result"] = e["result"]
+            done.set()
+
+    client = WorkerClient(on_event, prestart=False, launcher=launcher)
+    try:
+        client.run(str(script), timeout=60)
+        deadline = time.monotonic() + 60
+        while "child" not in box and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "child" in box, "the script never started"
+        assert len(marked_processes(mark)) >= 2  # the worker and its `sleep` child
+        client.cancel()
+        assert done.wait(30)
+    finally:
+        client.close()
+    err = box["result"].trace.error
+    assert err.kind == "cancelled" and err.message == "stopped by you at line 6"  # the loop's sleep
+
+
+def test_fault_names_the_line(launcher, tmp_path):
+    launcher, _ = launcher
+    script = write(tmp_path, "crash.py", "import ctypes\nx = 1\nctypes.string_at(0)\n")
+    result = run_capture(str(script), launcher=launcher, timeout=60)
+    err = result.trace.error
+    assert err.kind == "crash", err
+    assert "SIGSEGV" in err.message
+    assert err.line == 3
+
+
+def test_time_limit_names_the_line(launcher, tmp_path):
+    launcher, _ = launcher
+    script = write(tmp_path, "spin.py", "import time\nn = 0\nwhile True:\n    n += 1\n")
+    result = run_capture(str(script), launcher=launcher, timeout=4)
+    err = result.trace.error
+    assert err.kind == "timeout", err
+    assert "time limit of 4 s" in err.message
+    assert err.line in (3, 4)
+
+
+def installed_copy(target: Path) -> Path | None:
+    """The package installed with pip into ``target`` (no dependencies), or None where pip cannot build it."""
+    try:
+        import setuptools  # noqa: F401  (the build backend, used without network)
+    except ImportError:
+        return None
+    src = target.parent / "src"  # built from a copy: pip leaves build/ and egg-info beside the sources
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    for pkg in ("app", "core", "widgets", "resources"):
+        shutil.copytree(ROOT / pkg, src / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    done = subprocess.run([PY, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target",
+                           str(target), str(src)], capture_output=True, timeout=300)
+    return target if done.returncode == 0 and (target / "core" / "worker.py").is_file() else None
+
+
+def test_worker_runs_with_only_torch_and_the_standard_library(tmp_path):
+    """From an installed copy of the package, outside the source tree, with numpy, psutil and Qt
+    blocked: trace, step and memory samples still work, and the trace comes back compressed."""
+    mark = uuid.uuid4().hex
+    bare = Path(__file__).with_name("bare_worker.py")
+    # Installed into a folder named like the real one: the script still imports its neighbours there.
+    site = installed_copy(tmp_path / "site-packages") or ROOT
+    if site != ROOT:
+        (site / "neighbour_pkg.py").write_text("VALUE = 1.0\n")
+    launcher = from_command(f"sh -c 'cd {shlex.quote(str(tmp_path))} && exec {shlex.quote(PY)} "
+                            f"{shlex.quote(str(bare))}'", name="bare",
+                            env={"BPS_TEST_MARK": mark, "PYTHONPATH": str(site)})
+    # 800 multiplications: the captured call is over 64 KiB, so it travels compressed.
+    neighbour = "from neighbour_pkg import VALUE\n" if site != ROOT else "VALUE = 1.0\n"
+    script = write(tmp_path, "chain.py", neighbour + PRODUCT.replace(
+        "c = (a * b).sum()", "c = a * b\nfor _ in range(800):\n    c = c * VALUE\nc = c.sum()"))
+    events = []
+    result = run_capture(str(script), launcher=launcher, timeout=60, on_event=events.append,
+                         step={"call": 0, "mode": "all"})
+    assert result.trace.error is None, (result.trace.error, result.output)
+    assert "Failed to initialize NumPy" in result.output  # numpy really was missing
+    if site != ROOT:
+        assert f"{site}/core/worker.py" in result.output  # the installed copy ran, not the source tree
+    assert result.trace.calls[0].leaf_grads["a"].data == [4.0, -1.0]
+    assert len([e for e in events if e.get("type") == "step"]) == 804  # sum, 801 mul, 2 leaves
+    assert result.trace.memory and all(s.rss > 0 for s in result.trace.memory)
+    (transfer,) = [e for e in events if e.get("type") == "transfer" and e["of"] == "call_trace"]
+    assert transfer["codec"] == "zlib"
+    assert transfer["received"] * 5 < transfer["decoded"] == transfer["raw"]  # compressed on the way
+    assert_no_process(mark)
+
+
+def test_protocol_version_mismatch_is_refused(tmp_path):
+    fake = ('{"type": "hello", "protocol": 999, "torch": "9.9", "python": "3.99", "devices": []}')
+    launcher = from_command(f"sh -c {shlex.quote(f'echo {shlex.quote(fake)}; exec cat >/dev/null')}", name="old-box")
+    script = write(tmp_path, "product.py", PRODUCT)
+    events = []
+    result = run_capture(str(script), launcher=launcher, timeout=20, on_event=events.append)
+    err = result.trace.error
+    assert err.type == "ProtocolMismatch"
+    assert "the worker on old-box speaks protocol version 999, this app speaks version 2" in err.message
+    assert any(e.get("type") == "refused" for e in events)
+
+
+def test_script_folder_and_remote_cwd_travel(tmp_path):
+    mark = uuid.uuid4().hex
+    (tmp_path / "helper.py").write_text("SCALE = 3.0\n")
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "x.txt").write_text("5.0")
+    script = write(tmp_path, "uses_folder.py", (
+        "import torch\nfrom helper import SCALE\n"
+        "x = torch.tensor(float(open('x.txt').read()), requires_grad=True)\n"
+        "y = SCALE * x * x\ny.backward()\n"))
+    launcher = launchers.replace_options(local_launcher(mark), send_folder=True, remote_cwd=str(data),
+                                         compress="none")
+    result = run_capture(str(script), launcher=launcher, timeout=60)
+    assert result.trace.error is None, result.trace.error
+    assert result.trace.calls[0].leaf_grads["x"].data == [30.0]
+    missing = launchers.replace_options(launcher, remote_cwd=str(tmp_path / "nowhere"))
+    err = run_capture(str(script), launcher=missing, timeout=60).trace.error
+    assert err is not None and "nowhere: no such folder" in err.message
+    assert_no_process(mark)
+
+
+def test_ddp_two_ranks_on_gloo(tmp_path):
+    script = write(tmp_path, "ddp_linear.py", (
+        "import torch, torch.distributed as dist, torch.nn as nn\n"
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+        "dist.init_process_group('gloo')\nrank = dist.get_rank()\ntorch.manual_seed(0)\n"
+        "model = DDP(nn.Linear(3, 2))\ntorch.manual_seed(100 + rank)\nx = torch.randn(4, 3)\n"
+        "loss = model(x).pow(2).mean()\nloss.backward()\ndist.destroy_process_group()\n"))
+    result = run_capture(str(script), timeout=120, ddp={"nproc": 2, "rank": 1})
+    trace = result.trace
+    assert trace.error is None, (trace.error, result.output[-2000:])
+    (call,) = trace.calls
+    ar = call.options["all_reduce"]
+    assert ar["rank"] == 1 and ar["world_size"] == 2 and ar["backend"] == "gloo"
+    assert sorted(ar["ranks"]) == ["0", "1"]  # both ranks captured
+    # The reference: each rank's local gradient computed here, then averaged.
+    torch.manual_seed(0)
+    ref = torch.nn.Linear(3, 2)
+    local = {}
+    for r in (0, 1):
+        torch.manual_seed(100 + r)
+        x = torch.randn(4, 3)
+        gw, gb = torch.autograd.grad(ref(x).pow(2).mean(), (ref.weight, ref.bias))
+        local[r] = {"module.weight": gw, "module.bias": gb}
+    for name in ("module.weight", "module.bias"):
+        for r in ("0", "1"):
+            got_local = torch.tensor(ar["ranks"][r][name]["local"]["data"])
+            assert torch.allclose(got_local, local[int(r)][name].reshape(-1), atol=1e-6)
+        reduced0 = ar["ranks"]["0"][name]["reduced"]["data"]
+        reduced1 = ar["ranks"]["1"][name]["reduced"]["data"]
+        assert reduced0 == reduced1  # equal on every rank after the all-reduce
+        mean = (local[0][name] + local[1][name]) / 2
+        assert torch.allclose(torch.tensor(reduced1), mean.reshape(-1), atol=1e-6)
+        assert call.leaf_grads[name].data == reduced1
+    # The all-reduce is marked on the AccumulateGrad nodes of both parameters.
+    marked = {n.id for n in call.nodes if n.kind == "accumulate_grad"}
+    assert set(ar["nodes"]) == marked and len(marked) == 2
+
+
+def test_host_records_and_bad_input():
+    host = {"name": "gpu-box", "kind": "ssh", "dest": "me@gpu-box", "python": "/opt/venv/bin/python"}
+    l = from_host(host)
+    assert l.argv[-2:] == ("me@gpu-box", "/opt/venv/bin/python -m core.worker")
+    assert "BatchMode=yes" in l.argv
+    assert resolve("gpu-box", [host]).argv == l.argv
+    direct = resolve("alice@10.0.0.7")
+    assert direct.name == "alice@10.0.0.7" and direct.argv[-2] == "alice@10.0.0.7"
+    docker = from_command("docker exec -i box python -m core.worker")
+    assert docker.argv[:3] == ("docker", "exec", "-i") and docker.name == "docker"
+    with pytest.raises(LauncherError, match="'compress' must be one of"):
+        from_host({"name": "x", "compress": "lz4"})
+    with pytest.raises(LauncherError, match="host 'k8s': 'command' is empty"):
+        from_host({"name": "k8s", "kind": "command", "command": ""})
+    with pytest.raises(LauncherError, match="No closing quotation"):
+        from_command("ssh 'box")
+    with pytest.raises(LauncherError, match="not an ssh destination"):
+        resolve("not a host; rm -rf /")
+
+
+def test_frames_stream_in_chunks_and_report_progress():
+    import json as _json
+
+    from core import wire
+
+    msg = {"type": "trace", "trace": {"calls": [{"id": f"c{i}", "nodes": list(range(200))} for i in range(3000)]}}
+    raw = _json.dumps(msg, separators=(",", ":")).encode()
+    for codec in wire.available_codecs():
+        header = (_json.dumps(wire.frame_header("trace", len(raw), codec)) + "\n").encode()
+        body = b"".join(wire.frame_chunks(raw, codec))
+        assert len(body) < len(raw) / 5
+        stream = b'{"type":"call","index":0}\n' + header + body + b'{"type":"bye"}\n'
+        lines, seen = [], []
+        decoder = wire.StreamDecoder(lines.append, lambda h, got, dec: seen.append((h["of"], got, dec)))
+        for at in range(0, len(stream), 7777):  # arbitrary cuts, as a pipe delivers them
+            decoder.feed(stream[at:at + 7777])
+        assert lines == [b'{"type":"call","index":0}', raw, b'{"type":"bye"}']
+        assert len(seen) >= 2 and seen[-1] == ("trace", len(body), len(raw))  # progress to the end
+        cut = wire.StreamDecoder(lines.append)
+        cut.feed(header + body[: len(body) // 2])
+        assert cut.partial  # a connection closed mid-frame is noticed
+    with pytest.raises(wire.ProtocolMismatch, match="unknown codec 'lz4'"):
+        wire.StreamDecoder(print).feed(b'{"type": "frame", "codec": "lz4", "raw": 1}\n')

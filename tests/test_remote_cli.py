@@ -1,0 +1,76 @@
+"""Headless commands on a host: ``hosts`` saves them, ``--host`` / ``--worker-command`` pick one,
+and wrong options are refused naming the option."""
+
+import json
+import shlex
+import sys
+
+import pytest
+
+from app.cli import main
+from core.client import ROOT
+
+PY = sys.executable
+WORKER = f"sh -c 'cd {shlex.quote(str(ROOT))} && exec {shlex.quote(PY)} -m core.worker'"
+
+
+@pytest.fixture(autouse=True)
+def settings(tmp_path, monkeypatch):
+    monkeypatch.setenv("BACKPROP_STUDIO_SETTINGS", str(tmp_path / "settings.ini"))
+
+
+def test_hosts_add_list_remove(capsys):
+    assert main(["hosts"]) == 0
+    assert "no saved hosts" in capsys.readouterr().out
+    assert main(["hosts", "add", "gpu-box", "me@gpu-box", "--python", "/opt/venv/bin/python"]) == 0
+    assert main(["hosts", "add", "lab", "--worker-command", WORKER]) == 0
+    capsys.readouterr()
+    assert main(["hosts"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("gpu-box (") and out[0].endswith("me@gpu-box '/opt/venv/bin/python -m core.worker')")
+    assert out[1].startswith("lab (sh -c ")
+    assert main(["hosts", "remove", "gpu-box"]) == 0
+    assert main(["hosts", "remove", "gpu-box"]) == 2
+    assert "no saved host is named 'gpu-box'" in capsys.readouterr().out
+
+
+def test_trace_on_a_saved_host(tmp_path, capsys):
+    script = tmp_path / "square.py"
+    script.write_text("import torch\nx = torch.tensor(3.0, requires_grad=True)\ny = x * x\ny.backward()\n")
+    assert main(["hosts", "add", "lab", "--worker-command", WORKER]) == 0
+    out_json = tmp_path / "t.json"
+    assert main(["trace", str(script), "--host", "lab", "--json", str(out_json), "--compress", "zlib"]) == 0
+    out = capsys.readouterr().out
+    assert "x.grad = 6" in out
+    doc = json.loads(out_json.read_text())
+    assert doc["script"] == str(script.resolve()) and doc["calls"][0]["leaf_grads"]["x"]["data"] == [6.0]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--host", "a", "--worker-command", "b"], "--host and --worker-command: give one of them"),
+    (["--remote-cwd", "/data"], "--remote-cwd, --send-folder and --compress need --host or --worker-command"),
+    (["--nproc", "2", "--rank", "2"], "--rank 2: ranks run from 0 to 1"),
+    (["--worker-command", "ssh 'box"], "--worker-command: No closing quotation"),
+    (["--host", "two words"], "--host 'two words': no saved host has that name"),
+])
+def test_bad_worker_options_are_named(tmp_path, capsys, argv, message):
+    script = tmp_path / "s.py"
+    script.write_text("x = 1\n")
+    assert main(["trace", str(script), *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_all_reduce_summary_lists_each_rank():
+    from core.summary import all_reduce_summary
+
+    ar = {"backend": "gloo", "world_size": 2, "rank": 0, "op": "average", "nodes": ["n3"],
+          "params": {"fc.bias": {"local": {"numel": 2, "data": [1.0, 3.0]}, "reduced": {"numel": 2, "data": [2.0, 2.0]}}},
+          "ranks": {"0": {"fc.bias": {"local": {"numel": 2, "data": [1.0, 3.0]}}},
+                    "1": {"fc.bias": {"local": {"numel": 2, "data": [3.0, 1.0]}}}}}
+    assert all_reduce_summary(ar) == [
+        "  all-reduce (gloo, 2 ranks, average; this is rank 0) on 1 parameter(s)",
+        "    fc.bias rank 0 local grad = [1, 3]",
+        "    fc.bias rank 1 local grad = [3, 1]",
+        "    fc.bias after all-reduce = [2, 2]",
+    ]
+    assert all_reduce_summary(None) == []
