@@ -71,6 +71,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--frames", metavar="DIR", help="also write one PNG per backward step (frame_000.png, ...)")
     p.add_argument("--gif", metavar="OUT.gif", help="also write the steps as an animated GIF")
     p.add_argument("--duration", type=int, default=700, help="milliseconds per GIF frame (default 700)")
+    p.add_argument("--memory", action="store_true", help="export the memory chart of the run (PNG or SVG) "
+                   "instead of a graph; with --call, zoomed to that call's iteration")
+    p.add_argument("--reference", metavar="SCRIPT", help="with --memory: run this script too and draw it on the "
+                   "same scale (a leak beside its fix)")
     p.add_argument("--device", default="cpu", help="cpu, cuda:N or mps (default cpu)")
     p.add_argument("--mode", choices=("auto", "script", "model"), default="auto")
     p.add_argument("--timeout", type=float, default=600.0, help="time limit per script in seconds (default 600)")
@@ -167,6 +171,8 @@ def _export_one(args, script: Path, batch: bool) -> tuple[list[str], list[str]]:
     """Run ``script`` and write its outputs: (lines written, warnings about the script)."""
     if not script.is_file():
         raise ScriptError("no such file")
+    if getattr(args, "memory", False):
+        return _export_memory(args, script)
     index = 0 if args.call is None else args.call
     want_steps = args.step is not None or bool(args.frames) or bool(args.gif)
     steps: list[dict] = []
@@ -237,6 +243,33 @@ def _export_one(args, script: Path, batch: bool) -> tuple[list[str], list[str]]:
         if gif is not None:
             done.append(f"{gif}: {len(steps)} frames")
     return done, warnings
+
+
+def _export_memory(args, script: Path) -> tuple[list[str], list[str]]:
+    """Run ``script`` (and ``--reference``) and write the memory chart."""
+    from widgets.memory_export import MemoryExportError, export_samples
+
+    out = output_path(args.output, script, args.format if args.format in ("png", "svg") else "svg")
+    if out.suffix.lower() not in (".png", ".svg"):
+        raise ScriptError(f"-o {args.output}: a memory chart is written as .png or .svg")
+    trace = run_capture(str(script), device=args.device, mode=args.mode, timeout=args.timeout).trace
+    reference, label = None, ""
+    if args.reference:
+        ref_path = Path(args.reference)
+        if not ref_path.is_file():
+            raise ScriptError(f"--reference {args.reference}: no such file")
+        reference = run_capture(str(ref_path), device=args.device, mode=args.mode, timeout=args.timeout).trace.memory
+        label = ref_path.stem
+    try:
+        export_samples(trace.memory, out, reference=reference, reference_label=label, theme=args.theme,
+                       fit_call=args.call)
+    except MemoryExportError as exc:
+        raise ScriptError(str(exc)) from exc
+    warnings = []
+    if trace.error is not None:
+        warnings.append(f"the script raised {trace.error.type}: {trace.error.message.splitlines()[0]}; "
+                        "exported the memory recorded until then")
+    return [f"{out}: memory chart, {len(trace.memory)} samples" + (f", beside {label}" if label else "")], warnings
 
 
 def _pick_call(trace: Trace, index: int) -> tuple[CallInfo, list[str], list[str]]:

@@ -38,7 +38,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--region", choices=("window", "graph"), default="window",
                         help="what --screenshot saves: the whole window (graph fitted), or the graph view "
                         "alone, as it opens")
-    parser.add_argument("--size", default="1400x860", help="window size, WIDTHxHEIGHT (default 1400x860)")
+    parser.add_argument("--size", default=None, help="window size, WIDTHxHEIGHT (default: fit the screen; "
+                        "1400x860 for --screenshot)")
     from app.cli import add_load_options
 
     add_load_options(parser)
@@ -115,9 +116,11 @@ def main(argv: list[str]) -> int:
         # show(tensor) from a notebook or script opens its graph in this window.
         window.show_server = ShowServer(window)
         window.show_server.sig_open.connect(window.open_sent_trace)
-    try:
-        width, height = (int(v) for v in args.size.lower().split("x"))
-        window.resize(width, height)
+    try:  # without --size the window fits the screen; screenshots keep one size for the docs
+        size = args.size or ("1400x860" if args.screenshot else "")
+        if size:
+            width, height = (int(v) for v in size.lower().split("x"))
+            window.resize(width, height)
     except ValueError:
         pass
     if args.device:

@@ -5,10 +5,31 @@ from __future__ import annotations
 import sys
 
 HEADLESS = ("trace", "step", "export", "hosts")
+USAGE = """usage: backprop-studio [SCRIPT] [--device DEV] [--screenshot OUT.png] ...
+       backprop-studio COMMAND ...
+
+Backprop Studio makes PyTorch autograd visible: the graph each backward call walks,
+stepping it node by node, tensors and their storage, and memory over the run.
+
+commands:
+  (none)    open the window on SCRIPT (or a bundled example); --help-window lists its options
+  view      open a saved trace (TRACE.json) in the window, with the window's options
+  trace     run a script in a worker and summarise every autograd graph it builds
+  step      step through one backward call node by node and print every step
+  export    export a graph (PNG, SVG, PDF, DOT, JSON, frames, GIF) or, with --memory, the memory chart
+  hosts     list, add or remove the hosts workers can run on
+
+Run "backprop-studio COMMAND --help" for a command's options.
+"""
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] in (["-h"], ["--help"], ["help"]):
+        print(USAGE, end="")
+        return 0
+    if argv[:1] == ["--help-window"]:
+        argv = ["--help"]
     if argv and argv[0] in HEADLESS:
         from app import cli
 

@@ -30,6 +30,7 @@ from app.open_trace import add_open_trace_action, is_trace_path, open_trace
 from core.client import read_script
 from app.export_dialog import add_export_action
 from app.resources import icon
+from app.screen_fit import fit_window
 from app.session import Session
 from app.step_controller import StepController
 from app.worker_handle import WorkerHandle
@@ -89,6 +90,7 @@ class MainWindow(QMainWindow):
         self._rerun_timer = QTimer(self, singleShot=True, interval=400)
         self._rerun_timer.timeout.connect(self.run_script)
         self._restore_settings()
+        fit_window(self, settings())  # the first size follows the screen, remembered per screen
         self._update_actions()
         from app.host_devices import install as install_hosts
 
@@ -374,7 +376,7 @@ class MainWindow(QMainWindow):
             self.source.set_source(trace.source, trace.script, trace.cells)
         self.session.set_trace(trace)
         if trace.memory:
-            self.memory.chart.set_samples(trace.memory)
+            self.memory.set_run(trace.memory, trace.script, trace.call_count)
         self.tensors.set_tensors(trace.tensors)
         self.problems.set_trace(trace)
         if trace.error is not None:
@@ -466,6 +468,10 @@ class MainWindow(QMainWindow):
         tensor_id = node.variable or node.tensor
         if tensor_id is not None and self.call.tensor(tensor_id) is not None:
             self.storage.set_tensor(self.call.tensors, tensor_id, self.call.storages)
+        elif node.label and self.trace is not None:  # e.g. an AccumulateGrad whose leaf the call did not keep
+            leaf = next((t for t in self.trace.tensors if t.name == node.label), None)
+            if leaf is not None:
+                self.storage.set_tensor(self.trace.tensors, leaf.id, self.trace.storages)
         if self.graph.selected_node() != node_id:
             self.graph.select_node(node_id)
         self.inspector.show_node(self.call, node_id)

@@ -87,7 +87,30 @@ def main() -> int:
     held = saved_tensor_bytes([loss])
     print(f"saved-bytes walk {(time.perf_counter() - walk0) * 1e3:.1f} ms for {held / 2**20:.1f} MB saved in one graph"
           " (\"sampled + marks\" walks twice per backward)")
+    per_op(model, inputs)
     return 0
+
+
+def per_op(model, inputs) -> None:
+    """What the per-op accounting of a forward pass costs: ``on_node`` for each node of one graph,
+    against the forward pass that made them (the capture calls it once per new node)."""
+    from core.stepping import number_nodes, root_nodes
+
+    t0 = time.perf_counter()
+    loss = model(inputs).pow(2).mean()
+    forward = time.perf_counter() - t0
+    nodes = number_nodes(root_nodes([loss]))[0]
+    best = float("inf")
+    for _ in range(3):
+        sampler = MemorySampler(rate_hz=50, origin=time.perf_counter() - 60)  # a minute in: within budget
+        sampler.mark("forward", force_saved=False)
+        t0 = time.perf_counter()
+        for node in reversed(nodes):  # creation order
+            sampler.on_node(node, "")
+        best = min(best, time.perf_counter() - t0)
+    print(f"per-op accounting {best * 1e6 / len(nodes):.1f} us per node ({len(nodes):,} nodes, "
+          f"{len(sampler.samples)} samples at most one per 0.2 ms) = {best / forward:.3f}x of the forward pass "
+          f"({forward * 1e3:.1f} ms); saved bytes counted {sampler._saved / 2**20:.1f} MB")
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from torch.overrides import TorchFunctionMode
 from core.cuts import CutRecorder
 from core.edge_grads import LIMIT as EDGE_GRAD_LIMIT
 from core.edge_grads import EdgeGradRecorder
-from core.memory import saved_tensor_bytes
+from core.memory import saved_storages, saved_tensor_bytes
 from core.names import OP_FRAME, NameTable
 from core.nesting import (
     grad_states, inside_gradcheck, inside_reentrant_checkpoint, nested_options, saved_by_checkpoint,
@@ -144,7 +144,8 @@ class Capture:
         self._nested: dict[int, list[int]] = {}  # call index -> indices of the calls nested in it
         self._running: list[int] = []  # indices of the calls running now (nested: reentrant checkpointing)
         self._edge_grads: dict[int, EdgeGradRecorder] = {}  # call index -> hooks recording edge gradients
-        self.phase = "forward"
+        self.phase = "starting"  # the first op of the script emits "forward"
+        self.on_node: Callable[[Any], None] | None = None  # each new graph node, as the forward pass makes it
         self.namespace: dict = {}
         self.started = 0.0
         self.hook_call: tuple | None = None  # what ``call_before`` needs while a call_hook runs
@@ -171,6 +172,8 @@ class Capture:
             # is what makes a saved tensor of this node stale.
             md["bps_storages"] = tuple(_storage_ptr(a) for a in (*args, t) if isinstance(a, torch.Tensor))
             md["bps_device"] = str(t.device)
+            if self.on_node is not None:
+                self.on_node(fn)
 
     def record_inplace(self, t: torch.Tensor, op: str) -> None:
         """Remember each in-place op (version after it, line, name) per storage."""
@@ -451,9 +454,13 @@ class Capture:
 
     def live_saved_bytes(self) -> int:
         """Bytes held by saved tensors of every graph the script can still reach."""
+        return sum(self.live_saved_storages().values())
+
+    def live_saved_storages(self) -> dict:
+        """The storages (key -> bytes) held by saved tensors of every graph the script can still reach."""
         with torch._C.DisableTorchFunction():
             roots = self.names.graph_roots(self.names.user_frames(sys._getframe(1)))
-            return saved_tensor_bytes(roots)
+            return saved_storages(roots)
 
     def run(self) -> Trace:
         self.started = self.started or time.perf_counter()

@@ -51,8 +51,19 @@ def held_by_nodes(call: CallInfo) -> tuple[list[HeldBy], int]:
     return rows, sum(everything.values())
 
 
+BYTE_UNITS = (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10))
+
+
 def format_bytes(n: int) -> str:
-    for unit, size in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+    for unit, size in BYTE_UNITS:
         if n >= size:
             return f"{n / size:.1f} {unit}"
     return f"{n} B"
+
+
+def byte_unit(n: float) -> tuple[str, int]:
+    """The unit an axis reaching ``n`` bytes reads best in: ``("MB", 2**20)`` for 50 MB, KB below 1 MB."""
+    for unit, size in BYTE_UNITS:
+        if n >= size:
+            return unit, size
+    return "KB", 1 << 10

@@ -372,12 +372,16 @@ class StorageGrid:
     bracket: bool = False  # a bracket under the cells before the storage offset
 
     @classmethod
-    def for_picture(cls, pic: StoragePicture, width: float, left: float = 8.0, top: float = 34.0) -> StorageGrid:
-        """Cells sized by how many there are, as many columns as fit ``width`` (multiples of 8 when wrapping)."""
+    def for_picture(cls, pic: StoragePicture, width: float, left: float = 8.0, top: float = 34.0,
+                    cell: float | None = None) -> StorageGrid:
+        """Cells sized by how many there are (or ``cell`` px, smaller, to fit a height), as many columns as
+        fit ``width`` (multiples of 8 when wrapping)."""
         if pic.block > 1:
             size, gap = 22.0, 3.0
         else:
             size, gap = (64.0, 6.0) if pic.count <= 64 else (42.0, 4.0) if pic.count <= 512 else (28.0, 3.0)
+        if cell is not None and cell < size:
+            size, gap = cell, max(3.0, round(cell / 10))
         fit = max(1, int((max(1.0, width - left - 8) + gap) // (size + gap)))
         cols = max(1, pic.count) if pic.count <= fit else next((fit - fit % m for m in (8, 4) if fit >= m), fit)
         arc = max(gap, size * 0.8) if hops_shown(pic) else gap + 2

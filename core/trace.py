@@ -217,8 +217,10 @@ class MemorySample:
     reserved: int = 0
     rss: int = 0
     saved_bytes: int = 0
-    phase: str = "forward"
+    phase: str = "forward"  # starting (imports, set-up), forward, backward or between: the band drawn
     max_allocated: int = 0
+    mark: str = ""  # zero_grad, optimizer.step or empty_cache happened here: a labelled marker
+    where: str = ""  # the op (node, script line, module) that just ran: names a peak
 
 
 @dataclass(frozen=True)

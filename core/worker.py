@@ -60,7 +60,7 @@ NO_INPUT = ("scripts get no input in Backprop Studio (stdin is empty, as with `p
 
 DEFAULT_MEMORY_RATE = 50.0  # samples per second while a script runs
 STEP_BATCH, STEP_BATCH_S = 1000, 0.05  # finished nodes are sent at least this often
-PHASE_OF_EVENT = {"call": "backward", "call_done": "between", "forward": "forward"}
+PHASE_OF_EVENT = {"call": "backward", "call_done": "between", "forward": "forward"}  # capture event -> memory phase
 
 class Channel:
     """Writes one JSON message per line on the protocol descriptor, from any thread.
@@ -440,9 +440,18 @@ class Worker:
         self.sampler = MemorySampler(
             device if device.startswith("cuda") else "cpu",
             rate_hz=rate,
-            saved_bytes_fn=capture.live_saved_bytes,
+            saved_bytes_fn=capture.live_saved_storages,
             on_batch=lambda batch: self.channel.send({"type": "memory", "run": run_id, "samples": batch}),
         )
+        from core.memory_marks import describe_node
+
+        def on_node(node) -> None:
+            md = node.metadata
+            module = md.get("bps_module")
+            self.sampler.on_node(node, describe_node(
+                node, md.get("bps_line"), capture.names.module_paths.get(module) if module is not None else None))
+
+        capture.on_node = on_node
         return self.sampler
 
     def control_step(self, cmd: dict) -> None:
@@ -611,9 +620,13 @@ class Worker:
                 if rate > 0:
                     sampler = self._sampler(capture, device, rate, run_id)
                 capture.started = time.perf_counter()
+                remove_marks = None
                 if sampler is not None:
+                    from core.memory_marks import install_marks, script_line
+
                     sampler.origin = capture.started
                     sampler.start()
+                    remove_marks = install_marks(sampler.note, script_line(capture.names))
                 try:
                     with script_environment(cmd["path"], cmd.get("cwd")):
                         if cmd.get("ddp"):  # torchrun on this host, one capture per rank
@@ -622,6 +635,7 @@ class Worker:
                             trace = capture.run()
                 finally:
                     if sampler is not None:
+                        remove_marks()
                         sampler.stop()
                 if sampler is not None:
                     trace = replace(trace, memory=sampler.samples)

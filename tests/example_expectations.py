@@ -584,6 +584,24 @@ EXPECTATIONS = {
         # Only the last validation graph, still held by the global `loss`.
         "memory": {"graphs_in_losses": 0, "saved_storages": 3, "saved_bytes": 525_312},
     },
+    "32_caching_allocator.py": {
+        "calls": [
+            {
+                "api": "Tensor.backward",
+                "root": "MeanBackward0",
+                "node_names": [
+                    "AccumulateGrad", "AccumulateGrad", "AccumulateGrad", "AccumulateGrad", "AddmmBackward0",
+                    "AddmmBackward0", "MeanBackward0", "PowBackward0", "ReluBackward0", "TBackward0", "TBackward0",
+                ],
+                "line": 34,
+                "leaf_grads": {"model.2.bias": [0.105356]},
+                "grad_tol": 1e-4,
+            }
+        ],
+        "call_count": 3,
+        "same_graph_every_call": True,
+        "error": None,
+    },
     "40_model_small_cnn.py": {
         "calls": [],
         "call_count": 0,

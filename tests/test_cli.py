@@ -66,6 +66,17 @@ def test_step_stops_at_the_failing_node(tmp_path):
     assert "Trying to backward through the graph a second time" in result.stdout
 
 
+def test_help_lists_every_command_with_one_line(capsys):
+    from app.main import HEADLESS, main
+
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    commands = out.split("commands:\n")[1].split("\n\n")[0]
+    lines = [line.split() for line in commands.splitlines()]
+    assert sorted(words[0] for words in lines) == sorted(["(none)", "view", *HEADLESS])
+    assert all(len(words) > 4 for words in lines)  # each says what it does
+
+
 def test_step_by_breakpoint_writes_the_same_runs_call(tmp_path):
     script = tmp_path / "unseeded.py"
     script.write_text("import torch\n"

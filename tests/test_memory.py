@@ -190,7 +190,10 @@ def test_marks_survive_thinning_and_failures_do_not_stop_sampling():
 def test_cuda_source_reads_zeros_without_initialising_cuda():
     source = CudaSource("cuda:1")
     assert source.device == "cuda:1"
-    assert source.read() == {"allocated": 0, "reserved": 0, "max_allocated": 0}
+    values = source.read()
+    assert {k: values[k] for k in ("allocated", "reserved", "max_allocated")} == {
+        "allocated": 0, "reserved": 0, "max_allocated": 0}
+    assert values["rss"] > 0  # host memory is read on CUDA too
     assert not torch.cuda.is_initialized()
 
 
@@ -209,10 +212,14 @@ def test_fake_cuda_sampler_feeds_the_chart_allocated_and_reserved(qtbot):
     qtbot.addWidget(chart)
     chart.set_samples(samples)
     lines = chart.line_items()
-    assert set(lines) == {"allocated", "reserved"}
+    assert set(lines) == {"allocated", "reserved", "saved_bytes"}
+    assert chart.units["left"] == ("MB", 1 << 20)  # 128 MB at most
     assert np.allclose(lines["allocated"].yData * MB, [s.allocated for s in samples])
     assert np.allclose(lines["reserved"].yData * MB, [s.reserved for s in samples])
-    assert not chart.plot.getAxis("right").isVisible()
+    # The cache (reserved - allocated) is shaded between the two lines and explained on hover.
+    assert chart.gap is not None and chart.gap.curves == [lines["allocated"], lines["reserved"]]
+    assert "empty_cache" in chart.plot_widget.toolTip() and "reserved" in chart.plot_widget.toolTip()
+    assert "cache (reserved − allocated): 48.0 MB" in chart.readout_html(3)  # 128 MB reserved, 80 allocated
 
 
 # -- the chart ------------------------------------------------------------------------------------
@@ -311,3 +318,206 @@ def test_chart_renders_something(qtbot, theme):
     pixels = [image.pixel(x, y) for x in range(0, image.width(), 3) for y in range(0, image.height(), 3)]
     assert sum(p != background for p in pixels) > len(pixels) // 10
     assert len(set(pixels)) > 20
+
+
+# -- forward accounting, markers, units, time tools, reference runs, export ------------------------
+
+
+def test_forward_ops_add_their_saved_tensors_as_they_are_made():
+    sampler = MemorySampler(FakeCudaSource([(0, 0)]), rate_hz=1, origin=time.perf_counter() - 60)  # 3 s budget
+    sampler.op_interval = 0.0  # a sample per op
+    sampler.mark("forward")
+    a = torch.randn(1000, requires_grad=True)
+    h = a
+    for _ in range(3):
+        h = h.sigmoid()  # saves its 4000-byte result
+        sampler.on_node(h.grad_fn, "SigmoidBackward0 · line 1")
+    b = h * h  # saves h twice: the storage counted once already by the last sigmoid
+    sampler.on_node(b.grad_fn, "MulBackward0")
+    saved = [s.saved_bytes for s in sampler.samples[1:]]
+    assert saved == [4000, 8000, 12000, 12000]
+    assert [s.where for s in sampler.samples[1:3]] == ["SigmoidBackward0 · line 1"] * 2
+    sampler.op_interval = 60.0  # rate-limited: the bytes still count, the next sample waits a minute
+    c = b.exp()  # saves its result: 4000 more
+    assert sampler.on_node(c.grad_fn).saved_bytes == 16000
+    d = c.exp()
+    assert sampler.on_node(d.grad_fn) is None and len(sampler.samples) == 6
+    assert sampler.note("zero_grad", "line 9").saved_bytes == 20000
+    sampler._op_busy = 10.0  # past 5% of the run's minute: nodes wait for the next full walk
+    e = d.exp()
+    assert sampler.on_node(e.grad_fn) is None and sampler._saved == 20000
+
+
+def test_the_sampler_starts_in_the_starting_phase():
+    sampler = MemorySampler(FakeCudaSource([(0, 0)]), rate_hz=1)
+    assert sampler._record(0.0).phase == "starting"
+    assert sampler.mark("forward").phase == "forward"
+    with pytest.raises(ValueError, match="unknown phase"):
+        sampler.mark("warming up")
+
+
+def test_markers_for_zero_grad_optimizer_step_and_empty_cache():
+    from core.memory_marks import describe_node, install_marks
+
+    noted: list[tuple[str, str]] = []
+    remove = install_marks(lambda kind, where: noted.append((kind, where)), lambda: 12)
+    try:
+        model = torch.nn.Linear(2, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        opt.zero_grad()
+        model(torch.ones(1, 2)).sum().backward()
+        opt.step()
+        model.zero_grad()
+        torch.cuda.empty_cache()
+    finally:
+        remove()
+    assert noted == [("zero_grad", "line 12"), ("optimizer.step", "line 12"), ("zero_grad", "line 12"),
+                     ("empty_cache", "line 12")]
+    opt.step()
+    opt.zero_grad()
+    assert len(noted) == 4  # removed: nothing more is noted
+    y = torch.ones(2, requires_grad=True).exp()
+    assert describe_node(y.grad_fn, 7, "fc1") == "ExpBackward0 · line 7 · fc1"
+
+
+@pytest.mark.parametrize("nbytes, unit", [(1 << 10, "KB"), (50 << 20, "MB"), (3 << 30, "GB"), (300, "KB")])
+def test_axis_units_follow_the_magnitude(qtbot, nbytes, unit):
+    from core.held_memory import byte_unit
+
+    assert byte_unit(nbytes)[0] == unit
+    chart = MemoryChart(theme="light")
+    qtbot.addWidget(chart)
+    chart.set_samples([MemorySample(t=i, device="cpu", rss=nbytes * i // 2, saved_bytes=nbytes * i // 2)
+                       for i in range(3)])
+    size = {"KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30}[unit]
+    assert chart.units == {"left": (unit, size), "right": (unit, size)}
+    assert chart.line_items()["saved_bytes"].yData[2] == pytest.approx(nbytes / size)
+    for side in ("left", "right"):
+        axis = chart.plot.getAxis(side)
+        assert f"({unit})" in axis.labelString() and "x1" not in axis.labelString()
+        assert axis.autoSIPrefixScale == 1.0
+
+
+def _loop(offset=0.0, saved=4 << 10) -> list[MemorySample]:
+    """Three iterations of forward (saved rises), backward (falls), between; starting before."""
+    out = [MemorySample(t=offset, device="cpu", rss=100 << 20, phase="starting")]
+    for k in range(3):
+        t0 = offset + 1 + k
+        out += [MemorySample(t=t0 + 0.1 * j, device="cpu", rss=100 << 20, saved_bytes=saved * j // 4,
+                             phase="forward", where=f"op{j}") for j in range(5)]
+        out += [MemorySample(t=t0 + 0.5, device="cpu", rss=100 << 20, saved_bytes=saved, phase="backward"),
+                MemorySample(t=t0 + 0.7, device="cpu", rss=100 << 20, phase="between", mark="optimizer.step")]
+    return out
+
+
+def test_fit_call_zooms_to_one_iteration_and_overlay_aligns_them(qtbot):
+    chart = MemoryChart(theme="light")
+    qtbot.addWidget(chart)
+    chart.resize(800, 300)
+    chart.set_samples(_loop())
+    assert [b[0] for b in chart.band_items()][:3] == ["starting", "forward", "backward"]
+    assert chart.iterations() == [(1.0, 2.0), (2.0, 3.0), (3.0, 3.7)]
+    assert chart.fit_call(1) == (2.0, 3.0)
+    x0, x1 = chart.view.viewRange()[0]
+    assert 1.9 < x0 < 2.0 and 3.0 < x1 < 3.1
+    assert chart.fit_call(9) is None
+    assert chart.events.kinds == ["optimizer.step"] * 3 and list(chart.events.t0) == [1.7, 2.7, 3.7]
+    t, nbytes, where = chart.peak()
+    assert (t, nbytes, where) == (1.4, 4 << 10, "op4")
+    assert chart.peak_label.toPlainText() == "peak 4.0 KB · op4"
+    chart.set_overlay(True)
+    assert chart.overlay_count() == 3 and not chart.line_items()["rss"].isVisible()
+    xs = chart.overlay_item.xData
+    starts = [0] + [i + 1 for i in np.nonzero(np.isnan(xs))[0][:-1]]
+    assert [xs[i] for i in starts] == [0.0, 0.0, 0.0]  # each iteration from its own start
+    assert np.nanmax(chart.overlay_item.yData) == 4.0  # KB
+    assert chart.plot.getAxis("left").labelString().count("saved (KB)") == 1
+    chart.set_overlay(False)
+    assert chart.line_items()["rss"].isVisible() and not chart.overlay_item.isVisible()
+
+
+def test_a_reference_run_shares_the_scale(qtbot):
+    chart = MemoryChart(theme="light")
+    qtbot.addWidget(chart)
+    chart.resize(800, 300)
+    chart.set_samples(_loop(saved=1 << 20))  # the fix: 1 MB at most
+    chart.set_reference(_loop(saved=10 << 20), "leak")  # the leak: 10 MB
+    chart.show()
+    qtbot.waitExposed(chart)
+    ours, ref = chart.line_items()["saved_bytes"], chart._ref_lines["saved_bytes"]
+    assert ours.getViewBox() is ref.getViewBox() is chart.view2  # one y scale for both
+    assert chart.units["right"] == ("MB", 1 << 20)
+    qtbot.waitUntil(lambda: chart.view2.viewRange()[1][1] >= 10)
+    y0, y1 = chart.view2.viewRange()[1]
+    assert y0 <= 0 and 10 <= y1 < 11 and max(ours.yData) == 1.0 and max(ref.yData) == 10.0
+    chart.set_theme("print")  # switching theme keeps the reference
+    assert set(chart._ref_lines) == {"rss", "saved_bytes"} and chart.reference_label() == "leak"
+    chart.clear_reference()
+    assert chart._ref_lines == {} and ref.getViewBox() is None
+
+
+def test_memory_export_writes_a_valid_svg_and_a_png(qtbot, tmp_path):
+    import xml.etree.ElementTree as ET
+
+    from PySide6.QtGui import QImage
+
+    from widgets.memory_export import MemoryExportError, export_samples
+
+    svg = export_samples(_loop(), tmp_path / "m.svg", reference=_loop(saved=8 << 10), reference_label="leak")
+    root = ET.parse(svg).getroot()
+    assert root.tag == "{http://www.w3.org/2000/svg}svg" and root.get("viewBox") == "0 0 1000 380"
+    text = svg.read_text()
+    assert "leak: saved" in text and "saved (KB)" in text and "optimizer.step" not in text
+    shapes = [e for e in root.iter() if e.tag.rsplit("}", 1)[-1] in ("path", "polyline", "line")]
+    assert len(shapes) > 10  # lines, axes, ticks, markers: drawn as vectors
+    png = export_samples(_loop(), tmp_path / "m.png", fit_call=0)
+    image = QImage(str(png))
+    assert (image.width(), image.height()) == (2000, 760)
+    assert len({image.pixel(x, y) for x in range(0, 2000, 7) for y in range(0, 760, 7)}) > 8
+    with pytest.raises(MemoryExportError, match="unknown memory export format"):
+        export_samples(_loop(), tmp_path / "m.pdf")
+    with pytest.raises(MemoryExportError, match="no memory samples"):
+        export_samples([], tmp_path / "e.svg")
+
+
+def test_memory_panel_keeps_a_reference_run_fits_a_call_and_exports(qtbot, tmp_path):
+    from widgets.memory_panel import CPU_NOTE, CUDA_NOTE, MemoryPanel
+
+    panel = MemoryPanel()
+    qtbot.addWidget(panel)
+    panel.resize(900, 320)
+    panel.set_run(_loop(saved=1 << 20), "/x/31_graph_leak_fixed.py", call_count=3)
+    assert panel.note.text() == CPU_NOTE and panel.call_box.maximum() == 2
+    panel.pin_reference()
+    assert panel.unpin_button.isEnabled() and "31_graph_leak_fixed" in panel.pin_button.text()
+    panel.set_run(_loop(saved=10 << 20), "/x/30_graph_leak.py", call_count=3)
+    assert panel.chart.reference_label() == "31_graph_leak_fixed"
+    assert max(panel.chart._ref_lines["saved_bytes"].yData) == 1.0  # MB, on the leak's scale
+    panel.call_box.setValue(1)
+    panel.fit_button.click()
+    assert 1.9 < panel.chart.view.viewRange()[0][0] < 2.0
+    panel.overlay_box.setChecked(True)
+    assert panel.chart.overlay_count() == 3
+    out = panel.export(tmp_path / "panel.svg")
+    assert "31_graph_leak_fixed: saved" in out.read_text()
+    panel.drop_reference()
+    assert panel.chart.reference_label() == "" and not panel.unpin_button.isEnabled()
+    cuda = [MemorySample(t=i, device="cuda:0", allocated=i << 20, reserved=2 * i << 20) for i in range(3)]
+    panel.set_run(cuda, "c.py", call_count=0)
+    assert panel.note.text() == CUDA_NOTE and panel.chart.gap is not None
+
+
+def test_axis_labels_fit_a_short_chart(qtbot):
+    chart = MemoryChart(theme="light")
+    qtbot.addWidget(chart)
+    chart.resize(600, 170)  # the memory panel's smallest plot
+    chart.set_samples([MemorySample(t=i, device="cpu", rss=(300 + i) << 20, saved_bytes=i << 10) for i in range(5)])
+    chart.show()
+    qtbot.waitExposed(chart)
+    visible = chart.plot_widget.mapToScene(chart.plot_widget.viewport().rect()).boundingRect()
+    for side in ("left", "right", "bottom"):
+        label = chart.plot.getAxis(side).label
+        rect = label.mapRectToScene(label.boundingRect())
+        assert visible.contains(rect), (side, rect, visible)
+    assert "RSS (MB)" in chart.plot.getAxis("left").labelString()
+    assert "saved (KB)" in chart.plot.getAxis("right").labelString()

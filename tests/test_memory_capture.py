@@ -28,6 +28,27 @@ def test_phases_cover_forward_and_backward():
     times = [s.t for s in trace.memory]
     assert times == sorted(times)
     assert len(_saved_at_calls(trace)) == trace.call_count == 10
+    # Worker start and the script's set-up are "starting", apart from the first forward pass.
+    assert trace.memory[0].phase == "starting"
+    assert phases_in_order(trace)[:4] == ["starting", "forward", "backward", "between"]
+    # Saved tensors rise while the first forward pass builds the graph, before any backward.
+    first_op = next(i for i, s in enumerate(trace.memory) if s.phase == "forward")
+    first_bwd = next(i for i, s in enumerate(trace.memory) if s.phase == "backward")
+    rising = [s.saved_bytes for s in trace.memory[first_op:first_bwd] if s.saved_bytes]
+    assert len(set(rising)) >= 3 and rising == sorted(rising), rising
+    assert trace.memory[first_bwd].saved_bytes == max(rising) == 6196  # what backward then frees
+    assert any(s.where.startswith("AddmmBackward0 · line 18") for s in trace.memory[first_op:first_bwd])
+    # zero_grad (line 33) and optimizer.step (line 35) are marked where they ran, once per epoch.
+    marks = [(s.mark, s.where) for s in trace.memory if s.mark]
+    assert marks == [("zero_grad", "line 33"), ("optimizer.step", "line 35")] * 10
+
+
+def phases_in_order(trace) -> list[str]:
+    out: list[str] = []
+    for s in trace.memory:
+        if not out or out[-1] != s.phase:
+            out.append(s.phase)
+    return out
 
 
 def test_leak_grows_and_fix_does_not():
@@ -62,3 +83,21 @@ def test_no_sampling_when_rate_is_zero(tmp_path):
     finally:
         client.close()
     assert box["r"].trace.memory == [] and box["r"].trace.calls[0].leaf_grads["x"].data == [2.0, 2.0]
+
+
+def test_export_memory_headless_writes_an_svg(tmp_path):
+    import subprocess
+    import sys
+    import xml.etree.ElementTree as ET
+
+    out = tmp_path / "mlp.svg"
+    root_dir = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "main.py", "export", str(EXAMPLES / "13_mlp_classifier.py"), "--memory",
+                           "--call", "2", "-o", str(out)], cwd=root_dir, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    assert f"{out}: memory chart" in done.stdout
+    root = ET.parse(out).getroot()
+    assert root.tag.endswith("svg") and "saved (KB)" in out.read_text()
+    bad = subprocess.run([sys.executable, "main.py", "export", str(EXAMPLES / "13_mlp_classifier.py"), "--memory",
+                          "-o", str(tmp_path / "m.pdf")], cwd=root_dir, capture_output=True, text=True, timeout=180)
+    assert bad.returncode == 1 and "a memory chart is written as .png or .svg" in bad.stderr

@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import logging
 import math
+import re
 from collections.abc import Mapping
 
 from PySide6.QtCore import QEvent, QUrl, Signal
@@ -148,6 +149,15 @@ def _mix(a: QColor, b: QColor, t: float) -> str:
 # -- the panel -----------------------------------------------------------------------------
 
 
+
+_WORD_START = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[._])(?=[^._])")
+
+
+def breakable(name: str) -> str:
+    """``name`` escaped for rich text, with line-break chances between its words only:
+    "BinaryCrossEntropyWithLogitsBackward0" wraps after "Logits", never inside "Backward0"."""
+    return "\u200b".join(html.escape(part) for part in _WORD_START.split(name))
+
 class InspectorPanel(QWidget):
     """Shows one node or tensor of a call; names of other nodes and tensors are links."""
 
@@ -201,8 +211,8 @@ class InspectorPanel(QWidget):
         self._render(self._tensor_html(table, call, tensor))
 
     def text(self) -> str:
-        """The shown content as plain text."""
-        return self.browser.toPlainText()
+        """The shown content as plain text (without the invisible line-break chances in long names)."""
+        return self.browser.toPlainText().replace("\u200b", "")
 
     # events
 
@@ -299,7 +309,7 @@ class InspectorPanel(QWidget):
             subtitle.append(f"creates <code>{html.escape(node.label)}</code>")
         if node.line:
             subtitle.append(html.escape(line_where(self.cells, node.line)))
-        parts = [f"<p class='title'>{html.escape(node.name)}</p><p>{' · '.join(subtitle)}</p>"]
+        parts = [f"<p class='title'>{breakable(node.name)}</p><p>{' · '.join(subtitle)}</p>"]
         if node.stale is not None:
             parts.append(f"<table class='warn' width='100%' cellpadding='6'><tr><td>"
                          f"<b>⚠ Stale saved tensor</b><br>{stale_sentence(node.stale)}</td></tr></table>")
@@ -388,7 +398,7 @@ class InspectorPanel(QWidget):
             flags.append("view")
         if t.origin:
             flags.append("detached" if t.origin == "detach" else "made under no_grad")
-        title = html.escape(t.name) if t.name else "<span class='muted'>unnamed tensor</span>"
+        title = breakable(t.name) if t.name else "<span class='muted'>unnamed tensor</span>"
         parts = [f"<p class='title'>{title}</p>",
                  f"<p><span class='badge'>&nbsp;{html.escape(t.dtype)}&nbsp;</span> "
                  f"[{shape}] · {html.escape(t.device)} · {' · '.join(flags)}</p>"]

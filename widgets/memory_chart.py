@@ -1,224 +1,57 @@
-"""Memory over time with phase bands and backward-call markers (pyqtgraph; plain data in, no torch).
+"""Memory over time with phase bands, call and event markers (pyqtgraph; plain data in, no torch).
 
-On CPU: process RSS (left axis) and saved-tensor bytes (right axis, own scale: a few MB of
-activations would be flat next to a 300 MB process); on CUDA: the allocator's ``allocated`` and
-``reserved``. MB means 2**20 bytes, as in PyTorch's memory summaries. Bands show the phase and a
-dashed line marks each backward call start; each is one item that draws only the visible pixel
-columns, so a loop of ten thousand calls still pans smoothly, with labels only where they fit.
+On CPU: process RSS (left axis) and saved-tensor bytes (right axis, own scale: a few KB of
+activations would be flat next to a 300 MB process). On CUDA: the allocator's ``allocated`` and
+``reserved`` (left) with the cache between them shaded, and saved tensors on the right. Each axis
+reads in KB, MB or GB (2**10, 2**20, 2**30 bytes, as PyTorch's memory summaries count) chosen by
+the largest value shown, never with a "x1e-06" suffix.
+
+Time zooms and pans with the wheel and drag (pyqtgraph's own); ``fit_call`` shows one iteration,
+``set_overlay`` draws every iteration from its own start, and ``set_reference`` puts a second
+run (the leak beside its fix) on the same scale.
 """
 
 from __future__ import annotations
 
 import bisect
-from functools import lru_cache
 
 import numpy as np
 import pyqtgraph as pg
-from pyqtgraph.graphicsItems.LegendItem import ItemSample
-from PySide6.QtCore import QLineF, QMargins, QPointF, QRectF, Qt, QTimer, Signal
-from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QImage, QPen
+from PySide6.QtCore import QMargins, Qt, QTimer, Signal
+from PySide6.QtGui import QPen
 from PySide6.QtWidgets import QSizePolicy, QVBoxLayout, QWidget
 
+from core.held_memory import byte_unit, format_bytes
+from widgets.memory_items import (
+    LINES as _LINES,
+    PHASES,
+    CallMarkersItem,
+    EventMarksItem,
+    PhaseBandsItem,
+    PhaseSwatch,
+    Series,
+    get_field,
+)
+from widgets.memory_time import TimeToolsMixin
 from widgets.theme import Theme, get_theme
 
 MB = float(1 << 20)
-PHASES = ("forward", "backward", "between")
 REFRESH_MS = 50  # live updates are drawn at most 20 times a second
 DASH_PIXELS = 10_000  # longer dashed paths are drawn 1 px wide: Qt takes ~3 us per pixel of wide dashes
-_FIELDS = ("allocated", "reserved", "rss", "saved_bytes", "max_allocated")
-_LINES = {
-    "cuda": (("allocated", "allocated"), ("reserved", "reserved")),
-    "cpu": (("rss", "process RSS"), ("saved_bytes", "saved tensors")),
-}
+_AXIS_NAMES = {"cpu": "RSS", "cuda": "CUDA"}
+CUDA_TOOLTIP = (
+    "<b>allocated</b>: bytes held by live tensors.<br><b>reserved</b>: bytes the caching allocator "
+    "holds from the driver.<br>The shaded gap between them is the <b>cache</b>: freed blocks kept for "
+    "reuse. <code>torch.cuda.empty_cache()</code> hands it back, which lowers reserved but not allocated."
+)
+CPU_TOOLTIP = (
+    "<b>process RSS</b>: all memory of the worker process (Python, torch, the script's tensors).<br>"
+    "<b>saved tensors</b>: bytes the autograd graphs hold for backward; forward builds them, backward "
+    "frees them.<br>On CUDA the chart shows the allocator's allocated and reserved memory instead."
+)
 
 
-def _get(sample, key, default=0):
-    return sample.get(key, default) if isinstance(sample, dict) else getattr(sample, key, default)
-
-
-@lru_cache(maxsize=8)
-def phase_brushes(theme: Theme) -> dict[str, QBrush]:
-    """Band fills: distinct hues, and distinct grey levels once printed; the print theme has greys only."""
-    if theme.name == "print":
-        return {"forward": QBrush(QColor(0, 0, 0, 18)), "backward": QBrush(QColor(0, 0, 0, 58)),
-                "between": QBrush(QColor(0, 0, 0, 0))}
-    alpha = 56 if theme.name == "dark" else 46
-    colors = {"forward": (theme.leaf_border, alpha), "backward": (theme.current, alpha),
-              "between": (theme.other_border, alpha // 2)}
-    return {phase: QBrush(QColor(*QColor(c).getRgb()[:3], a)) for phase, (c, a) in colors.items()}
-
-
-class _ViewSpanItem(pg.GraphicsObject):
-    """Spans the visible height of its view and paints in device pixels, only what is visible."""
-
-    def __init__(self, z: float):
-        super().__init__()
-        self.theme = get_theme("light")
-        self.t0 = self.t1 = np.zeros(0)
-        self.setZValue(z)
-
-    def boundingRect(self) -> QRectF:
-        vr = self.viewRect()
-        return QRectF(vr) if vr is not None and len(self.t0) else QRectF()
-
-    def viewTransformChanged(self):
-        super().viewTransformChanged()
-        self.changed()
-
-    def changed(self):
-        self.prepareGeometryChange()
-        self.update()
-
-    def set_theme(self, theme: Theme) -> None:
-        self.theme = theme
-        self.update()
-
-    def _begin(self, painter):
-        """Switch ``painter`` to pixels; returns the visible slice, the x mapping and the pixel top/bottom."""
-        vr = self.viewRect()
-        if vr is None or not len(self.t0):
-            return None
-        tr = painter.transform()
-        lo = int(np.searchsorted(self.t1, vr.left(), "left"))
-        hi = int(np.searchsorted(self.t0, vr.right(), "right"))
-        top, bottom = sorted((tr.map(QPointF(0, vr.bottom())).y(), tr.map(QPointF(0, vr.top())).y()))
-        left, right = sorted((tr.map(QPointF(vr.left(), 0)).x(), tr.map(QPointF(vr.right(), 0)).x()))
-        painter.resetTransform()
-        font = QFont(self.theme.font_family)
-        font.setPixelSize(self.theme.small_font_px + 1)
-        painter.setFont(font)
-        return slice(lo, hi), tr.m11(), tr.dx(), QRectF(left, top, right - left, bottom - top), QFontMetricsF(font)
-
-
-class PhaseBandsItem(_ViewSpanItem):
-    """One band per run of samples in the same phase, labelled where the band is wide enough."""
-
-    def __init__(self):
-        super().__init__(z=-100)
-        self.codes = np.zeros(0, dtype=np.int8)
-        self.hidden: set[str] = set()
-
-    def set_runs(self, t0: np.ndarray, t1: np.ndarray, codes: np.ndarray) -> None:
-        self.t0, self.t1, self.codes = t0, t1, codes
-        self.changed()
-
-    def paint(self, p, *args):
-        if (view := self._begin(p)) is None:
-            return
-        sl, a, b, px, fm = view
-        # Each pixel column takes the phase at its centre, drawn as a one-row image stretched to
-        # the plot's height: thin tall rectangles cost a blend per row, this costs one per column.
-        first = np.floor(px.left())
-        width = int(np.ceil(px.right()) - first)
-        if width > 0:
-            centres = (first + np.arange(width) + 0.5 - b) / a
-            run = np.clip(np.searchsorted(self.t0, centres, "right") - 1, 0, len(self.t0) - 1)
-            inside = (centres >= self.t0[run]) & (centres <= self.t1[run])
-            brushes = phase_brushes(self.theme)  # ARGB per phase code, then "no band"
-            lut = np.array([0 if ph in self.hidden else brushes[ph].color().rgba() for ph in PHASES] + [0], np.uint32)
-            row = np.ascontiguousarray(lut[np.where(inside, self.codes[run], len(PHASES))])
-            strip = QImage(row.data, width, 1, QImage.Format_ARGB32)
-            p.drawImage(QRectF(first, px.top(), width, px.height()), strip)
-        x0 = np.maximum(np.rint(a * self.t0[sl] + b), px.left())  # label the visible part of a band
-        x1 = np.minimum(np.rint(a * self.t1[sl] + b), px.right())
-        codes = self.codes[sl]
-        p.setPen(QColor(self.theme.muted_text))
-        room = np.array([fm.horizontalAdvance(ph) + 8 for ph in PHASES])
-        for i in np.nonzero((x1 - x0) >= room[codes])[0][:200]:
-            if PHASES[codes[i]] not in self.hidden:
-                p.drawText(QPointF(x0[i] + 4, px.bottom() - 5), PHASES[codes[i]])
-
-
-class CallMarkersItem(_ViewSpanItem):
-    """A dashed vertical line at each backward call start, labelled "#k" where labels fit."""
-
-    def __init__(self):
-        super().__init__(z=-5)  # under the lines
-        self.indices: list[int] = []
-
-    def set_calls(self, calls: list[tuple[float, int]]) -> None:
-        self.t0 = self.t1 = np.array([t for t, _ in calls], dtype=float)
-        self.indices = [i for _, i in calls]
-        self.changed()
-
-    def paint(self, p, *args):
-        if (view := self._begin(p)) is None:
-            return
-        sl, a, b, px, fm = view
-        xs = np.rint(a * self.t0[sl] + b) + 0.5
-        labels, right = [], -1e9
-        for x, index in zip(xs[:2000], self.indices[sl][:2000]):
-            if x + 3 > right:  # skip labels that would overlap the previous one
-                labels.append((x, f"#{index}"))
-                right = x + 9 + fm.horizontalAdvance(labels[-1][1])
-        lines = np.unique(xs)
-        if len(lines) * 4 > px.width():  # a line every few pixels would hide the data: labelled ones only
-            lines = [x for x, _ in labels]
-        p.setPen(QPen(QColor(self.theme.muted_text), 0, Qt.DashLine))  # 0: one pixel, cosmetic
-        p.drawLines([QLineF(x, px.top(), x, px.bottom()) for x in lines])
-        p.setPen(QColor(self.theme.text))
-        for x, text in labels:
-            p.drawText(QPointF(x + 3, px.top() + fm.ascent() + 2), text)
-
-
-class _PhaseSwatch(ItemSample):
-    """A legend swatch for one phase; clicking it hides or shows that phase's bands."""
-
-    def __init__(self, bands: PhaseBandsItem, phase: str):
-        super().__init__(bands)
-        self.bands, self.phase = bands, phase
-
-    def paint(self, p, *args):
-        p.setPen(QPen(QColor(self.bands.theme.muted_text), 0))
-        hidden = self.phase in self.bands.hidden
-        p.setBrush(Qt.NoBrush if hidden else phase_brushes(self.bands.theme)[self.phase])
-        p.drawRect(QRectF(3, 5, 14, 12))
-
-    def mouseClickEvent(self, event):
-        if event.button() == Qt.MouseButton.LeftButton:
-            self.bands.hidden ^= {self.phase}
-            self.bands.update()
-            self.update()
-        event.accept()
-
-
-class _Series:
-    """Growable numpy columns of the samples, and the phase runs derived from them."""
-
-    def __init__(self):
-        self.n, self.t, self.codes = 0, np.zeros(256), np.zeros(256, dtype=np.int8)
-        self.cols = {f: np.zeros(256) for f in _FIELDS}
-        self.run_t0: list[float] = []  # each run of samples in one phase: start, end, phase code
-        self.run_t1: list[float] = []
-        self.run_codes: list[int] = []
-        self.calls: list[tuple[float, int]] = []  # derived from runs entering "backward"
-
-    def append(self, samples) -> None:
-        m = len(samples)
-        if self.n + m > len(self.t):
-            cap = max(2 * len(self.t), self.n + m)
-            self.t, self.codes = np.resize(self.t, cap), np.resize(self.codes, cap)
-            self.cols = {f: np.resize(c, cap) for f, c in self.cols.items()}
-        sl = slice(self.n, self.n + m)
-        self.t[sl] = [float(_get(s, "t")) for s in samples]
-        for f in _FIELDS:
-            self.cols[f][sl] = [_get(s, f) for s in samples]
-        codes = [PHASES.index(ph) if (ph := _get(s, "phase", "forward")) in PHASES else 2 for s in samples]
-        self.codes[sl] = codes
-        for t, code in zip(self.t[sl].tolist(), codes):
-            if self.run_codes:
-                self.run_t1[-1] = t  # a run ends where the next begins, so bands tile the time axis
-                if self.run_codes[-1] == code:
-                    continue
-            self.run_t0.append(t)
-            self.run_t1.append(t)
-            self.run_codes.append(code)
-            if code == 1:
-                self.calls.append((t, len(self.calls)))
-        self.n += m
-
-
-class MemoryChart(QWidget):
+class MemoryChart(TimeToolsMixin, QWidget):
     """Memory over the run: lines per device, phase bands, call markers, hover values, click to select."""
 
     sig_call_selected = Signal(int)
@@ -231,7 +64,7 @@ class MemoryChart(QWidget):
         # The legend gets its own row above the plot, so it never hides data, markers or the readout.
         self.plot_widget = pg.GraphicsLayoutWidget(parent=self)
         QVBoxLayout(self, contentsMargins=QMargins(0, 0, 0, 0)).addWidget(self.plot_widget)
-        self.legend = pg.LegendItem(colCount=5, verSpacing=-8, horSpacing=4, frame=False)
+        self.legend = pg.LegendItem(colCount=9, verSpacing=-8, horSpacing=4, frame=False)
         self.legend.setSizePolicy(QSizePolicy.Maximum, QSizePolicy.Fixed)
         self.plot_widget.addItem(self.legend, row=0, col=0)
         self.plot_widget.ci.layout.setAlignment(self.legend, Qt.AlignLeft | Qt.AlignVCenter)
@@ -253,9 +86,19 @@ class MemoryChart(QWidget):
         self.view.sigResized.connect(self._sync_views)
         self.plot.setLabel("bottom", "time", units="s")
         self.plot.showGrid(y=True, alpha=0.12)
-        self.bands, self.markers = PhaseBandsItem(), CallMarkersItem()
+        for name in ("left", "right"):  # units are chosen here (KB/MB/GB), never as an "x1e-06" suffix
+            self.plot.getAxis(name).enableAutoSIPrefix(False)
+        self.bands, self.markers, self.events = PhaseBandsItem(), CallMarkersItem(), EventMarksItem()
         self.view2.addItem(self.bands, ignoreBounds=True)
         self.view.addItem(self.markers, ignoreBounds=True)
+        self.view.addItem(self.events, ignoreBounds=True)
+        self.peak_label = pg.TextItem(anchor=(0.5, 1.15))
+        self.peak_dot = pg.ScatterPlotItem(size=7)
+        self.overlay_item = pg.PlotDataItem(connect="finite")  # every iteration from its own start
+        self.overlay_item.setZValue(10)
+        self.view.addItem(self.overlay_item)
+        self.overlay_item.hide()
+        self.gap = None  # the shaded cache between allocated and reserved (CUDA)
         self.cursor = pg.InfiniteLine(angle=90, movable=False)
         self.readout = pg.TextItem(anchor=(0, 0))
         for z, item in ((30, self.cursor), (40, self.readout)):
@@ -263,11 +106,16 @@ class MemoryChart(QWidget):
             item.hide()
             self.view.addItem(item, ignoreBounds=True)
         self._lines: dict[str, pg.PlotDataItem] = {}  # by sample field
+        self._ref_lines: dict[str, pg.PlotDataItem] = {}  # the reference run's, by sample field
+        self._ref: Series | None = None
+        self._ref_label = ""
+        self._overlay = False
+        self.units = {"left": ("MB", 1 << 20), "right": ("MB", 1 << 20)}  # axis -> (name, bytes per unit)
         self._notes: list[pg.InfiniteLine] = []
         self._explicit_calls: list[tuple[float, int]] | None = None
         self._mode: str | None = None  # "cpu" or "cuda": which lines are shown
         self._dense = False  # a long dashed path in view: drawn 1 px wide
-        self._series = _Series()
+        self._series = Series()
         self._timer = QTimer(self, singleShot=True, interval=REFRESH_MS, timeout=self.flush)
         self._hover_proxy = pg.SignalProxy(self.plot.scene().sigMouseMoved, rateLimit=60, slot=self._on_hover)
         self.plot.scene().sigMouseClicked.connect(self._on_click)
@@ -290,7 +138,7 @@ class MemoryChart(QWidget):
         if not samples:
             return
         if self._series.n == 0:
-            self._set_mode("cuda" if str(_get(samples[-1], "device", "cpu")).startswith("cuda") else "cpu")
+            self._set_mode("cuda" if str(get_field(samples[-1], "device", "cpu")).startswith("cuda") else "cpu")
         self._series.append(samples)
         if not self._timer.isActive():
             self._timer.start()
@@ -309,7 +157,7 @@ class MemoryChart(QWidget):
     def clear(self) -> None:
         """Forget all samples, calls and notes."""
         self._timer.stop()
-        self._series = _Series()
+        self._series = Series()
         self._explicit_calls = None
         self.clear_markers()
         self.flush()
@@ -319,11 +167,85 @@ class MemoryChart(QWidget):
         self._timer.stop()
         s = self._series
         n = s.n
+        self._choose_units()
         for key, item in self._lines.items():
-            item.setData(s.t[:n], s.cols[key][:n] / MB)
+            item.setData(s.t[:n], s.cols[key][:n] / self._unit_of(key)[1])
+        ref = self._ref
+        for key, item in self._ref_lines.items():
+            item.setData(ref.t[:ref.n], ref.cols[key][:ref.n] / self._unit_of(key)[1])
         self.bands.set_runs(np.array(s.run_t0), np.array(s.run_t1), np.array(s.run_codes, dtype=np.int8))
         self.markers.set_calls(self._calls())
+        self.events.set_events(s.events)
+        self._draw_peak()
+        if self._overlay:
+            self._draw_overlay()
         self._update_detail()
+
+    # -- units and peak ----------------------------------------------------------------------------
+    def _axis_of(self, key: str) -> str:
+        return next((axis for k, _, axis, _ in _LINES[self._mode] if k == key), "left")
+
+    def _unit_of(self, key: str) -> tuple[str, int]:
+        return self.units[self._axis_of(key)]
+
+    def _choose_units(self) -> None:
+        """Each axis reads in the unit of the largest value it shows (this run and the reference)."""
+        for axis in ("left", "right"):
+            keys = [k for k, _, a, _ in _LINES[self._mode] if a == axis]
+            top = 0.0
+            for series in (self._series, self._ref):
+                if series is not None and series.n:
+                    top = max([top] + [float(series.cols[k][:series.n].max()) for k in keys])
+            unit = byte_unit(top)
+            if unit != self.units[axis]:
+                self.units[axis] = unit
+                self._label_axes()
+
+    def _label_axes(self) -> None:
+        """Short axis titles ("RSS (MB)", "saved (KB)") that fit even a short plot; the legend names the lines."""
+        pens = self._line_pens()
+        left = "saved" if self._overlay and self._mode == "cpu" else _AXIS_NAMES.get(self._mode, "RSS")
+        unit = self.units["right" if self._overlay and self._mode == "cpu" else "left"][0]
+        color = pens["dashed" if self._overlay and self._mode == "cpu" else "solid"].color().name()
+        self.plot.getAxis("left").setLabel(f"{left} ({unit})", color=color)
+        self.plot.getAxis("right").setLabel(f"saved ({self.units['right'][0]})", color=pens["dashed"].color().name())
+
+    def measure_key(self) -> str:
+        """The line whose peak is annotated and whose iterations overlay: saved tensors on CPU, allocated on CUDA."""
+        return "allocated" if self._mode == "cuda" else "saved_bytes"
+
+    def peak(self) -> tuple[float, int, str] | None:
+        """(t, bytes, what ran) at the highest sample of ``measure_key``, or None before any memory is held."""
+        s, key = self._series, self.measure_key()
+        if not s.n:
+            return None
+        i = int(np.argmax(s.cols[key][:s.n]))
+        if s.cols[key][i] <= 0:
+            return None
+        return float(s.t[i]), int(s.cols[key][i]), s.where_before(i)
+
+    def _draw_peak(self) -> None:
+        found = None if self._overlay else self.peak()
+        self.peak_label.setVisible(found is not None)
+        self.peak_dot.setVisible(found is not None)
+        if found is None:
+            return
+        t, nbytes, where = found
+        key = self.measure_key()
+        view = self.view2 if self._axis_of(key) == "right" else self.view
+        if self.peak_label.getViewBox() is not view:
+            for item in (self.peak_label, self.peak_dot):
+                if item.getViewBox() is not None:
+                    item.getViewBox().removeItem(item)
+                item.setZValue(35)
+                view.addItem(item, ignoreBounds=True)
+        y = nbytes / self._unit_of(key)[1]
+        s = self._series
+        right = t > (s.t[0] + s.t[s.n - 1]) / 2  # the label reads away from the plot's edge
+        self.peak_label.setAnchor((1.02 if right else -0.02, -0.1))
+        self.peak_dot.setData([t], [y])
+        self.peak_label.setText(f"peak {format_bytes(nbytes)}" + (f" · {where}" if where else ""))
+        self.peak_label.setPos(t, y)
 
     def _calls(self) -> list[tuple[float, int]]:
         return self._explicit_calls if self._explicit_calls is not None else self._series.calls
@@ -341,7 +263,7 @@ class MemoryChart(QWidget):
 
     def mark_freed(self, t: float, nbytes: int) -> pg.InfiniteLine:
         """Show that ``nbytes`` of saved tensors were released at ``t`` (stepping)."""
-        return self.add_marker(t, f"−{nbytes / MB:.2f} MB")
+        return self.add_marker(t, f"−{nbytes / MB:.2f} MB" if nbytes >= MB / 10 else f"−{format_bytes(nbytes)}")
 
     def clear_markers(self) -> None:
         """Remove the notes added by ``add_marker``/``mark_freed``."""
@@ -392,56 +314,79 @@ class MemoryChart(QWidget):
             axis.setTextPen(t.text)
         self.bands.set_theme(t)
         self.markers.set_theme(t)
+        self.events.set_theme(t)
+        self.peak_label.setColor(t.text)
+        self.peak_label.fill, self.peak_label.border = pg.mkBrush(t.overlay_fill), pg.mkPen(t.overlay_border)
+        self.peak_dot.setPen(pg.mkPen(t.text))
+        self.peak_dot.setBrush(pg.mkBrush(t.highlight))
+        self.overlay_item.setPen(pg.mkPen(t.custom_border if t.name != "print" else t.text, width=1.5))
+        self.plot_widget.setToolTip(CUDA_TOOLTIP if self._mode == "cuda" else CPU_TOOLTIP)
         self.cursor.setPen(pg.mkPen(t.muted_text, width=1, style=Qt.DotLine))
         self.readout.fill, self.readout.border = pg.mkBrush(t.overlay_fill), pg.mkPen(t.overlay_border)
         self.readout.setColor(t.text)
         self.legend.setLabelTextColor(t.text)
 
-    def _line_pens(self) -> tuple[QPen, QPen]:
+    def _line_pens(self) -> dict[str, QPen]:
+        """Pens by role: the main measure (solid), reserved (CUDA), saved tensors (dashed)."""
         t = self._theme
         solid = pg.mkPen(t.op_border, width=2)
+        reserved = pg.mkPen(t.group_border if t.name != "print" else t.muted_text, width=2)
         # Qt strokes dashes wider than 1 px slowly (seconds for a dense zigzag): thin them when dense.
         dashed = pg.mkPen(t.custom_border if t.name != "print" else t.text, width=1 if self._dense else 2,
                           style=Qt.DashLine)
-        return solid, dashed
+        return {"solid": solid, "reserved": reserved, "dashed": dashed}
 
     def _update_detail(self, *_) -> None:
         """Thin the dashed line while its visible path is long (a dense zigzag)."""
-        key, item = list(self._lines.items())[1]
-        s, view = self._series, item.getViewBox()
+        key = "saved_bytes"
+        item = self._lines.get(key)
+        s = self._series
+        view = item.getViewBox() if item is not None else None
         if view is None or s.n < 2:
             return
         (x0, x1), (y0, y1) = view.viewRange()
         lo, hi = np.searchsorted(s.t[:s.n], (x0, x1))
-        rise = np.abs(np.diff(s.cols[key][lo:hi + 1])).sum() / MB * view.height() / max(y1 - y0, 1e-9)
+        unit = self._unit_of(key)[1]
+        rise = np.abs(np.diff(s.cols[key][lo:hi + 1])).sum() / unit * view.height() / max(y1 - y0, 1e-9)
         dense = bool(rise + view.width() > DASH_PIXELS)
         if dense != self._dense:
             self._dense = dense
-            for item, pen in zip(self._lines.values(), self._line_pens()):
-                item.setPen(pen)
+            item.setPen(self._line_pens()["dashed"])
 
     def _set_mode(self, mode: str) -> None:
         if mode == self._mode:
             return
         self._mode = mode
+        self._drop_ref_lines()
         for item in self._lines.values():
             item.getViewBox().removeItem(item)
+        if self.gap is not None:
+            self.view.removeItem(self.gap)
+            self.gap = None
         self._lines = {}
         self.legend.clear()
         pens = self._line_pens()
-        for (key, label), pen, view in zip(_LINES[mode], pens, (self.view, self.view2 if mode == "cpu" else self.view)):
-            item = pg.PlotDataItem(pen=pen, name=label, clipToView=True, autoDownsample=True,
+        for key, label, axis, role in _LINES[mode]:
+            item = pg.PlotDataItem(pen=pens[role], name=label, clipToView=True, autoDownsample=True,
                                    downsampleMethod="peak")
-            view.addItem(item)
+            (self.view2 if axis == "right" else self.view).addItem(item)
             self._lines[key] = item
             self.legend.addItem(item, label)
+        if mode == "cuda":
+            # The caching allocator's cache: reserved but not allocated, shaded between the two lines.
+            color = pens["reserved"].color()
+            color.setAlpha(60)
+            self.gap = pg.FillBetweenItem(self._lines["allocated"], self._lines["reserved"], brush=pg.mkBrush(color))
+            self.gap.setZValue(-20)
+            self.view.addItem(self.gap)
+            self.legend.addItem(pg.BarGraphItem(x=[0], height=[1], width=1, brush=pg.mkBrush(color),
+                                                pen=pg.mkPen(None)), "cache")
+        self._add_ref_lines()
         for phase in PHASES:
-            self.legend.addItem(_PhaseSwatch(self.bands, phase), phase)
-        cpu = mode == "cpu"
-        self.plot.getAxis("left").setLabel("process RSS (MB)" if cpu else "CUDA memory (MB)",
-                                           color=pens[0].color().name() if cpu else self._theme.text)
-        self.plot.getAxis("right").setLabel("saved tensors (MB)", color=pens[1].color().name())
-        self.plot.showAxis("right", cpu)
+            self.legend.addItem(PhaseSwatch(self.bands, phase), phase)
+        self.plot.showAxis("right", not self._overlay)
+        self.plot_widget.setToolTip(CUDA_TOOLTIP if mode == "cuda" else CPU_TOOLTIP)
+        self._label_axes()
         self.flush()
 
     def _sync_views(self) -> None:
@@ -477,11 +422,23 @@ class MemoryChart(QWidget):
         phase = PHASES[s.codes[i]]
         call = self.call_at(float(s.t[i])) if phase == "backward" else None
         rows = [f"<b>{s.t[i]:.3f} s</b> · {phase}" + (f" #{call}" if call is not None else "")]
-        for (key, label), pen in zip(_LINES[self._mode], self._line_pens()):
-            rows.append(f"<span style='color:{pen.color().name()}'>{'━' if key in ('rss', 'allocated') else '╍'}"
-                        f"</span> {label}: {s.cols[key][i] / MB:,.1f} MB")
-        if self._mode == "cuda" and s.cols["max_allocated"][i]:
-            rows.append(f"peak allocated: {s.cols['max_allocated'][i] / MB:,.1f} MB")
+        pens = self._line_pens()
+        for key, label, axis, role in _LINES[self._mode]:
+            unit, size = self.units[axis]
+            rows.append(f"<span style='color:{pens[role].color().name()}'>{'╍' if role == 'dashed' else '━'}"
+                        f"</span> {label}: {s.cols[key][i] / size:,.1f} {unit}")
+        if self._mode == "cuda":
+            unit, size = self.units["left"]
+            rows.append(f"cache (reserved − allocated): {(s.cols['reserved'][i] - s.cols['allocated'][i]) / size:,.1f} "
+                        f"{unit}")
+            if s.cols["max_allocated"][i]:
+                rows.append(f"peak allocated: {s.cols['max_allocated'][i] / size:,.1f} {unit}")
+            if s.cols["rss"][i]:
+                rows.append(f"host RSS: {format_bytes(int(s.cols['rss'][i]))}")
+        if mark := next((k for t, k in s.events if t == s.t[i]), None):
+            rows.append(f"<b>{mark}</b>")
+        if where := s.where_before(i):
+            rows.append(f"after {where}")
         return f"<div style='font-size:8pt'>{'<br>'.join(rows)}</div>"
 
     def _on_click(self, ev) -> None:

@@ -18,7 +18,7 @@ from PySide6.QtGui import (
     QColor, QFont, QFontDatabase, QFontMetricsF, QHelpEvent, QPainter, QPainterPath, QPalette, QPen, QPolygonF,
 )
 from PySide6.QtWidgets import (
-    QAbstractItemView, QHeaderView, QLabel, QScrollArea, QToolTip, QTreeWidget, QTreeWidgetItem, QVBoxLayout,
+    QAbstractItemView, QApplication, QHeaderView, QLabel, QScrollArea, QToolTip, QTreeWidget, QTreeWidgetItem, QVBoxLayout,
     QWidget,
 )
 
@@ -60,8 +60,22 @@ class _StorageCanvas(QWidget):
     def _relayout(self) -> None:
         last = max(0, (self.pic.count - 1) * self.pic.block)
         left = QFontMetricsF(self._small_font()).horizontalAdvance(f"{last:,}") + 22
-        self.grid = StorageGrid.for_picture(self.pic, self.width(), left, self._legend()[-1][2].y() + 30)
-        self.setMinimumHeight(int(self.grid.height()))
+        top = self._legend()[-1][2].y() + 30
+        # Wrap to the width, and shrink the cells (down to the smallest that still shows values) until
+        # every row fits the height the view has: a 3x4 tensor is seen whole, without scrolling.
+        room = self.parentWidget().height() if self.parentWidget() is not None else 0
+        for cell in (None, 56.0, 48.0, 42.0):
+            self.grid = StorageGrid.for_picture(self.pic, self.width(), left, top, cell)
+            if self.grid.height() <= room or self.pic.block > 1 or self.pic.count > 64:
+                break
+        height = int(self.grid.height())
+        if height > room and self.pic.count and self.grid.cell(self.pic.count - 1)[1] + self.grid.size + 4 <= room:
+            height = room  # only the margin under the last row is cut: no scroll bar for it
+        if height != self.minimumHeight():
+            self.setMinimumHeight(height)
+            area = self.parentWidget().parentWidget() if self.parentWidget() is not None else None
+            if isinstance(area, QScrollArea):  # it resizes its widget on its own layout request only
+                QApplication.postEvent(area, QEvent(QEvent.Type.LayoutRequest))
 
     def resizeEvent(self, event) -> None:
         self._relayout()

@@ -25,6 +25,8 @@ class TensorsPanel(QWidget):
     """A tensor row was chosen; carries the tensor id."""
 
     COLUMNS = ("name", "shape", "stride", "offset", "storage", "version", "dtype", "device", "grad")
+    # Columns a narrow dock hides first (their values stay in each row's tooltip): no sideways scrolling.
+    DROP_ORDER = ("grad", "device", "dtype", "version", "storage", "offset")
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -34,6 +36,9 @@ class TensorsPanel(QWidget):
         self.tree.setUniformRowHeights(True)
         self.tree.setSortingEnabled(False)
         self.tree.header().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        # The name takes the room left (elided when very narrow), so the table never scrolls sideways.
+        self.tree.header().setStretchLastSection(False)
+        self.tree.header().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.tree)
@@ -69,10 +74,34 @@ class TensorsPanel(QWidget):
                 for col in range(len(self.COLUMNS)):
                     item.setBackground(col, QBrush(QColor(colour)))
                 tip += f", shared by {counts[t.storage]} named tensors"
-            item.setToolTip(0, tip)
+            tip += "\n" + "  ".join(f"{c}: {v}" for c, v in zip(self.COLUMNS[1:], row[1:]))
+            for col in range(len(self.COLUMNS)):
+                item.setToolTip(col, tip)
             self.tree.addTopLevelItem(item)
             self._ids.append(t.id)
         self.tree.blockSignals(False)
+        self.fit_columns()
+
+    def fit_columns(self) -> None:
+        """Show the columns that fit the width, each sized to its content, dropping ``DROP_ORDER`` first."""
+        # Measured from the texts: Qt's own hints read 0 for hidden columns, which would flip them back.
+        fm, header_fm = self.tree.fontMetrics(), self.tree.header().fontMetrics()
+        items = [self.tree.topLevelItem(i) for i in range(self.tree.topLevelItemCount())]
+        widths = [max([header_fm.horizontalAdvance(name) + 20] + [fm.horizontalAdvance(it.text(c)) + 14 for it in items])
+                  for c, name in enumerate(self.COLUMNS)]
+        widths[0] = min(widths[0], 72)  # the name stretches into what is left, elided if it must
+        room = self.tree.viewport().width() or self.width()
+        shown = set(range(len(self.COLUMNS)))
+        for name in self.DROP_ORDER:
+            if sum(widths[c] for c in shown) <= room:
+                break
+            shown.discard(self.COLUMNS.index(name))
+        for c in range(len(self.COLUMNS)):
+            self.tree.setColumnHidden(c, c not in shown)
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self.fit_columns()
 
     def clear(self) -> None:
         self.tree.clear()
