@@ -125,13 +125,17 @@ class WorkerProcess:
         except (BrokenPipeError, OSError, ValueError):
             return False
 
-    def dump_stacks(self) -> None:
+    def dump_stacks(self, signal_too: bool = True) -> None:
         """Ask faulthandler in the worker to write every thread's stack to the fault file.
 
         Two ways, so a script that ignores SIGUSR1 (or holds the GIL in C) is still named:
         a command read on the worker's command thread, and the signal.
         """
         self.send(protocol.Dump().to_dict())
+        if signal_too:
+            self._signal_dump()
+
+    def _signal_dump(self) -> None:
         if self.alive and hasattr(signal, "SIGUSR1"):
             try:
                 self.proc.send_signal(signal.SIGUSR1)
@@ -139,7 +143,11 @@ class WorkerProcess:
                 pass
 
     def dump_and_wait(self, limit: float = 2.0) -> None:
-        """Ask for a stack dump and wait (up to ``limit`` s) until the fault file stops growing."""
+        """Ask for a stack dump and wait (up to ``limit`` s) until the fault file stops growing.
+
+        The command goes first and the signal only if no dump came of it: two dumps written at
+        once interleave their lines in the file, and the script's line could not be read back.
+        """
         if self.launcher is not None:  # signals do not cross ssh: the stacks come back as a message
             self.send(protocol.Dump().to_dict())
             deadline = time.monotonic() + limit
@@ -147,19 +155,27 @@ class WorkerProcess:
                 time.sleep(0.05)
             return
         before = self._fault_size()
-        self.dump_stacks()
+        self.dump_stacks(signal_too=False)
+        first = min(0.6, limit / 2)
+        if not self._wait_for_dump(before, first):
+            self._signal_dump()
+            self._wait_for_dump(before, limit - first)
+
+    def _wait_for_dump(self, before: int, limit: float) -> bool:
+        """Wait until the fault file has grown past ``before`` and stopped growing."""
         deadline = time.monotonic() + limit
-        last, stable_since = before, None
+        last, stable_since = self._fault_size(), None
         while time.monotonic() < deadline and self.alive:
             time.sleep(0.05)
             size = self._fault_size()
             if size > before and size == last:
                 stable_since = stable_since or time.monotonic()
                 if time.monotonic() - stable_since >= 0.15:
-                    return
+                    return True
             else:
                 stable_since = None
             last = size
+        return False
 
     def _fault_size(self) -> int:
         try:
