@@ -341,6 +341,7 @@ def test_storage_view_exports_headless_and_from_the_app(tmp_path, qtbot):
     assert cli_main(["export", str(script), "--storage", "xt", "-o", str(out)]) == 0
     svg = out.read_text()
     assert "<svg" in svg and "xt" in svg and "(1, 4)" in svg  # the title and the stride
+    assert "Same storage: 2 other tensors<" in svg and "click a tensor" not in svg  # no screen-only hint
     trace = capture_script(str(script))
     with pytest.raises(StorageExportError, match="named tensors: x, xt"):
         find_tensor(trace, "nope")
@@ -351,6 +352,7 @@ def test_storage_view_exports_headless_and_from_the_app(tmp_path, qtbot):
     size = view.size()
     png = export_view_copy(view, tmp_path / "xt.png")
     assert view.size() == size  # the live view keeps its layout
+    assert view.shared_label.text() == "Same storage: 2 other tensors (click a tensor to show it)"
     image = QImage(str(png))
     assert image.width() >= 1000 and image.height() > 400
     assert image.pixelColor(5, 5).name() == "#ffffff"  # print look: white paper
