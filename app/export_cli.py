@@ -17,6 +17,7 @@ from pathlib import Path
 
 from app.hosts import worker_options
 from core.client import run_capture
+from core.nested_view import link_nested
 from core.trace import CallInfo, Trace
 
 FORMATS = ("png", "svg", "pdf", "dot", "json")
@@ -195,6 +196,7 @@ def _export_one(args, script: Path, batch: bool) -> tuple[list[str], list[str]]:
     trace = result.trace
     if args.storage:
         return _export_storage(args, script, trace)
+    link_nested(trace.calls)  # a checkpoint node lists the backward run inside it
     call, notes, warnings = _pick_call(trace, index)
     if want_steps and not steps:
         raise ScriptError(f"call #{index} ran no backward step to draw (it was never backwarded)")

@@ -212,6 +212,7 @@ class MainWindow(QMainWindow):
         self.calls.sig_call_selected.connect(self.show_call)
         self.graph.sig_node_selected.connect(self.select_node)
         self.graph.sig_scene_ready.connect(self._on_scene_ready)
+        self.graph.sig_open_call.connect(self._select_call_from_elsewhere)
         self.graph.sig_zoom_changed.connect(lambda p: self.zoom_label.setText(f"zoom {p} %"))
         self.inspector.sig_node_selected.connect(self.select_node)
         self.inspector.sig_tensor_selected.connect(self.select_tensor)

@@ -120,7 +120,7 @@ def node_notes(call: CallInfo, node) -> list[str]:
     out = []
     if node.recomputed:
         out.append("↻ saved tensors recomputed")
-    if node.name == CHECKPOINT_NODE:
+    if node.name == CHECKPOINT_NODE and not call.options.get("_nested_calls"):  # else the box lists them
         nested = call.options.get("nested") or []
         out.append("runs " + (", ".join(f"backward #{i}" for i in nested) if nested else "its own backward")
                    + " inside")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from core.attrs import saved_label, shown_value, tensor_words
 from core.layout_groups import GroupInfo, default_collapsed, group_info, paused_gc  # noqa: F401 - public API
 from core.layout_layered import layered
+from core.nested_view import nested_lines
 from core.trace import CallInfo, NodeInfo
 
 log = logging.getLogger(__name__)
@@ -119,7 +120,8 @@ def node_label(call: CallInfo, node: NodeInfo) -> str:
         name = (t.name if t is not None and t.name else None) or node.label or "leaf"
         shape = format_shape(t.shape) if t is not None else ""
         return f"{name}\n{shape}" if shape else name
-    return f"{node.name}\n{node.label}" if node.label else node.name
+    lines = [node.name, node.label] if node.label else [node.name]
+    return "\n".join(lines + nested_lines(call, node))  # a checkpoint node lists the backward run inside it
 
 
 def group_id(path: str) -> str:

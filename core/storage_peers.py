@@ -24,10 +24,14 @@ def numpy_rows(storages: Sequence[StorageInfo], storage_id: str | None) -> list[
     return out
 
 
-def shared_caption(tensors: int, arrays: int) -> str:
+CLICK_HINT = " (click a tensor to show it)"
+
+
+def shared_caption(tensors: int, arrays: int, *, screen: bool = True) -> str:
+    """Caption of the same-storage list; the click hint only on screen (``screen=False`` for exports)."""
     parts = []
     if tensors:
         parts.append(f"{tensors} other tensor{'' if tensors == 1 else 's'}")
     if arrays:
         parts.append(f"{arrays} NumPy array{'' if arrays == 1 else 's'}")
-    return "Same storage: " + " and ".join(parts) + (" (click a tensor to show it)" if tensors else "")
+    return "Same storage: " + " and ".join(parts) + (CLICK_HINT if tensors and screen else "")

@@ -341,6 +341,7 @@ def test_storage_view_exports_headless_and_from_the_app(tmp_path, qtbot):
     assert cli_main(["export", str(script), "--storage", "xt", "-o", str(out)]) == 0
     svg = out.read_text()
     assert "<svg" in svg and "xt" in svg and "(1, 4)" in svg  # the title and the stride
+    assert "Same storage: 2 other tensors<" in svg and "click a tensor" not in svg  # no screen-only hint
     trace = capture_script(str(script))
     with pytest.raises(StorageExportError, match="named tensors: x, xt"):
         find_tensor(trace, "nope")
@@ -351,6 +352,7 @@ def test_storage_view_exports_headless_and_from_the_app(tmp_path, qtbot):
     size = view.size()
     png = export_view_copy(view, tmp_path / "xt.png")
     assert view.size() == size  # the live view keeps its layout
+    assert view.shared_label.text() == "Same storage: 2 other tensors (click a tensor to show it)"
     image = QImage(str(png))
     assert image.width() >= 1000 and image.height() > 400
     assert image.pixelColor(5, 5).name() == "#ffffff"  # print look: white paper
@@ -480,3 +482,65 @@ def test_call_options_reach_the_app_through_the_worker(tmp_path):
     assert by_index[0].options["nested"] == [1]
     assert by_index[1].options["nested_in"] == 0
     assert by_index[3].options["seed"] == [{"numel": 1, "data": [3.0]}]
+
+
+def test_checkpoint_node_shows_and_opens_its_nested_backward(tmp_path, qtbot, monkeypatch):
+    from PySide6.QtCore import Qt
+    from PySide6.QtTest import QTest
+
+    from app.cli import main as cli_main
+    from core.layout import layout_call
+    from core.nested_view import link_nested, nested_calls
+    from widgets.graph_view import GraphView
+
+    example = "resources/examples/14_checkpointing.py"
+    trace = capture_script(example)
+    link_nested(trace.calls)
+    outer, nested = (next(c for c in trace.calls if c.index == i) for i in (0, 1))
+    ckpt = next(n for n in outer.nodes if n.name == "CheckpointFunctionBackward")
+    (inner,) = nested_calls(outer, ckpt)
+    assert (inner.id, inner.index, inner.nodes) == (nested.id, 1, 6)
+    assert inner.ops == (("ReluBackward0", 1), ("AddmmBackward0", 1), ("TBackward0", 1), ("AccumulateGrad", 3))
+    assert nested_calls(outer, next(n for n in outer.nodes if n.name == "SumBackward0")) == []
+    assert layout_call(outer).nodes[ckpt.id].label.split("\n") == [
+        "CheckpointFunctionBackward", "hidden", "⤷ backward #1: 6 nodes",
+        "  ReluBackward0, AddmmBackward0", "  TBackward0, 3 × AccumulateGrad"]
+    assert "_nested_calls" not in trace.to_json()  # derived from the trace, never saved in it
+
+    view = GraphView()
+    qtbot.addWidget(view)
+    view.resize(900, 900)
+    view.show()
+    view.set_peer_calls(Trace.from_json(trace.to_json()).calls)  # a trace read from a file links too
+    view.set_call(next(c for c in view._peers if c.index == 0), sync=True)
+    assert "backward #1: 6 nodes" in view.node_items[ckpt.id].box.label
+    opened = []
+    view.sig_open_call.connect(opened.append)
+    pos = view.mapFromScene(view.node_items[ckpt.id].sceneBoundingRect().center())
+    QTest.mouseDClick(view.viewport(), Qt.LeftButton, Qt.NoModifier, pos)
+    assert opened == [nested.id]
+    action = next(a for a in view.context_menu(pos).actions() if a.text() == "Show nested backward #1")
+    action.trigger()
+    assert opened == [nested.id, nested.id]
+    sum_pos = view.mapFromScene(view.node_items[outer.roots[0]].sceneBoundingRect().center())
+    assert not view.open_nested(outer.roots[0]) and opened == [nested.id] * 2
+    assert not any(a.text().startswith("Show nested") for a in view.context_menu(sum_pos).actions())
+
+    monkeypatch.setenv("BACKPROP_STUDIO_SETTINGS", str(tmp_path / "settings.ini"))
+    from app.window import MainWindow
+
+    window = MainWindow(timeout=60)
+    qtbot.addWidget(window)
+    try:
+        window.show_trace(trace)
+        window.show_call(outer.id)
+        assert window.call is outer
+        window.graph.sig_open_call.emit(nested.id)  # what the double-click sends
+        assert window.call is nested
+    finally:
+        window.handle.close()
+
+    out = tmp_path / "outer.svg"
+    assert cli_main(["export", example, "-o", str(out)]) == 0
+    svg = out.read_text()
+    assert "backward #1: 6 nodes" in svg and "3 × AccumulateGrad" in svg and "runs backward #1 inside" not in svg

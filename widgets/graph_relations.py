@@ -19,6 +19,7 @@ from PySide6.QtWidgets import QLabel, QMenu
 
 from core.graph_query import CallDiff, ancestors, compare_calls, descendants, loss_to_leaf_paths, path_edges
 from core.layout import group_info
+from core.nested_view import link_nested, nested_calls
 from core.trace import CallInfo
 
 
@@ -138,6 +139,7 @@ class RelationsMixin:
     def set_peer_calls(self, calls: list[CallInfo]) -> None:
         """The other calls of the run, offered by "Compare with call"."""
         self._peers = [c for c in calls if c.nodes]
+        link_nested(calls)  # checkpoint nodes list the backward calls run inside them
 
     def show_diff(self, other: CallInfo) -> CallDiff:
         """Mark what this call has that ``other`` lacks (nodes and edges added since ``other``)."""
@@ -204,6 +206,8 @@ class RelationsMixin:
             menu.addAction("Where its gradient flows (toward the leaves)",
                            lambda: self.show_related(node, "downstream"))
             menu.addAction("Paths from the loss to here", lambda: self.show_related(node, "paths"))
+            for k, inner in enumerate(nested_calls(self._call, self._call.node(node))):
+                menu.addAction(f"Show nested backward #{inner.index}", lambda k=k: self.open_nested(node, k))
         elif item is not None:
             menu.addAction("Expand this module", lambda: self.toggle_group(item.node_id[6:]))
         if item is None or node is not None:

@@ -17,6 +17,7 @@ from PySide6.QtGui import QBrush, QKeySequence, QPainter, QTransform
 from PySide6.QtWidgets import QGraphicsScene, QGraphicsView, QWidget
 
 from core.layout import Layout, group_info
+from core.nested_view import nested_calls
 from core.trace import CallInfo
 from widgets.graph_items import EdgeItem, GroupBoxItem, NodeItem, NodeStyle, SavedItem, color
 from widgets.graph_marks import MarkItems, MarksMixin
@@ -48,6 +49,8 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, QGraphicsView):
     """The zoom changed (percent)."""
     sig_layout_failed = Signal(str)
     """Laying out the call raised; the message."""
+    sig_open_call = Signal(str)
+    """Open another call: the backward nested in a checkpoint node (its call id)."""
 
     def __init__(self, parent: QWidget | None = None, theme: str = "light"):
         super().__init__(parent)
@@ -464,12 +467,23 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, QGraphicsView):
         if node is not None and node.node_id.startswith("group:"):
             self.toggle_group(node.node_id[6:])
             return
+        if node is not None and self.open_nested(node.node_id):
+            event.accept()
+            return
         if node is None:
             frame = self._item_at(event.position().toPoint(), GroupBoxItem)
             if frame is not None:
                 self.toggle_group(frame.path)
                 return
         super().mouseDoubleClickEvent(event)
+
+    def open_nested(self, node_id: str, which: int = 0) -> bool:
+        """Ask to show the backward call run inside checkpoint node ``node_id``; False when it ran none."""
+        inner = nested_calls(self._call, self._call.node(node_id) if self._call is not None else None)
+        if not inner:
+            return False
+        self.sig_open_call.emit(inner[min(which, len(inner) - 1)].id)
+        return True
 
     def _item_at(self, pos, cls):
         for item in self.items(pos):

@@ -80,6 +80,7 @@ def render_storage(view, path, fmt: str | None = None, *, width: int = 760, scal
         raise StorageExportError(f"{path}: the storage view exports as PNG, SVG or PDF, not '{fmt}'")
     old = view.palette()
     view.setPalette(print_palette(old))
+    view.set_screen_hints(False)  # a picture on paper cannot be clicked
     try:
         size = _fit(view, width)
         if fmt == "png":
@@ -117,6 +118,7 @@ def render_storage(view, path, fmt: str | None = None, *, width: int = 760, scal
             finally:
                 p.end()
     finally:
+        view.set_screen_hints(True)
         view.setPalette(old)
     return path
 

@@ -368,6 +368,7 @@ class StorageView(QWidget):
                                 (self.shared_label, 0), (self.shared, 1)):
             layout.addWidget(widget, stretch)
         self._state: tuple | None = None
+        self._screen = True  # screen-only hints (how to click) are left out of exports
         self.clear()
 
     # public API
@@ -401,6 +402,13 @@ class StorageView(QWidget):
     def state(self) -> tuple:
         """(tensor table, shown tensor id, storages): enough to show the same thing elsewhere."""
         return self._state
+
+    def set_screen_hints(self, on: bool) -> None:
+        """Show or leave out the hints that only make sense on screen ("click a tensor ...")."""
+        if on != self._screen:
+            self._screen = on
+            if self._state is not None:
+                self._render()
 
     def tensor_id(self) -> str | None:
         """The shown tensor's id, or None."""
@@ -500,7 +508,7 @@ class StorageView(QWidget):
         if not rows and not peers:
             self.shared_label.setText("No other captured tensor uses this storage.")
             return
-        self.shared_label.setText(shared_caption(len(rows), len(peers)))
+        self.shared_label.setText(shared_caption(len(rows), len(peers), screen=self._screen))
         for cells, tip in peers:
             item = QTreeWidgetItem(cells)
             item.setToolTip(0, tip)
