@@ -157,64 +157,67 @@ class Visible:
 
 
 def build_visible(call: CallInfo, collapsed: frozenset[str], show_saved: bool) -> Visible:
+    """Walks the module tree from the top and stops at collapsed groups: a fold costs what it
+    shows (its boxes and the edges that cross folded groups' borders), not the call's size."""
     info = group_info(call)
+    nodes = call.nodes
     members: dict[str, str] = {}
     container: dict[str, str | None] = {}
     kind: dict[str, str] = {}
     label: dict[str, str] = {}
     coll: dict[str, int] = {}
-    ids: list[str] = []
-    per_module: dict[str | None, tuple] = {}  # module -> (collapsed group, container, its box id)
-    module_of = info.module
-    for n in call.nodes:
-        nid = n.id
-        hit = per_module.get(module_of[nid])
-        if hit is None:
-            mod = module_of[nid]
-            groups = info.ancestors[mod]
-            outer = next((g for g in groups if g in collapsed), None)
-            if outer is not None:
-                groups = groups[: groups.index(outer)]
-            drawn = [g for g in groups if info.is_drawn(g)]
-            hit = per_module[mod] = (outer, drawn[-1] if drawn else None, None if outer is None else "group:" + outer)
-        vid = hit[2]
-        if vid is None:
-            members[nid] = nid
-            ids.append(nid)
-            container[nid] = hit[1]
-            kind[nid] = n.kind
-            label[nid] = node_label(call, n)
+    units: list[tuple[int, int, str]] = []  # (first node index, 0 node / 1 box, module or group)
+    open_nodes: list[int] = []
+    stack: list[tuple[str | None, str | None]] = [(None, None)]  # (group, its container)
+    children = info.children
+    while stack:
+        g, outer = stack.pop()
+        if g is not None and g in collapsed:
+            vid = "group:" + g
+            members.update(dict.fromkeys(info.member_ids(g), vid))
+            container[vid] = outer
+            kind[vid] = "group"
+            coll[g] = info.count[g]
+            cls = info.class_of(g)
+            label[vid] = f"{info.title(g)}\n{cls + ' · ' if cls else ''}{info.count[g]:,} nodes"
+            units.append((info.first(g), 1, g))
             continue
-        members[nid] = vid
-        if vid in kind:
-            continue
-        outer = hit[0]
-        ids.append(vid)
-        container[vid] = hit[1]
-        kind[vid] = "group"
-        coll[outer] = info.count[outer]
-        cls = info.class_of(outer)
-        label[vid] = f"{info.title(outer)}\n{cls + ' · ' if cls else ''}{info.count[outer]:,} nodes"
+        inner = g if g is not None and info.is_drawn(g) else outer
+        for i in info.own.get(g, ()):
+            n = nodes[i]
+            members[n.id] = n.id
+            container[n.id] = inner
+            kind[n.id] = n.kind
+            label[n.id] = node_label(call, n)
+            open_nodes.append(i)
+        stack.extend((c, inner) for c in children.get(g, ()))
+    units.extend((i, 0, "") for i in open_nodes)
+    units.sort()
+    ids = [nodes[i].id if box == 0 else "group:" + g for i, box, g in units]
+    # Edges in node order: the open nodes' own, and those leaving each folded group.
+    sources = [(i, s) for i in open_nodes for s in range(len(nodes[i].next))]
+    for g in coll:
+        sources.extend(info.leaving(g))
+    sources.sort()
     edges: list[tuple[str, str, int, int, int]] = []
     merged: dict[tuple[str, str], int] = {}
     boxes = {"group:" + g for g in coll}
-    for n in call.nodes:
-        u = members[n.id]
-        u_group = u in boxes
-        for slot, e in enumerate(n.next):
-            if e is None:
+    for i, slot in sources:
+        n = nodes[i]
+        e = n.next[slot]
+        if e is None:
+            continue
+        u, v = members[n.id], members[e.node]
+        if u == v:
+            continue
+        if u in boxes or v in boxes:
+            k = merged.get((u, v))
+            if k is not None:
+                s, d, nr, sl, c = edges[k]
+                edges[k] = (s, d, nr, sl, c + 1)
                 continue
-            v = members[e.node]
-            if u == v:
-                continue
-            if u_group or v in boxes:
-                k = merged.get((u, v))
-                if k is not None:
-                    s, d, nr, sl, c = edges[k]
-                    edges[k] = (s, d, nr, sl, c + 1)
-                    continue
-                merged[(u, v)] = len(edges)
-            edges.append((u, v, e.input_nr, slot, 1))
+            merged[(u, v)] = len(edges)
+        edges.append((u, v, e.input_nr, slot, 1))
     used: set[str] = set()
     for c in container.values():
         while c is not None and c not in used:
@@ -226,11 +229,29 @@ def build_visible(call: CallInfo, collapsed: frozenset[str], show_saved: bool) -
     return Visible(ids, kind, label, size, container, edges, members, groups, coll, saved)
 
 
+def node_index(call: CallInfo) -> dict[str, int]:
+    """Node id -> position in ``call.nodes`` (kept on the call)."""
+    cached = call.__dict__.get("_node_index")
+    if cached is None:
+        cached = {n.id: i for i, n in enumerate(call.nodes)}
+        object.__setattr__(call, "_node_index", cached)
+    return cached
+
+
+def open_nodes(call: CallInfo, layout) -> list:
+    """The nodes drawn as their own boxes in ``layout`` (not folded into a group), in call order:
+    what a fold draws marks for, without walking the whole call."""
+    index = node_index(call)
+    found = sorted(index[v] for v in layout.nodes if v in index)
+    return [call.nodes[i] for i in found]
+
+
 def _saved_boxes(call: CallInfo, kind: dict[str, str]) -> dict[str, list]:
     out: dict[str, list] = {}
-    for n in call.nodes:
-        if n.id not in kind or kind[n.id] == "group":
+    for nid, k in kind.items():
+        if k == "group":
             continue
+        n = call.node(nid)
         boxes = []
         for s in n.saved:
             if s.tensor is not None:

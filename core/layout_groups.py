@@ -53,6 +53,9 @@ class GroupInfo:
                 self._members.setdefault(g, []).extend(idx)
         self.count: dict[str, int] = {g: len(m) for g, m in self._members.items()}
         self.module_count: dict[str | None, int] = {m: len(idx) for m, idx in by_module.items()}
+        self.own: dict[str | None, list[int]] = by_module  # module -> indices of its own nodes
+        self._ids: dict[str, list[str]] = {}
+        self._leaving: dict[str, list[tuple[int, int]]] = {}
         self.repeat: dict[str, int] = _repeats(nodes, self)
         self._classes: dict[str, str] = dict((call.options or {}).get("module_classes") or {})
         self.chunk_of: dict[str, str] = {}  # a chunk of a long stack -> the stack
@@ -90,6 +93,31 @@ class GroupInfo:
         for path, chain in list(self.ancestors.items()):
             if len(chain) > depth and chain[depth] in chunk_of:
                 self.ancestors[path] = chain[:depth] + (chunk_of[chain[depth]],) + chain[depth:]
+
+    def member_ids(self, g: str) -> list[str]:
+        """Ids of the nodes inside ``g`` (kept: a fold then costs what it shows)."""
+        hit = self._ids.get(g)
+        if hit is None:
+            nodes = self._call().nodes
+            hit = self._ids[g] = [nodes[i].id for i in self._members[g]]
+        return hit
+
+    def first(self, g: str) -> int:
+        """The smallest node index inside ``g``."""
+        return min(self._members[g])
+
+    def leaving(self, g: str) -> list[tuple[int, int]]:
+        """(node index, slot) of the edges from a node inside ``g`` to one outside, in node order."""
+        hit = self._leaving.get(g)
+        if hit is None:
+            nodes, module, anc = self._call().nodes, self.module, self.ancestors
+            hit = []
+            for i in sorted(self._members[g]):
+                for slot, e in enumerate(nodes[i].next):
+                    if e is not None and g not in anc[module[e.node]]:
+                        hit.append((i, slot))
+            self._leaving[g] = hit
+        return hit
 
     def title(self, g: str, parent: str | None = None) -> str:
         """``g`` relative to ``parent``, with "× N" for a stack of identical modules."""

@@ -16,7 +16,7 @@ from PySide6.QtGui import QFontMetricsF, QPainter, QPainterPath, QPainterPathStr
 from PySide6.QtWidgets import QGraphicsItem, QGraphicsScene, QStyleOptionGraphicsItem
 
 from core import anatomy
-from core.layout import Layout
+from core.layout import Layout, node_index, open_nodes
 from core.trace import CallInfo
 from widgets.graph_items import MIN_TEXT_PX, EdgeItem, NodeItem, SavedItem, color, font
 from widgets.graph_teaching import teaching_items
@@ -225,6 +225,24 @@ def all_reduce_tips(call: CallInfo) -> dict[str, tuple[str, str]]:
     return out
 
 
+def _flagged(call: CallInfo) -> tuple[list, list]:
+    """(stale nodes, in-place nodes) of the call, kept on the call."""
+    cached = call.__dict__.get("_flagged_nodes")
+    if cached is None:
+        cached = ([n for n in call.nodes if n.stale is not None], [n for n in call.nodes if n.inplace])
+        object.__setattr__(call, "_flagged_nodes", cached)
+    return cached
+
+
+def _in_order(call: CallInfo, stale: list, inplace: list) -> list:
+    if not inplace:
+        return stale
+    if not stale:
+        return inplace
+    index = node_index(call)
+    return sorted({id(n): n for n in (*stale, *inplace)}.values(), key=lambda n: index[n.id])
+
+
 def build_marks(
     scene: QGraphicsScene,
     call: CallInfo,
@@ -247,9 +265,11 @@ def build_marks(
         node_tags.setdefault(box, {}).setdefault(kind, []).append((text, tip))
 
     devices = anatomy.call_devices(call)
-    stale = [n for n in call.nodes if n.stale is not None]
+    stale, inplace = _flagged(call)
     reduced = all_reduce_tips(call)
-    for n in call.nodes:
+    # Failures and in-place ops show on the box that holds them, folded or not (kept lists, so
+    # a fold does not walk the call); the other tags only on nodes drawn as their own boxes.
+    for n in _in_order(call, stale, inplace):
         box = members.get(n.id)
         if box is None or box not in nodes:
             continue
@@ -257,8 +277,10 @@ def build_marks(
             tag(box, "stale", "\u26a0 stale: " + anatomy.stale_tag(n), anatomy.stale_tip(call, n))
         if n.inplace:
             tag(box, "inplace", f"\u270e in-place {n.inplace}", anatomy.inplace_tip(call, n, stale))
-        if box != n.id:
-            continue  # inside a collapsed group: only the failures and in-place ops show
+    for n in open_nodes(call, layout):
+        box = n.id
+        if box not in nodes:
+            continue
         base = anatomy.view_base(call, n.tensor) if sharing else None
         if base is not None:
             tag(box, "view", f"view of {anatomy.tensor_name(call, base)}", anatomy.view_tip(call, n.tensor, base))

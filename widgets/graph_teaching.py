@@ -13,6 +13,7 @@ from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QPainter, QPen
 from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem
 
+from core.layout import open_nodes
 from core.causes import cut_text, hook_lines, hook_tips, node_notes
 from core.edge_marks_text import edge_mark_tip, mark_text
 from core.value_text import edge_grad_text, leaf_value_lines, seed_text
@@ -126,7 +127,8 @@ def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scen
     out: list[NoteItem] = []
     members = layout.members
     placer = _Placer(layout)
-    for n in call.nodes:
+    shown = open_nodes(call, layout)
+    for n in shown:
         box = layout.nodes.get(members.get(n.id, ""))
         if box is None or box.id != n.id:
             continue
@@ -172,7 +174,7 @@ def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scen
             w, h = item.size()
             placer.place(item, [(x0 + 4, y0 + 2), (x0 - w - 4, y0 + 2), (x0 + 4, y0 + h + 2), (x0 - w - 4, y0 + h + 2)])
             out.append(item)
-    for n in call.nodes:
+    for n in shown:  # edges leave only from nodes drawn as their own boxes
         grads = call.edge_grads.get(n.id) if values else None
         for slot, g in enumerate(grads or ()):
             edge = edges.get((n.id, slot))
