@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from core.snapshot import _plain_list
+from core.snapshot import STACK_LIMIT, ValueBatch, _flat_head, _plain_list
 from core.snapshot import FULL_VALUES, node_kind, node_name, number_nodes, root_nodes, values_of  # noqa: F401
 
 log = logging.getLogger(__name__)
@@ -39,6 +39,11 @@ VALUE_BUDGET = 200_000
 # values and size only; leaf grads keep every value. Stats over 5,000 nodes' gradients cost
 # more than the backward itself.
 LIGHT_VALUES = 8
+# While running on, previews are read in batches: each gradient's values are copied (a small
+# tensor) when its node runs and turned into Python values together at the next pause, the
+# worker's next send or the end. A batch holds at most this many copied elements.
+DEFER_ELEMENTS = 1 << 22
+DEFER_HEADS = 8192  # edge previews waiting for their first values
 
 
 class StepperStopped(BaseException):
@@ -58,6 +63,9 @@ class BackwardStepper:
     id of the node that owns the tensor). ``watch`` lists tensors whose retained grads to report
     (non-leaves with ``retain_grad()``; the roots are always watched). ``on_step`` gets each
     completed step record, ``on_pause`` each pending record; both run on the script's thread.
+    While backward runs on, a record's gradient previews are filled in batches: at the next
+    pause, at the end, or when ``settle()`` is called (on the script's thread) before sending
+    records that ``on_step`` got.
     """
 
     def __init__(
@@ -91,6 +99,11 @@ class BackwardStepper:
         # id(tensor) -> (weakref, version, preview): a node's grad_inputs usually reach the next
         # node unchanged as its grad_outputs, so each gradient is previewed once.
         self._previews: dict[int, tuple] = {}
+        # Previews waiting for their values (running on): a ValueBatch over copies of the tensors.
+        self._batch = ValueBatch()
+        self._deferred: list[tuple[dict, str | None, dict]] = []
+        self._deferred_elements = 0
+        self._heads: list[tuple[dict, torch.Tensor]] = []  # edge previews waiting for their first values
 
     # -- controller side (other threads) -----------------------------------------------------
     def step(self, count: int = 1) -> None:
@@ -186,6 +199,7 @@ class BackwardStepper:
                 self._open.clear()
             return result
         finally:
+            self.settle()
             # Holding no torch object afterwards: a kept stepper must not keep the graph alive.
             del nodes, node_ids
             self.roots, self.real, self.watch = [], None, []
@@ -233,6 +247,7 @@ class BackwardStepper:
             elif self._budget > 0:
                 self._budget -= 1
                 return
+            self.settle()
             self._pending = record
             self.state = "paused"
             self._cond.notify_all()
@@ -259,10 +274,10 @@ class BackwardStepper:
             if accumulate:
                 var = node.variable
                 if var.grad is not None:
-                    leaf_grads[self._key(var, nid)] = self._values(var.grad)
+                    self._leaf_values(leaf_grads, self._key(var, nid), var.grad, light)
             for t in self._retained.get(nid, ()):
                 if t.grad is not None:
-                    leaf_grads[self._key(t, nid)] = self._values(t.grad)
+                    self._leaf_values(leaf_grads, self._key(t, nid), t.grad, light)
             record["leaf_grads"] = leaf_grads
             record["error"] = None
             self._finish(record)
@@ -307,10 +322,67 @@ class BackwardStepper:
         """Backward goes on without pausing at the next node (Continue or Step to)."""
         return self._free or self._target is not None
 
+    def _full(self, n: int) -> bool:
+        """Whether a preview keeps every value (spends the call's value budget)."""
+        if n <= FULL_VALUES and n <= self.value_budget:
+            self.value_budget -= n
+            return True
+        return False
+
+    def _leaf_values(self, out: dict, key: str, g: torch.Tensor, light: bool) -> None:
+        """``out[key]``: the preview of a leaf's (or retained) grad, every value within budget."""
+        if light and _deferrable(g):
+            light = self._defer(out, key, g, full=self._full(g.numel()))
+        if not light:
+            out[key] = self._values(g)
+
+    def _defer(self, out: dict, key: str, g: torch.Tensor, full: bool) -> bool:
+        """Queue the preview of ``g`` as ``out[key]`` for the next ``settle()``; False when it
+        must be read now."""
+        try:
+            copy = g.detach().clone()
+        except Exception:
+            return False
+        holder: dict = {}
+        self._batch.add(holder, "v", copy, full=full, sample=LIGHT_VALUES)
+        self._deferred.append((out, key, holder))
+        self._deferred_elements += copy.numel()
+        if self._deferred_elements > DEFER_ELEMENTS:
+            self.settle()
+        return True
+
+    def settle(self) -> None:
+        """Fill every queued preview (script thread: the hooks' thread)."""
+        heads, self._heads = self._heads, []
+        deferred, self._deferred, self._deferred_elements = self._deferred, [], 0
+        groups: dict[tuple, list] = {}
+        for preview, head in heads:
+            groups.setdefault((head.device, head.dtype), []).append((preview, head))
+        for items in groups.values():
+            try:
+                values = _plain_list(torch.cat([head for _, head in items]))
+            except Exception:
+                log.exception("reading gradient previews failed")
+                continue
+            pos = 0
+            for preview, head in items:
+                preview["sample"] = values[pos:pos + LIGHT_VALUES]
+                pos += LIGHT_VALUES
+        if not deferred:
+            return
+        try:
+            self._batch.flush()
+        except Exception:
+            log.exception("reading gradient previews failed")
+            self._batch = ValueBatch()
+        for out, key, holder in deferred:
+            values = holder.get("v")
+            out[key] = dict(vars(values)) if values is not None else {"numel": 0}
+
     def _values(self, g, light: bool = False) -> dict | None:
         """A JSON-ready preview of a gradient; records may share one preview dict (read-only).
 
-        ``light``: the first values and the size only (see LIGHT_VALUES)."""
+        ``light``: the first values and the size only (see LIGHT_VALUES), read at ``settle()``."""
         if not isinstance(g, torch.Tensor):
             return None
         version = g._version
@@ -320,12 +392,18 @@ class BackwardStepper:
         n = g.numel()
         light = light and n > LIGHT_VALUES
         if light:
+            preview = {"numel": n}
             try:
-                preview = {"numel": n, "sample": _plain_list(g.detach().reshape(-1)[:LIGHT_VALUES])}
+                # a copy of the first values (reshape copies a strided gradient whole: cheaper
+                # than indexing for gradient sizes; huge ones go through _flat_head)
+                flat = g.detach()
+                flat = flat.reshape(-1)[:LIGHT_VALUES] if n <= STACK_LIMIT else _flat_head(flat, LIGHT_VALUES)
+                self._heads.append((preview, flat.clone()))
+                if len(self._heads) >= DEFER_HEADS:
+                    self.settle()
             except Exception:
-                preview = {"numel": n}
-        elif n <= FULL_VALUES and n <= self.value_budget:
-            self.value_budget -= n
+                pass
+        elif self._full(n):
             preview = dict(vars(values_of(g)))
         else:
             preview = dict(vars(values_of(g, full_limit=0)))
@@ -334,6 +412,10 @@ class BackwardStepper:
         except TypeError:
             pass
         return preview
+
+
+def _deferrable(g: torch.Tensor) -> bool:
+    return g.numel() <= STACK_LIMIT and g.layout == torch.strided and not g.is_nested and not g.is_meta
 
 
 def _drain_ready_queue() -> None:

@@ -494,6 +494,8 @@ class Worker:
 
     def _flush_steps(self, index: int) -> None:
         if self._steps:
+            if self.stepper is not None:
+                self.stepper.settle()  # previews of a run-on are read in batches: fill them before sending
             records, self._steps = self._steps, []
             self.channel.send(protocol.Steps(call=index, records=records).to_dict())
 

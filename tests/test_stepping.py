@@ -666,3 +666,23 @@ def test_running_on_keeps_leaf_grads_whole_and_edges_short():
     mul, acc = stepper.steps[1], stepper.steps[2]
     assert mul["grad_inputs"][0] == {"numel": 50, "sample": [2.0] * 8}
     assert acc["leaf_grads"]["x"]["data"] == [2.0] * 50
+
+
+def test_step_to_fills_the_batched_previews_before_pausing():
+    x = torch.randn(50, requires_grad=True)
+    w = torch.randn(50, requires_grad=True)
+    loss = ((x * 2) * w).sum()
+    stepper = BackwardStepper([loss], loss.backward, names=lambda t: {id(x): "x", id(w): "w"}.get(id(t)))
+    thread = threading.Thread(target=stepper.run, daemon=True)
+    thread.start()
+    assert stepper.wait_paused(WAIT_S)["name"] == "SumBackward0"
+    stepper.run_to("never")  # runs on to the end: every preview is read in one batch
+    thread.join(WAIT_S)
+    assert stepper.state == "finished"
+    outer, inner = [s for s in stepper.steps if s["name"] == "MulBackward0"]
+    assert outer["grad_outputs"][0] == {"numel": 50, "sample": [1.0] * 8}
+    assert inner["grad_outputs"][0] == {"numel": 50, "sample": w[:8].tolist()}
+    leaves = {k: v for s in stepper.steps for k, v in s["leaf_grads"].items()}
+    assert torch.equal(torch.tensor(leaves["w"]["data"]), (x * 2).detach())
+    assert torch.equal(torch.tensor(leaves["x"]["data"]), (2 * w).detach())
+    assert leaves["x"]["data"] == x.grad.tolist() and leaves["w"]["data"] == w.grad.tolist()
