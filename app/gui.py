@@ -36,8 +36,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                                                              "tensors", "storage"),
                         help="bring a panel to the front before the screenshot")
     parser.add_argument("--region", choices=("window", "graph"), default="window",
-                        help="what --screenshot saves: the whole window (graph fitted), or the graph view "
-                        "alone, as it opens")
+                        help="what --screenshot saves: the whole window or the graph view alone, "
+                        "each as it opens")
     parser.add_argument("--size", default=None, help="window size, WIDTHxHEIGHT (default: fit the screen; "
                         "1400x860 for --screenshot)")
     from app.cli import add_load_options
@@ -92,13 +92,14 @@ def main(argv: list[str]) -> int:
             sys.stderr.write(f"backprop-studio: {problem}\n")
             return 2
     try:
-        from PySide6.QtCore import QTimer
+        from PySide6.QtCore import QSize, QTimer
         from PySide6.QtWidgets import QApplication
     except ImportError as exc:  # a broken Qt install: say so instead of a traceback
         sys.stderr.write(f"backprop-studio: cannot load Qt (PySide6): {exc}\n")
         return 2
     from app.open_trace import is_trace_path, open_trace
     from app.resources import DEFAULT_EXAMPLE, icon
+    from app.screen_fit import proportion_docks
     from app.window import MainWindow
 
     script = script or str(DEFAULT_EXAMPLE)
@@ -121,6 +122,7 @@ def main(argv: list[str]) -> int:
         if size:
             width, height = (int(v) for v in size.lower().split("x"))
             window.resize(width, height)
+            proportion_docks(window, QSize(width, height))  # the docks follow the size asked for
     except ValueError:
         pass
     if args.device:
@@ -138,8 +140,6 @@ def main(argv: list[str]) -> int:
             QTimer.singleShot(300, grab)
 
         def grab() -> None:
-            if args.region == "window":
-                window.graph.fit()
             if args.show == "storage":
                 window.center.setCurrentWidget(window.storage)
             elif args.show == "tensors":

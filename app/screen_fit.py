@@ -34,7 +34,8 @@ def first_size(available: QRect) -> QSize:
     return QSize(width, height)
 
 
-def _proportion_docks(window: QMainWindow, size: QSize) -> None:
+def proportion_docks(window: QMainWindow, size: QSize) -> None:
+    """Side docks at a share of the window's width, the bottom dock at a share of its height."""
     docks = getattr(window, "docks", {})
     side = [d for k, d in docks.items() if k in ("calls", "inspector")]
     if len(side) == 2:
@@ -93,6 +94,6 @@ def fit_window(window: QMainWindow, settings: QSettings | None = None, available
     window.resize(size)
     window.move(available.x() + (available.width() - size.width()) // 2,
                 available.y() + (available.height() - size.height()) // 2)
-    _proportion_docks(window, size)
+    proportion_docks(window, size)
     remember.fit_toolbars(window)
     return size
