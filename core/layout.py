@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from core.attrs import saved_label, shown_value, tensor_words
-from core.layout_groups import GroupInfo, default_collapsed, group_info, paused_gc  # noqa: F401 - public API
+from core.layout_groups import GroupInfo, default_collapsed, group_info, node_index, paused_gc  # noqa: F401 - public API
 from core.layout_layered import layered
 from core.nested_view import nested_lines
 from core.trace import CallInfo, NodeInfo
@@ -124,6 +124,79 @@ def node_label(call: CallInfo, node: NodeInfo) -> str:
     return "\n".join(lines + nested_lines(call, node))  # a checkpoint node lists the backward run inside it
 
 
+IO_CHARS = 44  # the in/out line of a folded group is cut to this many characters
+
+
+def edge_shapes(call: CallInfo) -> dict[str, str]:
+    """Shape of the tensor each node produced: the gradient flowing into it has that shape.
+    Kept on the call (it is immutable): every fold of a big graph asks again."""
+    cached = call.__dict__.get("_edge_shapes")
+    if cached is None:
+        cached = _edge_shapes(call)
+        object.__setattr__(call, "_edge_shapes", cached)
+    return cached
+
+
+def _edge_shapes(call: CallInfo) -> dict[str, str]:
+    out: dict[str, str] = {}
+    text: dict[tuple, str] = {}
+    for t in call.tensors:
+        if t.grad_fn is not None and t.grad_fn not in out:
+            key = tuple(t.shape)
+            out[t.grad_fn] = text.get(key) or text.setdefault(key, format_shape(t.shape))
+    tensors = call.tensor_map()
+    for n in call.nodes:
+        t = tensors.get(n.variable or n.tensor)
+        if t is not None:
+            key = tuple(t.shape)
+            out[n.id] = text.get(key) or text.setdefault(key, format_shape(t.shape))
+    return out
+
+
+def _tensor_words(call: CallInfo, node: NodeInfo, shapes: dict[str, str]) -> str:
+    """``x [8, 64]``: the script's name of the tensor ``node`` produced (when known) and its shape."""
+    name = node.label
+    if node.kind == "accumulate_grad":
+        t = call.tensor(node.variable)
+        name = (t.name if t is not None else None) or name
+    if name and len(name) > 16:  # transformer.wte.weight -> …wte.weight
+        tail = name.split(".")[-1]
+        for part in reversed(name.split(".")[:-1]):
+            if len(part) + len(tail) >= 15:
+                break
+            tail = part + "." + tail
+        name = "\u2026" + tail[-15:]
+    return " ".join(s for s in (name, shapes.get(node.id, "")) if s)
+
+
+def _listed(words: list[str]) -> str:
+    """The first two known tensors, then "+N" for the rest (unknown ones only counted)."""
+    known = [w for w in words if w]
+    if not known:
+        return f"{len(words)} tensor{'s' if len(words) != 1 else ''}"
+    return ", ".join(known[:2]) + (f" +{len(words) - 2}" if len(words) > 2 else "")
+
+
+def boundary_line(call: CallInfo, g: str) -> str:
+    """``in: x [8, 64] · out: [8, 64]``: the tensors that cross the border of the folded group ``g``
+    in the forward sense (at most two each, then "+N"), from its cached border edges."""
+    info = group_info(call)
+    nodes, shapes, index = call.nodes, edge_shapes(call), node_index(call)
+    ins: dict[str, None] = {}  # outside nodes the group reads, in node order
+    for i, slot in info.leaving(g):
+        ins.setdefault(nodes[i].next[slot].node)
+    outs: dict[str, None] = {}  # inside nodes read from outside
+    for i, slot in info.entering(g):
+        outs.setdefault(nodes[i].next[slot].node)
+    parts = []
+    if ins:
+        parts.append("in: " + _listed([_tensor_words(call, nodes[index[n]], shapes) for n in ins]))
+    if outs:
+        parts.append("out: " + _listed([_tensor_words(call, nodes[index[n]], shapes) for n in outs]))
+    text = " \u00b7 ".join(parts) or "no inputs or outputs"
+    return text if len(text) <= IO_CHARS else text[: IO_CHARS - 1] + "\u2026"
+
+
 def group_id(path: str) -> str:
     return "group:" + path
 
@@ -179,7 +252,7 @@ def build_visible(call: CallInfo, collapsed: frozenset[str], show_saved: bool) -
             kind[vid] = "group"
             coll[g] = info.count[g]
             cls = info.class_of(g)
-            label[vid] = f"{info.title(g)}\n{cls + ' · ' if cls else ''}{info.count[g]:,} nodes"
+            label[vid] = f"{info.title(g)}\n{cls + ' · ' if cls else ''}{info.count[g]:,} nodes\n{boundary_line(call, g)}"
             units.append((info.first(g), 1, g))
             continue
         inner = g if g is not None and info.is_drawn(g) else outer
@@ -227,15 +300,6 @@ def build_visible(call: CallInfo, collapsed: frozenset[str], show_saved: bool) -
     saved = _saved_boxes(call, kind) if show_saved else {}
     size = {v: text_size(label[v], kind[v]) for v in ids}
     return Visible(ids, kind, label, size, container, edges, members, groups, coll, saved)
-
-
-def node_index(call: CallInfo) -> dict[str, int]:
-    """Node id -> position in ``call.nodes`` (kept on the call)."""
-    cached = call.__dict__.get("_node_index")
-    if cached is None:
-        cached = {n.id: i for i, n in enumerate(call.nodes)}
-        object.__setattr__(call, "_node_index", cached)
-    return cached
 
 
 def open_nodes(call: CallInfo, layout) -> list:

@@ -56,6 +56,7 @@ class GroupInfo:
         self.own: dict[str | None, list[int]] = by_module  # module -> indices of its own nodes
         self._ids: dict[str, list[str]] = {}
         self._leaving: dict[str, list[tuple[int, int]]] = {}
+        self._entering: dict[str, list[tuple[int, int]]] = {}
         self.repeat: dict[str, int] = _repeats(nodes, self)
         self._classes: dict[str, str] = dict((call.options or {}).get("module_classes") or {})
         self.chunk_of: dict[str, str] = {}  # a chunk of a long stack -> the stack
@@ -117,6 +118,24 @@ class GroupInfo:
                     if e is not None and g not in anc[module[e.node]]:
                         hit.append((i, slot))
             self._leaving[g] = hit
+        return hit
+
+    def entering(self, g: str) -> list[tuple[int, int]]:
+        """(node index, slot) of the edges from a node outside ``g`` to one inside, in node order:
+        in the forward sense, the tensors ``g`` hands to the rest of the graph."""
+        hit = self._entering.get(g)
+        if hit is None:
+            call = self._call()
+            nodes, module, anc = call.nodes, self.module, self.ancestors
+            users, index = call.consumers(), node_index(call)
+            found: set[tuple[int, int]] = set()
+            for i in self._members[g]:
+                for u in set(users.get(nodes[i].id, ())):
+                    j = index[u]
+                    if g in anc[module[u]]:
+                        continue
+                    found.update((j, s) for s, e in enumerate(nodes[j].next) if e is not None and e.node == nodes[i].id)
+            hit = self._entering[g] = sorted(found)
         return hit
 
     def title(self, g: str, parent: str | None = None) -> str:
@@ -234,6 +253,15 @@ class GroupInfo:
                 if depth[x] < dmax and x not in seen:
                     stack.append(x)
         return True
+
+
+def node_index(call: CallInfo) -> dict[str, int]:
+    """Node id -> position in ``call.nodes`` (kept on the call)."""
+    cached = call.__dict__.get("_node_index")
+    if cached is None:
+        cached = {n.id: i for i, n in enumerate(call.nodes)}
+        object.__setattr__(call, "_node_index", cached)
+    return cached
 
 
 def _repeats(nodes, info: GroupInfo) -> dict[str, int]:

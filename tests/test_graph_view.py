@@ -298,7 +298,7 @@ def test_minimap_click_moves_the_view(view, qtbot):
 def test_default_collapse_for_big_graphs(view):
     view.set_call(residual_mlp_call(833), sync=True)
     assert view.collapsed() == frozenset({"layers"}) and len(view.node_items) == 3
-    assert view.node_items["group:layers"].box.label == "layers \u00d7 833\n4,998 nodes"
+    assert view.node_items["group:layers"].box.label == "layers \u00d7 833\n4,998 nodes\nout: 1 tensor"
     view.select_node("w5")  # inside the folded stack: only the path to it opens
     chunks = group_info(view.call()).children["layers"]
     assert view.collapsed() == frozenset(chunks[1:]) | frozenset(f"layers.{i}" for i in range(60) if i != 5)
@@ -399,7 +399,7 @@ def test_fold_depth_expand_all_and_breadcrumbs(view):
     view.set_call(transformer_call(12), sync=True)
     view.set_fold_depth(2)
     assert view.collapsed() == frozenset(f"transformer.h.{i}" for i in range(12))
-    assert view.node_items["group:transformer.h.3"].box.label == "transformer.h.3\n44 nodes"
+    assert view.node_items["group:transformer.h.3"].box.label == "transformer.h.3\n44 nodes\nin: 1 tensor \u00b7 out: 1 tensor"
     view.toggle_group("transformer.h.3", sync=True)
     assert "transformer.h.3" not in view.collapsed() and "transformer.h.4" in view.collapsed()
     view.ensure_visible("p_transformer.h.3.mlp.c_fc.weight")

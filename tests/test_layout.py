@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from core.layout import default_collapsed, group_info, layout_call, node_label
+from core.layout import boundary_line, build_visible, default_collapsed, group_info, layout_call, node_label
 from core.layout_open import opening_layout
 from core.layout_dot import dot_available
 from core.layout_layered import layered
@@ -302,8 +302,9 @@ def test_transformer_stacks_its_blocks_and_folds_at_any_depth():
         f"transformer.h.{i}.{m}" for i in range(12) for m in ("ln_1", "attn", "ln_2", "mlp"))
     lay = layout_call(c, collapsed=info.fold_to_depth(1))
     labels = {b.label for b in lay.nodes.values() if b.kind == "group"}
-    assert labels == {"transformer.wte\n2 nodes", "transformer.wpe\n2 nodes",
-                      f"transformer.h \u00d7 12\n{info.count['transformer.h']:,} nodes", "transformer.ln_f\n3 nodes"}
+    assert labels == {"transformer.wte\n2 nodes\nout: \u2026wte.weight [500, 64]", "transformer.wpe\n2 nodes\nout: 1 tensor",
+                      f"transformer.h \u00d7 12\n{info.count['transformer.h']:,} nodes\nin: 1 tensor \u00b7 out: 1 tensor",
+                      "transformer.ln_f\n3 nodes\nin: 1 tensor \u00b7 out: 1 tensor"}
     lay = layout_call(c, collapsed=info.fold_to_depth(2))
     frames = {g.path: g.label for g in lay.groups if not g.collapsed}
     assert frames == {"transformer": "transformer", "transformer.h": "h \u00d7 12", "lm_head": "lm_head",
@@ -327,7 +328,7 @@ def test_800_block_example_opens_as_one_stack_and_fits():
     coll, lay = opening_layout(c, (900, 600))
     assert coll == frozenset({"blocks"})
     assert sorted(b.label for b in lay.nodes.values()) == ["MeanBackward0\nloss", "PowBackward0",
-                                                            "blocks \u00d7 800\n4,800 nodes"]
+                                                            "blocks \u00d7 800\n4,800 nodes\nout: 1 tensor"]
     assert lay.height * 0.9 <= 600
     # small graphs open unfolded; a transformer opens at the deepest level that fits
     assert opening_layout(mlp_call(), (300, 200))[0] == frozenset()
@@ -361,3 +362,35 @@ def test_left_to_right_and_forward_directions():
                     assert g.x <= b.x and b.x + b.w <= g.x + g.w and g.y <= b.y and b.y + b.h <= g.y + g.h
     with pytest.raises(ValueError, match="unknown direction"):
         layout_call(c, direction="RL")
+
+
+def test_folded_group_shows_the_tensors_crossing_its_border():
+    c = mlp_call()
+    lay = layout_call(c, collapsed=frozenset({"fc2"}))
+    assert lay.nodes["group:fc2"].label.split("\n")[-1] == "in: s [4, 8] \u00b7 out: out [4, 2]"
+    lay = layout_call(c, collapsed=frozenset({"act"}))
+    assert lay.nodes["group:act"].label.split("\n")[-1] == "in: 1 tensor \u00b7 out: h [4, 8]"
+    box = lay.nodes["group:act"]
+    assert box.w >= max(len(s) for s in box.label.split("\n")) * 7.0  # the line fits the box
+    # A stack of 800 blocks: one tensor leaves it (x needs no grad, so nothing enters).
+    big = residual_mlp_call(800, "blocks")
+    vis = build_visible(big, frozenset({"blocks"}), False)
+    assert vis.label["group:blocks"] == "blocks \u00d7 800\n4,800 nodes\nout: 1 tensor"
+    # Long names are cut at the front, at a dot.
+    t = transformer_call(2)
+    line = boundary_line(t, "lm_head")
+    assert line == "in: \u2026wte.weight [500, 64] \u00b7 out: 1 tensor"
+
+
+def test_folded_group_lists_two_tensors_then_a_count():
+    # ``q, k, v = split(proj(x))`` inside "attn", all three read outside: out lists two, then "+1".
+    tensors = [tensor("tx", "x", [2, 8]), tensor("tq", "q", [2, 4], is_leaf=False, grad_fn="q"),
+               tensor("tk", "k", [2, 4], is_leaf=False, grad_fn="k"),
+               tensor("tv", "v", [2, 4], is_leaf=False, grad_fn="v")]
+    nodes = [node("sum", "CatBackward0", ["q", "k", "v"]),
+             node("q", "MulBackward0", ["lx"], label="q", tensor_id="tq", module="attn"),
+             node("k", "MulBackward0", ["lx"], label="k", tensor_id="tk", module="attn"),
+             node("v", "MulBackward0", ["lx"], label="v", tensor_id="tv", module="attn"),
+             leaf("lx", "tx", "x")]
+    c = call(nodes, tensors, ["sum"])
+    assert boundary_line(c, "attn") == "in: x [2, 8] \u00b7 out: q [2, 4], k [2, 4] +1"

@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QGraphicsScene, QGraphicsSimpleTextItem
 
 from core.anatomy import stale_tip
 from core.causes import blamed_nodes
-from core.layout import Layout, default_collapsed, format_shape, group_info, layout_call, node_label
+from core.layout import Layout, default_collapsed, edge_shapes, format_shape, group_info, layout_call, node_label
 from core.layout_open import opening_layout
 from core.layout import paused_gc
 from core.trace import CallInfo
@@ -127,32 +127,6 @@ def node_styles(call: CallInfo, box_ids) -> dict[str, NodeStyle]:
         stale = n.stale is not None
         error = stale or failed_call or (blamed is not None and n.id in blamed)
         out[box_id] = NodeStyle(shape, no_grad, t is not None and t.retains_grad, error, stale)
-    return out
-
-
-def edge_shapes(call: CallInfo) -> dict[str, str]:
-    """Shape of the tensor each node produced: the gradient flowing into it has that shape.
-    Kept on the call (it is immutable): every fold of a big graph asks again."""
-    cached = call.__dict__.get("_edge_shapes")
-    if cached is None:
-        cached = _edge_shapes(call)
-        object.__setattr__(call, "_edge_shapes", cached)
-    return cached
-
-
-def _edge_shapes(call: CallInfo) -> dict[str, str]:
-    out: dict[str, str] = {}
-    text: dict[tuple, str] = {}
-    for t in call.tensors:
-        if t.grad_fn is not None and t.grad_fn not in out:
-            key = tuple(t.shape)
-            out[t.grad_fn] = text.get(key) or text.setdefault(key, format_shape(t.shape))
-    tensors = call.tensor_map()
-    for n in call.nodes:
-        t = tensors.get(n.variable or n.tensor)
-        if t is not None:
-            key = tuple(t.shape)
-            out[n.id] = text.get(key) or text.setdefault(key, format_shape(t.shape))
     return out
 
 
