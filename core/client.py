@@ -213,12 +213,7 @@ class WorkerProcess:
             except subprocess.TimeoutExpired:
                 pass
             self.finished.wait(timeout=5)
-            for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-                try:
-                    if pipe is not None:
-                        pipe.close()
-                except OSError:
-                    pass
+            self._close_pipes()
         self.cleanup()
 
     def cleanup(self) -> None:
@@ -302,10 +297,24 @@ class WorkerProcess:
         except OSError:
             pass
         # Let the output reader drain what the worker printed last.
-        self._output_done.wait(timeout=2)
+        drained = self._output_done.wait(timeout=2)
         self.ready.set()
         self._deliver({"type": "exit", "code": code})
         self.finished.set()
+        # The worker is gone: its pipes are closed now rather than whenever the garbage collector
+        # gets to them (hundreds of runs and stops would otherwise pile up open descriptors).
+        self._close_pipes(stderr=drained)
+
+    def _close_pipes(self, stderr: bool = True) -> None:
+        if self.proc is None:
+            return
+        pipes = [self.proc.stdin, self.proc.stdout] + ([self.proc.stderr] if stderr else [])
+        for pipe in pipes:
+            try:
+                if pipe is not None:
+                    pipe.close()
+            except (OSError, ValueError):
+                pass
 
     def _handle_line(self, raw: bytes) -> None:
         if not raw.strip():
@@ -353,6 +362,11 @@ class WorkerProcess:
                     del self.output_tail[: len(self.output_tail) - OUTPUT_TAIL]
             self._deliver({"type": "output", "text": chunk.decode("utf-8", errors="replace")})
         self._output_done.set()
+        if self.finished.is_set():  # the protocol reader finished first and left this pipe open
+            try:
+                self.proc.stderr.close()
+            except (OSError, ValueError):
+                pass
 
     def _deliver(self, msg: dict) -> None:
         msg["worker"] = self.id
