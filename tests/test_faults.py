@@ -398,3 +398,21 @@ def test_non_finite_gradients_reach_the_window(tmp_path):
     assert result.trace.error is None, result.trace.error
     grad = result.trace.calls[0].leaf_grads["x"]
     assert grad.numel == 2000 and "nan" in grad.sample
+
+
+def test_an_ended_workers_pipes_are_closed_without_close(private_tmp):
+    """A worker that ends by itself (a finished run, a Stop) leaves no open pipe in the app."""
+    worker = WorkerProcess(lambda msg: None)
+    worker.start()
+    try:
+        assert worker.ready.wait(60)
+        pipes = (worker.proc.stdin, worker.proc.stdout, worker.proc.stderr)
+        assert not any(p.closed for p in pipes)
+        worker.send({"cmd": "quit"})
+        assert worker.finished.wait(30)
+        deadline = time.monotonic() + 10
+        while not all(p.closed for p in pipes) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [p.closed for p in pipes] == [True, True, True]
+    finally:
+        worker.close()
