@@ -544,3 +544,37 @@ def test_checkpoint_node_shows_and_opens_its_nested_backward(tmp_path, qtbot, mo
     assert cli_main(["export", example, "-o", str(out)]) == 0
     svg = out.read_text()
     assert "backward #1: 6 nodes" in svg and "3 × AccumulateGrad" in svg and "runs backward #1 inside" not in svg
+
+
+@pytest.mark.parametrize("direction", ["TB", "forward"])
+def test_cut_labels_cross_no_edge_and_edge_texts_hide_no_arrowhead(qtbot, direction):
+    """02_polynomial with values: each cut label stays off every edge line, and no text (gradient
+    on an edge, seed, cut label) covers an arrowhead."""
+    from pathlib import Path
+
+    from PySide6.QtGui import QPainterPathStroker
+
+    from widgets.export import offscreen_view
+    from widgets.graph_items import edge_path
+    from widgets.graph_teaching import _head
+
+    example = Path(__file__).resolve().parent.parent / "resources" / "examples" / "02_polynomial.py"
+    call = capture_script(str(example)).calls[0]
+    with offscreen_view(call, values=True, direction=direction) as view:
+        lay = view.graph_layout()
+        curved, horizontal = lay.engine != "dot", lay.direction == "LR"
+        stroker = QPainterPathStroker()
+        stroker.setWidth(2.0)
+        lines = [stroker.createStroke(edge_path(e.points, curved, horizontal)) for e in lay.edges]
+        heads = [_head(e.points, curved, horizontal) for e in lay.edges]
+        tips = [e.points[-1] for e in lay.edges]
+        notes = [t for t in view.marks.tags if t.kind in ("cut", "grad", "value")]
+        cuts = [t for t in notes if t.kind == "cut"]
+        assert sorted(" ".join(t.lines) for t in cuts) == ["✂ Python number 1", "✂ Python number 2"]
+        assert len([t for t in notes if t.kind == "grad"]) == len(lay.edges) == 5
+        for t in cuts:
+            assert not [i for i, line in enumerate(lines) if line.intersects(t.text_rect())], (direction, t.lines)
+        for t in notes:
+            r = t.text_rect()
+            assert not any(r.contains(x, y) for x, y in tips), (direction, t.lines)
+            assert not any(r.intersects(h) for h in heads), (direction, t.lines)

@@ -9,7 +9,7 @@ rebuilt, themed and exported with them.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QRectF, Qt
+from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QPainter, QPen
 from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem
 
@@ -17,7 +17,7 @@ from core.layout import open_nodes
 from core.causes import cut_text, hook_lines, hook_tips, node_notes
 from core.edge_marks_text import edge_mark_tip, mark_text
 from core.value_text import edge_grad_text, leaf_value_lines, seed_text
-from widgets.graph_items import MIN_TEXT_PX, color, font
+from widgets.graph_items import MIN_TEXT_PX, EdgeItem, color, edge_path, font
 from widgets.theme import Theme
 
 STUB_LEN = 22.0
@@ -28,8 +28,11 @@ CUT_Z = -0.2
 class NoteItem(QGraphicsItem):
     """Small text, optionally hung from a dashed stub: ``kind`` is 'cut' or 'value'."""
 
-    def __init__(self, kind: str, lines: list[str], tip: str, theme: Theme, target: str, stub: bool):
+    def __init__(self, kind: str, lines: list[str], tip: str, theme: Theme, target: str, stub: bool,
+                 right: bool = False, up: bool = False):
         super().__init__()
+        self.right = right  # a stub's text sits right of it (else left)
+        self.up = up  # a stub rises from the node's top (else hangs from its bottom)
         self.kind = kind
         self.lines = lines
         self.target = target
@@ -41,10 +44,10 @@ class NoteItem(QGraphicsItem):
         text_w = max(_text_width(line, theme.font_family, px, False) for line in lines) + 8
         text_h = len(lines) * (px + 3) + 4
         self._top = STUB_LEN if stub else 0.0
-        if stub:  # the text sits left of the stub's end, close to the node, clear of mid-edge labels
+        if stub:  # the text sits beside the stub's end, close to the node, clear of mid-edge labels
             self._w = text_w + 14
-            self._text = QRectF(0, STUB_LEN - 3 - text_h / 2, text_w, text_h)
             self._h = STUB_LEN - 3 + text_h / 2
+            self._text = QRectF(14 if right else 0, 0 if up else STUB_LEN - 3 - text_h / 2, text_w, text_h)
         else:
             self._w, self._h = text_w, text_h
             self._text = QRectF(0, 0, text_w, text_h)
@@ -55,6 +58,14 @@ class NoteItem(QGraphicsItem):
     def size(self) -> tuple[float, float]:
         return self._w, self._h
 
+    def stub_x(self) -> float:
+        """Where the stub runs, from the item's left."""
+        return 6.0 if self.right else self._w - 6
+
+    def text_rect(self) -> QRectF:
+        """The text's rectangle in scene coordinates."""
+        return self._text.translated(self.pos())
+
     def boundingRect(self) -> QRectF:
         return QRectF(-2, -1, self._w + 4, self._h + 2)
 
@@ -62,12 +73,13 @@ class NoteItem(QGraphicsItem):
         t = self.theme
         p.setRenderHint(QPainter.Antialiasing, True)
         ink = color(t.muted_text if self.kind in ("cut", "slot") else t.edge_text if self.kind == "grad" else t.text)
-        if self.stub:  # a dashed edge from the node's bottom that ends in a bar: the cut
-            x = self._w - 6
+        if self.stub:  # a dashed edge from the node's border that ends in a bar: the cut
+            x = self.stub_x()
+            y0, y1 = (self._h, self._h - self._top + 3) if self.up else (0, self._top - 3)
             p.setPen(QPen(ink, 1.1, Qt.DashLine))
-            p.drawLine(int(x), 0, int(x), int(self._top) - 3)
+            p.drawLine(int(x), int(y0), int(x), int(y1))
             p.setPen(QPen(ink, 1.6))
-            p.drawLine(int(x) - 5, int(self._top) - 3, int(x) + 5, int(self._top) - 3)
+            p.drawLine(int(x) - 5, int(y1), int(x) + 5, int(y1))
         lod = option.levelOfDetailFromTransform(p.worldTransform())
         rect = self._text
         if self.kind in ("cut", "slot", "grad"):  # text over edges stays readable
@@ -101,24 +113,159 @@ class NoteItem(QGraphicsItem):
 
 
 class _Placer:
-    """Puts each note at the first candidate spot that covers no node box and no earlier note."""
+    """Puts each note at the first candidate spot that covers no node box and no earlier note
+    (and, when asked, no edge line, arrowhead or mid-edge text); when none is clear, at the spot
+    that covers least."""
 
     def __init__(self, layout):
         self.taken = [QRectF(b.x, b.y, b.w, b.h) for b in layout.nodes.values()]
         # where edges write their shape or gradient: around the middle of each edge
         self.texts = [QRectF(x - 24, y - 9, 48, 18) for x, y in (_middle(e.points) for e in layout.edges)]
+        curved, horizontal = layout.engine != "dot", layout.direction == "LR"
+        # the drawn lines piece by piece (a straight run, or one S-curve across a gap, which stays
+        # inside its end points' box), found through a coarse grid
+        self.grid: dict[tuple[int, int], list[tuple]] = {}
+        for e in layout.edges:
+            for (x0, y0), (x1, y1), bent in _pieces(e.points, curved, horizontal):
+                piece = (QRectF(min(x0, x1) - 1, min(y0, y1) - 1, abs(x1 - x0) + 2, abs(y1 - y0) + 2),
+                         (x0, y0, x1, y1, horizontal) if bent else None)
+                for cell in _cells(piece[0]):
+                    self.grid.setdefault(cell, []).append(piece)
+        self.curved, self.horizontal = curved, horizontal
+        self.heads: dict[tuple[int, int], list[QRectF]] = {}
+        for e in layout.edges:
+            head = _head(e.points, curved, horizontal)
+            for cell in _cells(head):
+                self.heads.setdefault(cell, []).append(head)
 
-    def place(self, item: NoteItem, spots: list[tuple[float, float]], avoid_texts: bool = False) -> None:
+    def crosses_edge(self, r: QRectF) -> bool:
+        """Whether ``r`` covers a piece of an edge's drawn line."""
+        return any(box.intersects(r) and (bend is None or _curve_crosses(bend, r))
+                   for cell in _cells(r) for box, bend in self.grid.get(cell, ()))
+
+    def clashes(self, r: QRectF, text: QRectF, avoid_texts: bool, avoid_edges: bool) -> int:
+        n = 4 * sum(r.intersects(t) for t in self.taken)
+        n += 3 * any(h.intersects(text) for cell in _cells(text) for h in self.heads.get(cell, ()))
+        if avoid_texts:
+            n += sum(r.intersects(t) for t in self.texts)
+        if avoid_edges:
+            n += 2 * self.crosses_edge(text)
+        return n
+
+    def place(self, item: NoteItem, spots: list[tuple[float, float]], avoid_texts: bool = False,
+              avoid_edges: bool = False) -> None:
         w, h = item.size()
+        best = None
         for x, y in spots:
-            r = QRectF(x, y, w, h)
-            if not any(r.intersects(t) for t in self.taken) and not (
-                    avoid_texts and any(r.intersects(t) for t in self.texts)):
+            n = self.clashes(QRectF(x, y, w, h), item._text.translated(x, y), avoid_texts, avoid_edges)
+            if best is None or n < best[0]:
+                best = (n, x, y)
+            if n == 0:
                 break
-        else:
-            x, y = spots[0]
+        _, x, y = best
         item.setPos(x, y)
         self.taken.append(QRectF(x, y, w, h))
+
+
+GRID = 256.0
+
+
+def _cells(r: QRectF):
+    for i in range(int(r.left() // GRID), int(r.right() // GRID) + 1):
+        for j in range(int(r.top() // GRID), int(r.bottom() // GRID) + 1):
+            yield i, j
+
+
+def _pieces(points, curved: bool, horizontal: bool):
+    """An edge's points as (start, end, bent) pieces, runs of straight pieces in one line joined."""
+    k = 0 if horizontal else 1  # the coordinate a straight run advances along
+    start = points[0]
+    for i in range(1, len(points)):
+        a, b = points[i - 1], points[i]
+        bent = curved and abs(b[1 - k] - a[1 - k]) >= 0.5
+        if bent or not curved:
+            if a != start:
+                yield start, a, False
+            yield a, b, bent
+            start = b
+    if start != points[-1]:
+        yield start, points[-1], False
+
+
+def _curve_crosses(bend, r: QRectF, steps: int = 16) -> bool:
+    """Whether the S-curve ``edge_path`` draws between two points crosses ``r`` (sampled)."""
+    x0, y0, x1, y1, horizontal = bend
+    if horizontal:
+        mx = (x0 + x1) / 2
+        c1, c2 = (mx, y0), (mx, y1)
+    else:
+        my = (y0 + y1) / 2
+        c1, c2 = (x0, my), (x1, my)
+    prev = (x0, y0)
+    for i in range(1, steps + 1):
+        t = i / steps
+        u = 1 - t
+        pt = (u * u * u * x0 + 3 * u * u * t * c1[0] + 3 * u * t * t * c2[0] + t * t * t * x1,
+              u * u * u * y0 + 3 * u * u * t * c1[1] + 3 * u * t * t * c2[1] + t * t * t * y1)
+        if QRectF(QPointF(*prev), QPointF(*pt)).normalized().adjusted(-1, -1, 1, 1).intersects(r):
+            return True
+        prev = pt
+    return False
+
+
+def _head(points, curved: bool, horizontal: bool) -> QRectF:
+    """The rectangle around an edge's arrowhead (at its last point)."""
+    (xa, ya), (xb, yb) = points[-2], points[-1]
+    if not curved:
+        dx, dy = xb - xa, yb - ya
+        k = (dx * dx + dy * dy) ** 0.5 or 1.0
+        dx, dy = dx / k, dy / k
+    elif horizontal:
+        dx, dy = (1.0 if xb >= xa else -1.0), 0.0
+    else:
+        dx, dy = 0.0, (1.0 if yb >= ya else -1.0)
+    a = EdgeItem.ARROW
+    xs = [xb, xb - dx * a - dy * a / 2, xb - dx * a + dy * a / 2]
+    ys = [yb, yb - dy * a + dx * a / 2, yb - dy * a - dx * a / 2]
+    return QRectF(min(xs), min(ys), max(xs) - min(xs), max(ys) - min(ys)).adjusted(-1, -1, 1, 1)
+
+
+def _beside(path, w: float, h: float, horizontal_first: bool) -> list[tuple[float, float]]:
+    """Top-left corners that put a w x h text beside a drawn edge, off its middle at right angles
+    to it: on the left (above, for a left-to-right layout) first, then the other side, then a
+    little along the edge."""
+    out = []
+    for t in (0.5, 0.38, 0.62):
+        (x0, y0), (x1, y1) = _xy(path.pointAtPercent(max(0.0, t - 0.03))), _xy(path.pointAtPercent(min(1.0, t + 0.03)))
+        mx, my = _xy(path.pointAtPercent(t))
+        dx, dy = x1 - x0, y1 - y0
+        k = (dx * dx + dy * dy) ** 0.5 or 1.0
+        nx, ny = -dy / k, dx / k
+        if (ny > 0) if horizontal_first else (nx > 0):
+            nx, ny = -nx, -ny
+        off = abs(nx) * w / 2 + abs(ny) * h / 2 + 4
+        for sign in (1, -1):
+            out.append((mx + sign * nx * off - w / 2, my + sign * ny * off - h / 2))
+    return out
+
+
+def _xy(pt) -> tuple[float, float]:
+    return pt.x(), pt.y()
+
+
+def _cut_spots(item: NoteItem, box, k: int, direction: str) -> list[tuple[float, float]]:
+    """Where a cut stub may hang: from the node's bottom (its top, in the forward direction). Top
+    to bottom, the stub leaves near the end its text runs off to; left to right, near the other
+    end, so the text stays under the node, clear of the edges leaving its sides."""
+    w, h = item.size()
+    sx = item.stub_x()
+    if direction == "forward":
+        ys = [box.y - h - k * 12, box.y - h - (k + 1) * 12 - 6]
+    else:
+        ys = [box.y + box.h + k * 12, box.y + box.h + (k + 1) * 12 + 6]
+    near_right = item.right != (direction == "LR")
+    ax = box.x + box.w - 12 - 10 * k if near_right else box.x + 12 + 10 * k
+    return [(ax - sx, y) for y in ys]
 
 
 def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scene, slots: bool = False
@@ -133,14 +280,24 @@ def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scen
         if box is None or box.id != n.id:
             continue
         if n.cuts:
-            y = box.y + box.h
+            xs = [x for e in layout.edges if n.id in (e.src, e.dst) for x, _ in e.points]
+            lean = sum(xs) / len(xs) - (box.x + box.w / 2) if xs else 0.0
+            order = (True, False) if layout.direction == "LR" or lean < -1 else (False, True)
             for k, cut in enumerate(n.cuts):
                 text = "✂ " + cut_text(cut, short=True)
-                item = NoteItem("cut", [text], f"input {cut['input']} is None: {cut_text(cut)}", theme, n.id, True)
-                anchor = box.x + 12 + 10 * k  # the stub leaves the node's bottom left of the real edges
-                w, h = item.size()
-                placer.place(item, [(anchor - w + 6, y + k * 12), (anchor - w + 6, y + (k + 1) * 12 + 6),
-                                    (anchor - w + 6, y + k * 12 - 8)], avoid_texts=True)
+                best = None
+                for right in order:  # the side away from the node's edges first, then the other
+                    item = NoteItem("cut", [text], f"input {cut['input']} is None: {cut_text(cut)}", theme, n.id,
+                                    True, right=right, up=layout.direction == "forward")
+                    w, h = item.size()
+                    for x, y in _cut_spots(item, box, k, layout.direction):
+                        c = placer.clashes(QRectF(x, y, w, h), item._text.translated(x, y), True, True)
+                        if best is None or c < best[0]:
+                            best = (c, item, x, y)
+                    if best[0] == 0:
+                        break
+                _, item, x, y = best
+                placer.place(item, [(x, y)])
                 out.append(item)
         hooks = hook_lines(call, n) + node_notes(call, n)
         if hooks:
@@ -174,6 +331,19 @@ def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scen
             w, h = item.size()
             placer.place(item, [(x0 + 4, y0 + 2), (x0 - w - 4, y0 + 2), (x0 + 4, y0 + h + 2), (x0 - w - 4, y0 + h + 2)])
             out.append(item)
+    if values and call.api != "unreached":  # the seed sits off the root's free side: away from its edges
+        for rid in call.roots:
+            box = layout.nodes.get(members.get(rid, ""))
+            node = call.node(rid)
+            if box is None or node is None:
+                continue
+            item = NoteItem("value", [seed_text(call, node)], "the gradient backward starts from", theme, rid, False)
+            w, h = item.size()
+            above, below = (box.x + box.w / 2 - w / 2, box.y - h - 4), (box.x + box.w / 2 - w / 2, box.y + box.h + 4)
+            left = (box.x - w - 6, box.y + box.h / 2 - h / 2)
+            spots = {"forward": [below, above], "LR": [left, above, below]}.get(layout.direction, [above, below])
+            placer.place(item, spots, avoid_edges=True)
+            out.append(item)
     for n in shown:  # edges leave only from nodes drawn as their own boxes
         grads = call.edge_grads.get(n.id) if values else None
         for slot, g in enumerate(grads or ()):
@@ -183,9 +353,9 @@ def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scen
             src = call.node(n.next[slot].node) if n.next[slot] is not None else None
             item = NoteItem("grad", [edge_grad_text(g)], f"the gradient {n.name} sent to "
                             f"{src.name if src else 'this input'} in this call", theme, n.id, False)
-            x, y = _middle(edge.points)
             w, h = item.size()
-            placer.place(item, [(x - w - 4, y - h / 2), (x + 4, y - h / 2), (x - w - 4, y - h - 4), (x + 4, y + 4)])
+            placer.place(item, _beside(edge_path(edge.points, placer.curved, placer.horizontal), w, h, layout.direction == "LR"),
+                          avoid_edges=True)
             out.append(item)
         for mark in n.edge_marks or ():
             edge = edges.get((n.id, mark["input"]))
@@ -196,16 +366,6 @@ def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scen
             x, y = _middle(edge.points)
             w, h = item.size()
             placer.place(item, [(x + 6, y - h / 2), (x - w - 6, y - h / 2), (x + 6, y + h), (x - w - 6, y + h)])
-            out.append(item)
-    if values and call.api != "unreached":
-        for rid in call.roots:
-            box = layout.nodes.get(members.get(rid, ""))
-            node = call.node(rid)
-            if box is None or node is None:
-                continue
-            item = NoteItem("value", [seed_text(call, node)], "the gradient backward starts from", theme, rid, False)
-            item.setPos(box.x + box.w / 2 - item.size()[0] / 2, box.y - item.size()[1] - 4)
-            placer.taken.append(item.sceneBoundingRect())
             out.append(item)
     for item in out:
         item.setVisible(show)
