@@ -126,32 +126,31 @@ def render_storage(view, path, fmt: str | None = None, *, width: int = 760, scal
 def export_storage(trace: Trace, name: str, path, fmt: str | None = None, **options) -> Path:
     """Headless: the storage view of the tensor ``name`` written to ``path``."""
     from widgets.export import ensure_app
-    from widgets.storage_view import StorageView
 
     ensure_app()
     source, tid = find_tensor(trace, name)
     storages = trace.storages if source is trace else getattr(source, "storages", None)
-    view = StorageView()
-    try:
-        view.set_tensor(source, tid, storages)
-        return render_storage(view, path, fmt, **options)
-    finally:
-        view.deleteLater()
+    return _render_new_view(source, tid, storages, path, fmt, **options)
 
 
 def export_view_copy(view, path, fmt: str | None = None, **options) -> Path:
     """Export what a live StorageView shows, through an offscreen copy (the live one keeps its layout)."""
-    from widgets.storage_view import StorageView
-
     if view.tensor_id() is None:
         raise StorageExportError("select a tensor first: the Storage view is empty")
     table, tensor_id, storages = view.state()
-    copy = StorageView()
+    return _render_new_view(table, tensor_id, storages, path, fmt, **options)
+
+
+def _render_new_view(table, tensor_id, storages, path, fmt, **options) -> Path:
+    """Render the storage of ``tensor_id`` through a StorageView made for this one picture."""
+    from widgets.storage_view import StorageView
+
+    view = StorageView()
     try:
-        copy.set_tensor(table, tensor_id, storages)
-        return render_storage(copy, path, fmt, **options)
+        view.set_tensor(table, tensor_id, storages)
+        return render_storage(view, path, fmt, **options)
     finally:
-        copy.deleteLater()
+        view.deleteLater()
 
 
 def export_storage_dialog(window) -> Path | None:
