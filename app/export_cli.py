@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 
 from app.hosts import worker_options
+from core import protocol
 from core.client import run_capture
 from core.nested_view import link_nested
 from core.trace import CallInfo, Trace
@@ -178,9 +179,9 @@ def _export_one(args, script: Path, batch: bool) -> tuple[list[str], list[str]]:
     want_steps = args.step is not None or bool(args.frames) or bool(args.gif)
     steps: list[dict] = []
 
-    def on_event(event: dict) -> None:
-        if event.get("type") == "step" and event.get("call", index) == index:
-            steps.append(event["record"])
+    def on_event(event) -> None:
+        if isinstance(event, protocol.Step) and event.call == index:
+            steps.append(event.record)
 
     # Qt and the renderers load while the worker runs the script, not after it.
     loader = threading.Thread(target=importlib.import_module, args=("widgets.export",), daemon=True)

@@ -1,8 +1,9 @@
 """The GUI's handle on the worker: ``core.client.WorkerClient`` events as Qt signals.
 
-The client reads worker messages on background threads; each is re-emitted here as a
-signal, which Qt queues onto the GUI thread (qtconsole's pattern). Handlers are found by
-message type (``_handle_<type>``).
+The client reads worker messages on background threads and types them (``core.protocol``
+dataclasses); each is re-emitted here as a signal, which Qt queues onto the GUI thread
+(qtconsole's pattern). Handlers are found by message kind (``_handle_<kind>``). The signals
+carry the dataclasses: readers use their attributes.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import logging
 
 from PySide6.QtCore import QObject, Signal
 
+from core import protocol
 from core.client import WorkerClient
 
 log = logging.getLogger(__name__)
@@ -25,31 +27,33 @@ class WorkerHandle(QObject):
     """A run started in the worker (run id)."""
     sig_output = Signal(str)
     """The script printed text."""
-    sig_progress = Signal(dict)
-    """A backward call started or finished (index, api, line, nodes)."""
+    sig_progress = Signal(object)
+    """A backward call started or finished (a protocol.CallStarted or CallDone)."""
     sig_finished = Signal(object)
     """A run finished: a core.client.RunResult with the trace (or only an error)."""
     sig_step_begin = Signal(object)
-    """A stepped backward call was reached (with its graph, structure hash and leaf digest): the
-    engine will pause before its first node."""
+    """A stepped backward call was reached (a protocol.StepBegin: its graph, structure hash and leaf
+    digest): the engine will pause before its first node."""
     sig_step_paused = Signal(object)
-    """The engine is paused before a node (``pending``: node, name, grad_outputs)."""
+    """The engine is paused before a node (a protocol.StepPaused; ``pending``: node, name, grad_outputs)."""
     sig_step = Signal(object)
-    """A node finished executing (``record``: node, name, grad_outputs, grad_inputs, leaf_grads, error)."""
+    """A node finished executing (a protocol.Step; ``record``: node, name, grad_outputs, grad_inputs,
+    leaf_grads, error)."""
     sig_steps = Signal(object)
-    """Nodes that finished while backward ran on: a dict with ``call`` and ``records``."""
-    sig_step_end = Signal(dict)
-    """The stepped backward ended: state finished, stopped or failed, with the error."""
+    """Nodes that finished while backward ran on (a protocol.Steps: ``call`` and ``records``)."""
+    sig_step_end = Signal(object)
+    """The stepped backward ended (a protocol.StepEnd: state finished, stopped or failed, with the error)."""
     sig_memory = Signal(list)
     """A batch of memory samples (dicts: t, device, allocated, reserved, rss, saved_bytes, phase)."""
-    sig_step_memory = Signal(dict)
-    """Memory right after a stepped node ran (t, saved_bytes, allocated)."""
-    sig_transfer = Signal(dict)
-    """Bytes of a compressed trace received from a remote worker (received, decoded, raw)."""
+    sig_step_memory = Signal(object)
+    """Memory right after a stepped node ran (a protocol.StepMemory: t, saved_bytes, allocated)."""
+    sig_transfer = Signal(object)
+    """Bytes of a compressed trace received from a remote worker (a protocol.Transfer)."""
+    sig_bad_message = Signal(str)
+    """The worker sent a message that does not match the protocol: what is wrong, naming the field."""
     sig_event = Signal(object)
-    """Any worker message, as received (internal: carried to the GUI thread). An object, not a
-    dict signal: Qt would convert it to a QVariantMap, which cannot hold integers past 2**63
-    (a captured graph's ``ignore_index`` of -100 is saved as 2**64 - 100)."""
+    """Any worker message or client event, a core.protocol dataclass (internal: carried to the GUI
+    thread)."""
 
     def __init__(self, parent=None, prestart: bool = True):
         super().__init__(parent)
@@ -101,54 +105,57 @@ class WorkerHandle(QObject):
         return self.client.devices
 
     # -- messages, on the GUI thread --------------------------------------------------------------
-    def _dispatch(self, event: dict) -> None:
-        handler = getattr(self, f"_handle_{event.get('type')}", None)
+    def _dispatch(self, event: protocol._Base) -> None:
+        handler = getattr(self, f"_handle_{event.kind}", None)
         if handler is not None:
             handler(event)
 
-    def _handle_state(self, event: dict) -> None:
-        self.sig_state.emit(event["state"])
+    def _handle_state(self, event: protocol.State) -> None:
+        self.sig_state.emit(event.state)
 
-    def _handle_hello(self, event: dict) -> None:
-        self.sig_devices.emit(event.get("devices", []))
+    def _handle_hello(self, event: protocol.Hello) -> None:
+        self.sig_devices.emit(list(event.devices))
 
-    def _handle_started(self, event: dict) -> None:
-        self.sig_started.emit(int(event.get("run", 0)))
+    def _handle_started(self, event: protocol.Started) -> None:
+        self.sig_started.emit(int(event.run or 0))
 
-    def _handle_output(self, event: dict) -> None:
-        self.sig_output.emit(event.get("text", ""))
+    def _handle_output(self, event: protocol.Output) -> None:
+        self.sig_output.emit(event.text)
 
-    def _handle_call(self, event: dict) -> None:
+    def _handle_call(self, event: protocol.CallStarted) -> None:
         self.sig_progress.emit(event)
 
-    def _handle_call_done(self, event: dict) -> None:
+    def _handle_call_done(self, event: protocol.CallDone) -> None:
         self.sig_progress.emit(event)
 
-    def _handle_step_begin(self, event: dict) -> None:
+    def _handle_step_begin(self, event: protocol.StepBegin) -> None:
         self.sig_step_begin.emit(event)
 
-    def _handle_step_paused(self, event: dict) -> None:
+    def _handle_step_paused(self, event: protocol.StepPaused) -> None:
         self.sig_step_paused.emit(event)
 
-    def _handle_step(self, event: dict) -> None:
+    def _handle_step(self, event: protocol.Step) -> None:
         self.sig_step.emit(event)
 
-    def _handle_steps(self, event: dict) -> None:
+    def _handle_steps(self, event: protocol.Steps) -> None:
         self.sig_steps.emit(event)
 
-    def _handle_step_end(self, event: dict) -> None:
+    def _handle_step_end(self, event: protocol.StepEnd) -> None:
         self.sig_step_end.emit(event)
 
-    def _handle_memory(self, event: dict) -> None:
-        self.sig_memory.emit(event.get("samples", []))
+    def _handle_memory(self, event: protocol.Memory) -> None:
+        self.sig_memory.emit(list(event.samples))
 
-    def _handle_step_memory(self, event: dict) -> None:
+    def _handle_step_memory(self, event: protocol.StepMemory) -> None:
         self.sig_step_memory.emit(event)
 
-    def _handle_transfer(self, event: dict) -> None:
+    def _handle_transfer(self, event: protocol.Transfer) -> None:
         self.sig_transfer.emit(event)
 
-    def _handle_finished(self, event: dict) -> None:
-        if event.get("run") == self.current_run:
+    def _handle_bad_message(self, event: protocol.BadMessage) -> None:
+        self.sig_bad_message.emit(event.error)
+
+    def _handle_finished(self, event: protocol.Finished) -> None:
+        if event.run == self.current_run:
             self.current_run = None
-        self.sig_finished.emit(event["result"])
+        self.sig_finished.emit(event.result)

@@ -2,9 +2,16 @@
 
 One JSON object per line. Messages from the worker carry ``type``; commands to the worker
 carry ``cmd``. ``to_dict`` gives the JSON-ready dict, ``message_from_dict`` /
-``command_from_dict`` the typed object (unknown keys are kept in ``extra``, so a newer
-worker's additions are not lost; a missing required field raises ``ProtocolError`` naming it).
+``command_from_dict`` the typed object: each field is checked against its annotation, and a
+missing required field or a value of the wrong type raises ``ProtocolError`` naming the kind
+and the field; unknown keys are kept in ``extra``, so a newer worker's additions are not lost.
 Qt-free and torch-free: the worker, the client, the GUI and the CLI all import it.
+
+``core.client`` hands every message on as its dataclass, with the client's own events
+(``state``, ``output``, ``exit``, ``refused``, ``spare_failed``, ``transfer``, ``finished``,
+``bad_message``), which never cross the wire, defined here too (``EVENTS``). Readers use the
+attributes; ``msg["field"]`` / ``msg.get("field")`` still read a message as the dict it was
+sent as, for scripts written against the dict form.
 
 Stepping messages: ``step_begin`` (a call is paused before its first node, with the captured
 graph, ``graph``, its ``structure`` hash and a digest of its leaf values), ``step_paused``
@@ -23,6 +30,33 @@ class ProtocolError(ValueError):
     """A message that does not match its kind: names the kind and the field."""
 
 
+_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "list": (list, tuple),
+          "dict": (dict,), "None": (type(None),)}
+
+
+def _check(what: str, name: str, annotation: str, value) -> None:
+    """Raise ProtocolError when ``value`` does not fit the field's annotation ("int | None", "Any")."""
+    allowed: tuple = ()
+    for part in str(annotation).split("|"):
+        part = part.strip()
+        if part == "Any":
+            return
+        allowed += _TYPES.get(part, (object,))
+    if isinstance(value, bool) and bool not in allowed:  # JSON true is no count
+        ok = False
+    else:
+        ok = isinstance(value, allowed)
+    if not ok:
+        want = " or ".join(p.strip() for p in str(annotation).split("|"))
+        raise ProtocolError(f"{what}: field '{name}' must be {want}, got {type(value).__name__} "
+                            f"{_short(value)}")
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 @dataclass
 class _Base:
     KEY: ClassVar[str] = "type"
@@ -39,15 +73,39 @@ class _Base:
 
     @classmethod
     def from_dict(cls, data: dict):
+        """The typed message; ProtocolError naming the field when one is missing or of the wrong type."""
+        what = f"'{cls.KIND}' {'command' if cls.KEY == 'cmd' else 'message'}"
+        if not isinstance(data, dict):
+            raise ProtocolError(f"{what}: not a JSON object but {type(data).__name__}")
         known = {f.name: f for f in fields(cls) if f.name != "extra"}
         args = {}
         for name, f in known.items():
             if name in data:
+                _check(what, name, f.type, data[name])
                 args[name] = data[name]
             elif f.default is MISSING and f.default_factory is MISSING:
-                raise ProtocolError(f"'{cls.KIND}' message: field '{name}' is missing")
+                raise ProtocolError(f"{what}: field '{name}' is missing")
         args["extra"] = {k: v for k, v in data.items() if k not in known and k != cls.KEY}
         return cls(**args)
+
+    @property
+    def kind(self) -> str:
+        """The message's ``type`` (or a command's ``cmd``)."""
+        return self.KIND
+
+    # The dict form, read-only, for code written against it (the app itself reads attributes).
+    def __getitem__(self, key: str):
+        if key == self.KEY:
+            return self.KIND
+        if key != "extra" and key in self.__dataclass_fields__:
+            return getattr(self, key)
+        return self.extra[key]
+
+    def get(self, key: str, default=None):
+        try:
+            return self[key]
+        except KeyError:
+            return default
 
 
 MESSAGES: dict[str, type] = {}
@@ -335,11 +393,88 @@ class Breakpoints(_Base):
     skip_to: int | None = None  # pause first at call N (and after it as usual)
 
 
+# -- the client's own events (never on the wire) -------------------------------------------------
+EVENTS: dict[str, type] = {}
+
+
+def _event(kind: str):
+    def wrap(cls):
+        cls.KIND = kind
+        EVENTS[kind] = cls
+        return cls
+    return wrap
+
+
+@_event("state")
+@dataclass
+class State(_Base):
+    """The client's state changed."""
+    state: str = ""  # starting, ready, running or closed
+
+
+@_event("output")
+@dataclass
+class Output(_Base):
+    """Text the script printed (its stdout and stderr)."""
+    text: str = ""
+
+
+@_event("exit")
+@dataclass
+class Exit(_Base):
+    """The worker process ended."""
+    code: int | None = None  # its exit status; negative: the signal that killed it
+
+
+@_event("refused")
+@dataclass
+class Refused(_Base):
+    """The worker's hello was refused (another protocol version): why, in words."""
+    message: str = ""
+
+
+@_event("spare_failed")
+@dataclass
+class SpareFailed(_Base):
+    """A worker started ahead (behind a launcher) did not come up: why, in words."""
+    message: str = ""
+
+
+@_event("transfer")
+@dataclass
+class Transfer(_Base):
+    """Progress of a compressed message arriving (drives the status bar's progress bar)."""
+    of: str | None = None  # the type of the message arriving
+    received: int = 0  # compressed bytes received
+    decoded: int = 0  # bytes decompressed so far
+    raw: int = 0  # bytes once decompressed
+    codec: str | None = None
+
+
+@_event("finished")
+@dataclass
+class Finished(_Base):
+    """A run ended: ``result`` is a core.client.RunResult (the trace, or only an error)."""
+    run: Any = None
+    result: Any = None
+
+
+@_event("bad_message")
+@dataclass
+class BadMessage(_Base):
+    """A worker message that did not match the protocol: ``error`` names its kind and field, ``raw``
+    keeps it as received; the run goes on."""
+    error: str = ""
+    raw: Any = None
+
+
 STEP_COMMANDS = ("step", "step_to", "continue", "next_call", "resume_all", "pause", "stop_step")
 
 
 def message_from_dict(data: dict) -> _Base:
     """The typed worker message for ``data``; ProtocolError if its ``type`` is unknown."""
+    if not isinstance(data, dict):
+        raise ProtocolError(f"a worker message must be a JSON object, not a {type(data).__name__}")
     cls = MESSAGES.get(data.get("type"))
     if cls is None:
         raise ProtocolError(f"unknown worker message type {data.get('type')!r}")
@@ -352,3 +487,10 @@ def command_from_dict(data: dict) -> _Base:
     if cls is None:
         raise ProtocolError(f"unknown command {data.get('cmd')!r}")
     return cls.from_dict(data)
+
+
+def event_from_dict(data: dict) -> _Base:
+    """A worker message or one of the client's own events, typed; ProtocolError when it does not fit."""
+    if isinstance(data, dict) and data.get("type") in EVENTS:
+        return EVENTS[data["type"]].from_dict(data)
+    return message_from_dict(data)

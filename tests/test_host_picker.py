@@ -107,10 +107,10 @@ def test_hosts_dialog_checks_saves_and_restarts(qtbot, hosts_window, tmp_path):
 
 def test_transfer_progress_in_the_status_bar(hosts_window):
     from app.host_devices import end_transfer, show_transfer
+    from core.protocol import Transfer
 
     w = hosts_window
-    show_transfer(w, {"type": "transfer", "received": 2_000_000, "decoded": 12_500_000, "raw": 50_000_000,
-                      "codec": "zlib"})
+    show_transfer(w, Transfer(received=2_000_000, decoded=12_500_000, raw=50_000_000, codec="zlib"))
     assert (w.busy.minimum(), w.busy.maximum(), w.busy.value()) == (0, 1000, 250)
     assert w.busy.text() == "trace 25%"
     assert w.busy.toolTip() == "Receiving the trace: 2.0 MB received (zlib), 12.5 of 50.0 MB decoded"
