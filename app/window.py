@@ -109,7 +109,7 @@ class MainWindow(RunWiring, SelectionWiring, WindowViews, QMainWindow):
         s.sig_state.connect(self._on_session_state)
         s.sig_trace.connect(self.calls.set_trace)
         s.sig_call.connect(self._on_call)
-        s.sig_selection.connect(self._on_selection)
+        self._follow_selection()
         self.calls.sig_debug_to_call.connect(self.debug_to_call)
         h.sig_memory.connect(self.memory.chart.append_samples)
         h.sig_step_memory.connect(self._on_step_memory)

@@ -99,23 +99,51 @@ class SelectionWiring:
         """Make a node the selection (the session's; every view follows)."""
         self.session.select(node_id)
 
-    def _on_selection(self, selection: Selection) -> None:
-        """The session's selection changed: every view shows its part of it."""
-        call, node_id = self.call, selection.node
-        node = call.node(node_id) if call is not None and node_id else None
-        self.graph.show_selection(node_id)
-        self.problems.show_selection(node_id)
-        tensors, storages = self._scope_tensors(selection.scope)
+    def _follow_selection(self) -> None:
+        """Every view listens to the session's one selection and draws its part of it."""
+        sig = self.session.sig_selection
+        sig.connect(lambda sel: self.graph.show_selection(sel.node))
+        sig.connect(lambda sel: self.problems.show_selection(sel.node))
+        sig.connect(self._calls_follow)
+        sig.connect(self._tensors_follow)
+        sig.connect(self._storage_follow)
+        sig.connect(self._inspector_follow)
+        sig.connect(self._source_follow)
+
+    def _selected_node(self, selection: Selection):
+        call = self.call
+        return call.node(selection.node) if call is not None and selection.node else None
+
+    def _calls_follow(self, selection: Selection) -> None:
+        """The calls list marks the call the selected node belongs to."""
+        if self.call is None or not selection.node or self.trace is None:
+            return
+        marked = next((c for c in self.trace.calls if c.id == self.calls.current_call()), None)
+        if marked is None or (marked.id != self.call.id and marked.same_as != self.call.id):
+            self.calls.select_call(self.call.id)  # a repeated call's row stays: it shows this graph
+
+    def _tensors_follow(self, selection: Selection) -> None:
+        top = self._top_tensor(selection) if selection.tensor is not None else None
+        if top is not None:
+            self.tensors.select_tensor(top)
+
+    def _storage_follow(self, selection: Selection) -> None:
         self._tensor_scope = selection.scope
         if selection.tensor is not None:
+            tensors, storages = self._scope_tensors(selection.scope)
             self.storage.set_tensor(tensors, selection.tensor, storages)
-            top = self._top_tensor(selection)
-            if top is not None:
-                self.tensors.select_tensor(top)
+
+    def _inspector_follow(self, selection: Selection) -> None:
+        """The inspector describes what the user picked: the tensor, or the node."""
+        node = self._selected_node(selection)
         if selection.origin == "tensor" and selection.tensor is not None:
+            tensors, _ = self._scope_tensors(selection.scope)
             self.inspector.show_tensor({t.id: t for t in tensors}, selection.tensor)
         elif node is not None:
-            self.inspector.show_node(call, node_id)
+            self.inspector.show_node(self.call, node.id)
+
+    def _source_follow(self, selection: Selection) -> None:
+        node = self._selected_node(selection)
         if node is not None and node.line:
             self.source.highlight_lines([node.line])
         elif node is not None:

@@ -79,3 +79,24 @@ def test_every_view_follows_the_one_selection(qtbot, window):
     QTest.mouseClick(window.graph.viewport(), Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier,
                      window.graph.mapFromScene(window.graph.node_items[leaf_a.id].sceneBoundingRect().center()))
     assert highlighted(window) == [mul.id] and session.selected == mul.id
+
+
+def test_a_malformed_worker_message_is_shown_and_kept_with_the_run(qtbot, window):
+    """Said in the Output panel and the status bar when it arrives, listed in Problems with the
+    result; the run's trace is shown as usual."""
+    from core import protocol
+    from core.client import RunResult
+    from core.trace import Trace
+
+    error = "'call' message: field 'index' must be int, got str 'three'"
+    window.handle.sig_event.emit(protocol.BadMessage(error=error, raw={"type": "call", "index": "three"}))
+    assert f"the worker sent a message the app cannot read: {error}" in window.output.text()
+    assert error in window.state_label.text()
+    session = window.session
+    session.run_id, session.run_kind = 99, "run"
+    window.handle.current_run = 99
+    shown = Trace(calls=list(window.trace.calls), script=window.trace.script, call_count=window.trace.call_count)
+    result = RunResult(shown, "", 0, 0.2, 99, [error])
+    window.handle.sig_event.emit(protocol.Finished(run=99, result=result))
+    assert window.trace is shown
+    assert [p.summary for p in window.problems.problems() if error in p.details or error in p.summary]
