@@ -2,8 +2,8 @@
 
 The client reads worker messages on background threads and types them (``core.protocol``
 dataclasses); each is re-emitted here as a signal, which Qt queues onto the GUI thread
-(qtconsole's pattern). Handlers are found by message kind (``_handle_<kind>``). The signals
-carry the dataclasses: readers use their attributes.
+(qtconsole's pattern). A table maps each message kind to its signal; the signals carry the
+dataclasses (or the one field that matters), and readers use their attributes.
 """
 
 from __future__ import annotations
@@ -105,57 +105,32 @@ class WorkerHandle(QObject):
         return self.client.devices
 
     # -- messages, on the GUI thread --------------------------------------------------------------
+    # Message kind -> (signal, what it carries: the message itself when None, else that of it).
+    _ROUTES = {
+        "state": ("sig_state", lambda e: e.state),
+        "hello": ("sig_devices", lambda e: list(e.devices)),
+        "started": ("sig_started", lambda e: int(e.run or 0)),
+        "output": ("sig_output", lambda e: e.text),
+        "call": ("sig_progress", None),
+        "call_done": ("sig_progress", None),
+        "step_begin": ("sig_step_begin", None),
+        "step_paused": ("sig_step_paused", None),
+        "step": ("sig_step", None),
+        "steps": ("sig_steps", None),
+        "step_end": ("sig_step_end", None),
+        "memory": ("sig_memory", lambda e: list(e.samples)),
+        "step_memory": ("sig_step_memory", None),
+        "transfer": ("sig_transfer", None),
+        "bad_message": ("sig_bad_message", lambda e: e.error),
+    }
+
     def _dispatch(self, event: protocol._Base) -> None:
-        handler = getattr(self, f"_handle_{event.kind}", None)
-        if handler is not None:
-            handler(event)
-
-    def _handle_state(self, event: protocol.State) -> None:
-        self.sig_state.emit(event.state)
-
-    def _handle_hello(self, event: protocol.Hello) -> None:
-        self.sig_devices.emit(list(event.devices))
-
-    def _handle_started(self, event: protocol.Started) -> None:
-        self.sig_started.emit(int(event.run or 0))
-
-    def _handle_output(self, event: protocol.Output) -> None:
-        self.sig_output.emit(event.text)
-
-    def _handle_call(self, event: protocol.CallStarted) -> None:
-        self.sig_progress.emit(event)
-
-    def _handle_call_done(self, event: protocol.CallDone) -> None:
-        self.sig_progress.emit(event)
-
-    def _handle_step_begin(self, event: protocol.StepBegin) -> None:
-        self.sig_step_begin.emit(event)
-
-    def _handle_step_paused(self, event: protocol.StepPaused) -> None:
-        self.sig_step_paused.emit(event)
-
-    def _handle_step(self, event: protocol.Step) -> None:
-        self.sig_step.emit(event)
-
-    def _handle_steps(self, event: protocol.Steps) -> None:
-        self.sig_steps.emit(event)
-
-    def _handle_step_end(self, event: protocol.StepEnd) -> None:
-        self.sig_step_end.emit(event)
-
-    def _handle_memory(self, event: protocol.Memory) -> None:
-        self.sig_memory.emit(list(event.samples))
-
-    def _handle_step_memory(self, event: protocol.StepMemory) -> None:
-        self.sig_step_memory.emit(event)
-
-    def _handle_transfer(self, event: protocol.Transfer) -> None:
-        self.sig_transfer.emit(event)
-
-    def _handle_bad_message(self, event: protocol.BadMessage) -> None:
-        self.sig_bad_message.emit(event.error)
-
-    def _handle_finished(self, event: protocol.Finished) -> None:
-        if event.run == self.current_run:
-            self.current_run = None
-        self.sig_finished.emit(event.result)
+        if isinstance(event, protocol.Finished):
+            if event.run == self.current_run:
+                self.current_run = None
+            self.sig_finished.emit(event.result)
+            return
+        route = self._ROUTES.get(event.kind)
+        if route is not None:
+            signal, carried = route
+            getattr(self, signal).emit(event if carried is None else carried(event))

@@ -329,6 +329,8 @@ class WorkerClient:
             from core.launchers import launcher_error
 
             err = launcher_error(worker, code, run["path"], reason)
+        elif worker.refused and not reason:
+            err = ErrorInfo(type="ProtocolError", message=worker.refused, kind="load", file=run["path"])
         else:
             err = death_error(code if code is not None else -9, worker.fault_text(), worker.exiting, run["path"],
                               reason)

@@ -331,6 +331,12 @@ class WorkerProcess:
                 self.kill()
                 return
         msg = typed(data)
+        if isinstance(msg, protocol.BadMessage) and isinstance(data, dict) and data.get("type") == "hello":
+            # A hello the app cannot read: refused, naming the field (not a 120 s wait for a ready worker).
+            self.refused = f"the worker's hello cannot be read: {msg.error}"
+            self._deliver(protocol.Refused(message=self.refused))
+            self.kill()
+            return
         if isinstance(msg, protocol.Hello):
             self.hello = msg
             self.ready.set()

@@ -68,13 +68,14 @@ def test_messages_read_as_attributes_and_as_the_dict_they_were():
 
 FAKE_WORKER = '''
 import json, os, sys, time
+PID = {pid}
 sys.path.insert(0, {root!r})
 from core.trace import Trace
 from core.wire import PROTOCOL_VERSION
 out = os.fdopen(1, "w", buffering=1)
 def send(msg):
     out.write(json.dumps(msg) + "\\n")
-send({{"type": "hello", "pid": os.getpid(), "protocol": PROTOCOL_VERSION, "devices": []}})
+send({{"type": "hello", "pid": PID, "protocol": PROTOCOL_VERSION, "devices": []}})
 run = json.loads(sys.stdin.readline())["run"]
 send({{"type": "started", "run": run, "t": time.time()}})
 send({{"type": "call", "run": run, "index": "three", "api": "Tensor.backward", "line": 4}})
@@ -84,7 +85,7 @@ sys.stdin.readline()
 '''
 
 
-def _fake_worker(tmp_path):
+def _fake_worker(tmp_path, pid="os.getpid()"):
     import shlex
     import sys
 
@@ -92,7 +93,7 @@ def _fake_worker(tmp_path):
     from core.launchers import from_command
 
     fake = tmp_path / "fake_worker.py"
-    fake.write_text(FAKE_WORKER.format(root=str(ROOT)))
+    fake.write_text(FAKE_WORKER.format(root=str(ROOT), pid=pid))
     script = tmp_path / "s.py"
     script.write_text("x = 1\n")
     return f"{shlex.quote(sys.executable)} {shlex.quote(str(fake))}", from_command, script
@@ -168,3 +169,15 @@ def test_the_app_reads_messages_by_attribute_not_by_string_key():
     sample = 'def f(event, msg):\n    a = event["record"]\n    b = msg.get("line")\n    c = x["type"]\n' \
              '    d = error["type"]\n'
     assert len(_string_key_reads(ast.parse(sample))) == 3
+
+
+def test_a_hello_that_cannot_be_read_is_refused_naming_the_field(tmp_path):
+    from core.client import run_capture
+
+    command, from_command, script = _fake_worker(tmp_path, pid="'one'")
+    events = []
+    result = run_capture(str(script), launcher=from_command(command, name="fake"), timeout=30,
+                         on_event=events.append)
+    refused = [e for e in events if isinstance(e, protocol.Refused)]
+    assert refused and "'hello' message: field 'pid' must be int, got str 'one'" in refused[0].message
+    assert "field 'pid'" in result.trace.error.message
