@@ -291,6 +291,7 @@ class WorkerClient:
                 trace = replace(trace, calls=streamed + list(trace.calls))
         except TraceFormatError as exc:
             trace = Trace(calls=[], error=ErrorInfo(type="TraceFormatError", message=str(exc), kind="load"))
+        worker.drain_output()  # what the script printed last travels on another pipe than the trace
         with worker._lock:
             output = worker.output_tail.decode("utf-8", errors="replace")
         # The worker has served its run: it is closed off the caller's thread; close() waits for it.

@@ -349,6 +349,30 @@ class WorkerProcess:
             self.exiting = msg
         self._deliver(msg)
 
+    def drain_output(self, limit: float = 0.25) -> None:
+        """Wait (up to ``limit`` s) until the output reader has taken all the script wrote so far.
+
+        The script's output and the protocol travel on two pipes: a line printed just before the
+        script ended can still be in its pipe when the trace arrives."""
+        if self.proc is None or self.proc.stderr is None or self._output_done.is_set():
+            return
+        try:
+            fd = self.proc.stderr.fileno()
+        except (OSError, ValueError):
+            return
+        deadline = time.monotonic() + limit
+        quiet = 0
+        while time.monotonic() < deadline and not self._output_done.is_set():
+            try:
+                pending = bool(select.select([fd], [], [], 0)[0])
+            except (OSError, ValueError):
+                return
+            before = self.output_bytes
+            time.sleep(0.005)
+            quiet = quiet + 1 if not pending and self.output_bytes == before else 0
+            if quiet >= 2:  # nothing in the pipe and nothing taken from it for two ticks
+                return
+
     def _read_output(self) -> None:
         assert self.proc is not None and self.proc.stderr is not None
         for chunk in self._chunks(self.proc.stderr.fileno()):
