@@ -48,9 +48,9 @@ import threading
 import time
 from dataclasses import replace
 
-from core import ddp, protocol, wire, worker_remote
+from core import ddp, protocol, uploads, wire, worker_remote
 from core.trace import ErrorInfo, Trace, call_to_dict
-from core.worker_channel import Channel, _lines, _open_fault_file, _private_fd
+from core.worker_channel import Channel, _open_fault_file, _private_fd
 from core.worker_env import (_flush_quietly, _patch_exit, _say_no_input, apply_device, check_device, list_devices,
                              script_environment, seed_run)
 from core.worker_stepping import DebugPlan, Stepping
@@ -81,14 +81,22 @@ class Worker(Stepping):
         self._steps: list[dict] = []  # finished nodes not sent yet
         self._steps_since = 0.0
         self.finish = None  # a travelling script's run: maps the trace's paths back (worker_remote)
+        self.inbox = uploads.Inbox()  # files sent before a run (a saved model, weights): core.uploads
 
     def read_commands(self) -> None:
-        for line in _lines(self.command_fd):
+        reader = uploads.CommandReader(self.command_fd)
+        for line in reader:
             try:
                 cmd = json.loads(line)
             except (json.JSONDecodeError, UnicodeDecodeError):
                 continue
             if not isinstance(cmd, dict):
+                continue
+            if cmd.get("cmd") in ("file", "file_chunk", "file_abort"):  # a file on its way (core.uploads)
+                data = reader.read_exact(int(cmd.get("bytes") or 0)) if cmd["cmd"] == "file_chunk" else b""
+                if data is None:
+                    break  # the connection dropped in the middle of a piece
+                self.inbox.receive(cmd, data)
                 continue
             if cmd.get("cmd") == "cancel":
                 self.cancelled = True
@@ -162,7 +170,7 @@ class Worker(Stepping):
         from core.capture import Capture
 
         self.channel.codec = wire.pick_codec(cmd.get("compress"))
-        if "source" in cmd:  # the script travelled from another machine: write it here, then run it
+        if "source" in cmd or cmd.get("uploads"):  # from another machine: write it here, then run it
             worker_remote.run_materialized(self, cmd)
             return
         run_id = cmd.get("run")
@@ -300,7 +308,10 @@ def main(argv: list[str] | None = None) -> int:
     channel.send({"type": "hello", "pid": os.getpid(), "torch": torch.__version__, "devices": list_devices(),
                   "python": sys.version.split()[0], "protocol": wire.PROTOCOL_VERSION,
                   "codecs": wire.available_codecs(), "host": socket.gethostname()})
-    Worker(channel, command_fd, fault).serve()
+    try:
+        Worker(channel, command_fd, fault).serve()
+    finally:
+        uploads.remove_all()  # files that arrived for a run that never came
     return 0
 
 

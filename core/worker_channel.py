@@ -125,24 +125,6 @@ def _private_fd(fd: int) -> int:
         return new
 
 
-def _lines(fd: int):
-    """Lines read from ``fd`` with ``os.read`` until end of file or a closed descriptor."""
-    pending = b""
-    while True:
-        try:
-            chunk = os.read(fd, 65536)
-        except OSError:
-            return
-        if not chunk:
-            return
-        pending += chunk
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
-            if line.strip():
-                yield line.decode("utf-8", errors="replace")
-
-
-
 def _open_fault_file(path: str):
     """The parent's fault file (made 0600 by ``tempfile``); never follows a planted symlink."""
     try:
