@@ -142,6 +142,9 @@ def show_transfer(window, event: dict) -> None:
     bar = window.busy
     if event.get("of") == "upload":  # a saved model or its weights on the way to the host (core.uploads)
         name = str(event.get("name", "")).rsplit("/", 1)[-1]
+        if event.get("sent", 0) >= raw:
+            end_transfer(window)  # all sent: the busy indicator again while the run starts
+            return
         bar.setRange(0, 1000)
         bar.setValue(int(1000 * min(event.get("sent", 0), raw) / raw))
         bar.setFormat(f"sending {name} %p%")
