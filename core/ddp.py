@@ -2,8 +2,9 @@
 
 ``torchrun --standalone --nproc_per_node=N`` starts N ranks, each running
 ``core.ddp_rank`` (capture of the script, DDP's all-reduce recorded). The worker returns the
-trace of the rank the user picked (rank 0 by default); each call's ``all_reduce`` option also
-holds every rank's local and reduced gradients, so the ranks can be compared side by side.
+trace of the rank the user picked (rank 0 by default) and sends every other rank's trace
+before it (``rank_trace``), so the window can switch between them; each call's
+``all_reduce`` option also holds every rank's local and reduced gradients.
 The ranks run in their own process group, ended on Stop, time-out or a dropped connection.
 """
 
@@ -19,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 # Imported now: while a script runs the app's modules are out of sys.modules (core.worker).
+from core import protocol
 from core.trace import ErrorInfo, Trace, TraceFormatError
 
 CHILD_GROUPS: set[int] = set()  # process groups to end with the worker (see worker_remote.end_group)
@@ -85,7 +87,20 @@ def run_ranks(worker, cmd: dict):
         err = ErrorInfo(type="DDPError", kind="exit",
                         message=f"rank {rank} of {nproc} wrote no trace ({why}); the output above says why")
         return Trace(calls=[], error=err, script=script, device=device)
+    send_other_ranks(worker, cmd, traces, rank, nproc)
     return with_all_ranks(traces[rank], traces)
+
+
+def send_other_ranks(worker, cmd: dict, traces: dict, picked: int, nproc: int) -> None:
+    """Each rank's trace but the picked one's, as ``rank_trace`` messages (the window's rank picker)."""
+    for r, trace in sorted(traces.items()):
+        if r == picked:
+            continue
+        trace = replace(with_all_ranks(trace, traces), device=cmd.get("device") or "cpu")
+        if getattr(worker, "finish", None) is not None:  # run on another machine: the app's paths
+            trace = worker.finish(trace)
+        worker.channel.send(protocol.RankTrace(rank=r, nproc=nproc, trace=trace.to_dict(),
+                                               run=cmd.get("run")).to_dict())
 
 
 def with_all_ranks(trace, traces: dict):

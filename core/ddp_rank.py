@@ -43,7 +43,9 @@ class DDPWatch:
             for name, p in module.named_parameters():
                 if p.requires_grad:
                     watch.params.append((name, p))
-                    p.register_hook(lambda g, key=id(p): watch._record(key, g))
+                    record = lambda g, key=id(p): watch._record(key, g)  # noqa: E731
+                    record._bps_internal = True  # not listed among the script's hooks (core.cuts)
+                    p.register_hook(record)
 
         DistributedDataParallel.__init__ = __init__
 
