@@ -9,7 +9,7 @@ sent before the ``run`` command, on the same stdin, as:
   ``/`` between folders);
 - ``{"cmd": "file_chunk", "bytes": K, "codec": "zlib"}`` followed by exactly K bytes: the next
   piece, up to ``CHUNK`` raw bytes, compressed on its own with ``codec`` (zlib, or zstd where
-  both sides have it), or raw (``codec`` null) when compressing did not make it smaller
+  both sides have it), or raw (``codec`` null) when compressing did not save a tenth
   (weights rarely shrink, a config does);
 - ``{"cmd": "file_chunk", "bytes": 0, "end": true}``: the file is complete;
 - ``{"cmd": "file_abort"}``: drop what arrived (the run was replaced or stopped).
@@ -34,6 +34,7 @@ from typing import Callable
 from core import wire
 
 CHUNK = 256 * 1024  # raw bytes per piece: a Stop waits at most one piece on the link
+GIVE_UP = 4  # pieces in a row that compression did not shrink by a tenth: the rest of the file goes raw
 TEXT_SUFFIXES = (".py", ".ipynb")  # travel as the run's ``source``; everything else as files
 WEIGHTS_FOLDER = "_weights"  # where a model script's --weights file lands in the run's folder
 
@@ -79,18 +80,25 @@ def plan(path: str | Path, load: dict | None = None) -> tuple[dict, list[tuple[P
 
 
 def pieces(path: Path, codec: str | None):
-    """``(header line + body, raw bytes read)`` for each piece of ``path``, then its end."""
+    """``(header line + body, raw bytes read)`` for each piece of ``path``, then its end.
+
+    A piece is sent compressed only when that saves at least a tenth; after ``GIVE_UP``
+    pieces in a row that did not, the rest of the file goes raw (trained weights barely
+    compress, and trying costs more time than the link saves)."""
+    misses = 0
     with open(path, "rb") as f:
         while True:
             raw = f.read(CHUNK)
             if not raw:
                 break
             body, used = raw, None
-            if codec:
+            if codec and misses < GIVE_UP:
                 comp = wire.compressor(codec)
                 packed = comp.compress(raw) + comp.flush()
-                if len(packed) < len(raw):
-                    body, used = packed, codec
+                if len(packed) <= 0.9 * len(raw):
+                    body, used, misses = packed, codec, 0
+                else:
+                    misses += 1
             head = json.dumps({"cmd": "file_chunk", "bytes": len(body), "codec": used}).encode() + b"\n"
             yield head + body, len(raw)
     yield json.dumps({"cmd": "file_chunk", "bytes": 0, "end": True}).encode() + b"\n", 0
