@@ -30,6 +30,7 @@ class TorchrunDialog(QDialog):
     def __init__(self, parent=None, nproc: int = 2, rank: int = 0, enabled: bool = True):
         super().__init__(parent)
         self.setWindowTitle("Run with torchrun")
+        self.setMinimumWidth(440)
         form = QFormLayout(self)
         intro = QLabel("Start the script as <code>torchrun --standalone --nproc_per_node=N</code> on the worker's "
                        "host (DDP on gloo for CPU, NCCL for CUDA). Every rank is captured; the rank picker "

@@ -44,6 +44,7 @@ def test_torchrun_dialog_and_switching_ranks(qtbot, window, tmp_path):
     w = window
     dialog = TorchrunDialog(w, nproc=2, rank=0)
     qtbot.addWidget(dialog)
+    dialog.grab().save(str(tmp_path / "torchrun-dialog.png"))
     dialog.nproc.setValue(3)
     assert dialog.rank.maximum() == 2  # the rank follows the number of processes
     dialog.rank.setValue(2)
