@@ -181,3 +181,62 @@ def test_pieces_are_compressed_when_it_pays_and_commands_pass_between_them(tmp_p
     bad = uploads.Inbox()
     bad.receive({"cmd": "file", "name": "../escape.py", "size": 1})
     assert "not a plain relative file name" in bad.take()[1]
+
+
+THROTTLE = ("import sys, time\n"
+            "while True:\n"
+            "    b = sys.stdin.buffer.read1(32768)\n"
+            "    if not b:\n"
+            "        break\n"
+            "    sys.stdout.buffer.write(b)\n"
+            "    sys.stdout.buffer.flush()\n"
+            "    time.sleep(0.02)\n")
+
+
+def test_stop_during_an_upload_leaves_nothing_on_the_host(tmp_path):
+    """A slow link (about 1.5 MB/s): Stop while the weights are on their way ends the run, and the
+    half-received file, the worker and the link are gone."""
+    from safetensors.torch import save_file
+
+    from core.client import WorkerClient
+
+    remote_tmp = tmp_path / "host-tmp"
+    remote_tmp.mkdir()
+    throttle = tmp_path / "throttle.py"
+    throttle.write_text(THROTTLE)
+    mark = uuid.uuid4().hex
+    launcher = from_command(
+        f"sh -c 'cd {shlex.quote(str(ROOT))} && {shlex.quote(PY)} {shlex.quote(str(throttle))} | "
+        f"env TMPDIR={shlex.quote(str(remote_tmp))} {shlex.quote(PY)} -m core.worker'",
+        name="slow", env={"BPS_TEST_MARK": mark})
+    script = tmp_path / "net.py"
+    script.write_text(NET_PY, encoding="utf-8")
+    weights = tmp_path / "big.safetensors"
+    save_file({"w": torch.randn(2048, 1024)}, str(weights))  # 8 MB: several seconds on this link
+    box, done = {}, threading.Event()
+
+    def on_event(e):
+        if e.get("type") == "transfer" and e.get("of") == "upload":
+            box.setdefault("progress", e)
+        if e.get("type") == "finished":
+            box["result"] = e["result"]
+            done.set()
+
+    client = WorkerClient(on_event, prestart=False, launcher=launcher)
+    try:
+        client.run(str(script), timeout=60, load={"weights": str(weights)})
+        deadline = threading.Event()
+        for _ in range(600):
+            if "progress" in box:
+                break
+            deadline.wait(0.05)
+        assert "progress" in box, "no upload progress"
+        assert box["progress"]["sent"] < box["progress"]["raw"]  # stopped in the middle
+        assert any(p.name.startswith("backprop-studio-") for p in remote_tmp.iterdir())  # the file was arriving
+        client.cancel()
+        assert done.wait(30)
+    finally:
+        client.close()
+    assert box["result"].trace.error is not None
+    assert_no_process(mark)
+    assert_empty(remote_tmp)
