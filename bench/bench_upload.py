@@ -39,12 +39,19 @@ example_input = torch.ones(2, {n})
 """
 
 
-def timed(path: str, load: dict, launcher=None) -> float:
+def timed(path: str, load: dict, launcher=None) -> tuple[float, float]:
+    """(seconds for the whole run, seconds until the worker had the files: its ``placed`` message)."""
     start = time.perf_counter()
-    result = run_capture(path, launcher=launcher, timeout=600, load=load, memory_rate=0)
+    placed = []
+
+    def on_event(event: dict) -> None:
+        if event.get("type") == "placed" and not placed:
+            placed.append(time.perf_counter() - start)
+
+    result = run_capture(path, launcher=launcher, timeout=600, load=load, memory_rate=0, on_event=on_event)
     if result.trace.error is not None:
         raise SystemExit(f"run failed: {result.trace.error}")
-    return time.perf_counter() - start
+    return time.perf_counter() - start, (placed or [0.0])[0]
 
 
 def encode_rate(path: Path, codec: str | None, repeat: int, give_up: int | None = None) -> float:
@@ -97,10 +104,12 @@ def main() -> None:
         print(f"{label:36s} median {t:6.3f} s  ({t / raw:5.1f}x raw pieces, {raw:.3f} s)")
     medians = {}
     for label, launcher in cases.items():
-        times = [timed(str(script), load, launcher) for _ in range(args.repeat)]
-        medians[label] = statistics.median(times)
+        runs = [timed(str(script), load, launcher) for _ in range(args.repeat)]
+        medians[label] = statistics.median(r[0] for r in runs)
+        arrived = statistics.median(r[1] for r in runs)
         ref = medians["local worker (no transfer)"]
-        print(f"{label:36s} median {medians[label]:6.2f} s  ({medians[label] / ref:4.2f}x the local run)")
+        sent = f", files on the host after {arrived:5.2f} s" if launcher is not None else ""
+        print(f"{label:36s} median {medians[label]:6.2f} s  ({medians[label] / ref:4.2f}x the local run){sent}")
     shutil.rmtree(tmp, ignore_errors=True)
 
 

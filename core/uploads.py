@@ -28,6 +28,7 @@ import json
 import os
 import shutil
 import tempfile
+import zlib
 from pathlib import Path, PurePosixPath
 from typing import Callable
 
@@ -143,7 +144,7 @@ class Inbox:
         self.dir: str | None = None
         self._file = None
         self._name = ""
-        self._left = 0
+        self._left = 0  # bytes of the current file still to come
         self.error = ""  # the first upload that failed, said when the run starts
 
     def receive(self, cmd: dict, data: bytes = b"") -> None:
@@ -152,11 +153,16 @@ class Inbox:
             self._open(str(cmd.get("name", "")), int(cmd.get("size", 0)))
         elif kind == "file_chunk":
             if cmd.get("end"):
+                if self._file is not None and self._left != 0:
+                    self._fail(f"{self._name}: {self._left} bytes short of its size" if self._left > 0
+                               else f"{self._name}: {-self._left} bytes more than its size")
                 self._close()
             elif self._file is not None:
                 try:
-                    self._file.write(_unpack(data, cmd.get("codec")))
-                except (OSError, wire.ProtocolMismatch, ValueError) as exc:
+                    piece = _unpack(data, cmd.get("codec"))
+                    self._file.write(piece)
+                    self._left -= len(piece)
+                except (OSError, wire.ProtocolMismatch, ValueError, zlib.error) as exc:
                     self._fail(f"{self._name}: {exc}")
         elif kind == "file_abort":
             self.cleanup()

@@ -181,6 +181,13 @@ def test_pieces_are_compressed_when_it_pays_and_commands_pass_between_them(tmp_p
     bad = uploads.Inbox()
     bad.receive({"cmd": "file", "name": "../escape.py", "size": 1})
     assert "not a plain relative file name" in bad.take()[1]
+    short = uploads.Inbox()
+    short.receive({"cmd": "file", "name": "w.bin", "size": 10})
+    short.receive({"cmd": "file_chunk", "bytes": 4, "codec": None}, b"abcd")
+    short.receive({"cmd": "file_chunk", "bytes": 0, "end": True})
+    folder, error = short.take()
+    uploads.remove_folder(folder)
+    assert error == "w.bin: 6 bytes short of its size"
 
 
 THROTTLE = ("import sys, time\n"
