@@ -10,6 +10,7 @@ The ranks run in their own process group, ended on Stop, time-out or a dropped c
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -26,9 +27,10 @@ from core.trace import ErrorInfo, Trace, TraceFormatError
 CHILD_GROUPS: set[int] = set()  # process groups to end with the worker (see worker_remote.end_group)
 
 
-def torchrun_argv(script: str, nproc: int, out: str, device: str, mode: str) -> list[str]:
+def torchrun_argv(script: str, nproc: int, out: str, device: str, mode: str, load: dict | None = None) -> list[str]:
+    extra = ["--load", json.dumps(load)] if load else []  # how the file is opened: --weights, input shapes
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-            "-m", "core.ddp_rank", "--out", out, "--device", device, "--mode", mode, script]
+            "-m", "core.ddp_rank", "--out", out, "--device", device, "--mode", mode, *extra, script]
 
 
 def end_children() -> None:
@@ -56,8 +58,8 @@ def run_ranks(worker, cmd: dict):
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    proc = subprocess.Popen(torchrun_argv(script, nproc, out, device, cmd.get("mode", "auto")), env=env,
-                            start_new_session=True)
+    argv = torchrun_argv(script, nproc, out, device, cmd.get("mode", "auto"), cmd.get("load"))
+    proc = subprocess.Popen(argv, env=env, start_new_session=True)
     CHILD_GROUPS.add(proc.pid)
     try:
         code = proc.wait()

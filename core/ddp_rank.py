@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--mode", default="auto")
+    parser.add_argument("--load", default=None, help="JSON: how to open the file (weights, input_shapes)")
     parser.add_argument("script")
     args = parser.parse_args(argv)
     rank = int(os.environ.get("RANK", "0"))
@@ -116,7 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     apply_device(device)
     watch = DDPWatch()
     watch.install()
-    capture = Capture(args.script, device=device, mode=args.mode)
+    import json
+
+    capture = Capture(args.script, device=device, mode=args.mode, load=json.loads(args.load) if args.load else None)
     capture.call_hook = watch.call_hook(capture)
     trace = capture.run()
     trace = mark(trace, watch.per_call, rank, world, watch.backend)
