@@ -104,6 +104,7 @@ class RankPicker(QObject):
         others = self._arriving if self._arriving_run == result.run_id else {}
         self._arriving, self._arriving_run = {}, None
         picked = _rank_of(result.trace)
+        self._explain_single_process(result.trace)
         if picked is None or not others:
             self.traces, self.shown = {}, None
             self.row.hide()
@@ -116,6 +117,17 @@ class RankPicker(QObject):
             self.combo.addItem(f"Rank {r} of {nproc}", r)
         self.combo.setCurrentIndex(self.combo.findData(picked))
         self.row.show()
+
+    def _explain_single_process(self, trace: Trace) -> None:
+        """A DDP script run once, without torchrun (Debug, stepping), fails in init_process_group: say why."""
+        ddp = self.window.session.ddp
+        err = trace.error
+        if err is None or not ddp or ddp.get("script") != self.window.script_path or _rank_of(trace) is not None:
+            return
+        if any(word in err.message for word in ("RANK", "MASTER_ADDR", "WORLD_SIZE")):
+            self.window.state_label.setText(
+                "Debug and stepping run the script as one process, without torchrun, so its process group "
+                "cannot start: use Run (Ctrl+R) for DDP scripts and pick the rank above the Calls list.")
 
     def show_rank(self, rank: int) -> None:
         """Show ``rank``'s trace, on the call that is on screen now."""

@@ -99,6 +99,10 @@ def test_torchrun_dialog_and_switching_ranks(qtbot, window, tmp_path):
     with qtbot.waitSignal(picker.sig_rank, timeout=10_000):
         picker.show_rank(0)
     assert w.trace is rank0
+    # Debug runs the script as one process: its process group cannot start, and the status says why.
+    w.debug_script()
+    qtbot.waitUntil(lambda: "without torchrun" in w.state_label.text(), timeout=60_000)
+    assert "RANK expected" in w.last_error.message
     # A plain script afterwards: no torchrun, no picker.
     plain = tmp_path / "plain.py"
     plain.write_text("import torch\nx = torch.ones(2, requires_grad=True)\n(x * 3).sum().backward()\n")
