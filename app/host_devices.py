@@ -135,9 +135,22 @@ def install(window) -> None:
 
 
 def show_transfer(window, event: protocol.Transfer) -> None:
-    """The status bar's progress bar follows a trace arriving over a slow link."""
+    """The status bar's progress bar follows a trace arriving, or a model file leaving, over a slow link."""
     raw = max(int(event.raw or 0), 1)
     bar = window.busy
+    if event.of == "upload":  # a saved model or its weights on the way to the host (core.uploads)
+        name = str(event.name or "").rsplit("/", 1)[-1]
+        if event.sent >= raw:
+            end_transfer(window)  # all sent: the busy indicator again while the run starts
+            return
+        bar.setRange(0, 1000)
+        bar.setValue(int(1000 * min(event.sent, raw) / raw))
+        bar.setFormat(f"sending {name} %p%")
+        bar.setTextVisible(True)
+        bar.setToolTip(f"Sending {name} to the host: {event.sent / 1e6:.1f} of {raw / 1e6:.1f} MB "
+                       f"({event.codec or 'uncompressed'})")
+        bar.show()
+        return
     bar.setRange(0, 1000)
     bar.setValue(int(1000 * min(event.decoded, raw) / raw))
     bar.setFormat("trace %p%")

@@ -48,9 +48,13 @@ class WorkerHandle(QObject):
     sig_step_memory = Signal(object)
     """Memory right after a stepped node ran (a protocol.StepMemory: t, saved_bytes, allocated)."""
     sig_transfer = Signal(object)
-    """Bytes of a compressed trace received from a remote worker (a protocol.Transfer)."""
+    """Bytes of a compressed trace received from a remote worker, or of a model file sent to it (a
+    protocol.Transfer)."""
     sig_bad_message = Signal(str)
     """The worker sent a message that does not match the protocol: what is wrong, naming the field."""
+    sig_rank_trace = Signal(object)
+    """A DDP run's trace of a rank other than the picked one (a protocol.RankTrace: ``rank``, ``nproc``,
+    ``trace``, ``run``)."""
     sig_event = Signal(object)
     """Any worker message or client event, a core.protocol dataclass (internal: carried to the GUI
     thread)."""
@@ -67,7 +71,7 @@ class WorkerHandle(QObject):
     # -- commands --------------------------------------------------------------------------------
     def run(self, path: str, device: str = "cpu", mode: str = "auto", timeout: float = 600.0,
             step: dict | None = None, debug: dict | None = None, seeds: dict | None = None,
-            load: dict | None = None) -> int:
+            load: dict | None = None, ddp: dict | None = None) -> int:
         """Start a run (a debug run with ``debug``; reseeded with ``seeds``; ``load``: how to open
         the file, see core.programs); returns its id.
 
@@ -80,7 +84,7 @@ class WorkerHandle(QObject):
             self.client.cancel()
         self.client = client or self.local
         self.current_run = self.client.run(path, device=device, mode=mode, timeout=timeout, step=step,
-                                           debug=debug, seeds=seeds, load=load)
+                                           debug=debug, seeds=seeds, load=load, ddp=ddp)
         return self.current_run
 
     def control(self, cmd: str, **args) -> bool:
@@ -122,6 +126,7 @@ class WorkerHandle(QObject):
         "step_memory": ("sig_step_memory", None),
         "transfer": ("sig_transfer", None),
         "bad_message": ("sig_bad_message", lambda e: e.error),
+        "rank_trace": ("sig_rank_trace", None),
     }
 
     def _dispatch(self, event: protocol._Base) -> None:

@@ -9,7 +9,8 @@ Qt-free and torch-free: the worker, the client, the GUI and the CLI all import i
 
 ``core.client`` hands every message on as its dataclass, with the client's own events
 (``state``, ``output``, ``exit``, ``refused``, ``spare_failed``, ``transfer``, ``finished``,
-``bad_message``), which never cross the wire, defined here too (``EVENTS``). Readers use the
+``bad_message``), which never cross the wire, defined in ``core.protocol_events`` and re-exported
+here (``EVENTS``). Readers use the
 attributes; ``msg["field"]`` / ``msg.get("field")`` still read a message as the dict it was
 sent as, for scripts written against the dict form.
 
@@ -22,90 +23,10 @@ on; ``core.client`` hands them on one ``step`` event per record unless told not 
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, ClassVar
+from dataclasses import dataclass, field
+from typing import Any
 
-
-class ProtocolError(ValueError):
-    """A message that does not match its kind: names the kind and the field."""
-
-
-_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "list": (list, tuple),
-          "dict": (dict,), "None": (type(None),)}
-
-
-def _check(what: str, name: str, annotation: str, value) -> None:
-    """Raise ProtocolError when ``value`` does not fit the field's annotation ("int | None", "Any")."""
-    allowed: tuple = ()
-    for part in str(annotation).split("|"):
-        part = part.strip()
-        if part == "Any":
-            return
-        allowed += _TYPES.get(part, (object,))
-    if isinstance(value, bool) and bool not in allowed:  # JSON true is no count
-        ok = False
-    else:
-        ok = isinstance(value, allowed)
-    if not ok:
-        want = " or ".join(p.strip() for p in str(annotation).split("|"))
-        raise ProtocolError(f"{what}: field '{name}' must be {want}, got {type(value).__name__} "
-                            f"{_short(value)}")
-
-
-def _short(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-@dataclass
-class _Base:
-    KEY: ClassVar[str] = "type"
-    KIND: ClassVar[str] = ""
-    extra: dict = field(default_factory=dict, repr=False)
-
-    def to_dict(self) -> dict:
-        out = {self.KEY: self.KIND}
-        for f in fields(self):
-            if f.name != "extra":
-                out[f.name] = getattr(self, f.name)
-        out.update(self.extra)
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict):
-        """The typed message; ProtocolError naming the field when one is missing or of the wrong type."""
-        what = f"'{cls.KIND}' {'command' if cls.KEY == 'cmd' else 'message'}"
-        if not isinstance(data, dict):
-            raise ProtocolError(f"{what}: not a JSON object but {type(data).__name__}")
-        known = {f.name: f for f in fields(cls) if f.name != "extra"}
-        args = {}
-        for name, f in known.items():
-            if name in data:
-                _check(what, name, f.type, data[name])
-                args[name] = data[name]
-            elif f.default is MISSING and f.default_factory is MISSING:
-                raise ProtocolError(f"{what}: field '{name}' is missing")
-        args["extra"] = {k: v for k, v in data.items() if k not in known and k != cls.KEY}
-        return cls(**args)
-
-    @property
-    def kind(self) -> str:
-        """The message's ``type`` (or a command's ``cmd``)."""
-        return self.KIND
-
-    # The dict form, read-only, for code written against it (the app itself reads attributes).
-    def __getitem__(self, key: str):
-        if key == self.KEY:
-            return self.KIND
-        if key != "extra" and key in self.__dataclass_fields__:
-            return getattr(self, key)
-        return self.extra[key]
-
-    def get(self, key: str, default=None):
-        try:
-            return self[key]
-        except KeyError:
-            return default
+from core.protocol_base import ProtocolError, _Base  # noqa: F401  (ProtocolError: part of this module's names)
 
 
 MESSAGES: dict[str, type] = {}
@@ -268,6 +189,17 @@ class TraceDone(_Base):
     streamed: int = 0  # how many calls came before as ``call_trace``: they go first in ``calls``
 
 
+@_message("rank_trace")
+@dataclass
+class RankTrace(_Base):
+    """A DDP run's trace of another rank than the one picked (sent before ``trace``), so the
+    window can switch between the ranks."""
+    rank: int = 0
+    nproc: int = 1
+    trace: dict = field(default_factory=dict)  # in the trace format, all-reduce records included
+    run: Any = None
+
+
 @_message("frame")
 @dataclass
 class Frame(_Base):
@@ -393,81 +325,6 @@ class Breakpoints(_Base):
     skip_to: int | None = None  # pause first at call N (and after it as usual)
 
 
-# -- the client's own events (never on the wire) -------------------------------------------------
-EVENTS: dict[str, type] = {}
-
-
-def _event(kind: str):
-    def wrap(cls):
-        cls.KIND = kind
-        EVENTS[kind] = cls
-        return cls
-    return wrap
-
-
-@_event("state")
-@dataclass
-class State(_Base):
-    """The client's state changed."""
-    state: str = ""  # starting, ready, running or closed
-
-
-@_event("output")
-@dataclass
-class Output(_Base):
-    """Text the script printed (its stdout and stderr)."""
-    text: str = ""
-
-
-@_event("exit")
-@dataclass
-class Exit(_Base):
-    """The worker process ended."""
-    code: int | None = None  # its exit status; negative: the signal that killed it
-
-
-@_event("refused")
-@dataclass
-class Refused(_Base):
-    """The worker's hello was refused (another protocol version): why, in words."""
-    message: str = ""
-
-
-@_event("spare_failed")
-@dataclass
-class SpareFailed(_Base):
-    """A worker started ahead (behind a launcher) did not come up: why, in words."""
-    message: str = ""
-
-
-@_event("transfer")
-@dataclass
-class Transfer(_Base):
-    """Progress of a compressed message arriving (drives the status bar's progress bar)."""
-    of: str | None = None  # the type of the message arriving
-    received: int = 0  # compressed bytes received
-    decoded: int = 0  # bytes decompressed so far
-    raw: int = 0  # bytes once decompressed
-    codec: str | None = None
-
-
-@_event("finished")
-@dataclass
-class Finished(_Base):
-    """A run ended: ``result`` is a core.client.RunResult (the trace, or only an error)."""
-    run: Any = None
-    result: Any = None
-
-
-@_event("bad_message")
-@dataclass
-class BadMessage(_Base):
-    """A worker message that did not match the protocol: ``error`` names its kind and field, ``raw``
-    keeps it as received; the run goes on."""
-    error: str = ""
-    raw: Any = None
-
-
 STEP_COMMANDS = ("step", "step_to", "continue", "next_call", "resume_all", "pause", "stop_step")
 
 
@@ -487,6 +344,20 @@ def command_from_dict(data: dict) -> _Base:
     if cls is None:
         raise ProtocolError(f"unknown command {data.get('cmd')!r}")
     return cls.from_dict(data)
+
+
+# The client's own events (``State``, ``Output``, ``Finished``, ``BadMessage``...), never on the wire.
+from core.protocol_events import (  # noqa: E402,F401  (defined apart; part of this module's names)
+    EVENTS,
+    BadMessage,
+    Exit,
+    Finished,
+    Output,
+    Refused,
+    SpareFailed,
+    State,
+    Transfer,
+)
 
 
 def event_from_dict(data: dict) -> _Base:
