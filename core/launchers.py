@@ -190,11 +190,11 @@ def run_payload(launcher: Launcher, path: str) -> dict:
     from core.worker_remote import pack_folder
 
     p = Path(path)
-    from core.wire import available_codecs
+    from core.wire import ENCODINGS, available_codecs
 
     # zstd only where this side can read it; the worker falls back to zlib where it has none.
     codec = launcher.compress if launcher.compress in available_codecs() + ["none"] else "zlib"
-    payload = {"source": p.read_text(encoding="utf-8"), "name": p.name, "compress": codec}
+    payload = {"source": p.read_text(encoding="utf-8"), "name": p.name, "compress": codec, "encodings": ENCODINGS}
     if launcher.remote_cwd:
         payload["remote_cwd"] = launcher.remote_cwd
     if launcher.send_folder:

@@ -375,7 +375,7 @@ _CHECKS: dict[type, dict[str, Any]] = {
     ErrorInfo: {"type": _t_str, "message": _t_str, "line": _t_opt_int, "traceback": _t_str, "kind": _t_str,
                 "file": _t_opt_str, "fault": _t_str, "where": _t_str, "reason": _t_str},
     Values: {"numel": _t_count, "data": _t_elements, "sample": _t_elements, "min": _t_opt_num,
-             "max": _t_opt_num, "mean": _t_opt_num},
+             "max": _t_opt_num, "mean": _t_opt_num, "approx": _t_bool},
     GradInfo: {"shape": _t_shape, "values": _t_obj},
     TensorInfo: {"id": _t_str, "name": _t_opt_str, "shape": _t_shape, "dtype": _t_str, "device": _t_str,
                  "requires_grad": _t_bool, "is_leaf": _t_bool, "retains_grad": _t_bool, "stride": _t_ints,
@@ -410,13 +410,26 @@ def call_to_dict(call: CallInfo) -> dict:
 
 
 def call_from_dict(data: Any, source: str = "call") -> CallInfo:
-    """One call from its trace-format dict, raising TraceFormatError that names the bad field."""
+    """One call from its trace-format dict, raising TraceFormatError that names the bad field.
+
+    A CallInfo (read from columns on the wire) is returned as it is, and a TraceFormatError
+    (what reading those columns raised) is raised here, where the call is read."""
+    if isinstance(data, CallInfo):
+        return data
+    if isinstance(data, TraceFormatError):
+        raise data
     trace = trace_from_dict({"format": FORMAT, "version": VERSION, "calls": [data]}, source)
     return trace.calls[0]
 
 
 def trace_from_dict(data: Any, source: str = "trace") -> Trace:
-    """Build a Trace from decoded JSON, raising TraceFormatError that names the bad field."""
+    """Build a Trace from decoded JSON, raising TraceFormatError that names the bad field.
+
+    A Trace (read from columns on the wire) is returned as it is; a TraceFormatError is raised."""
+    if isinstance(data, Trace):
+        return data
+    if isinstance(data, TraceFormatError):
+        raise data
     with paused_gc():
         try:
             return _read(data, _Reader(source))

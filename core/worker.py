@@ -46,6 +46,7 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
+from itertools import chain
 from dataclasses import replace
 from pathlib import Path
 
@@ -78,11 +79,17 @@ class Channel:
         self._lock = threading.Lock()
         self.broken = False  # the script closed or replaced the descriptor
         self.codec: str | None = None  # compress big messages (behind a launcher): see core.wire
+        self.columns = False  # the app reads traces and calls in columns (core.trace_columns)
 
     def send(self, msg: dict) -> None:
         if os.getpid() != self.pid:
             return
+        key = wire.object_key(msg)  # a Trace or CallInfo: as columns where the app reads them
+        if key is not None and self.codec and self.columns:
+            self._send_chunks(wire.columns_frame(msg, key, self.codec))
+            return
         with paused_gc():
+            msg = wire.plain_message(msg)
             data = (json.dumps(msg, separators=(",", ":")) + "\n").encode("utf-8")
         if self.codec and len(data) > wire.FRAME_MIN_BYTES:
             self._send_frame(data, msg.get("type", ""))
@@ -102,6 +109,11 @@ class Channel:
     def _send_frame(self, data: bytes, kind: str) -> None:
         """A big message as compressed chunks; a thread writes while the next chunk is compressed."""
         header = (json.dumps(wire.frame_header(kind, len(data), self.codec)) + "\n").encode("utf-8")
+        self._send_chunks(chain([header], wire.frame_chunks(data, self.codec)))
+
+    def _send_chunks(self, chunks) -> None:
+        """Write a frame's header and chunks; a thread writes while the next chunk is made."""
+        chunks = iter(chunks)
         out: queue.Queue = queue.Queue(maxsize=16)
         failed = []
 
@@ -115,13 +127,13 @@ class Channel:
 
         with self._lock:
             try:
-                _write_all(self.fd, header)
+                _write_all(self.fd, next(chunks))
             except OSError:
                 self.broken = True
                 return
             writer = threading.Thread(target=write, name="frame-writer", daemon=True)
             writer.start()
-            for chunk in wire.frame_chunks(data, self.codec):
+            for chunk in chunks:
                 out.put(chunk)
             out.put(None)
             writer.join()
@@ -577,6 +589,7 @@ class Worker:
         from core.capture import Capture
 
         self.channel.codec = wire.pick_codec(cmd.get("compress"))
+        self.channel.columns = "columns" in (cmd.get("encodings") or ())
         if "source" in cmd:  # the script travelled from another machine: write it here, then run it
             worker_remote.run_materialized(self, cmd)
             return
@@ -656,7 +669,7 @@ class Worker:
         if self.finish is not None:  # a travelling script: paths back to the app's own
             trace = self.finish(trace)
         # Calls already streamed are not sent again; the parent puts them first.
-        data = replace(trace, calls=trace.calls[streamed:]).to_dict()
+        data = replace(trace, calls=trace.calls[streamed:])  # the channel encodes it (core.wire)
         self.channel.send(protocol.TraceDone(trace=data, run=run_id, streamed=streamed).to_dict())
 
     def _stream_calls(self, capture, run_id, streamed: int) -> int:
@@ -667,7 +680,7 @@ class Worker:
                 self._summarised.add(i)
                 self.channel.send(protocol.CallSummary(position=i, run=run_id).to_dict())
         while streamed < len(calls):
-            self.channel.send(protocol.CallTrace(position=streamed, call=call_to_dict(calls[streamed]),
+            self.channel.send(protocol.CallTrace(position=streamed, call=calls[streamed],
                                                  run=run_id).to_dict())
             streamed += 1
         return streamed
