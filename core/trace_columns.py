@@ -31,6 +31,7 @@ from typing import Any, Iterator
 
 from core.trace import (FORMAT, VERSION, CallInfo, Edge, ErrorInfo, GradInfo, MemorySample, NodeInfo, Saved,
                         Stale, StorageInfo, TensorInfo, Trace, TraceFormatError, Values, paused_gc)
+from core import trace_json as tj
 from core.trace_json import _CHECKS, _short
 
 MAGIC = "backprop-studio-columns"
@@ -107,7 +108,7 @@ def _table(cls, objs: list, path: str) -> Iterator[list]:
             if name in defaults and n and col.count(defaults[name]) == n \
                     and set(map(type, col)) == {type(defaults[name])}:
                 continue  # every row has the default: the reader fills it in
-            yield _column(p, col)
+            yield _column(p, col, _hint(cls, name))
             continue
         kind, sub = how
         if kind == "one":
@@ -126,11 +127,11 @@ def _table(cls, objs: list, path: str) -> Iterator[list]:
             yield from _table(sub, flat, p)
         elif kind == "map":
             yield [p, "lens", _pack_ints(list(map(len, col)))]
-            yield _column(p + "#keys", list(chain.from_iterable(col)))
+            yield _column(p + "#keys", list(chain.from_iterable(col)), "str")
             yield from _table(sub, list(chain.from_iterable(d.values() for d in col)), p)
         else:  # "maplist?"
             yield [p, "lens", _pack_ints(list(map(len, col)))]
-            yield _column(p + "#keys", list(chain.from_iterable(col)))
+            yield _column(p + "#keys", list(chain.from_iterable(col)), "str")
             lists = list(chain.from_iterable(d.values() for d in col))
             yield [p + "#items", "lens", _pack_ints(list(map(len, lists)))]
             flat = list(chain.from_iterable(lists))
@@ -138,26 +139,46 @@ def _table(cls, objs: list, path: str) -> Iterator[list]:
             yield from _table(sub, [o for o in flat if o is not None], p + "#items")
 
 
-def _column(path: str, col: list) -> list:
+def _column(path: str, col: list, hint: str | None) -> list:
     """A column as ``[path, kind, payload]``: ``strs`` ([table, indices]) when its strings repeat,
     ``f64`` ([None or presence flags, base64 of the doubles]) for floats (or None), ``f64s``
-    ([lengths, -1 for None, base64]) for lists of floats, else ``vals`` (the values as they are)."""
-    types = set(map(type, col))
-    if len(col) >= INTERN_MIN_ROWS and types <= {str, _NONE}:
-        table = list(dict.fromkeys(col))
+    ([lengths, -1 for None, base64]) for lists of floats, else ``vals`` (the values as they are).
+    ``hint`` (from the field's check) says which to try, so most columns are never scanned."""
+    if len(col) < INTERN_MIN_ROWS or hint is None:
+        return [path, "vals", col]
+    if hint == "str":
+        try:
+            table = list(dict.fromkeys(col))
+        except TypeError:  # unhashable values: the reader names the field
+            return [path, "vals", col]
         if len(table) * 2 <= len(col):
             at = list(map({v: i for i, v in enumerate(table)}.__getitem__, col))
             return [path, "strs", [table, _pack_ints(at)]]
-    elif len(col) >= INTERN_MIN_ROWS and float in types and types <= {float, _NONE}:
+        return [path, "vals", col]
+    types = set(map(type, col))
+    if hint == "num" and float in types and types <= {float, _NONE}:
         if _NONE in types:
             return [path, "f64", [_b64(bytes([v is not None for v in col])), _pack([v for v in col if v is not None])]]
         return [path, "f64", [None, _pack(col)]]
-    elif len(col) >= INTERN_MIN_ROWS and types <= {list, _NONE} and list in types:
+    if hint == "floats" and types <= {list, _NONE} and list in types:
         lists = [v for v in col if v is not None] if _NONE in types else col
         flat = list(chain.from_iterable(lists))
         if flat and set(map(type, flat)) == {float}:
             return [path, "f64s", [_pack_ints([-1 if v is None else len(v) for v in col]), _pack(flat)]]
     return [path, "vals", col]
+
+
+_HINTS: dict[tuple[type, str], str | None] = {}
+
+
+def _hint(cls, name: str) -> str | None:
+    """What a field's column may pack into, from its check: strings, numbers, lists of numbers."""
+    key = (cls, name)
+    if key not in _HINTS:
+        check = _CHECKS.get(cls, {}).get(name)
+        _HINTS[key] = {tj._t_str: "str", tj._t_opt_str: "str", tj._t_num: "num", tj._t_opt_num: "num",
+                       tj._t_elements: "floats"}.get(check)
+    return _HINTS[key]
 
 
 def _pack(floats: list) -> str:
@@ -246,9 +267,12 @@ class ColumnReader:
         raise TraceFormatError(f"{self.source}: field '{path}': {what}")
 
     def feed(self, line: bytes | str) -> None:
+        with paused_gc():  # a column is tens of thousands of new objects, none of them cyclic
+            self._feed(line)
+
+    def _feed(self, line: bytes | str) -> None:
         try:
-            with paused_gc():
-                item = json.loads(line)
+            item = json.loads(line)
         except (ValueError, RecursionError) as exc:
             raise TraceFormatError(f"{self.source}: a column is not readable JSON: {str(exc)[:80]}") from None
         if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str) and isinstance(item[1], str)):
@@ -461,7 +485,7 @@ class ColumnReader:
         for i, root in enumerate(call.roots):
             if root not in ids:
                 self.fail(f"{prefix}roots[{i}]", f"node '{root}' is not in the call's nodes")
-        targets = {e.node for node in call.nodes for e in node.next if e is not None}
+        targets = set(map(attrgetter("node"), filter(None, chain.from_iterable(map(attrgetter("next"), call.nodes)))))
         if not targets <= ids:
             for i, node in enumerate(call.nodes):
                 for j, e in enumerate(node.next):
@@ -528,8 +552,6 @@ def _elements_ok(col) -> bool:
 
 
 def _make_bulk() -> dict:
-    from core import trace_json as tj
-
     return {
         tj._t_str: lambda c: _types(c) <= {str},
         tj._t_opt_str: lambda c: _types(c) <= {str, _NONE},
