@@ -287,6 +287,7 @@ class WorkerProcess:
         decoder = StreamDecoder(self._handle_line, transfer_progress(self._deliver))
         for chunk in self._chunks(self.proc.stdout.fileno()):
             decoder.feed(chunk)
+        decoder.close()
         self._exited.wait()
         code = self.proc.wait()
         # Messages the worker could not send on its channel (the script closed it).

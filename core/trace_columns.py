@@ -125,6 +125,7 @@ def _table(cls, objs: list, path: str) -> Iterator[list]:
                 yield [p, "mask", _pack_mask(flat)]
                 flat = [o for o in flat if o is not None]
             yield from _table(sub, flat, p)
+            yield [p, "done", None]  # the reader may build these objects while the rest arrives
         elif kind == "map":
             yield [p, "lens", _pack_ints(list(map(len, col)))]
             yield _column(p + "#keys", list(chain.from_iterable(col)), "str")
@@ -262,6 +263,8 @@ class ColumnReader:
         self.cols: dict[tuple[str, str], Any] = {}
         self.root: str | None = None
         self.done = False
+        self.built: dict[str, list] = {}  # tables built as soon as their columns were all in
+        self._where: dict[str, tuple] = {}  # table path -> (parent path, how, running row counts, present rows)
 
     def fail(self, path: str, what: str):
         raise TraceFormatError(f"{self.source}: field '{path}': {what}")
@@ -291,6 +294,9 @@ class ColumnReader:
             raise TraceFormatError(f"{self.source}: the columns do not start with their header")
         if kind == "end":
             self.done = True
+            return
+        if kind == "done":
+            self._build_early(path)
             return
         if kind == "strs":
             if not (isinstance(payload, list) and len(payload) == 2 and isinstance(payload[0], list)):
@@ -338,7 +344,6 @@ class ColumnReader:
         if not self.done:
             raise TraceFormatError(f"{self.source}: the columns end early (the transfer was cut off)")
         with paused_gc():
-            self._where: dict[str, tuple] = {}  # table path -> (parent path, how, running row counts, present rows)
             objs = self._build(ROOTS[self.root], "", 1)
             obj = objs[0] if objs else self.fail("", "no rows")
             if isinstance(obj, Trace):
@@ -403,6 +408,25 @@ class ColumnReader:
             pass
         return objs
 
+    def _build_early(self, path: str) -> None:
+        """Build a top-level table (a call's nodes, tensors, storages) as soon as its columns are in,
+        while the next columns are still on their way. Anything wrong is left for ``result``,
+        which builds it again and names the field in full."""
+        cls, kind = ROOTS[self.root], None
+        for part in path.split("."):
+            kind, cls = NESTED.get(cls, {}).get(part, (None, None))
+            if cls is None:
+                return
+        if kind != "list" or path.count(".") > 1:
+            return
+        lens = self.cols.get((path, "lens"))
+        if lens is None:
+            return
+        try:
+            self.built[path] = self._build(cls, path, sum(lens))
+        except TraceFormatError:
+            self.built.pop(path, None)
+
     def _nested(self, how: tuple[str, type], p: str, n: int, required: bool) -> list | None:
         kind, sub = how
         if kind == "one":
@@ -422,6 +446,9 @@ class ColumnReader:
         lens = self._take(p, "lens", n)
         self._where[p] = (p.rpartition(".")[0], "list", list(accumulate(lens)), None)
         total = sum(lens)
+        early = self.built.pop(p, None)
+        if early is not None and len(early) == total and kind == "list":
+            return _split(early, lens)
         if kind == "list":
             return _split(self._build(sub, p, total), lens)
         if kind == "list?":
