@@ -248,7 +248,7 @@ class Trace:
 
     def to_dict(self) -> dict:
         with paused_gc():
-            return _plain(self)
+            return _json._plain(self)
 
     def to_json(self, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), indent=indent, separators=(",", ":") if indent is None else None)
@@ -258,7 +258,7 @@ class Trace:
 
     @classmethod
     def from_dict(cls, data: Any) -> "Trace":
-        return trace_from_dict(data)
+        return _json.trace_from_dict(data)
 
     @classmethod
     def from_json(cls, text: str, source: str = "trace") -> "Trace":
@@ -274,7 +274,7 @@ class Trace:
             raise TraceFormatError(f"{source}: JSON nested too deeply to be a trace") from None
         except ValueError as exc:  # e.g. an integer of thousands of digits
             raise TraceFormatError(f"{source}: not readable JSON: {exc}") from None
-        return trace_from_dict(data, source)
+        return _json.trace_from_dict(data, source)
 
     @classmethod
     def load(cls, path: str | Path) -> "Trace":
@@ -345,5 +345,14 @@ def with_fields(obj, **changes):
     return fast_new(type(obj), values)
 
 
-# The JSON round trip lives in core.trace_json; these names are part of this module's interface.
-from core.trace_json import _plain, call_from_dict, call_to_dict, trace_from_dict  # noqa: E402,F401
+# The JSON round trip lives in core.trace_json (which imports this module: either may be imported first).
+from core import trace_json as _json  # noqa: E402
+
+_FROM_JSON = frozenset(("_plain", "call_from_dict", "call_to_dict", "trace_from_dict"))
+
+
+def __getattr__(name: str):
+    """``from core.trace import call_from_dict`` and the round trip's other names, as always."""
+    if name in _FROM_JSON:
+        return getattr(_json, name)
+    raise AttributeError(f"module 'core.trace' has no attribute {name!r}")

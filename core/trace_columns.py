@@ -19,19 +19,18 @@ worker must run with nothing but torch and the standard library.
 
 from __future__ import annotations
 
-import binascii
 import json
-import sys
-from array import array
 from bisect import bisect_right
 from dataclasses import MISSING, fields
-from itertools import accumulate, chain, repeat
+from itertools import accumulate, chain, compress, repeat
 from operator import attrgetter
 from typing import Any, Iterator
 
 from core.trace import (FORMAT, VERSION, CallInfo, Edge, ErrorInfo, GradInfo, MemorySample, NodeInfo, Saved,
                         Stale, StorageInfo, TensorInfo, Trace, TraceFormatError, Values, paused_gc)
-from core import trace_json as tj
+from core import trace_json as tj  # noqa: I001  (after core.trace, which loads it)
+from core.column_pack import (b64, bulk_ok, ints_in, pack_floats, pack_ints, pack_mask, split, spread,
+                              unpack_floats, unpack_ints, unpack_mask)
 from core.trace_json import _CHECKS, _short
 
 MAGIC = "backprop-studio-columns"
@@ -114,30 +113,31 @@ def _table(cls, objs: list, path: str) -> Iterator[list]:
         if kind == "one":
             yield from _table(sub, col, p)
         elif kind == "opt":
-            if col.count(None) == n and defaults.get(name, 0) is None:
+            present = list(filter(None, col))  # dataclass objects are always true
+            if not present and defaults.get(name, 0) is None:
                 continue
-            yield [p, "mask", _pack_mask(col)]
-            yield from _table(sub, [o for o in col if o is not None], p)
+            yield [p, "mask", pack_mask(col)]
+            yield from _table(sub, present, p)
         elif kind in ("list", "list?"):
-            yield [p, "lens", _pack_ints(list(map(len, col)))]
+            yield [p, "lens", pack_ints(list(map(len, col)))]
             flat = list(chain.from_iterable(col))
             if kind == "list?":
-                yield [p, "mask", _pack_mask(flat)]
-                flat = [o for o in flat if o is not None]
+                yield [p, "mask", pack_mask(flat)]
+                flat = list(filter(None, flat))
             yield from _table(sub, flat, p)
             yield [p, "done", None]  # the reader may build these objects while the rest arrives
         elif kind == "map":
-            yield [p, "lens", _pack_ints(list(map(len, col)))]
+            yield [p, "lens", pack_ints(list(map(len, col)))]
             yield _column(p + "#keys", list(chain.from_iterable(col)), "str")
             yield from _table(sub, list(chain.from_iterable(d.values() for d in col)), p)
         else:  # "maplist?"
-            yield [p, "lens", _pack_ints(list(map(len, col)))]
+            yield [p, "lens", pack_ints(list(map(len, col)))]
             yield _column(p + "#keys", list(chain.from_iterable(col)), "str")
             lists = list(chain.from_iterable(d.values() for d in col))
-            yield [p + "#items", "lens", _pack_ints(list(map(len, lists)))]
+            yield [p + "#items", "lens", pack_ints(list(map(len, lists)))]
             flat = list(chain.from_iterable(lists))
-            yield [p + "#items", "mask", _pack_mask(flat)]
-            yield from _table(sub, [o for o in flat if o is not None], p + "#items")
+            yield [p + "#items", "mask", pack_mask(flat)]
+            yield from _table(sub, list(filter(None, flat)), p + "#items")
 
 
 def _column(path: str, col: list, hint: str | None) -> list:
@@ -154,18 +154,18 @@ def _column(path: str, col: list, hint: str | None) -> list:
             return [path, "vals", col]
         if len(table) * 2 <= len(col):
             at = list(map({v: i for i, v in enumerate(table)}.__getitem__, col))
-            return [path, "strs", [table, _pack_ints(at)]]
+            return [path, "strs", [table, pack_ints(at)]]
         return [path, "vals", col]
     types = set(map(type, col))
     if hint == "num" and float in types and types <= {float, _NONE}:
         if _NONE in types:
-            return [path, "f64", [_b64(bytes([v is not None for v in col])), _pack([v for v in col if v is not None])]]
-        return [path, "f64", [None, _pack(col)]]
+            return [path, "f64", [b64(bytes([v is not None for v in col])), pack_floats([v for v in col if v is not None])]]
+        return [path, "f64", [None, pack_floats(col)]]
     if hint == "floats" and types <= {list, _NONE} and list in types:
         lists = [v for v in col if v is not None] if _NONE in types else col
         flat = list(chain.from_iterable(lists))
         if flat and set(map(type, flat)) == {float}:
-            return [path, "f64s", [_pack_ints([-1 if v is None else len(v) for v in col]), _pack(flat)]]
+            return [path, "f64s", [pack_ints([-1 if v is None else len(v) for v in col]), pack_floats(flat)]]
     return [path, "vals", col]
 
 
@@ -180,72 +180,6 @@ def _hint(cls, name: str) -> str | None:
         _HINTS[key] = {tj._t_str: "str", tj._t_opt_str: "str", tj._t_num: "num", tj._t_opt_num: "num",
                        tj._t_elements: "floats"}.get(check)
     return _HINTS[key]
-
-
-def _pack(floats: list) -> str:
-    """Doubles, bit for bit (little-endian), as base64 text: 10x faster to write and read than their decimal text."""
-    data = array("d", floats)
-    if sys.byteorder == "big":
-        data.byteswap()
-    return _b64(data.tobytes())
-
-
-def _b64(data: bytes) -> str:
-    return binascii.b2a_base64(data, newline=False).decode("ascii")
-
-
-def _unb64(text: Any) -> bytes | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        return binascii.a2b_base64(text)
-    except (binascii.Error, ValueError):
-        return None
-
-
-def _pack_ints(ints: list) -> str:
-    """Counts and indices as little-endian int64, base64: a C loop each way instead of decimal text."""
-    data = array("q", ints)
-    if sys.byteorder == "big":
-        data.byteswap()
-    return _b64(data.tobytes())
-
-
-def _unpack_ints(text: Any) -> list | None:
-    raw = _unb64(text)
-    if raw is None or len(raw) % 8:
-        return None
-    data = array("q")
-    data.frombytes(raw)
-    if sys.byteorder == "big":
-        data.byteswap()
-    return data.tolist()
-
-
-def _pack_mask(objs: list) -> str:
-    """One byte per row, 1 where the row holds an object (dataclasses are always true), 0 for None."""
-    return _b64(bytes(map(bool, objs)))
-
-
-def _unpack_mask(text: Any) -> list | None:
-    raw = _unb64(text)
-    return None if raw is None else list(raw)
-
-
-def _unpack(text: Any, count: int) -> list | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        raw = binascii.a2b_base64(text)
-    except (binascii.Error, ValueError):
-        return None
-    if len(raw) != 8 * count:
-        return None
-    data = array("d")
-    data.frombytes(raw)
-    if sys.byteorder == "big":
-        data.byteswap()
-    return data.tolist()
 
 
 # -- reading --------------------------------------------------------------------------------
@@ -302,8 +236,8 @@ class ColumnReader:
             if not (isinstance(payload, list) and len(payload) == 2 and isinstance(payload[0], list)):
                 self.fail(path, "expected [strings, indices]")
             table, at = payload
-            at = _unpack_ints(at)
-            if not isinstance(table, list) or not _ints_in(at, len(table)):
+            at = unpack_ints(at)
+            if not isinstance(table, list) or not ints_in(at, len(table)):
                 self.fail(path, "string indices out of range")
             payload, kind = list(map(table.__getitem__, at)), "vals"
         elif kind == "f64":
@@ -311,12 +245,11 @@ class ColumnReader:
                 self.fail(path, "expected [flags, doubles]")
             flags, packed = payload
             if flags is None:
-                values = _unpack(packed, len(packed) * 3 // 4 // 8 if isinstance(packed, str) else 0)
-            elif _ints_in(flags := _unpack_mask(flags), 2):
-                values = _unpack(packed, sum(flags))
+                values = unpack_floats(packed, len(packed) * 3 // 4 // 8 if isinstance(packed, str) else 0)
+            elif ints_in(flags := unpack_mask(flags), 2):
+                values = unpack_floats(packed, sum(flags))
                 if values is not None:
-                    it = iter(values)
-                    values = [next(it) if f else None for f in flags]
+                    values = spread(values, list(compress(range(len(flags)), flags)), len(flags))
             else:
                 values = None
             if values is None:
@@ -325,16 +258,16 @@ class ColumnReader:
         elif kind == "f64s":
             if not (isinstance(payload, list) and len(payload) == 2):
                 self.fail(path, "expected [lengths, doubles]")
-            lens, packed = _unpack_ints(payload[0]), payload[1]
+            lens, packed = unpack_ints(payload[0]), payload[1]
             values = None
             if lens is not None and (not lens or min(lens) >= -1):
-                values = _unpack(packed, sum(lens) + lens.count(-1))
+                values = unpack_floats(packed, sum(lens) + lens.count(-1))
             if values is None:
                 self.fail(path, "the packed numbers do not match their lengths")
-            payload, kind = _split(values, lens), "vals"
+            payload, kind = split(values, lens), "vals"
         elif kind in ("lens", "mask"):
-            payload = _unpack_mask(payload) if kind == "mask" else _unpack_ints(payload)
-            if not _ints_in(payload, 2 if kind == "mask" else None):
+            payload = unpack_mask(payload) if kind == "mask" else unpack_ints(payload)
+            if not ints_in(payload, 2 if kind == "mask" else None):
                 self.fail(path, f"expected a list of {'0 / 1 flags' if kind == 'mask' else 'counts'}")
         elif kind != "vals" or not isinstance(payload, list):
             self.fail(path, f"unknown column kind {_short(kind)}")
@@ -388,7 +321,7 @@ class ColumnReader:
                 elif len(col) != n:
                     self.fail(self._name(p, 0), f"expected {n} rows, got {len(col)}")
                 check = checks.get(name) if isinstance(col, list) else None
-                if check is not None and not _bulk_ok(check, col):
+                if check is not None and not bulk_ok(check, col):
                     for i, v in enumerate(col):
                         problem = check(v)
                         if problem is not None:
@@ -440,19 +373,19 @@ class ColumnReader:
                 return None
             if len(mask) != n:
                 self.fail(self._name(p, 0), f"expected {n} rows, got {len(mask)}")
-            self._where[p] = (p.rpartition(".")[0], "opt", [i for i, m in enumerate(mask) if m], None)
-            present = iter(self._build(sub, p, sum(mask)))
-            return [next(present) if m else None for m in mask]
+            at = list(compress(range(n), mask))
+            self._where[p] = (p.rpartition(".")[0], "opt", at, None)
+            return spread(self._build(sub, p, len(at)), at, n)
         lens = self._take(p, "lens", n)
         self._where[p] = (p.rpartition(".")[0], "list", list(accumulate(lens)), None)
         total = sum(lens)
         early = self.built.pop(p, None)
         if early is not None and len(early) == total and kind == "list":
-            return _split(early, lens)
+            return split(early, lens)
         if kind == "list":
-            return _split(self._build(sub, p, total), lens)
+            return split(self._build(sub, p, total), lens)
         if kind == "list?":
-            return _split(self._unmask(sub, p, total), lens)
+            return split(self._unmask(sub, p, total), lens)
         keys = self._take(p + "#keys", "vals", total)
         if not set(map(type, keys)) <= {str}:
             self.fail(self._name(p, 0), "expected string keys")
@@ -462,16 +395,15 @@ class ColumnReader:
             items = p + "#items"
             inner = self._take(items, "lens", total)
             self._where[items] = (p, "list", list(accumulate(inner)), None)
-            values = _split(self._unmask(sub, items, sum(inner)), inner)
-        pairs = iter(zip(keys, values))
-        return [dict(next(pairs) for _ in range(k)) for k in lens]
+            values = split(self._unmask(sub, items, sum(inner)), inner)
+        return list(map(dict, map(zip, split(keys, lens), split(values, lens))))
 
     def _unmask(self, sub, p: str, total: int) -> list:
         mask = self._take(p, "mask", total)
         parent, how, ends, _ = self._where[p]
-        self._where[p] = (parent, how, ends, [i for i, m in enumerate(mask) if m])
-        present = iter(self._build(sub, p, sum(mask)))
-        return [next(present) if m else None for m in mask]
+        at = list(compress(range(total), mask))
+        self._where[p] = (parent, how, ends, at)
+        return spread(self._build(sub, p, len(at)), at, total)
 
     def _name(self, path: str, row: int) -> str:
         """``calls[0].tensors[12].shape`` for row 12 of the flattened column ``calls.tensors.shape``."""
@@ -526,81 +458,3 @@ def decode(data: bytes, source: str = "trace") -> Trace | CallInfo:
         if line.strip():
             reader.feed(line)
     return reader.result()
-
-
-def _split(flat: list, lens: list) -> list:
-    """``flat`` cut into consecutive lists of ``lens[i]`` items (a length of -1 gives None)."""
-    if -1 in lens:
-        ends = list(accumulate(max(k, 0) for k in lens))
-        return [None if k < 0 else flat[e - k:e] for k, e in zip(lens, ends)]
-    ends = list(accumulate(lens))
-    return list(map(flat.__getitem__, map(slice, [0] + ends[:-1], ends)))
-
-
-def _ints_in(col: Any, bound: int | None) -> bool:
-    """``col`` is a list of integers in ``0 .. bound - 1`` (any non-negative one without a bound)."""
-    if not isinstance(col, list):
-        return False
-    if not col:
-        return True
-    return set(map(type, col)) == {int} and min(col) >= 0 and (bound is None or max(col) < bound)
-
-
-# -- bulk checks: the same verdict as core.trace_json's per-value checks, in C loops --------
-
-
-def _types(col) -> set:
-    return set(map(type, col))
-
-
-def _flat(col) -> list:
-    return list(chain.from_iterable(col))
-
-
-def _count_ok(col) -> bool:
-    return _types(col) <= {int} and (not col or min(col) >= 0)
-
-
-def _num_ok(col) -> bool:
-    return _types(col) <= {int, float}
-
-
-def _lists_of(col, allowed, non_negative=False) -> bool:
-    if not _types(col) <= {list}:
-        return False
-    flat = _flat(col)
-    return _types(flat) <= allowed and not (non_negative and flat and min(flat) < 0)
-
-
-def _elements_ok(col) -> bool:
-    if not _types(col) <= {list, _NONE}:
-        return False
-    return _types(_flat(c for c in col if c is not None)) <= {int, float, str, _NONE}
-
-
-def _make_bulk() -> dict:
-    return {
-        tj._t_str: lambda c: _types(c) <= {str},
-        tj._t_opt_str: lambda c: _types(c) <= {str, _NONE},
-        tj._t_bool: lambda c: _types(c) <= {bool},
-        tj._t_int: lambda c: _types(c) <= {int},
-        tj._t_count: _count_ok,
-        tj._t_opt_int: lambda c: _types(c) <= {int, _NONE},
-        tj._t_num: _num_ok,
-        tj._t_opt_num: lambda c: _types(c) <= {int, float, _NONE},
-        tj._t_shape: lambda c: _lists_of(c, {int}, non_negative=True),
-        tj._t_ints: lambda c: _lists_of(c, {int}),
-        tj._t_strs: lambda c: _lists_of(c, {str}),
-        tj._t_elements: _elements_ok,
-    }
-
-
-_BULK = _make_bulk()
-
-
-def _bulk_ok(check, col: list) -> bool:
-    """True when every value of ``col`` passes ``check``; False means: look row by row."""
-    bulk = _BULK.get(check)
-    if bulk is not None:
-        return bulk(col)
-    return all(check(v) is None for v in col)

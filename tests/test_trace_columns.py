@@ -14,6 +14,7 @@ from dataclasses import replace
 import pytest
 
 from core import trace_columns as tc
+from core.column_pack import pack_floats
 from core import wire
 from core.client import ROOT, run_capture
 from core.launchers import from_command
@@ -147,7 +148,7 @@ def test_missing_cut_short_and_foreign_columns_are_refused():
     times[2][1] = times[2][1][:-12] + "="  # eleven and a half
     with pytest.raises(TraceFormatError, match="field 'memory.t': the packed numbers do not match their count"):
         tc.decode(_join(items))
-    times[2][1] = tc._pack([0.5] * 11)
+    times[2][1] = pack_floats([0.5] * 11)
     with pytest.raises(TraceFormatError, match=r"field 'memory\[0\].t': expected 12 rows, got 11"):
         tc.decode(_join(items))
     with pytest.raises(TraceFormatError, match="not readable JSON"):
