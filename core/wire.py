@@ -144,7 +144,7 @@ def estimated_size(obj) -> int:
     tensors = sum(len(c.tensors) for c in calls) + (len(obj.tensors) if isinstance(obj, Trace) else 0)
     nodes = sum(len(c.nodes) for c in calls)
     extra = len(obj.source) + len(obj.output) + 250 * len(obj.memory) if isinstance(obj, Trace) else 0
-    return 4096 + 170 * nodes + 330 * tensors + 60 * sum(len(c.storages) for c in calls) + extra
+    return 4096 + 195 * nodes + 380 * tensors + 70 * sum(len(c.storages) for c in calls) + extra
 
 
 class Packer:
@@ -235,13 +235,11 @@ class StreamDecoder:
             line = bytes(buf[pos:at])
             self._pos = self._scan = at + 1
             if line.startswith((b'{"type": "frame"', b'{"type":"frame"')):
-
                 self._frame = json.loads(line)
                 self._dec = decompressor(self._frame.get("codec"))
                 self._parts, self._got, self._decoded = [], 0, 0
                 self._columns = None
                 if self._frame.get("enc") == "columns":
-
                     self._columns = ColumnReader(f"the {self._frame.get('of') or 'message'} from the worker")
                     self._pause_gc()
                     self._tail = b""
@@ -279,7 +277,6 @@ class StreamDecoder:
 
     def _feed_columns(self, out: bytes) -> None:
         """Parse each complete column line now, while the next chunks are on their way."""
-
         if not out or isinstance(self._columns, TraceFormatError):
             return
         lines = (self._tail + out).split(b"\n")
@@ -292,7 +289,6 @@ class StreamDecoder:
             self._columns = exc  # reported when the frame ends
 
     def _end_columns(self) -> None:
-
         header, reader = self._frame, self._columns
         self._frame, self._dec, self._columns = None, None, None
         self._resume_gc()

@@ -46,8 +46,8 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from itertools import chain
 from dataclasses import replace
+from itertools import chain
 from pathlib import Path
 
 from core import ddp, protocol, wire, worker_remote
