@@ -39,7 +39,9 @@ EXAMPLES = [("4,802 nodes", ROOT / "resources/examples/50_big_residual_mlp.py"),
 RATE = 10 * 1024 * 1024
 
 
-def send_once(trace_file: Path, codec: str, throttle: bool, encoding: str = "columns") -> tuple[float, int, int]:
+def send_once(trace_file: Path, codec: str, throttle: bool, encoding: str = "columns",
+              script: Path = EXAMPLES[0][1]) -> tuple[float, int, int]:
+    """One transfer; ``script`` is what the app asks to run (its text travels; the stand-in sends the trace)."""
     sender = f"{shlex.quote(sys.executable)} {shlex.quote(str(ROOT / 'bench/send_trace.py'))} " \
              f"{shlex.quote(str(trace_file))} {codec} {encoding}"
     if throttle:
@@ -59,7 +61,7 @@ def send_once(trace_file: Path, codec: str, throttle: bool, encoding: str = "col
             done.set()
 
     client = WorkerClient(on_event, prestart=False, launcher=launcher)
-    client.run(str(trace_file), timeout=600)
+    client.run(str(script), timeout=600)
     done.wait(600)
     client.close()
     assert box["result"].trace.error is None, box["result"].trace.error
@@ -141,7 +143,7 @@ def main() -> None:
         for throttle in ([False, True] if pv else [False]):
             cases = [("json", "zlib"), ("columns", "zlib")] + ([("columns", "zstd")] if "zstd" in codecs else [])
             for encoding, codec in cases:
-                runs = [send_once(trace_file, codec, throttle, encoding) for _ in range(args.repeat)]
+                runs = [send_once(trace_file, codec, throttle, encoding, script) for _ in range(args.repeat)]
                 seconds = statistics.median(r[0] for r in runs)
                 sent = runs[0][1]
                 link = "pv -L 10m" if throttle else "pipe"
