@@ -179,8 +179,32 @@ def _listed(words: list[str]) -> str:
 
 def boundary_line(call: CallInfo, g: str) -> str:
     """``in: x [8, 64] · out: [8, 64]``: the tensors that cross the border of the folded group ``g``
-    in the forward sense (at most two each, then "+N"), from its cached border edges."""
+    in the forward sense (at most two each, then "+N"), from its cached border edges (kept)."""
     info = group_info(call)
+    hit = info.lines.get(g)
+    if hit is None:
+        hit = info.lines[g] = _boundary_line(call, info, g)
+    return hit
+
+
+PREPARE_FROM = 2000  # smaller calls fold fast without preparing
+
+
+def prepare_folds(call: CallInfo, collapsed) -> int:
+    """Compute ahead what the next fold or unfold of ``call`` (folded at ``collapsed``) will need:
+    its groups' borders, members and folded-box texts. Meant for the layout thread, right after
+    a layout is shown and before the user folds. Returns how many groups it prepared."""
+    if len(call.nodes) < PREPARE_FROM:
+        return 0
+    with paused_gc():
+        groups = group_info(call).prepare(collapsed)
+        edge_shapes(call)
+        for g in groups:
+            boundary_line(call, g)
+    return len(groups)
+
+
+def _boundary_line(call: CallInfo, info: GroupInfo, g: str) -> str:
     nodes, shapes, index = call.nodes, edge_shapes(call), node_index(call)
     ins: dict[str, None] = {}  # outside nodes the group reads, in node order
     for i, slot in info.leaving(g):
@@ -247,7 +271,7 @@ def build_visible(call: CallInfo, collapsed: frozenset[str], show_saved: bool) -
         g, outer = stack.pop()
         if g is not None and g in collapsed:
             vid = "group:" + g
-            members.update(dict.fromkeys(info.member_ids(g), vid))
+            members.update(info.member_map(g))
             container[vid] = outer
             kind[vid] = "group"
             coll[g] = info.count[g]

@@ -55,8 +55,11 @@ class GroupInfo:
         self.module_count: dict[str | None, int] = {m: len(idx) for m, idx in by_module.items()}
         self.own: dict[str | None, list[int]] = by_module  # module -> indices of its own nodes
         self._ids: dict[str, list[str]] = {}
-        self._leaving: dict[str, list[tuple[int, int]]] = {}
-        self._entering: dict[str, list[tuple[int, int]]] = {}
+        self._first: dict[str, int] = {}
+        self._maps: dict[str, dict[str, str]] = {}
+        self.lines: dict[str, str] = {}  # group -> the in/out line of its folded box (core.layout)
+        self._leaving: dict[str, list[tuple[int, int]]] | None = None  # group -> border edges (``_borders``)
+        self._entering: dict[str, list[tuple[int, int]]] | None = None
         self.repeat: dict[str, int] = _repeats(nodes, self)
         self._classes: dict[str, str] = dict((call.options or {}).get("module_classes") or {})
         self.chunk_of: dict[str, str] = {}  # a chunk of a long stack -> the stack
@@ -103,40 +106,80 @@ class GroupInfo:
             hit = self._ids[g] = [nodes[i].id for i in self._members[g]]
         return hit
 
+    def member_map(self, g: str) -> dict[str, str]:
+        """Node id -> ``group:<g>`` for the nodes inside ``g``: what a fold of ``g`` adds to a
+        layout's ``members`` (kept: copying a dict costs half of building it)."""
+        hit = self._maps.get(g)
+        if hit is None:
+            hit = self._maps[g] = dict.fromkeys(self.member_ids(g), "group:" + g)
+        return hit
+
     def first(self, g: str) -> int:
-        """The smallest node index inside ``g``."""
-        return min(self._members[g])
+        """The smallest node index inside ``g`` (kept)."""
+        hit = self._first.get(g)
+        if hit is None:
+            hit = self._first[g] = min(self._members[g])
+        return hit
+
+    def prepare(self, collapsed, limit: int = 4096) -> list[str]:
+        """Find now what folding or unfolding a group of the view folded at ``collapsed`` will ask
+        for: border edges, and for each folded group's subgroups whether they are drawn, their
+        node ids and first node. Run off the GUI thread once a layout is shown, so that the first
+        fold of a 50,000-node call costs what later ones do. Returns the groups it prepared."""
+        if self._leaving is None:
+            self._borders()
+        done: list[str] = []
+        for g in sorted(collapsed):
+            if g not in self.count:
+                continue
+            for c in [g] + self.drawn_children(g):
+                self.member_map(c)
+                self.first(c)
+                done.append(c)
+            if len(done) >= limit:
+                break
+        return done
 
     def leaving(self, g: str) -> list[tuple[int, int]]:
         """(node index, slot) of the edges from a node inside ``g`` to one outside, in node order."""
-        hit = self._leaving.get(g)
-        if hit is None:
-            nodes, module, anc = self._call().nodes, self.module, self.ancestors
-            hit = []
-            for i in sorted(self._members[g]):
-                for slot, e in enumerate(nodes[i].next):
-                    if e is not None and g not in anc[module[e.node]]:
-                        hit.append((i, slot))
-            self._leaving[g] = hit
-        return hit
+        if self._leaving is None:
+            self._borders()
+        return self._leaving.get(g, [])
 
     def entering(self, g: str) -> list[tuple[int, int]]:
         """(node index, slot) of the edges from a node outside ``g`` to one inside, in node order:
         in the forward sense, the tensors ``g`` hands to the rest of the graph."""
-        hit = self._entering.get(g)
-        if hit is None:
-            call = self._call()
-            nodes, module, anc = call.nodes, self.module, self.ancestors
-            users, index = call.consumers(), node_index(call)
-            found: set[tuple[int, int]] = set()
-            for i in self._members[g]:
-                for u in set(users.get(nodes[i].id, ())):
-                    j = index[u]
-                    if g in anc[module[u]]:
-                        continue
-                    found.update((j, s) for s, e in enumerate(nodes[j].next) if e is not None and e.node == nodes[i].id)
-            hit = self._entering[g] = sorted(found)
-        return hit
+        if self._entering is None:
+            self._borders()
+        return self._entering.get(g, [])
+
+    def _borders(self) -> None:
+        """Every group's border edges in one pass over the edges: an edge leaves the groups around
+        its source that are not around its target, and enters the converse ones. Asking for one
+        group (a folded top level) walks all its nodes anyway, so all groups cost about what one
+        does, and later folds find their borders ready."""
+        call = self._call()
+        module, anc = self.module, self.ancestors
+        chain_of: dict[str, tuple[str, ...]] = {nid: anc[m] for nid, m in module.items()}
+        leaving: dict[str, list[tuple[int, int]]] = {}
+        entering: dict[str, list[tuple[int, int]]] = {}
+        empty: tuple[str, ...] = ()
+        for i, n in enumerate(call.nodes):
+            ca = chain_of[n.id]
+            for slot, e in enumerate(n.next):
+                if e is None:
+                    continue
+                cb = chain_of.get(e.node, empty)
+                if cb is ca:
+                    continue
+                k, top = 0, min(len(ca), len(cb))
+                while k < top and ca[k] == cb[k]:
+                    k += 1
+                for g in ca[k:]:
+                    leaving.setdefault(g, []).append((i, slot))
+                for g in cb[k:]:
+                    entering.setdefault(g, []).append((i, slot))
+        self._leaving, self._entering = leaving, entering
 
     def title(self, g: str, parent: str | None = None) -> str:
         """``g`` relative to ``parent``, with "× N" for a stack of identical modules."""
@@ -148,12 +191,9 @@ class GroupInfo:
     def boundary(self, g: str) -> tuple[int, int]:
         """(inputs, outputs) of module ``g`` in the forward sense: nodes outside it that its nodes
         read from (their next functions) and nodes outside it that read its results."""
-        call = self._call()
-        nodes = call.nodes
-        inside = {nodes[i].id for i in self._members.get(g, ())}
-        ins = {e.node for i in self._members.get(g, ()) for e in nodes[i].next if e is not None and e.node not in inside}
-        users = call.consumers()
-        outs = {u for nid in inside for u in users.get(nid, ()) if u not in inside}
+        nodes = self._call().nodes
+        ins = {nodes[i].next[s].node for i, s in self.leaving(g)}
+        outs = {nodes[i].id for i, _s in self.entering(g)}
         return len(ins), len(outs)
 
     def class_of(self, g: str) -> str | None:

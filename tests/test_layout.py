@@ -394,3 +394,46 @@ def test_folded_group_lists_two_tensors_then_a_count():
              leaf("lx", "tx", "x")]
     c = call(nodes, tensors, ["sum"])
     assert boundary_line(c, "attn") == "in: x [2, 8] \u00b7 out: q [2, 4], k [2, 4] +1"
+
+
+def _borders_by_walking(c, info, g):
+    """Each group's border edges found the slow way: walk its members' edges and their users."""
+    anc, module = info.ancestors, info.module
+    index = {n.id: i for i, n in enumerate(c.nodes)}
+    members = {c.nodes[i].id for i in info._members[g]}
+    leaving = [(index[n.id], s) for n in c.nodes if n.id in members
+               for s, e in enumerate(n.next) if e is not None and g not in anc[module[e.node]]]
+    entering = [(index[n.id], s) for n in c.nodes if n.id not in members
+                for s, e in enumerate(n.next) if e is not None and e.node in members]
+    return leaving, entering
+
+
+@pytest.mark.parametrize("make", [lambda: transformer_call(3), lambda: residual_mlp_call(150, "blocks"), mlp_call])
+def test_border_edges_of_every_group_match_a_walk_of_its_members(make):
+    c = make()
+    info = group_info(c)
+    assert len(info.count) > 2
+    for g in info.count:  # runs of a long stack ("blocks.0–63") included
+        assert (info.leaving(g), info.entering(g)) == _borders_by_walking(c, info, g), g
+    # the 150-block stack: one tensor leaves the whole stack, and a run passes one tensor on
+    if "blocks" in info.count:
+        assert [c.nodes[i].id for i, _ in info.entering("blocks")] == ["n1"]  # PowBackward0 reads the stack
+        assert info.boundary("blocks") == (0, 1)
+        assert info.boundary("blocks.75") == (1, 2)  # reads add74; add76 and mm76 read it
+
+
+def test_the_layout_thread_prepares_the_next_fold():
+    from core.layout import prepare_folds
+
+    c = residual_mlp_call(400, "blocks")  # 2,402 nodes: the stack opens as 7 runs
+    info = group_info(c)
+    runs = info.children["blocks"]
+    assert len(runs) == 7 and not info.lines
+    assert prepare_folds(c, frozenset({"blocks"})) == 8  # the stack and its runs
+    assert set(info.lines) == {"blocks", *runs} and set(info._maps) == {"blocks", *runs}
+    assert info.member_map(runs[0])["mm0"] == "group:" + runs[0]
+    ready = dict(info.lines)
+    lay = layout_call(c, collapsed=frozenset(runs))  # the fold uses what was prepared
+    assert {lay.nodes["group:" + r].label.split("\n")[-1] for r in runs} == {ready[r] for r in runs}
+    assert lay.members["mm0"] == "group:" + runs[0] and len(lay.members) == len(c.nodes)
+    assert prepare_folds(mlp_call(), frozenset({"fc1"})) == 0  # small calls fold fast unprepared

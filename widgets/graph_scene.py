@@ -17,7 +17,7 @@ from core.anatomy import stale_tip
 from core.causes import blamed_nodes
 from core.layout import Layout, default_collapsed, edge_shapes, format_shape, group_info, layout_call, node_label
 from core.layout_open import opening_layout
-from core.layout import paused_gc
+from core.layout import paused_gc, prepare_folds
 from core.trace import CallInfo
 from widgets.graph_items import EdgeItem, GroupBoxItem, NodeItem, NodeStyle, SavedItem, color, font
 from widgets.minimap import OverviewItem
@@ -251,6 +251,8 @@ class LayoutRunner(QObject):
                 _emit(self.sig_failed, gen, f"{type(exc).__name__}: {exc}")
                 return
             _emit(self.sig_done, gen, result)
+            if not sync:
+                prepare_next_fold(call, result[0])
 
         if sync:
             job()
@@ -259,6 +261,14 @@ class LayoutRunner(QObject):
 
     def wait(self, msecs: int) -> None:
         self._pool.waitForDone(msecs)
+
+
+def prepare_next_fold(call: CallInfo, collapsed) -> None:
+    """On the layout thread, once a layout is shown: what the user's next fold will need."""
+    try:
+        prepare_folds(call, collapsed)
+    except Exception:  # only a head start: the fold itself computes what is missing
+        log.exception("preparing folds failed")
 
 
 def _emit(signal, *args) -> None:
