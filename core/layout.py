@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from core.attrs import saved_label, shown_value, tensor_words
 from core.layout_groups import GroupInfo, default_collapsed, group_info, node_index, paused_gc  # noqa: F401 - public API
-from core.layout_layered import layered
+from core.layout_layered import LAYER_GAP, layered
 from core.nested_view import nested_lines
 from core.trace import CallInfo, NodeInfo
 
@@ -389,7 +389,7 @@ def layout_call(
         if direction == "LR":
             vis.saved = {}  # saved-tensor tabs sit beside nodes only in the top-down drawing
             vis.size = {v: (h, w) for v, (w, h) in vis.size.items()}
-            out = _transposed(_compound(call, vis, lr=True))
+            out = _transposed(_compound(call, vis, lr=True, gap=_lr_gap(call)))
         elif direction == "forward":
             out = _forward(_compound(call, vis, top=GROUP_BOTTOM, bottom=GROUP_LABEL))
         else:
@@ -413,8 +413,21 @@ def _is_port(x, side: str) -> bool:
     return isinstance(x, tuple) and x[0] == side
 
 
+def _lr_gap(call: CallInfo) -> float:
+    """Left to right, labels sit above or below the edges that cross the gap between two columns:
+    the gap is as wide as the widest label the call puts on an edge (broadcast, dtype and device
+    marks), so that it fits between the columns instead of over a box."""
+    from core.anatomy import device_changes
+    from core.edge_marks_text import mark_text
+
+    texts = [mark_text(m) for n in call.nodes if n.edge_marks for m in n.edge_marks]
+    texts += [c.text for c in device_changes(call)]
+    widest = max(map(len, texts), default=0) * SMALL_CHAR_W + 28
+    return max(LAYER_GAP, widest)
+
+
 def _compound(call: CallInfo, vis: Visible, lr: bool = False, top: float = GROUP_LABEL,
-              bottom: float = GROUP_BOTTOM) -> Layout:
+              bottom: float = GROUP_BOTTOM, gap: float = LAYER_GAP) -> Layout:
     info = group_info(call)
     containers: list[str | None] = [None] + vis.groups
     chain: dict[str | None, tuple[str | None, ...]] = {None: (None,)}
@@ -491,7 +504,7 @@ def _compound(call: CallInfo, vis: Visible, lr: bool = False, top: float = GROUP
         res = memo.get(key)
         if res is None:
             res = memo[key] = layered(
-                *args[:2], sources=args[2], sinks=args[3], src_off=so, dst_off=do, anchors=anchors, fast=fast
+                *args[:2], sources=args[2], sinks=args[3], src_off=so, dst_off=do, anchors=anchors, fast=fast, gap=gap
             )
         crossings += res.crossings
         results[c] = (order, index, keys, res)
