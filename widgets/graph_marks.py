@@ -174,6 +174,7 @@ class MarkItems:
     links: list[ShareLinkItem] = field(default_factory=list)
     accented: list[EdgeItem] = field(default_factory=list)  # edges drawn bold: a device change
     placer: Placer | None = None  # where the marks went: the scene's notes keep off them
+    direction: str = "TB"  # the layout's: other than top down, the legend says which way arrows point
 
     def items(self) -> list[QGraphicsItem]:
         return [*self.links, *self.tags]
@@ -185,6 +186,8 @@ class MarkItems:
             keys.insert(1 if "inplace" in keys else 0, "sharing")
         if "device_edge" in kinds:
             keys.append("device")
+        if self.direction != "TB":
+            keys.append("flow_forward" if self.direction == "forward" else "flow_backward")
         return keys
 
     def bounds(self) -> QRectF:
@@ -257,7 +260,7 @@ def build_marks(
     show: bool = True,
 ) -> MarkItems:
     """Add the marks for ``call`` to a scene already filled from ``layout``."""
-    out = MarkItems(placer=Placer(layout))
+    out = MarkItems(placer=Placer(layout), direction=layout.direction)
     members = layout.members
     saved_at = {(s.saved.node, s.saved.name): s for s in saved}
     node_tags: dict[str, dict[str, list[tuple[str, str]]]] = {}  # box -> kind -> [(text, tip)]
