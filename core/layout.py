@@ -190,16 +190,19 @@ def boundary_line(call: CallInfo, g: str) -> str:
 PREPARE_FROM = 2000  # smaller calls fold fast without preparing
 
 
-def prepare_folds(call: CallInfo, collapsed) -> int:
+def prepare_folds(call: CallInfo, collapsed, stop=None) -> int:
     """Compute ahead what the next fold or unfold of ``call`` (folded at ``collapsed``) will need:
     its groups' borders, members and folded-box texts. Meant for the layout thread, right after
-    a layout is shown and before the user folds. Returns how many groups it prepared."""
+    a layout is shown and before the user folds; ``stop()`` true ends it early. Returns how many
+    groups it prepared."""
     if len(call.nodes) < PREPARE_FROM:
         return 0
     with paused_gc():
-        groups = group_info(call).prepare(collapsed)
+        groups = group_info(call).prepare(collapsed, stop=stop)
         edge_shapes(call)
-        for g in groups:
+        for i, g in enumerate(groups):
+            if stop is not None and i % 64 == 0 and stop():
+                return i
             boundary_line(call, g)
     return len(groups)
 

@@ -146,23 +146,24 @@ class GroupInfo:
             hit = self._first[g] = min(self._members[g])
         return hit
 
-    def prepare(self, collapsed, limit: int = 4096) -> list[str]:
+    def prepare(self, collapsed, limit: int = 4096, stop=None) -> list[str]:
         """Find now what folding or unfolding a group of the view folded at ``collapsed`` will ask
         for: border edges, and for each folded group's subgroups whether they are drawn, their
         node ids and first node. Run off the GUI thread once a layout is shown, so that the first
-        fold of a 50,000-node call costs what later ones do. Returns the groups it prepared."""
+        fold of a 50,000-node call costs what later ones do; ``stop()`` true ends it early (the
+        user asked for another layout, which must not wait). Returns the groups it prepared."""
         if self._leaving is None:
             self._borders()
         done: list[str] = []
         for g in sorted(collapsed):
             if g not in self.count:
                 continue
+            if len(done) >= limit or stop is not None and stop():
+                break
             for c in [g] + self.drawn_children(g):
                 self.member_map(c)
                 self.first(c)
                 done.append(c)
-            if len(done) >= limit:
-                break
         return done
 
     def leaving(self, g: str) -> list[tuple[int, int]]:

@@ -493,3 +493,15 @@ def test_blocks_that_differ_are_not_stacked():
     two = residual_mlp_call(2, "net")
     two = replace(two, nodes=[replace(n, module="net.head") if n.id == "n1" else n for n in two.nodes])
     assert group_info(two).repeat == {} and group_info(two).children["net"] == ["net.head", "net.1", "net.0"]
+
+
+def test_preparing_folds_stops_when_asked():
+    from core.layout import prepare_folds
+
+    c = residual_mlp_call(400, "blocks")
+    info = group_info(c)
+    runs = frozenset(info.children["blocks"])
+    asked = []
+    assert prepare_folds(c, runs, stop=lambda: asked.append(1) or len(asked) > 2) < 3 * 58
+    assert len(info._maps) < len(runs) * 58  # not every block of the 7 runs
+    assert prepare_folds(c, runs) == 7 + 400  # the runs and their blocks

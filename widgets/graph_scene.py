@@ -240,6 +240,7 @@ class LayoutRunner(QObject):
         super().__init__(parent)
         self._pool = QThreadPool(self)
         self._pool.setMaxThreadCount(1)
+        self._latest = 0  # the generation of the last layout asked for
 
     def run(self, gen: int, call: CallInfo, collapsed, show_saved: bool, engine: str, *, sync: bool = False,
             area=None, direction: str = "TB") -> None:
@@ -252,8 +253,9 @@ class LayoutRunner(QObject):
                 return
             _emit(self.sig_done, gen, result)
             if not sync:
-                prepare_next_fold(call, result[0])
+                prepare_next_fold(call, result[0], lambda: self._latest != gen)
 
+        self._latest = gen
         if sync:
             job()
         else:
@@ -263,10 +265,11 @@ class LayoutRunner(QObject):
         self._pool.waitForDone(msecs)
 
 
-def prepare_next_fold(call: CallInfo, collapsed) -> None:
-    """On the layout thread, once a layout is shown: what the user's next fold will need."""
+def prepare_next_fold(call: CallInfo, collapsed, stop) -> None:
+    """On the layout thread, once a layout is shown: what the user's next fold will need, until
+    ``stop()`` says another layout is waiting."""
     try:
-        prepare_folds(call, collapsed)
+        prepare_folds(call, collapsed, stop)
     except Exception:  # only a head start: the fold itself computes what is missing
         log.exception("preparing folds failed")
 
