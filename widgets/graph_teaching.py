@@ -248,23 +248,29 @@ def _head(points, curved: bool, horizontal: bool) -> QRectF:
 
 def _beside(path, w: float, h: float, horizontal_first: bool) -> list[tuple[float, float]]:
     """Top-left corners that put a w x h text beside a drawn edge: level with a point on it, left
-    or right of it (above or below it for a left-to-right layout, ``horizontal_first``), at its
-    middle first, then a little and further along it, then a little further out. Offsets run
-    along the axis the layers are spread on, so a text never slides into the next layer's row of
-    boxes the way an offset at right angles to a slanting curve does."""
+    or right of it (above or below it for a left-to-right layout, ``horizontal_first``). The
+    side the edge bends to comes first (straight: left, or above), all along the edge from its
+    middle out, then the other side, then both a little further out. Offsets run along the axis
+    the layers are spread on, so a text never slides into the next layer's row of boxes the way
+    an offset at right angles to a slanting curve does."""
     out = []
+    (sx, sy), (ex, ey) = _xy(path.pointAtPercent(0.0)), _xy(path.pointAtPercent(1.0))
+    lean = (ey - sy) if horizontal_first else (ex - sx)
+    sides = (1, -1) if lean > 1 else (-1, 1)  # outside a bent edge first: away from its siblings
     for extra in (0.0, 10.0):
-        for t in (0.5, 0.38, 0.62, 0.25, 0.75):
-            mx, my = _xy(path.pointAtPercent(t))
-            (x0, y0), (x1, y1) = _xy(path.pointAtPercent(max(0.0, t - 0.05))), _xy(path.pointAtPercent(min(1.0, t + 0.05)))
-            if horizontal_first:  # the label above (then below) the line, clear of its slope
-                rise = abs(y1 - y0) / max(abs(x1 - x0), 1e-6) * w / 2
-                off = h / 2 + 4 + min(rise, 3 * h) + extra
-                out += [(mx - w / 2, my - off - h / 2), (mx - w / 2, my + off - h / 2)]
-            else:  # left (then right) of the line
-                run = abs(x1 - x0) / max(abs(y1 - y0), 1e-6) * h / 2
-                off = w / 2 + 4 + min(run, w) + extra
-                out += [(mx - off - w / 2, my - h / 2), (mx + off - w / 2, my - h / 2)]
+        for side in sides:  # one whole side along the edge, then the other
+            for t in (0.5, 0.38, 0.62, 0.25, 0.75):
+                mx, my = _xy(path.pointAtPercent(t))
+                (x0, y0) = _xy(path.pointAtPercent(max(0.0, t - 0.05)))
+                (x1, y1) = _xy(path.pointAtPercent(min(1.0, t + 0.05)))
+                if horizontal_first:  # the label above or below the line, clear of its slope
+                    rise = abs(y1 - y0) / max(abs(x1 - x0), 1e-6) * w / 2
+                    off = h / 2 + 4 + min(rise, 3 * h) + extra
+                    out.append((mx - w / 2, my + side * off - h / 2))
+                else:  # left or right of the line
+                    run = abs(x1 - x0) / max(abs(y1 - y0), 1e-6) * h / 2
+                    off = w / 2 + 4 + min(run, w) + extra
+                    out.append((mx + side * off - w / 2, my - h / 2))
     return out
 
 
@@ -368,19 +374,9 @@ def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scen
             spots = {"forward": [below, above], "LR": [left, above, below]}.get(layout.direction, [above, below])
             placer.place(item, spots, avoid_edges=True)
             out.append(item)
-    for n in shown:  # edges leave only from nodes drawn as their own boxes
-        grads = call.edge_grads.get(n.id) if values else None
-        for slot, g in enumerate(grads or ()):
-            edge = edges.get((n.id, slot))
-            if g is None or edge is None:
-                continue
-            src = call.node(n.next[slot].node) if n.next[slot] is not None else None
-            item = NoteItem("grad", [edge_grad_text(g)], f"the gradient {n.name} sent to "
-                            f"{src.name if src else 'this input'} in this call", theme, n.id, False)
-            w, h = item.size()
-            placer.place(item, _beside(edge_path(edge.points, placer.curved, placer.horizontal), w, h, layout.direction == "LR"),
-                          avoid_edges=True)
-            out.append(item)
+    # edges leave only from nodes drawn as their own boxes; broadcast and dtype marks (what the
+    # picture teaches) take the best spot beside their edge, the gradient values then the next
+    for n in shown:
         for mark in n.edge_marks or ():
             edge = edges.get((n.id, mark["input"]))
             if edge is None:
@@ -390,6 +386,18 @@ def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scen
             w, h = item.size()
             path = edge_path(edge.points, placer.curved, placer.horizontal)
             placer.place(item, _beside(path, w, h, layout.direction == "LR"), avoid_edges=True)
+            out.append(item)
+    for n in shown if values else ():
+        for slot, g in enumerate(call.edge_grads.get(n.id) or ()):
+            edge = edges.get((n.id, slot))
+            if g is None or edge is None:
+                continue
+            src = call.node(n.next[slot].node) if n.next[slot] is not None else None
+            item = NoteItem("grad", [edge_grad_text(g)], f"the gradient {n.name} sent to "
+                            f"{src.name if src else 'this input'} in this call", theme, n.id, False)
+            w, h = item.size()
+            placer.place(item, _beside(edge_path(edge.points, placer.curved, placer.horizontal), w, h, layout.direction == "LR"),
+                          avoid_edges=True)
             out.append(item)
     for item in out:
         item.setVisible(show)
