@@ -279,7 +279,8 @@ def build_visible(call: CallInfo, collapsed: frozenset[str], show_saved: bool) -
             kind[vid] = "group"
             coll[g] = info.count[g]
             cls = info.class_of(g)
-            label[vid] = f"{info.title(g)}\n{cls + ' · ' if cls else ''}{info.count[g]:,} node{'s' if info.count[g] != 1 else ''}\n{boundary_line(call, g)}"
+            held = info.count[g]
+            label[vid] = f"{info.title(g)}\n{cls + ' · ' if cls else ''}{held:,} node{'s' if held != 1 else ''}\n{boundary_line(call, g)}"
             units.append((info.first(g), 1, g))
             continue
         inner = g if g is not None and info.is_drawn(g) else outer

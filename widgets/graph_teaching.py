@@ -166,7 +166,8 @@ class Placer:
         item.setPos(x, y)
         self.taken.append(QRectF(x, y, w, h))
 
-    def spot(self, w: float, h: float, spots: list[tuple[float, float]], own: QRectF | None = None) -> tuple[float, float]:
+    def spot(self, w: float, h: float, spots: list[tuple[float, float]],
+             own: QRectF | None = None) -> tuple[float, float]:
         """The first of ``spots`` (top-left corners) where a w x h mark covers no box, note, edge
         line or arrowhead (``own``: the box it may overlap, the node it hangs from), else the one
         that covers least; the spot is then taken."""
@@ -396,8 +397,8 @@ def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scen
             item = NoteItem("grad", [edge_grad_text(g)], f"the gradient {n.name} sent to "
                             f"{src.name if src else 'this input'} in this call", theme, n.id, False)
             w, h = item.size()
-            placer.place(item, _beside(edge_path(edge.points, placer.curved, placer.horizontal), w, h, layout.direction == "LR"),
-                          avoid_edges=True)
+            path = edge_path(edge.points, placer.curved, placer.horizontal)
+            placer.place(item, _beside(path, w, h, layout.direction == "LR"), avoid_edges=True)
             out.append(item)
     for item in out:
         item.setVisible(show)
