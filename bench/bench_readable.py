@@ -11,7 +11,8 @@ Graphs are synthetic residual MLPs with the module tree of resources/examples/50
   the loss or, fitted, at about 1 %);
 - expand / collapse: opening the stack, one run of blocks in it, one block, and folding them
   again, the first time on a fresh call and then again; cold (the fold computes everything it
-  needs) and after the head start the layout thread takes once a layout is shown.
+  needs) and after the head start the layout thread takes once a layout is shown; then the
+  stack as the app folds it, on the layout thread, with a pause between folds.
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ def main() -> None:
         print(f"{n:,} nodes, readable opening: {ta:.3f} s to the first frame, {ba:,} boxes at {za} %, "
               f"smallest text {pa:.1f} px; {tb / ta:.1f} times faster")
     folds(app)
+    app_folds(app)
 
 
 STEPS = {"open the stack (131 runs of 63 or 64 blocks)": "blocks", "open one run (64 folded blocks)": "run",
@@ -142,6 +144,45 @@ def folds(app, calls: int = 3) -> None:
         print(f"50,000 nodes, {key}: cold {ms(cold[key], 0):.0f} ms CPU ({ms(cold[key], 1):.0f} ms wall), "
               f"after the layout thread's head start {ms(warm[key], 0):.0f} ms CPU ({ms(warm[key], 1):.0f} ms "
               f"wall; worst {max(v[1] for v in warm[key]) * 1000:.0f} ms); target < 100 ms {verdict}")
+
+
+def app_folds(app, calls: int = 3, pause: float = 0.4) -> None:
+    """Opening and folding the stack as the app does it: layouts on the layout thread, the scene
+    built when they arrive, ``pause`` seconds between folds (the layout thread prepares the next
+    fold meanwhile); wall time from the click to the painted frame."""
+    out: dict[str, list[float]] = {}
+
+    def idle() -> None:
+        end = time.perf_counter() + pause
+        while time.perf_counter() < end:
+            app.processEvents()
+            time.sleep(0.01)
+
+    for _ in range(calls):
+        _info_cache.clear()
+        gc.unfreeze()
+        call = residual_mlp_call(8333, "blocks")
+        view = GraphView()
+        view.resize(800, 500)
+        view.show()
+        app.processEvents()
+        view.set_call(call)
+        view.wait_ready(120000)
+        idle()
+        gc.collect()  # as in fold_rounds: no full collection inside a timed fold
+        gc.freeze()
+        for when in ("first", "again"):
+            for name in ("open the stack", "fold the stack"):
+                out.setdefault(f"{when}: {name}", []).append(
+                    timed(lambda: (view.toggle_group("blocks"), view.wait_ready(), view.viewport().repaint())))
+                idle()
+        view.close()
+        view.deleteLater()
+        app.processEvents()
+    gc.unfreeze()
+    for key, values in out.items():
+        print(f"50,000 nodes, in the app's way, {key}: {statistics.median(values) * 1000:.0f} ms wall "
+              f"(worst {max(values) * 1000:.0f} ms)")
 
 
 if __name__ == "__main__":

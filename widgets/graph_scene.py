@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from PySide6.QtCore import QObject, QRectF, Qt, QThreadPool, Signal
+from PySide6.QtCore import QObject, QRectF, Qt, QThreadPool, QTimer, Signal
 from PySide6.QtGui import QFontMetricsF
 from PySide6.QtWidgets import QGraphicsScene, QGraphicsSimpleTextItem
 
@@ -241,6 +241,15 @@ class LayoutRunner(QObject):
         self._pool = QThreadPool(self)
         self._pool.setMaxThreadCount(1)
         self._latest = 0  # the generation of the last layout asked for
+        self._asked: tuple | None = None  # (generation, call) of the last layout run off the GUI thread
+        self._shown: tuple | None = None  # (generation, call, collapsed) of the last one shown
+        # Once a layout is shown, the layout thread prepares the next fold; it waits until the
+        # scene is built and painted, as preparing meanwhile would slow both (one interpreter).
+        self._prepare_timer = QTimer(self)
+        self._prepare_timer.setSingleShot(True)
+        self._prepare_timer.setInterval(PREPARE_DELAY_MS)
+        self._prepare_timer.timeout.connect(self._prepare)
+        self.sig_done.connect(self._after_done)
 
     def run(self, gen: int, call: CallInfo, collapsed, show_saved: bool, engine: str, *, sync: bool = False,
             area=None, direction: str = "TB") -> None:
@@ -252,10 +261,9 @@ class LayoutRunner(QObject):
                 _emit(self.sig_failed, gen, f"{type(exc).__name__}: {exc}")
                 return
             _emit(self.sig_done, gen, result)
-            if not sync:
-                prepare_next_fold(call, result[0], lambda: self._latest != gen)
 
         self._latest = gen
+        self._asked = None if sync else (gen, call)
         if sync:
             job()
         else:
@@ -263,6 +271,20 @@ class LayoutRunner(QObject):
 
     def wait(self, msecs: int) -> None:
         self._pool.waitForDone(msecs)
+
+    def _after_done(self, gen: int, result) -> None:
+        if self._asked is not None and self._asked[0] == gen == self._latest:
+            self._shown = (gen, self._asked[1], result[0])
+            self._prepare_timer.start()
+
+    def _prepare(self) -> None:
+        if self._shown is None or self._shown[0] != self._latest:
+            return
+        gen, call, collapsed = self._shown
+        self._pool.start(lambda: prepare_next_fold(call, collapsed, lambda: self._latest != gen))
+
+
+PREPARE_DELAY_MS = 150
 
 
 def prepare_next_fold(call: CallInfo, collapsed, stop) -> None:
