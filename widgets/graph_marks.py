@@ -19,7 +19,7 @@ from core import anatomy
 from core.layout import Layout, node_index, open_nodes
 from core.trace import CallInfo
 from widgets.graph_items import MIN_TEXT_PX, EdgeItem, NodeItem, SavedItem, color, edge_path, font
-from widgets.graph_teaching import Placer, _beside, teaching_items
+from widgets.graph_teaching import Placer, beside, teaching_items
 from widgets.graph_links import LinkEnd, Obstacles, label_spot, link_route, rect_tuple, route_path, spanning_pairs
 from widgets.theme import Theme
 
@@ -388,7 +388,7 @@ def _device_edges(scene, out: MarkItems, call: CallInfo, members, edges: list[Ed
         w, h = _add(scene, out, tag, show).size()
         placer = out.placer
         path = edge_path(edge.edge.points, placer.curved, placer.horizontal)
-        tag.setPos(*placer.spot(w, h, _beside(path, w, h, direction == "LR")))
+        tag.setPos(*placer.spot(w, h, beside(path, w, h, direction == "LR")))
 
 
 def _links(scene, out: MarkItems, call: CallInfo, layout: Layout, saved_at, theme, show) -> None:

@@ -118,9 +118,15 @@ class Placer:
     that covers least."""
 
     def __init__(self, layout):
-        self.taken = [QRectF(b.x, b.y, b.w, b.h) for b in layout.nodes.values()]
+        self.taken: dict[tuple[int, int], list[QRectF]] = {}  # boxes and placed notes, by grid cell
+        for b in layout.nodes.values():
+            self._take(QRectF(b.x, b.y, b.w, b.h))
         # where edges write their shape or gradient: around the middle of each edge
-        self.texts = [QRectF(x - 24, y - 9, 48, 18) for x, y in (_middle(e.points) for e in layout.edges)]
+        self.texts: dict[tuple[int, int], list[QRectF]] = {}
+        for x, y in (_middle(e.points) for e in layout.edges):
+            t = QRectF(x - 24, y - 9, 48, 18)
+            for cell in _cells(t):
+                self.texts.setdefault(cell, []).append(t)
         curved, horizontal = layout.engine != "dot", layout.direction == "LR"
         # the drawn lines piece by piece (a straight run, or one S-curve across a gap, which stays
         # inside its end points' box), found through a coarse grid
@@ -138,16 +144,21 @@ class Placer:
             for cell in _cells(head):
                 self.heads.setdefault(cell, []).append(head)
 
+    def _take(self, r: QRectF) -> None:
+        for cell in _cells(r):
+            self.taken.setdefault(cell, []).append(r)
+
     def crosses_edge(self, r: QRectF) -> bool:
         """Whether ``r`` covers a piece of an edge's drawn line."""
         return any(box.intersects(r) and (bend is None or _curve_crosses(bend, r))
                    for cell in _cells(r) for box, bend in self.grid.get(cell, ()))
 
     def clashes(self, r: QRectF, text: QRectF, avoid_texts: bool, avoid_edges: bool, own: QRectF | None = None) -> int:
-        n = 4 * sum(r.intersects(t) for t in self.taken if t != own)
+        hit = {id(t): t for cell in _cells(r) for t in self.taken.get(cell, ()) if t != own and r.intersects(t)}
+        n = 4 * len(hit)
         n += 3 * any(h.intersects(text) for cell in _cells(text) for h in self.heads.get(cell, ()))
         if avoid_texts:
-            n += sum(r.intersects(t) for t in self.texts)
+            n += len({id(t) for cell in _cells(r) for t in self.texts.get(cell, ()) if r.intersects(t)})
         if avoid_edges:
             n += 2 * self.crosses_edge(text)
         return n
@@ -164,7 +175,7 @@ class Placer:
                 break
         _, x, y = best
         item.setPos(x, y)
-        self.taken.append(QRectF(x, y, w, h))
+        self._take(QRectF(x, y, w, h))
 
     def spot(self, w: float, h: float, spots: list[tuple[float, float]],
              own: QRectF | None = None) -> tuple[float, float]:
@@ -180,7 +191,7 @@ class Placer:
             if n == 0:
                 break
         _, x, y = best
-        self.taken.append(QRectF(x, y, w, h))
+        self._take(QRectF(x, y, w, h))
         return x, y
 
 
@@ -247,7 +258,7 @@ def _head(points, curved: bool, horizontal: bool) -> QRectF:
     return QRectF(min(xs), min(ys), max(xs) - min(xs), max(ys) - min(ys)).adjusted(-1, -1, 1, 1)
 
 
-def _beside(path, w: float, h: float, horizontal_first: bool) -> list[tuple[float, float]]:
+def beside(path, w: float, h: float, horizontal_first: bool) -> list[tuple[float, float]]:
     """Top-left corners that put a w x h text beside a drawn edge: level with a point on it, left
     or right of it (above or below it for a left-to-right layout, ``horizontal_first``). The
     side the edge bends to comes first (straight: left, or above), all along the edge from its
@@ -386,7 +397,7 @@ def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scen
             item = NoteItem("mark", [mark_text(mark)], tip, theme, n.id, False)
             w, h = item.size()
             path = edge_path(edge.points, placer.curved, placer.horizontal)
-            placer.place(item, _beside(path, w, h, layout.direction == "LR"), avoid_edges=True)
+            placer.place(item, beside(path, w, h, layout.direction == "LR"), avoid_edges=True)
             out.append(item)
     for n in shown if values else ():
         for slot, g in enumerate(call.edge_grads.get(n.id) or ()):
@@ -398,7 +409,7 @@ def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scen
                             f"{src.name if src else 'this input'} in this call", theme, n.id, False)
             w, h = item.size()
             path = edge_path(edge.points, placer.curved, placer.horizontal)
-            placer.place(item, _beside(path, w, h, layout.direction == "LR"), avoid_edges=True)
+            placer.place(item, beside(path, w, h, layout.direction == "LR"), avoid_edges=True)
             out.append(item)
     for item in out:
         item.setVisible(show)
