@@ -27,7 +27,7 @@ from core.run_errors import (  # noqa: F401  (the names callers import from core
     script_problem,
     summary_dict,
 )
-from core.trace import ErrorInfo, Trace, TraceFormatError, call_from_dict
+from core.trace import CallInfo, ErrorInfo, Trace, TraceFormatError, call_from_dict
 from core.worker_process import OUTPUT_TAIL, ROOT, WorkerProcess, typed  # noqa: F401
 
 log = logging.getLogger(__name__)
@@ -272,7 +272,7 @@ class WorkerClient:
             return
         if isinstance(msg, protocol.CallSummary):
             call = run.get("calls", {}).get(msg.position)
-            if isinstance(call, dict):
+            if isinstance(call, (dict, CallInfo)):  # a CallInfo when sent in columns
                 run["calls"][msg.position] = summary_dict(call)
             return
         if isinstance(msg, protocol.BadMessage):

@@ -26,7 +26,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.protocol_base import ProtocolError, _Base  # noqa: F401  (ProtocolError: part of this module's names)
+from core.protocol_base import _TYPES, ProtocolError, _Base  # noqa: F401  (ProtocolError: part of this module's names)
+from core.trace import CallInfo, Trace, TraceFormatError
+
+# Messages that carry a trace or a call may hold them read already (core.wire's columns).
+_TYPES.update({"Trace": (Trace,), "CallInfo": (CallInfo,), "TraceFormatError": (TraceFormatError,)})
 
 
 MESSAGES: dict[str, type] = {}
@@ -169,7 +173,9 @@ class Exiting(_Base):
 class CallTrace(_Base):
     """One captured call, sent as soon as it is complete, so a crash or a kill later keeps it."""
     position: int = 0  # its place in the trace's ``calls``
-    call: dict = field(default_factory=dict)  # the call in the trace format
+    # The call in the trace format; sent in columns (core.wire) it arrives read already: a CallInfo,
+    # or the TraceFormatError reading it raised.
+    call: dict | CallInfo | TraceFormatError = field(default_factory=dict)
     run: Any = None
 
 
@@ -184,7 +190,8 @@ class CallSummary(_Base):
 @_message("trace")
 @dataclass
 class TraceDone(_Base):
-    trace: dict = field(default_factory=dict)  # without the calls already streamed
+    # Without the calls already streamed; in columns it arrives read: a Trace, or the TraceFormatError.
+    trace: dict | Trace | TraceFormatError = field(default_factory=dict)
     run: Any = None
     streamed: int = 0  # how many calls came before as ``call_trace``: they go first in ``calls``
 

@@ -13,7 +13,7 @@ import tokenize
 from pathlib import Path
 
 from core import protocol
-from core.trace import ErrorInfo
+from core.trace import CallInfo, ErrorInfo, with_fields
 
 STOPPED = "stopped by you"
 
@@ -80,8 +80,10 @@ def script_line_in_fault(fault: str, script: str) -> int | None:
     return None
 
 
-def summary_dict(call: dict) -> dict:
+def summary_dict(call: dict | CallInfo) -> dict | CallInfo:
     """A streamed call reduced to its summary, as the capture reduces repeated calls in a loop."""
+    if isinstance(call, CallInfo):  # sent in columns (core.trace_columns)
+        return with_fields(call, nodes=[], tensors=[], storages=[], roots=[], snapshot="summary")
     return {**call, "nodes": [], "tensors": [], "storages": [], "roots": [], "snapshot": "summary"}
 
 

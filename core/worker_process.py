@@ -279,6 +279,7 @@ class WorkerProcess:
         decoder = StreamDecoder(self._handle_line, transfer_progress(self._deliver))
         for chunk in self._chunks(self.proc.stdout.fileno()):
             decoder.feed(chunk)
+        decoder.close()
         self._exited.wait()
         code = self.proc.wait()
         # Messages the worker could not send on its channel (the script closed it).
@@ -308,18 +309,21 @@ class WorkerProcess:
             except (OSError, ValueError):
                 pass
 
-    def _handle_line(self, raw: bytes) -> None:
-        if not raw.strip():
+    def _handle_line(self, raw: bytes | dict) -> None:
+        if isinstance(raw, dict):  # a message core.wire decoded already (a trace sent in columns)
+            data = raw
+        elif not raw.strip():
             return
-        try:
-            if len(raw) > 1 << 20:  # a big trace: millions of small objects at once
-                with paused_gc():
+        else:
+            try:
+                if len(raw) > 1 << 20:  # a big trace: millions of small objects at once
+                    with paused_gc():
+                        data = json.loads(raw)
+                else:
                     data = json.loads(raw)
-            else:
-                data = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            log.warning("worker %s sent a line that is not JSON", self.id)
-            return
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                log.warning("worker %s sent a line that is not JSON", self.id)
+                return
         if isinstance(data, dict) and data.get("type") == "hello":
             from core.wire import ProtocolMismatch, check_hello
 
