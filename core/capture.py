@@ -11,6 +11,7 @@ an earlier call keep a summary only, except the first few and the last.
 
 from __future__ import annotations
 
+import builtins
 import gc
 import inspect
 import linecache
@@ -437,10 +438,13 @@ class Capture:
         ]
         self._mode = _CreationMode(self)
         self._mode.__enter__()
+        self._real_import = builtins.__import__
+        builtins.__import__ = self.names.untraced_import(self._real_import)
         sys.settrace(self.names.tracer)
 
     def uninstall(self) -> None:
         sys.settrace(None)
+        builtins.__import__ = self._real_import
         try:
             self._mode.__exit__(None, None, None)
         except Exception:

@@ -77,6 +77,25 @@ class NameTable:
             return self._local_tracer
         return None
 
+    def untraced_import(self, real_import):
+        """``builtins.__import__`` that switches the tracer off while a module loads.
+
+        The tracer is a Python call on every new frame; importing a big library (transformers
+        runs tens of thousands of frames while it loads) would cost seconds under it, and
+        module-level code leaves no function locals to remember."""
+        tracer = self.tracer
+
+        def __import__(name, globals=None, locals=None, fromlist=(), level=0):
+            if sys.gettrace() != tracer:
+                return real_import(name, globals, locals, fromlist, level)
+            sys.settrace(None)
+            try:
+                return real_import(name, globals, locals, fromlist, level)
+            finally:
+                sys.settrace(tracer)
+
+        return __import__
+
     def _local_tracer(self, frame, event, arg):
         if event == "return":
             for name, value in frame.f_locals.items():

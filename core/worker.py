@@ -780,7 +780,28 @@ def main(argv: list[str] | None = None) -> int:
                   "python": sys.version.split()[0], "protocol": wire.PROTOCOL_VERSION,
                   "codecs": wire.available_codecs(), "host": socket.gethostname()})
     Worker(channel, command_fd, fault).serve()
+    _leave()
     return 0
+
+
+_REAL_EXIT = os._exit  # saved before _patch_exit replaces it
+
+
+def _leave() -> None:
+    """End the worker once its run is served: what interpreter exit runs for the script (its
+    non-daemon threads are waited for, its ``atexit`` functions run, its streams flushed), then
+    exit without tearing down every module and object one by one, which with torch and a big model
+    loaded takes most of a second that nobody waits for usefully."""
+    try:
+        shutdown = getattr(threading, "_shutdown", None)
+        if shutdown is not None:
+            shutdown()
+        import atexit
+
+        atexit._run_exitfuncs()
+    finally:
+        _flush_quietly()
+        _REAL_EXIT(0)
 
 
 if __name__ == "__main__":
