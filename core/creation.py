@@ -32,26 +32,52 @@ class _CreationMode(TorchFunctionMode):
         self.capture = capture
 
     def __torch_function__(self, func, types_, args=(), kwargs=None):
+        caller = sys._getframe(1)
         try:
-            out = _call_at(sys._getframe(1))(func, args, kwargs or {})
+            out = _call_at(caller)(func, args, kwargs or {})
         except RuntimeError as exc:
             if self.capture.tagging and is_device_error(exc):
                 self.capture.note_device_error(func, args, kwargs or {})
             raise
         cap = self.capture
         if cap.tagging:
-            name = getattr(func, "__name__", "")
-            if args and isinstance(args[0], torch.Tensor) and (
-                (name.endswith("_") and not name.endswith("__")) or name == "__setitem__"
-            ):
-                cap.record_inplace(args[0], name)
-            if isinstance(out, torch.Tensor):
-                cap.tag(out, args, name)
-            elif isinstance(out, (tuple, list)):
-                for o in out:
-                    if isinstance(o, torch.Tensor):
-                        cap.tag(o, args, name)
+            # The name tracer (``sys.settrace``) would be called for every frame of the tagging
+            # below, which costs more than the tagging itself: it is off until the op is tagged.
+            tracer = sys.gettrace()
+            if tracer is not None:
+                sys.settrace(None)
+            try:
+                name, inplace = _op_kind(func)
+                if inplace and args and isinstance(args[0], torch.Tensor):
+                    cap.record_inplace(args[0], name, caller)
+                if isinstance(out, torch.Tensor):
+                    cap.tag(out, args, name, caller)
+                elif isinstance(out, (tuple, list)):
+                    for o in out:
+                        if isinstance(o, torch.Tensor):
+                            cap.tag(o, args, name, caller)
+            finally:
+                if tracer is not None:
+                    sys.settrace(tracer)
         return out
+
+
+_op_kinds: dict = {}  # torch function -> (its name, whether it works in place)
+
+
+def _op_kind(func) -> tuple[str, bool]:
+    try:
+        kind = _op_kinds.get(func)
+    except TypeError:  # an unhashable callable
+        kind = None
+    if kind is None:
+        name = getattr(func, "__name__", "")
+        kind = (name, (name.endswith("_") and not name.endswith("__")) or name == "__setitem__")
+        try:
+            _op_kinds[func] = kind
+        except TypeError:
+            pass
+    return kind
 
 
 # A warning raised inside an op (PyTorch's C++ warns at stack level 1) is reported at the
@@ -86,35 +112,47 @@ def clear_call_sites() -> None:
 class CreationTags:
     """The per-op half of a capture (mixed into ``core.capture.Capture``)."""
 
-    def tag(self, t: torch.Tensor, args=(), op: str = "") -> None:
-        fn = grad_fn_of(t)
+    def tag(self, t: torch.Tensor, args=(), op: str = "", caller=None) -> None:
+        """Tag the node that made ``t`` (once: a node is tagged by the op that created it).
+        ``caller`` is the frame that called the op (the script line is found from it)."""
+        fn = grad_fn_of(t) if t.requires_grad else None
         if fn is None:
             self.cuts.note_free(t, op, args)
             return
         md = fn.metadata
-        if "bps_line" not in md:
-            self.cuts.note_inputs(md, args)
-            if saved_by_checkpoint():
-                md["bps_recomputed"] = True
-            if self.phase != "forward":
-                # The first node after a backward: the script builds its next graph.
-                self.phase = "forward"
-                self.on_event({"type": "forward", "t": time.perf_counter() - self.started})
-            md["bps_line"] = self.names.user_line(sys._getframe(2))
-            if self._module_stack:
-                md["bps_module"] = self._module_stack[-1]
-            # The storages this op read and wrote: an in-place change to one of them later
-            # is what makes a saved tensor of this node stale.
-            md["bps_storages"] = tuple(_storage_ptr(a) for a in (*args, t) if isinstance(a, torch.Tensor))
-            md["bps_device"] = str(t.device)
-            if self.on_node is not None:
-                self.on_node(fn)
+        if "bps_line" in md:
+            return
+        # Why inputs carry no gradient matters only where the node has a None input.
+        for f, _ in fn.next_functions:
+            if f is None:
+                self.cuts.note_inputs(md, args)
+                break
+        if saved_by_checkpoint():
+            md["bps_recomputed"] = True
+        if self.phase != "forward":
+            # The first node after a backward: the script builds its next graph.
+            self.phase = "forward"
+            self.on_event({"type": "forward", "t": time.perf_counter() - self.started})
+        md["bps_line"] = self.names.user_line(caller or sys._getframe(2))
+        if self._module_stack:
+            md["bps_module"] = self._module_stack[-1]
+        # The storages this op read and wrote: an in-place change to one of them later
+        # is what makes a saved tensor of this node stale.
+        md["bps_storages"] = _storage_ptrs(args, t)
+        device = t.device
+        name = _device_names.get(device)
+        if name is None:
+            name = _device_names[device] = str(device)
+        md["bps_device"] = name
+        if self.on_node is not None:
+            self.on_node(fn)
 
-    def record_inplace(self, t: torch.Tensor, op: str) -> None:
+    def record_inplace(self, t: torch.Tensor, op: str, caller=None) -> None:
         """Remember each in-place op (version after it, line, name) per storage."""
         ptr = _storage_ptr(t)
         if ptr:
-            self.inplace.setdefault(ptr, []).append((t._version, self.names.user_line(sys._getframe(2)), op))
+            line = self.names.user_line(caller or sys._getframe(2))
+            self.inplace.setdefault(ptr, []).append((t._version, line, op))
         fn = grad_fn_of(t)
         if fn is not None:
             fn.metadata.setdefault("bps_inplace", op)
@@ -160,3 +198,16 @@ def _register_post_hook(fn):
         return torch.nn.modules.module.register_module_forward_hook(fn, always_call=True)
     except TypeError:
         return torch.nn.modules.module.register_module_forward_hook(fn)
+
+
+_device_names: dict = {}  # torch.device -> its name (str() of a device costs a microsecond)
+
+
+def _storage_ptrs(args, out: torch.Tensor) -> tuple[int, ...]:
+    """Storage addresses of the op's tensor arguments and its output (0 where there is none)."""
+    try:
+        ptrs = [a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor)]
+        ptrs.append(out.untyped_storage().data_ptr())
+        return tuple(ptrs)
+    except Exception:  # sparse, nested and other storage-less tensors: one at a time
+        return tuple(_storage_ptr(a) for a in (*args, out) if isinstance(a, torch.Tensor))
