@@ -32,51 +32,75 @@ class _CreationMode(TorchFunctionMode):
         self.capture = capture
 
     def __torch_function__(self, func, types_, args=(), kwargs=None):
+        # Under the name tracer (``sys.settrace``) every Python call made here costs a call of
+        # the tracer too, so the common path is inline: a hit in two caches, the op, and for an
+        # output that needs no gradient a check that needs no call.
         caller = sys._getframe(1)
+        site = caller.f_back if caller.f_code is _HANDLE_CODE else caller
+        call = _call_sites.get((site.f_code, site.f_lineno)) or _call_at(site)
         try:
-            out = _call_at(caller)(func, args, kwargs or {})
+            out = call(func, args, kwargs or {})
         except RuntimeError as exc:
             if self.capture.tagging and is_device_error(exc):
                 self.capture.note_device_error(func, args, kwargs or {})
             raise
         cap = self.capture
-        if cap.tagging:
-            # The name tracer (``sys.settrace``) would be called for every frame of the tagging
-            # below, which costs more than the tagging itself: it is off until the op is tagged.
-            tracer = sys.gettrace()
+        if not cap.tagging:
+            return out
+        try:
+            kind = _op_kinds.get(func) or _op_kind(func)
+        except TypeError:  # an unhashable callable
+            kind = _op_kind(func)
+        if isinstance(out, torch.Tensor):
+            if not out.requires_grad and not kind[1]:
+                # Nothing to tag; only a cut-off tensor's origin is noted (detach, no_grad, or made
+                # from a tensor that was).
+                if kind[0] == "detach" or cap.cuts.origins or not torch.is_grad_enabled():
+                    cap.cuts.note_free(out, kind[0], args)
+                return out
+        elif not kind[1]:
+            if not isinstance(out, (tuple, list)) or isinstance(out, torch.Size):
+                return out
+            for o in out:
+                if isinstance(o, torch.Tensor):
+                    break
+            else:
+                return out
+        # Tagging makes several calls: the tracer is off meanwhile (two settrace calls cost less).
+        tracer = sys.gettrace()
+        if tracer is not None:
+            sys.settrace(None)
+        try:
+            self._tag_all(cap, out, args, kind, caller)
+        finally:
             if tracer is not None:
-                sys.settrace(None)
-            try:
-                name, inplace = _op_kind(func)
-                if inplace and args and isinstance(args[0], torch.Tensor):
-                    cap.record_inplace(args[0], name, caller)
-                if isinstance(out, torch.Tensor):
-                    cap.tag(out, args, name, caller)
-                elif isinstance(out, (tuple, list)):
-                    for o in out:
-                        if isinstance(o, torch.Tensor):
-                            cap.tag(o, args, name, caller)
-            finally:
-                if tracer is not None:
-                    sys.settrace(tracer)
+                sys.settrace(tracer)
         return out
+
+    @staticmethod
+    def _tag_all(cap, out, args, kind, caller) -> None:
+        name, inplace = kind
+        if inplace and args and isinstance(args[0], torch.Tensor):
+            cap.record_inplace(args[0], name, caller)
+        if isinstance(out, torch.Tensor):
+            cap.tag(out, args, name, caller)
+        elif isinstance(out, (tuple, list)):
+            for o in out:
+                if isinstance(o, torch.Tensor):
+                    cap.tag(o, args, name, caller)
 
 
 _op_kinds: dict = {}  # torch function -> (its name, whether it works in place)
 
 
 def _op_kind(func) -> tuple[str, bool]:
+    """(name, whether it works in place) of a torch function, cached."""
+    name = getattr(func, "__name__", "")
+    kind = (name, (name.endswith("_") and not name.endswith("__")) or name == "__setitem__")
     try:
-        kind = _op_kinds.get(func)
-    except TypeError:  # an unhashable callable
-        kind = None
-    if kind is None:
-        name = getattr(func, "__name__", "")
-        kind = (name, (name.endswith("_") and not name.endswith("__")) or name == "__setitem__")
-        try:
-            _op_kinds[func] = kind
-        except TypeError:
-            pass
+        _op_kinds[func] = kind
+    except TypeError:
+        pass
     return kind
 
 
@@ -92,9 +116,8 @@ _call_sites: dict[tuple, Callable] = {}
 
 
 def _call_at(frame) -> Callable:
-    """A caller of ops that warnings attribute to ``frame``'s file and line."""
-    if frame.f_code is _HANDLE_CODE:  # a Python-level torch function: attribute to its caller
-        frame = frame.f_back
+    """A caller of ops that warnings attribute to ``frame``'s file and line (for a Python-level
+    torch function, ``frame`` is its caller, not ``handle_torch_function``)."""
     code, line = frame.f_code, frame.f_lineno
     fn = _call_sites.get((code, line))
     if fn is None:

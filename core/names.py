@@ -71,8 +71,14 @@ class NameTable:
 
     # -- settrace: remember locals of returning user functions -----------------------------
     def tracer(self, frame, event, arg):
+        # Called for every new frame of the script and of every library it runs: the known files
+        # are looked up inline (a method call here would double the cost of each frame).
+        code = frame.f_code
+        user = self._user_files.get(code.co_filename)
+        if user is None:
+            user = self.is_user_file(code.co_filename)
         # Comprehensions and generator expressions (<genexpr>, <listcomp>) hold loop variables only.
-        if event == "call" and not frame.f_code.co_name.startswith("<") and self.is_user_file(frame.f_code.co_filename):
+        if user and event == "call" and not code.co_name.startswith("<"):
             frame.f_trace_lines = False
             return self._local_tracer
         return None
