@@ -18,6 +18,7 @@ import torch
 
 from core.edge_grads import LIMIT as EDGE_GRAD_LIMIT
 from core.edge_grads import EdgeGradRecorder
+from core.names import untraced
 from core.nesting import grad_states, inside_gradcheck, inside_reentrant_checkpoint, nested_options
 from core.script_errors import error_info
 from core.snapshot import Snapshotter, grad_fn_of, label_nodes, values_of
@@ -93,7 +94,7 @@ class CallRecording:
         extra: dict = {}
         if within is not None:
             extra["within"] = within
-        with torch._C.DisableTorchFunction():
+        with torch._C.DisableTorchFunction(), untraced():
             seeds = [{k: v for k, v in values_of(g, full_limit=16).__dict__.items()
                       if v is not None and not (k == "approx" and v is False)}
                      if isinstance(g, torch.Tensor) else None for g in _as_list(seed)]
@@ -104,7 +105,7 @@ class CallRecording:
             self._nested.setdefault(outer, []).append(index)
         self._extra[index] = extra
         try:
-            with torch._C.DisableTorchFunction(), paused_gc():
+            with torch._C.DisableTorchFunction(), paused_gc(), untraced():
                 snap, nodes, ids, structure, root_ids, input_ids = self._before(roots, inputs, index)
             self.phase = "backward"
             self.on_event({"type": "call", "index": index, "api": api, "line": line, "nodes": len(nodes),
@@ -121,7 +122,7 @@ class CallRecording:
                 error = error_info(exc, line, self.names)
                 raise
             finally:
-                with torch._C.DisableTorchFunction(), paused_gc():
+                with torch._C.DisableTorchFunction(), paused_gc(), untraced():
                     self._after(api, index, line, snap, nodes, ids, structure, root_ids, input_ids, result,
                             error, retain_graph, create_graph, t0)
             return result
@@ -169,7 +170,7 @@ class CallRecording:
     def call_before(self) -> CallInfo:
         """The call a ``call_hook`` is running, as captured before backward (no grads read yet)."""
         api, index, line, snap, nodes, ids, structure, root_ids = self.hook_call
-        with torch._C.DisableTorchFunction(), paused_gc():
+        with torch._C.DisableTorchFunction(), paused_gc(), untraced():
             tensors = snap.finish_tensors(ids, read_grads=False)
             nodes = label_nodes(nodes, tensors)
             return CallInfo(id=f"c{index}", index=index, api=api, line=line, roots=root_ids, nodes=nodes,

@@ -32,7 +32,7 @@ from core.creation import CreationTags, _CreationMode, _register_post_hook, clea
 from core.cuts import CutRecorder
 from core.edge_grads import EdgeGradRecorder
 from core.memory import saved_storages
-from core.names import NameTable
+from core.names import NameTable, untraced
 from core.numpy_peers import numpy_peers
 from core.programs import ProgramError, load_program
 from core.script_errors import error_info, format_tb, script_line
@@ -125,7 +125,7 @@ class Capture(CreationTags, CallRecording):
 
     def live_saved_storages(self) -> dict:
         """The storages (key -> bytes) held by saved tensors of every graph the script can still reach."""
-        with torch._C.DisableTorchFunction():
+        with torch._C.DisableTorchFunction(), untraced():
             roots = self.names.graph_roots(self.names.user_frames(sys._getframe(1)))
             return saved_storages(roots)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import weakref
+from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
@@ -19,6 +20,21 @@ from core.snapshot import grad_fn_of
 
 MAX_LIST_ITEMS = 64
 OP_FRAME = "<op>"  # name of the capture's call frames that carry the script's file and line
+
+
+@contextmanager
+def untraced():
+    """The capture's own work (a graph snapshot: tens of thousands of Python calls) runs without the
+    name tracer, which would otherwise be called for each of its frames."""
+    tracer = sys.gettrace()
+    if tracer is None:
+        yield
+        return
+    sys.settrace(None)
+    try:
+        yield
+    finally:
+        sys.settrace(tracer)
 
 
 class NameTable:
