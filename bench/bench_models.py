@@ -4,8 +4,8 @@ Run: python bench/bench_models.py [--repeat N] [--only NAME]. Each figure is the
 wall time of whole commands (interpreter start, imports, the script, and for ``trace`` the
 worker, the capture and the summary), bare and traced runs alternated in this one run so
 both see the same machine load. Also times ``export`` to SVG of GPT-2 small against
-torchviz ``make_dot`` + ``dot -Tsvg`` on the same script (when torchviz is importable, or
-installed in /tmp/tvpkgs). GPT-2 and BERT need ``transformers`` (random init, offline).
+torchviz ``make_dot`` + ``dot -Tsvg`` on the same script (when torchviz is importable: ``pip install
+torchviz``, a benchmark-only tool, or /tmp/tvpkgs). GPT-2 and BERT need ``transformers`` (random init, offline).
 Beside each wall-time ratio, the ratio of CPU seconds (the command and every process it
 waited for), which a machine shared with other work disturbs much less.
 """
@@ -124,7 +124,7 @@ def main() -> int:
                 line += (f"; torchviz make_dot + dot -Tsvg: {tv:.2f} s ({mine / tv:.2f}x); CPU s: {cpu('export'):.2f} "
                          f"against {cpu('torchviz'):.2f} ({cpu('export') / cpu('torchviz'):.2f}x)")
             else:
-                line += "; torchviz not installed (pip install --target /tmp/tvpkgs torchviz graphviz)"
+                line += "; torchviz not installed (pip install torchviz)"
             print(line)
     return 1 if failed else 0
 
