@@ -19,12 +19,12 @@ def _capture(tmp_path, source: str):
 def test_locals_are_named_after_an_import_inside_the_function(tmp_path):
     # Imports run without the name tracer; it must be back for the rest of the function, whose
     # locals are remembered when it returns (those the graph keeps alive: saved for backward).
-    (tmp_path / "helper_mod.py").write_text("SCALE = 3.0\n")
+    (tmp_path / "scale_mod.py").write_text("SCALE = 3.0\n")
     trace = _capture(tmp_path, """\
         import torch
         def build(x):
             import json
-            from helper_mod import SCALE
+            from scale_mod import SCALE
             hidden = x * SCALE
             squashed = hidden.sigmoid()
             return (squashed * hidden).sum()
