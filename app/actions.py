@@ -7,6 +7,7 @@ from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import QComboBox, QLabel, QLineEdit, QMenu, QSizePolicy, QToolButton, QWidget
 
 from app.resources import example_scripts, icon
+from widgets.graph_direction import DIRECTION_NAMES, set_direction
 from widgets.graph_teaching import set_show_slots, set_show_values
 from widgets.storage_export import export_storage_dialog
 
@@ -147,6 +148,20 @@ def examples_menu(w) -> QMenu:
     return menu
 
 
+def direction_menu(w, view) -> None:
+    """View > Direction: top down, left to right or forward order, for the graph on screen."""
+    menu = view.addMenu("&Direction")
+    group = QActionGroup(w)
+    w.direction_actions = {}
+    for key, name in DIRECTION_NAMES.items():
+        act = menu.addAction(name)
+        act.setCheckable(True)
+        act.setChecked(key == w.graph.direction)
+        act.triggered.connect(lambda _=False, k=key: set_direction(w.graph, k))
+        group.addAction(act)
+        w.direction_actions[key] = act
+
+
 def build_menus(w) -> None:
     file_menu = w.menuBar().addMenu("&File")
     file_menu.addAction(w.act_open)
@@ -177,6 +192,7 @@ def build_menus(w) -> None:
         act.setChecked(name == "light")
         act.triggered.connect(lambda _=False, n=name: w.graph.set_theme(n))
         group.addAction(act)
+    direction_menu(w, view)
     view.addSeparator()
     for dock in w.docks.values():
         view.addAction(dock.toggleViewAction())

@@ -92,6 +92,7 @@ class ExportDialog(QDialog):
         self.direction.addItem("Top-down: loss on top, arrows the way gradients flow", "TB")
         self.direction.addItem("Left to right: loss on the left", "LR")
         self.direction.addItem("Forward order: inputs on top, arrows to the loss", "forward")
+        self.direction.setCurrentIndex(max(0, self.direction.findData(window.graph.direction)))  # as on screen
         self.page = QComboBox()
         self.page.addItem("Fit the graph (any size)", None)
         for key, text in (("16:9", "16:9 slide"), ("4:3", "4:3 slide"), ("A4", "A4 portrait"),

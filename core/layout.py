@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from core.attrs import saved_label, shown_value, tensor_words
 from core.layout_groups import GroupInfo, default_collapsed, group_info, node_index, paused_gc  # noqa: F401 - public API
-from core.layout_layered import layered
+from core.layout_layered import LAYER_GAP, layered
 from core.nested_view import nested_lines
 from core.trace import CallInfo, NodeInfo
 
@@ -179,8 +179,35 @@ def _listed(words: list[str]) -> str:
 
 def boundary_line(call: CallInfo, g: str) -> str:
     """``in: x [8, 64] · out: [8, 64]``: the tensors that cross the border of the folded group ``g``
-    in the forward sense (at most two each, then "+N"), from its cached border edges."""
+    in the forward sense (at most two each, then "+N"), from its cached border edges (kept)."""
     info = group_info(call)
+    hit = info.lines.get(g)
+    if hit is None:
+        hit = info.lines[g] = _boundary_line(call, info, g)
+    return hit
+
+
+PREPARE_FROM = 2000  # smaller calls fold fast without preparing
+
+
+def prepare_folds(call: CallInfo, collapsed, stop=None) -> int:
+    """Compute ahead what the next fold or unfold of ``call`` (folded at ``collapsed``) will need:
+    its groups' borders, members and folded-box texts. Meant for the layout thread, right after
+    a layout is shown and before the user folds; ``stop()`` true ends it early. Returns how many
+    groups it prepared."""
+    if len(call.nodes) < PREPARE_FROM:
+        return 0
+    with paused_gc():
+        groups = group_info(call).prepare(collapsed, stop=stop)
+        edge_shapes(call)
+        for i, g in enumerate(groups):
+            if stop is not None and i % 64 == 0 and stop():
+                return i
+            boundary_line(call, g)
+    return len(groups)
+
+
+def _boundary_line(call: CallInfo, info: GroupInfo, g: str) -> str:
     nodes, shapes, index = call.nodes, edge_shapes(call), node_index(call)
     ins: dict[str, None] = {}  # outside nodes the group reads, in node order
     for i, slot in info.leaving(g):
@@ -247,12 +274,13 @@ def build_visible(call: CallInfo, collapsed: frozenset[str], show_saved: bool) -
         g, outer = stack.pop()
         if g is not None and g in collapsed:
             vid = "group:" + g
-            members.update(dict.fromkeys(info.member_ids(g), vid))
+            members.update(info.member_map(g))
             container[vid] = outer
             kind[vid] = "group"
             coll[g] = info.count[g]
             cls = info.class_of(g)
-            label[vid] = f"{info.title(g)}\n{cls + ' · ' if cls else ''}{info.count[g]:,} nodes\n{boundary_line(call, g)}"
+            held = info.count[g]
+            label[vid] = f"{info.title(g)}\n{cls + ' · ' if cls else ''}{held:,} node{'s' if held != 1 else ''}\n{boundary_line(call, g)}"
             units.append((info.first(g), 1, g))
             continue
         inner = g if g is not None and info.is_drawn(g) else outer
@@ -365,7 +393,7 @@ def layout_call(
         if direction == "LR":
             vis.saved = {}  # saved-tensor tabs sit beside nodes only in the top-down drawing
             vis.size = {v: (h, w) for v, (w, h) in vis.size.items()}
-            out = _transposed(_compound(call, vis, lr=True))
+            out = _transposed(_compound(call, vis, lr=True, gap=_lr_gap(call)))
         elif direction == "forward":
             out = _forward(_compound(call, vis, top=GROUP_BOTTOM, bottom=GROUP_LABEL))
         else:
@@ -389,8 +417,21 @@ def _is_port(x, side: str) -> bool:
     return isinstance(x, tuple) and x[0] == side
 
 
+def _lr_gap(call: CallInfo) -> float:
+    """Left to right, labels sit above or below the edges that cross the gap between two columns:
+    the gap is as wide as the widest label the call puts on an edge (broadcast, dtype and device
+    marks), so that it fits between the columns instead of over a box."""
+    from core.anatomy import device_changes
+    from core.edge_marks_text import mark_text
+
+    texts = [mark_text(m) for n in call.nodes if n.edge_marks for m in n.edge_marks]
+    texts += [c.text for c in device_changes(call)]
+    widest = max(map(len, texts), default=0) * SMALL_CHAR_W + 28
+    return max(LAYER_GAP, widest)
+
+
 def _compound(call: CallInfo, vis: Visible, lr: bool = False, top: float = GROUP_LABEL,
-              bottom: float = GROUP_BOTTOM) -> Layout:
+              bottom: float = GROUP_BOTTOM, gap: float = LAYER_GAP) -> Layout:
     info = group_info(call)
     containers: list[str | None] = [None] + vis.groups
     chain: dict[str | None, tuple[str | None, ...]] = {None: (None,)}
@@ -467,7 +508,7 @@ def _compound(call: CallInfo, vis: Visible, lr: bool = False, top: float = GROUP
         res = memo.get(key)
         if res is None:
             res = memo[key] = layered(
-                *args[:2], sources=args[2], sinks=args[3], src_off=so, dst_off=do, anchors=anchors, fast=fast
+                *args[:2], sources=args[2], sinks=args[3], src_off=so, dst_off=do, anchors=anchors, fast=fast, gap=gap
             )
         crossings += res.crossings
         results[c] = (order, index, keys, res)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import weakref
+from collections import Counter
 
 from core.trace import CallInfo, paused_gc  # noqa: F401 (paused_gc is re-exported for layout users)
 
@@ -55,11 +56,17 @@ class GroupInfo:
         self.module_count: dict[str | None, int] = {m: len(idx) for m, idx in by_module.items()}
         self.own: dict[str | None, list[int]] = by_module  # module -> indices of its own nodes
         self._ids: dict[str, list[str]] = {}
-        self._leaving: dict[str, list[tuple[int, int]]] = {}
-        self._entering: dict[str, list[tuple[int, int]]] = {}
-        self.repeat: dict[str, int] = _repeats(nodes, self)
+        self._first: dict[str, int] = {}
+        self._maps: dict[str, dict[str, str]] = {}
+        self.lines: dict[str, str] = {}  # group -> the in/out line of its folded box (core.layout)
+        self._leaving: dict[str, list[tuple[int, int]]] | None = None  # group -> border edges (``_borders``)
+        self._entering: dict[str, list[tuple[int, int]]] | None = None
+        stacks, runs = _repeats(nodes, self)
+        self.repeat: dict[str, int] = stacks  # "× N" groups -> N
         self._classes: dict[str, str] = dict((call.options or {}).get("module_classes") or {})
-        self.chunk_of: dict[str, str] = {}  # a chunk of a long stack -> the stack
+        self.chunk_of: dict[str, str | None] = {}  # a run or chunk of blocks -> the module whose blocks they are
+        for parent, kids in runs:
+            self._run(parent, kids)
         for g, n in list(self.repeat.items()):
             if n > 2 * CHUNK:
                 self._chunk(g)
@@ -70,10 +77,31 @@ class GroupInfo:
     def node_groups(self, node_id: str) -> tuple[str, ...]:
         return self.ancestors[self.module[node_id]]
 
+    def _run(self, parent: str | None, kids: list[str]) -> None:
+        """Stack the identical numbered blocks ``kids`` (``layers.1`` … ``layers.6``), a run among
+        other children of ``parent`` (an embedding before them, a head after), into one group
+        ``layers.1–6`` of their own; the other children stay as they are."""
+        r = _run_name(kids)
+        depth = len(self.ancestors[parent])
+        inside = set(kids)
+        siblings = self.children[parent]
+        at = min(siblings.index(k) for k in kids)
+        self.children[parent] = [k for k in siblings[:at] if k not in inside] + [r] + [
+            k for k in siblings[at:] if k not in inside]
+        self.children[r] = kids
+        self.ancestors[r] = self.ancestors[parent] + (r,)
+        self._members[r] = [i for k in kids for i in self._members[k]]
+        self.count[r] = len(self._members[r])
+        self.repeat[r] = len(kids)
+        self.chunk_of[r] = parent
+        for path, chain in list(self.ancestors.items()):
+            if len(chain) > depth and chain[depth] in inside:
+                self.ancestors[path] = chain[:depth] + (r,) + chain[depth:]
+
     def _chunk(self, g: str) -> None:
         """Split the stack ``g`` (say 8,333 blocks) into runs of ``CHUNK`` (``g.0–63`` …), each a
         group of its own: opening the stack then draws 131 boxes, not 8,333."""
-        kids = sorted(self.children[g], key=lambda k: int(k[len(g) + 1 :]))
+        kids = sorted(self.children[g], key=_number)
         depth = len(self.ancestors[g])
         chunk_of: dict[str, str] = {}
         chunks = []
@@ -81,7 +109,7 @@ class GroupInfo:
         bounds = [round(i * len(kids) / k) for i in range(k + 1)]
         for a, b in zip(bounds, bounds[1:]):
             part = kids[a:b]
-            c = f"{g}.{a}\u2013{b - 1}"
+            c = _run_name(part)
             chunks.append(c)
             self.children[c] = part
             self.ancestors[c] = self.ancestors[g] + (c,)
@@ -103,44 +131,86 @@ class GroupInfo:
             hit = self._ids[g] = [nodes[i].id for i in self._members[g]]
         return hit
 
+    def member_map(self, g: str) -> dict[str, str]:
+        """Node id -> ``group:<g>`` for the nodes inside ``g``: what a fold of ``g`` adds to a
+        layout's ``members`` (kept: copying a dict costs half of building it)."""
+        hit = self._maps.get(g)
+        if hit is None:
+            hit = self._maps[g] = dict.fromkeys(self.member_ids(g), "group:" + g)
+        return hit
+
     def first(self, g: str) -> int:
-        """The smallest node index inside ``g``."""
-        return min(self._members[g])
+        """The smallest node index inside ``g`` (kept)."""
+        hit = self._first.get(g)
+        if hit is None:
+            hit = self._first[g] = min(self._members[g])
+        return hit
+
+    def prepare(self, collapsed, limit: int = 4096, stop=None) -> list[str]:
+        """Find now what folding or unfolding a group of the view folded at ``collapsed`` will ask
+        for: border edges, and for each folded group's subgroups whether they are drawn, their
+        node ids and first node. Run off the GUI thread once a layout is shown, so that the first
+        fold of a 50,000-node call costs what later ones do; ``stop()`` true ends it early (the
+        user asked for another layout, which must not wait). Returns the groups it prepared."""
+        if self._leaving is None:
+            self._borders()
+        done: list[str] = []
+        for g in sorted(collapsed):
+            if g not in self.count:
+                continue
+            if len(done) >= limit or stop is not None and stop():
+                break
+            for c in [g] + self.drawn_children(g):
+                self.member_map(c)
+                self.first(c)
+                done.append(c)
+        return done
 
     def leaving(self, g: str) -> list[tuple[int, int]]:
         """(node index, slot) of the edges from a node inside ``g`` to one outside, in node order."""
-        hit = self._leaving.get(g)
-        if hit is None:
-            nodes, module, anc = self._call().nodes, self.module, self.ancestors
-            hit = []
-            for i in sorted(self._members[g]):
-                for slot, e in enumerate(nodes[i].next):
-                    if e is not None and g not in anc[module[e.node]]:
-                        hit.append((i, slot))
-            self._leaving[g] = hit
-        return hit
+        if self._leaving is None:
+            self._borders()
+        return self._leaving.get(g, [])
 
     def entering(self, g: str) -> list[tuple[int, int]]:
         """(node index, slot) of the edges from a node outside ``g`` to one inside, in node order:
         in the forward sense, the tensors ``g`` hands to the rest of the graph."""
-        hit = self._entering.get(g)
-        if hit is None:
-            call = self._call()
-            nodes, module, anc = call.nodes, self.module, self.ancestors
-            users, index = call.consumers(), node_index(call)
-            found: set[tuple[int, int]] = set()
-            for i in self._members[g]:
-                for u in set(users.get(nodes[i].id, ())):
-                    j = index[u]
-                    if g in anc[module[u]]:
-                        continue
-                    found.update((j, s) for s, e in enumerate(nodes[j].next) if e is not None and e.node == nodes[i].id)
-            hit = self._entering[g] = sorted(found)
-        return hit
+        if self._entering is None:
+            self._borders()
+        return self._entering.get(g, [])
+
+    def _borders(self) -> None:
+        """Every group's border edges in one pass over the edges: an edge leaves the groups around
+        its source that are not around its target, and enters the converse ones. Asking for one
+        group (a folded top level) walks all its nodes anyway, so all groups cost about what one
+        does, and later folds find their borders ready."""
+        call = self._call()
+        module, anc = self.module, self.ancestors
+        chain_of: dict[str, tuple[str, ...]] = {nid: anc[m] for nid, m in module.items()}
+        leaving: dict[str, list[tuple[int, int]]] = {}
+        entering: dict[str, list[tuple[int, int]]] = {}
+        empty: tuple[str, ...] = ()
+        for i, n in enumerate(call.nodes):
+            ca = chain_of[n.id]
+            for slot, e in enumerate(n.next):
+                if e is None:
+                    continue
+                cb = chain_of.get(e.node, empty)
+                if cb is ca:
+                    continue
+                k, top = 0, min(len(ca), len(cb))
+                while k < top and ca[k] == cb[k]:
+                    k += 1
+                for g in ca[k:]:
+                    leaving.setdefault(g, []).append((i, slot))
+                for g in cb[k:]:
+                    entering.setdefault(g, []).append((i, slot))
+        self._leaving, self._entering = leaving, entering
 
     def title(self, g: str, parent: str | None = None) -> str:
         """``g`` relative to ``parent``, with "× N" for a stack of identical modules."""
-        parent = self.chunk_of.get(parent, parent)
+        while parent in self.chunk_of:  # a block in a run is named as in the module that holds the run
+            parent = self.chunk_of[parent]
         text = g if parent is None or not g.startswith(parent + ".") else g[len(parent) + 1 :]
         n = self.repeat.get(g)
         return f"{text} \u00d7 {n}" if n else text
@@ -148,12 +218,9 @@ class GroupInfo:
     def boundary(self, g: str) -> tuple[int, int]:
         """(inputs, outputs) of module ``g`` in the forward sense: nodes outside it that its nodes
         read from (their next functions) and nodes outside it that read its results."""
-        call = self._call()
-        nodes = call.nodes
-        inside = {nodes[i].id for i in self._members.get(g, ())}
-        ins = {e.node for i in self._members.get(g, ()) for e in nodes[i].next if e is not None and e.node not in inside}
-        users = call.consumers()
-        outs = {u for nid in inside for u in users.get(nid, ()) if u not in inside}
+        nodes = self._call().nodes
+        ins = {nodes[i].next[s].node for i, s in self.leaving(g)}
+        outs = {nodes[i].id for i, _s in self.entering(g)}
         return len(ins), len(outs)
 
     def class_of(self, g: str) -> str | None:
@@ -264,32 +331,69 @@ def node_index(call: CallInfo) -> dict[str, int]:
     return cached
 
 
-def _repeats(nodes, info: GroupInfo) -> dict[str, int]:
-    """Groups whose children are ``0 … N-1`` (a ModuleList, a Sequential of blocks) built of the
-    same ops (all but perhaps the first): drawn as one "× N" stack that opens to its members."""
-    candidates = {}
+def _number(path: str) -> int:
+    return int(path.rsplit(".", 1)[-1])
+
+
+def _run_name(kids: list[str]) -> str:
+    """``layers.1–6`` for the blocks ``layers.1`` … ``layers.6`` (``1–6`` at the top level)."""
+    head, _, _ = kids[0].rpartition(".")
+    return f"{head + '.' if head else ''}{_number(kids[0])}\u2013{_number(kids[-1])}"
+
+
+MIN_RUN = 3  # a run of numbered blocks among other children is stacked from this many
+
+
+def _repeats(nodes, info: GroupInfo) -> tuple[dict[str, int], list[tuple[str | None, list[str]]]]:
+    """Runs of identical numbered blocks: ``({module: N}, [(parent, blocks)])``.
+
+    A module whose children are ``0 … N-1`` (a ModuleList, a Sequential of blocks) built of the
+    same ops (all but perhaps the first) is drawn as one "× N" stack that opens to its members.
+    Elsewhere, consecutive numbered children built of the same ops (at least ``MIN_RUN``) among
+    other children (``embed``, ``h.0`` … ``h.11``, ``ln_f`` in one Sequential, or blocks whose
+    first and last differ) are stacked on their own, the other children left as they are."""
+    numbered: dict[str | None, list[str]] = {}
     for g, kids in info.children.items():
-        if g is None or len(kids) < 2 or info.module_count.get(g):
-            continue
-        tails = [k[len(g) + 1 :] for k in kids]
-        if all(t.isdigit() for t in tails) and sorted(map(int, tails)) == list(range(len(kids))):
-            candidates[g] = kids
-    if not candidates:
-        return {}
-    sig: dict[str, list] = {k: [] for kids in candidates.values() for k in kids}
+        start = len(g) + 1 if g is not None else 0
+        run = [k for k in kids if k[start:].isdigit()]
+        if len(run) >= 2:
+            numbered[g] = sorted(run, key=_number)
+    if not numbered:
+        return {}, []
+    sig: dict[str, list] = {k: [] for kids in numbered.values() for k in kids}
     for n in nodes:
         mod = info.module[n.id]
         for a in info.ancestors[mod]:
             if a in sig:
                 sig[a].append((mod[len(a) :], n.name))
-    out = {}
-    for g, kids in candidates.items():
-        kids = sorted(kids, key=lambda k: int(k[len(g) + 1 :]))
-        # The first block may differ: its input often needs no grad, so some ops are missing.
-        rest = kids[1:] if len(kids) > 2 else kids
-        last = sorted(sig[rest[-1]])
-        if all(len(sig[k]) == len(last) and sorted(sig[k]) == last for k in rest[:-1]):
-            out[g] = len(kids)
+    sig = {k: sorted(v) for k, v in sig.items()}
+    stacks: dict[str, int] = {}
+    runs: list[tuple[str | None, list[str]]] = []
+    for g, kids in numbered.items():
+        whole = len(kids) == len(info.children[g]) and [_number(k) for k in kids] == list(range(len(kids)))
+        if g is not None and whole and not info.module_count.get(g):
+            # The first block may differ: its input often needs no grad, so some ops are missing.
+            rest = kids[1:] if len(kids) > 2 else kids
+            if all(sig[k] == sig[rest[-1]] for k in rest[:-1]):
+                stacks[g] = len(kids)
+                continue
+        runs.extend((g, part) for part in _identical_runs(kids, sig) if len(part) >= MIN_RUN)
+    return stacks, runs
+
+
+def _identical_runs(kids: list[str], sig: dict[str, list]) -> list[list[str]]:
+    """``kids`` (sorted by number) cut into runs of consecutive numbers and equal op lists; block 0
+    joins the run after it when it only lacks some of their ops (its input needs no grad)."""
+    out: list[list[str]] = []
+    for k in kids:
+        last = out[-1] if out else None
+        if last is not None and _number(k) == _number(last[-1]) + 1 and sig[k] == sig[last[-1]]:
+            last.append(k)
+        elif (last is not None and len(last) == 1 and _number(last[0]) == 0 and _number(k) == 1
+              and not Counter(sig[last[0]]) - Counter(sig[k])):
+            last.append(k)
+        else:
+            out.append([k])
     return out
 
 

@@ -41,6 +41,7 @@ def layered(
     dst_off: list[float | None] | None = None,
     anchors: list[tuple[float, float, float] | None] | None = None,
     fast: bool = False,
+    gap: float = LAYER_GAP,
 ) -> LayeredResult:
     """Lay out boxes ``sizes[i] = (w, h)`` joined by directed ``edges``.
 
@@ -48,7 +49,8 @@ def layered(
     ``src_off``/``dst_off`` fix where an edge leaves / enters a box (x offset from its
     centre; None spreads the edges of a box over its border). ``anchors[i] = (dx, w, h)``
     is the part of a box that edges attach to, when that is not the whole box. ``fast`` runs
-    fewer sweeps (big graphs, where nobody reads every crossing).
+    fewer sweeps (big graphs, where nobody reads every crossing). ``gap``: the space between
+    layers (wider where labels must fit beside edges that cross it).
     """
     n = len(sizes)
     m = len(edges)
@@ -109,7 +111,7 @@ def layered(
     rows, crossings = _reduce_crossings(rows, up, down, 2 if fast else 6)
 
     xs = _assign_x(rows, (up, up_d), (down, down_d), w, is_dummy, 2 if fast else 5)
-    ys, height = _assign_y(rows, h, nl, bool(sources), bool(sinks))
+    ys, height = _assign_y(rows, h, nl, bool(sources), bool(sinks), gap)
     left = min(xs[v] - w[v] / 2 for v in range(total))
     xs = [x - left for x in xs]
     width = max(xs[v] + w[v] / 2 for v in range(total))
@@ -377,7 +379,7 @@ def _isotonic(want, wt, sep) -> list[float]:
     return out
 
 
-def _assign_y(rows, h, nl, has_sources, has_sinks) -> tuple[list[float], float]:
+def _assign_y(rows, h, nl, has_sources, has_sinks, gap: float = LAYER_GAP) -> tuple[list[float], float]:
     ys = [0.0] * len(h)
     y = 0.0
     prev_h = None
@@ -385,7 +387,7 @@ def _assign_y(rows, h, nl, has_sources, has_sinks) -> tuple[list[float], float]:
         band = max((h[v] for v in row), default=0.0)
         if prev_h is not None:
             port_row = (lay == 1 and has_sources) or (lay == nl - 1 and has_sinks)
-            y += prev_h / 2 + (PORT_GAP if port_row else LAYER_GAP) + band / 2
+            y += prev_h / 2 + (PORT_GAP if port_row else gap) + band / 2
         for v in row:
             ys[v] = y
         prev_h = band

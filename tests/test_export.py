@@ -363,8 +363,12 @@ def test_dialog_exports_a_slide_in_forward_order_with_the_window_state(qtbot, tm
     w = _stub_window(qtbot)
     w.graph.set_collapsed({"fc1"}, sync=True)
     w.graph.set_node_states({"n0": "executed", "n1": "current"})
+    from widgets.graph_direction import set_direction
+
+    set_direction(w.graph, "LR", sync=True)
     dialog = export_dialog.ExportDialog(w)
     qtbot.addWidget(dialog)
+    assert dialog.options()["direction"] == "LR"  # the dialog starts as the graph is drawn on screen
     dialog.path.setText(str(tmp_path / "slide.svg"))
     dialog._path_edited(dialog.path.text())
     dialog.direction.setCurrentIndex(dialog.direction.findData("forward"))
@@ -375,4 +379,4 @@ def test_dialog_exports_a_slide_in_forward_order_with_the_window_state(qtbot, tm
     assert {"fc1", "running now", "arrows: forward order, from the inputs to the loss"} <= set(pos)
     assert pos["fc1"] < pos["MseLossBackward0"]  # the folded input module above the loss
     assert ET.parse(path).getroot().get("viewBox") == "0 0 720 540"
-    assert w.graph.graph_layout().direction == "TB"  # the window's own view is left as it was
+    assert w.graph.graph_layout().direction == "LR"  # the window's own view is left as it was

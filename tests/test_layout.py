@@ -394,3 +394,114 @@ def test_folded_group_lists_two_tensors_then_a_count():
              leaf("lx", "tx", "x")]
     c = call(nodes, tensors, ["sum"])
     assert boundary_line(c, "attn") == "in: x [2, 8] \u00b7 out: q [2, 4], k [2, 4] +1"
+
+
+def _borders_by_walking(c, info, g):
+    """Each group's border edges found the slow way: walk its members' edges and their users."""
+    anc, module = info.ancestors, info.module
+    index = {n.id: i for i, n in enumerate(c.nodes)}
+    members = {c.nodes[i].id for i in info._members[g]}
+    leaving = [(index[n.id], s) for n in c.nodes if n.id in members
+               for s, e in enumerate(n.next) if e is not None and g not in anc[module[e.node]]]
+    entering = [(index[n.id], s) for n in c.nodes if n.id not in members
+                for s, e in enumerate(n.next) if e is not None and e.node in members]
+    return leaving, entering
+
+
+@pytest.mark.parametrize("make", [lambda: transformer_call(3), lambda: residual_mlp_call(150, "blocks"), mlp_call])
+def test_border_edges_of_every_group_match_a_walk_of_its_members(make):
+    c = make()
+    info = group_info(c)
+    assert len(info.count) > 2
+    for g in info.count:  # runs of a long stack ("blocks.0–63") included
+        assert (info.leaving(g), info.entering(g)) == _borders_by_walking(c, info, g), g
+    # the 150-block stack: one tensor leaves the whole stack, and a run passes one tensor on
+    if "blocks" in info.count:
+        assert [c.nodes[i].id for i, _ in info.entering("blocks")] == ["n1"]  # PowBackward0 reads the stack
+        assert info.boundary("blocks") == (0, 1)
+        assert info.boundary("blocks.75") == (1, 2)  # reads add74; add76 and mm76 read it
+
+
+def test_the_layout_thread_prepares_the_next_fold():
+    from core.layout import prepare_folds
+
+    c = residual_mlp_call(400, "blocks")  # 2,402 nodes: the stack opens as 7 runs
+    info = group_info(c)
+    runs = info.children["blocks"]
+    assert len(runs) == 7 and not info.lines
+    assert prepare_folds(c, frozenset({"blocks"})) == 8  # the stack and its runs
+    assert set(info.lines) == {"blocks", *runs} and set(info._maps) == {"blocks", *runs}
+    assert info.member_map(runs[0])["mm0"] == "group:" + runs[0]
+    ready = dict(info.lines)
+    lay = layout_call(c, collapsed=frozenset(runs))  # the fold uses what was prepared
+    assert {lay.nodes["group:" + r].label.split("\n")[-1] for r in runs} == {ready[r] for r in runs}
+    assert lay.members["mm0"] == "group:" + runs[0] and len(lay.members) == len(c.nodes)
+    assert prepare_folds(mlp_call(), frozenset({"fc1"})) == 0  # small calls fold fast unprepared
+
+
+def _renamed(c, old: str, new: str):
+    """``c`` with every module path and tensor name starting ``old`` starting ``new`` instead."""
+    fix = lambda s: new + s[len(old):] if s and s.startswith(old) else s  # noqa: E731
+    nodes = [replace(n, module=fix(n.module), label=fix(n.label)) for n in c.nodes]
+    tensors = [replace(t, name=fix(t.name)) for t in c.tensors]
+    return replace(c, nodes=nodes, tensors=tensors)
+
+
+def test_a_run_of_numbered_blocks_among_other_children_is_stacked():
+    # GPT-2 with its blocks straight under "transformer": wte, wpe, 0 … 11, ln_f, and the
+    # embeddings' sum as transformer's own node.
+    c = _renamed(transformer_call(12), "transformer.h.", "transformer.")
+    info = group_info(c)
+    run = "transformer.0\u201311"
+    assert info.repeat == {run: 12}
+    assert info.children["transformer"] == ["transformer.ln_f", run, "transformer.wpe", "transformer.wte"]  # call order
+    assert info.children[run] == [f"transformer.{i}" for i in range(12)]
+    assert info.title(run, "transformer") == "0\u201311 \u00d7 12" and info.title("transformer.7", run) == "7"
+    assert info.node_groups("p_transformer.h.7.mlp.c_fc.weight") == (  # ids keep their first names
+        "transformer", run, "transformer.7", "transformer.7.mlp", "transformer.7.mlp.c_fc")
+    assert info.count[run] == sum(info.count[f"transformer.{i}"] for i in range(12))
+    assert info.fold_to_depth(1) == frozenset({"transformer.wte", "transformer.wpe", run, "transformer.ln_f"})
+    lay = layout_call(c, collapsed=info.fold_to_depth(1))
+    assert f"{run} \u00d7 12\n{info.count[run]:,} nodes\nin: 1 tensor \u00b7 out: 1 tensor" in {
+        b.label for b in lay.nodes.values()}
+    assert overlaps(node_boxes(lay)) == []
+    # Opening the run shows its 12 blocks folded; the embeddings and ln_f are untouched.
+    coll = info.fold_to_depth(2)
+    assert coll >= {f"transformer.{i}" for i in range(12)} and run not in coll
+    # "layers.0 … 5" next to "head" in one module; 300 blocks next to a head open in runs of 60.
+    small = residual_mlp_call(6, "net")
+    small = replace(small, nodes=[replace(n, module="net.head") if n.id == "n1" else n for n in small.nodes])
+    info = group_info(small)
+    assert info.repeat == {"net.0\u20135": 6} and info.children["net"] == ["net.head", "net.0\u20135"]
+    big = residual_mlp_call(300, "net")
+    big = replace(big, nodes=[replace(n, module="net.head") if n.id == "n1" else n for n in big.nodes])
+    info = group_info(big)
+    assert info.children["net"] == ["net.head", "net.0\u2013299"]
+    runs = info.children["net.0\u2013299"]
+    assert runs == ["net.0\u201359", "net.60\u2013119", "net.120\u2013179", "net.180\u2013239", "net.240\u2013299"]
+    assert info.title(runs[1], "net.0\u2013299") == "60\u2013119 \u00d7 60" and info.title("net.75", runs[1]) == "75"
+    assert info.node_groups("mm75") == ("net", "net.0\u2013299", runs[1], "net.75", "net.75.fc")
+
+
+def test_blocks_that_differ_are_not_stacked():
+    # The last block has a downsample the others lack: not one stack, but 0 … 2 stack among
+    # net's children; two equal blocks among other children stay apart (a run starts at three).
+    c = residual_mlp_call(4, "net")
+    c = replace(c, nodes=[replace(n, module="net.3.down") if n.id == "t3" else n for n in c.nodes])
+    info = group_info(c)
+    assert info.repeat == {"net.0\u20132": 3} and info.children["net"] == ["net.3", "net.0\u20132"]
+    two = residual_mlp_call(2, "net")
+    two = replace(two, nodes=[replace(n, module="net.head") if n.id == "n1" else n for n in two.nodes])
+    assert group_info(two).repeat == {} and group_info(two).children["net"] == ["net.head", "net.1", "net.0"]
+
+
+def test_preparing_folds_stops_when_asked():
+    from core.layout import prepare_folds
+
+    c = residual_mlp_call(400, "blocks")
+    info = group_info(c)
+    runs = frozenset(info.children["blocks"])
+    asked = []
+    assert prepare_folds(c, runs, stop=lambda: asked.append(1) or len(asked) > 2) < 3 * 58
+    assert len(info._maps) < len(runs) * 58  # not every block of the 7 runs
+    assert prepare_folds(c, runs) == 7 + 400  # the runs and their blocks

@@ -179,3 +179,20 @@ def test_resnet18_and_bert_sized_models_open_readable(view, tmp_path):
     assert view.node_items["group:bert.layers"].box.label == (
         f"bert.layers \u00d7 12\nTransformerEncoderLayer \u00b7 {group_info(bert).count['bert.layers']} nodes\nout: [2, 5, 32]")
     assert view.group_items["bert"].group.label == "bert \u00b7 TransformerEncoder"
+
+
+def test_the_layout_thread_prepares_the_next_fold_once_the_scene_is_shown(view, qtbot):
+    from core.layout import group_info
+
+    c = residual_mlp_call(400, "blocks")  # 2,402 nodes: "blocks" opens into 7 runs
+    info = group_info(c)
+    runs = info.children["blocks"]
+    view.set_call(c, collapsed=frozenset({"blocks"}))  # laid out on the layout thread
+    assert view.wait_ready()
+    assert not set(runs) & set(info._maps)  # nothing prepared while the scene was built
+    qtbot.waitUntil(lambda: set(runs) <= set(info.lines), timeout=5000)
+    assert set(runs) <= set(info._maps)
+    view.toggle_group("blocks")
+    assert view.wait_ready()
+    assert {f"group:{r}" for r in runs} <= set(view.node_items)
+    assert view.node_items[f"group:{runs[0]}"].box.label.split("\n")[-1] == info.lines[runs[0]]

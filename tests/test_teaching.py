@@ -546,7 +546,7 @@ def test_checkpoint_node_shows_and_opens_its_nested_backward(tmp_path, qtbot, mo
     assert "backward #1: 6 nodes" in svg and "3 × AccumulateGrad" in svg and "runs backward #1 inside" not in svg
 
 
-@pytest.mark.parametrize("direction", ["TB", "forward"])
+@pytest.mark.parametrize("direction", ["TB", "LR", "forward"])
 def test_cut_labels_cross_no_edge_and_edge_texts_hide_no_arrowhead(qtbot, direction):
     """02_polynomial with values: each cut label stays off every edge line, and no text (gradient
     on an edge, seed, cut label) covers an arrowhead."""
@@ -578,3 +578,53 @@ def test_cut_labels_cross_no_edge_and_edge_texts_hide_no_arrowhead(qtbot, direct
             r = t.text_rect()
             assert not any(r.contains(x, y) for x, y in tips), (direction, t.lines)
             assert not any(r.intersects(h) for h in heads), (direction, t.lines)
+
+
+@pytest.fixture(scope="module")
+def marked_calls():
+    """Calls whose graphs carry every kind of mark: stale and in-place tags (08_inplace_error),
+    broadcast marks (28_broadcasting_backward), device tags and a device change on an edge."""
+    from pathlib import Path
+
+    from tests.test_graph_marks import device_call
+
+    examples = Path(__file__).resolve().parent.parent / "resources" / "examples"
+    out = {name: capture_script(str(examples / f"{name}.py")).calls[0]
+           for name in ("08_inplace_error", "28_broadcasting_backward")}
+    out["device"] = device_call("cuda:0")
+    return out
+
+
+@pytest.mark.parametrize("direction", ["TB", "LR", "forward"])
+def test_no_mark_covers_an_arrowhead_or_crosses_an_edge(qtbot, marked_calls, direction):
+    """Every mark (tags on nodes, device and broadcast marks on edges, cut stubs) is placed
+    for the direction it is drawn in: beside its edge or node, never over an arrowhead, an edge's
+    line, a box it does not belong to, or another mark."""
+    from PySide6.QtGui import QPainterPathStroker
+
+    from widgets.export import offscreen_view
+    from widgets.graph_items import edge_path
+    from widgets.graph_teaching import _head
+
+    kinds = set()
+    for name, call in marked_calls.items():
+        with offscreen_view(call, direction=direction) as view:
+            lay = view.graph_layout()
+            curved, horizontal = lay.engine != "dot", lay.direction == "LR"
+            stroker = QPainterPathStroker()
+            stroker.setWidth(2.0)
+            lines = [stroker.createStroke(edge_path(e.points, curved, horizontal)) for e in lay.edges]
+            heads = [_head(e.points, curved, horizontal) for e in lay.edges]
+            boxes = {v: view.node_items[v].sceneBoundingRect().adjusted(1, 1, -1, -1) for v in lay.nodes}
+            placed = []
+            for t in view.marks.tags:
+                kinds.add(t.kind)
+                r = t.text_rect() if hasattr(t, "text_rect") else t.sceneBoundingRect().adjusted(1.5, 1.5, -1.5, -1.5)
+                where = (direction, name, t.kind, getattr(t, "text", None) or t.lines)
+                assert not any(r.intersects(h) for h in heads), where
+                assert not any(line.intersects(r) for line in lines), where
+                own = t.target if isinstance(t.target, str) else None
+                assert not [v for v, b in boxes.items() if v != own and b.intersects(r)], where
+                assert not [p for p in placed if p.intersects(r)], where
+                placed.append(r)
+    assert kinds == {"stale", "inplace", "device", "device_edge", "mark", "cut"}

@@ -18,8 +18,8 @@ from PySide6.QtWidgets import QGraphicsItem, QGraphicsScene, QStyleOptionGraphic
 from core import anatomy
 from core.layout import Layout, node_index, open_nodes
 from core.trace import CallInfo
-from widgets.graph_items import MIN_TEXT_PX, EdgeItem, NodeItem, SavedItem, color, font
-from widgets.graph_teaching import teaching_items
+from widgets.graph_items import MIN_TEXT_PX, EdgeItem, NodeItem, SavedItem, color, edge_path, font
+from widgets.graph_teaching import Placer, beside, teaching_items
 from widgets.graph_links import LinkEnd, Obstacles, label_spot, link_route, rect_tuple, route_path, spanning_pairs
 from widgets.theme import Theme
 
@@ -173,6 +173,8 @@ class MarkItems:
     tags: list[TagItem] = field(default_factory=list)
     links: list[ShareLinkItem] = field(default_factory=list)
     accented: list[EdgeItem] = field(default_factory=list)  # edges drawn bold: a device change
+    placer: Placer | None = None  # where the marks went: the scene's notes keep off them
+    direction: str = "TB"  # the layout's: other than top down, the legend says which way arrows point
 
     def items(self) -> list[QGraphicsItem]:
         return [*self.links, *self.tags]
@@ -184,6 +186,8 @@ class MarkItems:
             keys.insert(1 if "inplace" in keys else 0, "sharing")
         if "device_edge" in kinds:
             keys.append("device")
+        if self.direction != "TB":
+            keys.append("flow_forward" if self.direction == "forward" else "flow_backward")
         return keys
 
     def bounds(self) -> QRectF:
@@ -256,7 +260,7 @@ def build_marks(
     show: bool = True,
 ) -> MarkItems:
     """Add the marks for ``call`` to a scene already filled from ``layout``."""
-    out = MarkItems()
+    out = MarkItems(placer=Placer(layout), direction=layout.direction)
     members = layout.members
     saved_at = {(s.saved.node, s.saved.name): s for s in saved}
     node_tags: dict[str, dict[str, list[tuple[str, str]]]] = {}  # box -> kind -> [(text, tip)]
@@ -291,8 +295,7 @@ def build_marks(
         if n.id in reduced:
             tag(box, "allreduce", reduced[n.id][0], reduced[n.id][1])
     for box, kinds in node_tags.items():
-        b = layout.nodes[box]  # tags hang from the bottom border, right of where the edges leave
-        x, top = b.x + b.w / 2 + 8, b.y + b.h - 5
+        row = []
         for kind in NODE_TAG_ORDER:
             found = kinds.get(kind)
             if not found:
@@ -301,14 +304,33 @@ def build_marks(
             if len(found) > 1:
                 text += f" +{len(found) - 1}"
                 tip = "\n\n".join(t for _, t in found)
-            item = _add(scene, out, TagItem(kind, text, tip, theme, box), show)
-            item.setPos(x, top)
+            row.append(_add(scene, out, TagItem(kind, text, tip, theme, box), show))
+        b = layout.nodes[box]
+        w = sum(item.size()[0] for item in row) + TAG_GAP * (len(row) - 1)
+        h = max(item.size()[1] for item in row)
+        x, y = out.placer.spot(w, h, _tag_spots(b, w, h, layout.direction), own=QRectF(b.x, b.y, b.w, b.h))
+        for item in row:
+            item.setPos(x, y + (h - item.size()[1]) / 2)
             x += item.size()[0] + TAG_GAP
     _saved_marks(scene, out, call, saved, theme, sharing, show)
-    _device_edges(scene, out, call, members, edges, theme, show)
+    _device_edges(scene, out, call, members, edges, theme, show, layout.direction)
     if sharing:
         _links(scene, out, call, layout, saved_at, theme, show)
     return out
+
+
+def _tag_spots(b, w: float, h: float, direction: str) -> list[tuple[float, float]]:
+    """Top-left corners for a node's row of tags, best first: hanging from its border on the side
+    edges do not use (top to bottom and forward, edges meet a node's top and bottom: right of
+    where they leave the bottom first; left to right, they meet its sides: the bottom), then the
+    other places around the node. The placer takes the first that covers no edge or arrowhead."""
+    cx, cy = b.x + b.w / 2, b.y + b.h / 2
+    below, above = b.y + b.h - 5, b.y - h + 5  # overlapping the border by 5 px
+    if direction == "LR":
+        return [(b.x + 8, below), (b.x + b.w - 8 - w, below), (cx - w / 2, below), (b.x + 8, above),
+                (b.x + b.w - 8 - w, above), (cx - w / 2, b.y + b.h + 4), (cx - w / 2, b.y - h - 4)]
+    return [(cx + 8, below), (cx - 8 - w, below), (b.x + b.w + 4, cy - h / 2), (b.x - w - 4, cy - h / 2),
+            (cx + 8, above), (cx - 8 - w, above), (b.x + b.w + 4, b.y + b.h + 4), (b.x - w - 4, b.y + b.h + 4)]
 
 
 def _add(scene: QGraphicsScene, out: MarkItems, item, show: bool):
@@ -331,15 +353,22 @@ def _saved_marks(scene, out: MarkItems, call: CallInfo, saved: list[SavedItem], 
         if base is not None:
             tip = anatomy.view_tip(call, box.tensor, base, box.name)
             marks.append(("view", f"view of {anatomy.tensor_name(call, base)}", tip))
-        x = box.x + box.w + 4
-        for kind, text, tip in marks:
-            item = _add(scene, out, TagItem(kind, text, tip, theme, ("saved", box.node, box.name)), show)
-            w, h = item.size()
-            item.setPos(x, box.y + (box.h - h) / 2)
-            x += w + TAG_GAP
+        if not marks:
+            continue
+        row = [_add(scene, out, TagItem(kind, text, tip, theme, ("saved", box.node, box.name)), show)
+               for kind, text, tip in marks]
+        w = sum(item.size()[0] for item in row) + TAG_GAP * (len(row) - 1)
+        h = max(item.size()[1] for item in row)
+        right, top, bottom = box.x + box.w - w, box.y - h - 2, box.y + box.h + 2
+        x, y = out.placer.spot(w, h, [(box.x + box.w + 4, box.y + (box.h - h) / 2), (right, top), (right, bottom),
+                                      (box.x, top), (box.x, bottom)])
+        for item in row:
+            item.setPos(x, y + (h - item.size()[1]) / 2)
+            x += item.size()[0] + TAG_GAP
 
 
-def _device_edges(scene, out: MarkItems, call: CallInfo, members, edges: list[EdgeItem], theme, show) -> None:
+def _device_edges(scene, out: MarkItems, call: CallInfo, members, edges: list[EdgeItem], theme, show,
+                  direction: str = "TB") -> None:
     """Bold edges with a "cpu → cuda:0" label where the gradient crosses devices."""
     by_key: dict[tuple[str, str], list[EdgeItem]] = {}
     for e in edges:
@@ -357,15 +386,9 @@ def _device_edges(scene, out: MarkItems, call: CallInfo, members, edges: list[Ed
         out.accented.append(edge)
         tag = TagItem("device_edge", " / ".join(found), "\n\n".join(found.values()), theme, edge.key)
         w, h = _add(scene, out, tag, show).size()
-        ax, ay = _edge_anchor(edge.edge.points)
-        tag.setPos(ax - w - 4, ay - h / 2)
-
-
-def _edge_anchor(points) -> tuple[float, float]:
-    """Middle of the edge's last long run, near the node the gradient flows into."""
-    best = max(range(1, len(points)), key=lambda i: (abs(points[i][1] - points[i - 1][1]) > 20, i))
-    (x0, y0), (x1, y1) = points[best - 1], points[best]
-    return (x0 + x1) / 2, (y0 + y1) / 2
+        placer = out.placer
+        path = edge_path(edge.edge.points, placer.curved, placer.horizontal)
+        tag.setPos(*placer.spot(w, h, beside(path, w, h, direction == "LR")))
 
 
 def _links(scene, out: MarkItems, call: CallInfo, layout: Layout, saved_at, theme, show) -> None:
@@ -440,7 +463,7 @@ class MarksMixin:
         )
         self.marks.tags.extend(teaching_items(self._call, self._layout, self._theme, scene=scene, show=self._detail,
                                               values=getattr(self, "_show_values", False),
-                                              slots=getattr(self, "_show_slots", False)))
+                                              slots=getattr(self, "_show_slots", False), placer=self.marks.placer))
         rect = self.marks.bounds()
         scene.setSceneRect(self._base_rect.united(rect.adjusted(-6, -6, 6, 6)) if rect.isValid() else self._base_rect)
 

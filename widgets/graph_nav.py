@@ -28,7 +28,8 @@ class NavigationMixin:
         return max(fit, READABLE_SCALE)
 
     def _initial_view(self, layout: Layout) -> None:
-        """The whole graph when it fits readably; else the region around the loss, at the top."""
+        """The whole graph when it fits readably; else the region around the loss: at the top (on
+        the left left to right, at the bottom in forward order)."""
         self._opening = True
         r = self.scene().sceneRect()
         area = self._area()
@@ -43,8 +44,14 @@ class NavigationMixin:
             self._center_in(r.center(), area)
             return
         x = box.x + box.w / 2 if r.width() * s > area.width() else r.center().x()
-        top = min(box.y, r.top() + 4) - 12
-        self._center_in(QPointF(x, top + area.height() / 2 / s), area)
+        if self.direction == "LR":  # the loss is on the left
+            y = box.y + box.h / 2 if r.height() * s > area.height() else r.center().y()
+            self._center_in(QPointF(box.x - 12 + area.width() / 2 / s, y), area)
+        elif self.direction == "forward":  # the loss is at the bottom
+            self._center_in(QPointF(x, box.y + box.h + 12 - area.height() / 2 / s), area)
+        else:
+            top = min(box.y, r.top() + 4) - 12
+            self._center_in(QPointF(x, top + area.height() / 2 / s), area)
 
     def _area(self, minimap: bool = False) -> QRectF:
         """The part of the viewport not covered by the legend (bottom left) and, with ``minimap``,

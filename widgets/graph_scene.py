@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from PySide6.QtCore import QObject, QRectF, Qt, QThreadPool, Signal
+from PySide6.QtCore import QObject, QRectF, Qt, QThreadPool, QTimer, Signal
 from PySide6.QtGui import QFontMetricsF
 from PySide6.QtWidgets import QGraphicsScene, QGraphicsSimpleTextItem
 
@@ -17,7 +17,7 @@ from core.anatomy import stale_tip
 from core.causes import blamed_nodes
 from core.layout import Layout, default_collapsed, edge_shapes, format_shape, group_info, layout_call, node_label
 from core.layout_open import opening_layout
-from core.layout import paused_gc
+from core.layout import paused_gc, prepare_folds
 from core.trace import CallInfo
 from widgets.graph_items import EdgeItem, GroupBoxItem, NodeItem, NodeStyle, SavedItem, color, font
 from widgets.minimap import OverviewItem
@@ -240,6 +240,16 @@ class LayoutRunner(QObject):
         super().__init__(parent)
         self._pool = QThreadPool(self)
         self._pool.setMaxThreadCount(1)
+        self._latest = 0  # the generation of the last layout asked for
+        self._asked: tuple | None = None  # (generation, call) of the last layout run off the GUI thread
+        self._shown: tuple | None = None  # (generation, call, collapsed) of the last one shown
+        # Once a layout is shown, the layout thread prepares the next fold; it waits until the
+        # scene is built and painted, as preparing meanwhile would slow both (one interpreter).
+        self._prepare_timer = QTimer(self)
+        self._prepare_timer.setSingleShot(True)
+        self._prepare_timer.setInterval(PREPARE_DELAY_MS)
+        self._prepare_timer.timeout.connect(self._prepare)
+        self.sig_done.connect(self._after_done)
 
     def run(self, gen: int, call: CallInfo, collapsed, show_saved: bool, engine: str, *, sync: bool = False,
             area=None, direction: str = "TB") -> None:
@@ -252,6 +262,8 @@ class LayoutRunner(QObject):
                 return
             _emit(self.sig_done, gen, result)
 
+        self._latest = gen
+        self._asked = None if sync else (gen, call)
         if sync:
             job()
         else:
@@ -259,6 +271,29 @@ class LayoutRunner(QObject):
 
     def wait(self, msecs: int) -> None:
         self._pool.waitForDone(msecs)
+
+    def _after_done(self, gen: int, result) -> None:
+        if self._asked is not None and self._asked[0] == gen == self._latest:
+            self._shown = (gen, self._asked[1], result[0])
+            self._prepare_timer.start()
+
+    def _prepare(self) -> None:
+        if self._shown is None or self._shown[0] != self._latest:
+            return
+        gen, call, collapsed = self._shown
+        self._pool.start(lambda: prepare_next_fold(call, collapsed, lambda: self._latest != gen))
+
+
+PREPARE_DELAY_MS = 150
+
+
+def prepare_next_fold(call: CallInfo, collapsed, stop) -> None:
+    """On the layout thread, once a layout is shown: what the user's next fold will need, until
+    ``stop()`` says another layout is waiting."""
+    try:
+        prepare_folds(call, collapsed, stop)
+    except Exception:  # only a head start: the fold itself computes what is missing
+        log.exception("preparing folds failed")
 
 
 def _emit(signal, *args) -> None:

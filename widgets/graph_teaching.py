@@ -112,15 +112,21 @@ class NoteItem(QGraphicsItem):
         self.update()
 
 
-class _Placer:
+class Placer:
     """Puts each note at the first candidate spot that covers no node box and no earlier note
     (and, when asked, no edge line, arrowhead or mid-edge text); when none is clear, at the spot
     that covers least."""
 
     def __init__(self, layout):
-        self.taken = [QRectF(b.x, b.y, b.w, b.h) for b in layout.nodes.values()]
+        self.taken: dict[tuple[int, int], list[QRectF]] = {}  # boxes and placed notes, by grid cell
+        for b in layout.nodes.values():
+            self._take(QRectF(b.x, b.y, b.w, b.h))
         # where edges write their shape or gradient: around the middle of each edge
-        self.texts = [QRectF(x - 24, y - 9, 48, 18) for x, y in (_middle(e.points) for e in layout.edges)]
+        self.texts: dict[tuple[int, int], list[QRectF]] = {}
+        for x, y in (_middle(e.points) for e in layout.edges):
+            t = QRectF(x - 24, y - 9, 48, 18)
+            for cell in _cells(t):
+                self.texts.setdefault(cell, []).append(t)
         curved, horizontal = layout.engine != "dot", layout.direction == "LR"
         # the drawn lines piece by piece (a straight run, or one S-curve across a gap, which stays
         # inside its end points' box), found through a coarse grid
@@ -138,16 +144,21 @@ class _Placer:
             for cell in _cells(head):
                 self.heads.setdefault(cell, []).append(head)
 
+    def _take(self, r: QRectF) -> None:
+        for cell in _cells(r):
+            self.taken.setdefault(cell, []).append(r)
+
     def crosses_edge(self, r: QRectF) -> bool:
         """Whether ``r`` covers a piece of an edge's drawn line."""
         return any(box.intersects(r) and (bend is None or _curve_crosses(bend, r))
                    for cell in _cells(r) for box, bend in self.grid.get(cell, ()))
 
-    def clashes(self, r: QRectF, text: QRectF, avoid_texts: bool, avoid_edges: bool) -> int:
-        n = 4 * sum(r.intersects(t) for t in self.taken)
+    def clashes(self, r: QRectF, text: QRectF, avoid_texts: bool, avoid_edges: bool, own: QRectF | None = None) -> int:
+        hit = {id(t): t for cell in _cells(r) for t in self.taken.get(cell, ()) if t != own and r.intersects(t)}
+        n = 4 * len(hit)
         n += 3 * any(h.intersects(text) for cell in _cells(text) for h in self.heads.get(cell, ()))
         if avoid_texts:
-            n += sum(r.intersects(t) for t in self.texts)
+            n += len({id(t) for cell in _cells(r) for t in self.texts.get(cell, ()) if r.intersects(t)})
         if avoid_edges:
             n += 2 * self.crosses_edge(text)
         return n
@@ -164,7 +175,24 @@ class _Placer:
                 break
         _, x, y = best
         item.setPos(x, y)
-        self.taken.append(QRectF(x, y, w, h))
+        self._take(QRectF(x, y, w, h))
+
+    def spot(self, w: float, h: float, spots: list[tuple[float, float]],
+             own: QRectF | None = None) -> tuple[float, float]:
+        """The first of ``spots`` (top-left corners) where a w x h mark covers no box, note, edge
+        line or arrowhead (``own``: the box it may overlap, the node it hangs from), else the one
+        that covers least; the spot is then taken."""
+        best = None
+        for x, y in spots:
+            r = QRectF(x, y, w, h)
+            n = self.clashes(r, r, False, True, own)
+            if best is None or n < best[0]:
+                best = (n, x, y)
+            if n == 0:
+                break
+        _, x, y = best
+        self._take(QRectF(x, y, w, h))
+        return x, y
 
 
 GRID = 256.0
@@ -230,22 +258,31 @@ def _head(points, curved: bool, horizontal: bool) -> QRectF:
     return QRectF(min(xs), min(ys), max(xs) - min(xs), max(ys) - min(ys)).adjusted(-1, -1, 1, 1)
 
 
-def _beside(path, w: float, h: float, horizontal_first: bool) -> list[tuple[float, float]]:
-    """Top-left corners that put a w x h text beside a drawn edge, off its middle at right angles
-    to it: on the left (above, for a left-to-right layout) first, then the other side, then a
-    little along the edge."""
+def beside(path, w: float, h: float, horizontal_first: bool) -> list[tuple[float, float]]:
+    """Top-left corners that put a w x h text beside a drawn edge: level with a point on it, left
+    or right of it (above or below it for a left-to-right layout, ``horizontal_first``). The
+    side the edge bends to comes first (straight: left, or above), all along the edge from its
+    middle out, then the other side, then both a little further out. Offsets run along the axis
+    the layers are spread on, so a text never slides into the next layer's row of boxes the way
+    an offset at right angles to a slanting curve does."""
     out = []
-    for t in (0.5, 0.38, 0.62):
-        (x0, y0), (x1, y1) = _xy(path.pointAtPercent(max(0.0, t - 0.03))), _xy(path.pointAtPercent(min(1.0, t + 0.03)))
-        mx, my = _xy(path.pointAtPercent(t))
-        dx, dy = x1 - x0, y1 - y0
-        k = (dx * dx + dy * dy) ** 0.5 or 1.0
-        nx, ny = -dy / k, dx / k
-        if (ny > 0) if horizontal_first else (nx > 0):
-            nx, ny = -nx, -ny
-        off = abs(nx) * w / 2 + abs(ny) * h / 2 + 4
-        for sign in (1, -1):
-            out.append((mx + sign * nx * off - w / 2, my + sign * ny * off - h / 2))
+    (sx, sy), (ex, ey) = _xy(path.pointAtPercent(0.0)), _xy(path.pointAtPercent(1.0))
+    lean = (ey - sy) if horizontal_first else (ex - sx)
+    sides = (1, -1) if lean > 1 else (-1, 1)  # outside a bent edge first: away from its siblings
+    for extra in (0.0, 10.0):
+        for side in sides:  # one whole side along the edge, then the other
+            for t in (0.5, 0.38, 0.62, 0.25, 0.75):
+                mx, my = _xy(path.pointAtPercent(t))
+                (x0, y0) = _xy(path.pointAtPercent(max(0.0, t - 0.05)))
+                (x1, y1) = _xy(path.pointAtPercent(min(1.0, t + 0.05)))
+                if horizontal_first:  # the label above or below the line, clear of its slope
+                    rise = abs(y1 - y0) / max(abs(x1 - x0), 1e-6) * w / 2
+                    off = h / 2 + 4 + min(rise, 3 * h) + extra
+                    out.append((mx - w / 2, my + side * off - h / 2))
+                else:  # left or right of the line
+                    run = abs(x1 - x0) / max(abs(y1 - y0), 1e-6) * h / 2
+                    off = w / 2 + 4 + min(run, w) + extra
+                    out.append((mx + side * off - w / 2, my - h / 2))
     return out
 
 
@@ -253,13 +290,14 @@ def _xy(pt) -> tuple[float, float]:
     return pt.x(), pt.y()
 
 
-def _cut_spots(item: NoteItem, box, k: int, direction: str) -> list[tuple[float, float]]:
-    """Where a cut stub may hang: from the node's bottom (its top, in the forward direction). Top
-    to bottom, the stub leaves near the end its text runs off to; left to right, near the other
-    end, so the text stays under the node, clear of the edges leaving its sides."""
+def _cut_spots(item: NoteItem, box, k: int, direction: str, up: bool) -> list[tuple[float, float]]:
+    """Where a cut stub may hang: from the node's bottom, or its top when ``up`` (the forward
+    direction, or a crowded column left to right). Top to bottom, the stub leaves near the end
+    its text runs off to; left to right, near the other end, so the text stays under (or over)
+    the node, clear of the edges leaving its sides."""
     w, h = item.size()
     sx = item.stub_x()
-    if direction == "forward":
+    if up:
         ys = [box.y - h - k * 12, box.y - h - (k + 1) * 12 - 6]
     else:
         ys = [box.y + box.h + k * 12, box.y + box.h + (k + 1) * 12 + 6]
@@ -268,12 +306,13 @@ def _cut_spots(item: NoteItem, box, k: int, direction: str) -> list[tuple[float,
     return [(ax - sx, y) for y in ys]
 
 
-def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scene, slots: bool = False
-                   ) -> list[NoteItem]:
-    """Cut stubs for every drawn node with None inputs; leaf values and seeds when ``values``."""
+def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scene, slots: bool = False,
+                   placer: Placer | None = None) -> list[NoteItem]:
+    """Cut stubs for every drawn node with None inputs; leaf values and seeds when ``values``.
+    ``placer``: the one that placed the scene's other marks, so that notes keep off them."""
     out: list[NoteItem] = []
     members = layout.members
-    placer = _Placer(layout)
+    placer = placer or Placer(layout)
     shown = open_nodes(call, layout)
     for n in shown:
         box = layout.nodes.get(members.get(n.id, ""))
@@ -286,11 +325,14 @@ def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scen
             for k, cut in enumerate(n.cuts):
                 text = "✂ " + cut_text(cut, short=True)
                 best = None
-                for right in order:  # the side away from the node's edges first, then the other
+                # the side away from the node's edges first, then the other; left to right, under
+                # the node, then over it (its column holds other nodes above and below)
+                ups = {"forward": (True,), "LR": (False, True)}.get(layout.direction, (False,))
+                for up, right in ((u, r) for u in ups for r in order):
                     item = NoteItem("cut", [text], f"input {cut['input']} is None: {cut_text(cut)}", theme, n.id,
-                                    True, right=right, up=layout.direction == "forward")
+                                    True, right=right, up=up)
                     w, h = item.size()
-                    for x, y in _cut_spots(item, box, k, layout.direction):
+                    for x, y in _cut_spots(item, box, k, layout.direction, up):
                         c = placer.clashes(QRectF(x, y, w, h), item._text.translated(x, y), True, True)
                         if best is None or c < best[0]:
                             best = (c, item, x, y)
@@ -304,7 +346,8 @@ def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scen
             item = NoteItem("hook", hooks, "\n".join(hook_tips(call, n)), theme, n.id, False)
             w, h = item.size()
             placer.place(item, [(box.x + box.w - 10, box.y - h + 4), (box.x + box.w + 4, box.y),
-                                (box.x - w - 4, box.y)])
+                                (box.x - w - 4, box.y), (box.x - w + 10, box.y - h + 4),
+                                (box.x + box.w - 10, box.y + box.h - 4)], avoid_edges=True)
             out.append(item)
         if values and n.kind == "accumulate_grad" and n.variable:
             lines = leaf_value_lines(call, n)
@@ -327,9 +370,8 @@ def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scen
             item = NoteItem("slot", [f"next[{e.slot}] = ({dst.name}, {e.input_nr})"],
                             f"{n.name}.next_functions[{e.slot}] is ({dst.name}, {e.input_nr}): the gradient for "
                             f"input {e.slot} goes to output {e.input_nr} of {dst.name}", theme, n.id, False)
-            (x0, y0), (x1, y1) = e.points[0], e.points[min(1, len(e.points) - 1)]
             w, h = item.size()
-            placer.place(item, [(x0 + 4, y0 + 2), (x0 - w - 4, y0 + 2), (x0 + 4, y0 + h + 2), (x0 - w - 4, y0 + h + 2)])
+            placer.place(item, _slot_spots(e.points, w, h, layout.direction), avoid_edges=True)
             out.append(item)
     if values and call.api != "unreached":  # the seed sits off the root's free side: away from its edges
         for rid in call.roots:
@@ -344,9 +386,21 @@ def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scen
             spots = {"forward": [below, above], "LR": [left, above, below]}.get(layout.direction, [above, below])
             placer.place(item, spots, avoid_edges=True)
             out.append(item)
-    for n in shown:  # edges leave only from nodes drawn as their own boxes
-        grads = call.edge_grads.get(n.id) if values else None
-        for slot, g in enumerate(grads or ()):
+    # edges leave only from nodes drawn as their own boxes; broadcast and dtype marks (what the
+    # picture teaches) take the best spot beside their edge, the gradient values then the next
+    for n in shown:
+        for mark in n.edge_marks or ():
+            edge = edges.get((n.id, mark["input"]))
+            if edge is None:
+                continue
+            tip = edge_mark_tip(mark)
+            item = NoteItem("mark", [mark_text(mark)], tip, theme, n.id, False)
+            w, h = item.size()
+            path = edge_path(edge.points, placer.curved, placer.horizontal)
+            placer.place(item, beside(path, w, h, layout.direction == "LR"), avoid_edges=True)
+            out.append(item)
+    for n in shown if values else ():
+        for slot, g in enumerate(call.edge_grads.get(n.id) or ()):
             edge = edges.get((n.id, slot))
             if g is None or edge is None:
                 continue
@@ -354,23 +408,27 @@ def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scen
             item = NoteItem("grad", [edge_grad_text(g)], f"the gradient {n.name} sent to "
                             f"{src.name if src else 'this input'} in this call", theme, n.id, False)
             w, h = item.size()
-            placer.place(item, _beside(edge_path(edge.points, placer.curved, placer.horizontal), w, h, layout.direction == "LR"),
-                          avoid_edges=True)
-            out.append(item)
-        for mark in n.edge_marks or ():
-            edge = edges.get((n.id, mark["input"]))
-            if edge is None:
-                continue
-            tip = edge_mark_tip(mark)
-            item = NoteItem("mark", [mark_text(mark)], tip, theme, n.id, False)
-            x, y = _middle(edge.points)
-            w, h = item.size()
-            placer.place(item, [(x + 6, y - h / 2), (x - w - 6, y - h / 2), (x + 6, y + h), (x - w - 6, y + h)])
+            path = edge_path(edge.points, placer.curved, placer.horizontal)
+            placer.place(item, beside(path, w, h, layout.direction == "LR"), avoid_edges=True)
             out.append(item)
     for item in out:
         item.setVisible(show)
         scene.addItem(item)
     return out
+
+
+def _slot_spots(points, w: float, h: float, direction: str) -> list[tuple[float, float]]:
+    """Beside an edge where it leaves the node whose ``next`` entry it is: its first point, or
+    its last in the forward direction (the points run from input to consumer there), off the
+    arrowhead that ends it."""
+    if direction == "forward":
+        x, y = points[-1]
+        y -= EdgeItem.ARROW + 2 + h
+        return [(x + 4, y), (x - w - 4, y), (x + 4, y - h), (x - w - 4, y - h)]
+    x, y = points[0]
+    if direction == "LR":
+        return [(x + 4, y - h - 2), (x + 4, y + 2), (x + 4, y - 2 * h - 2), (x + 4, y + h + 2)]
+    return [(x + 4, y + 2), (x - w - 4, y + 2), (x + 4, y + h + 2), (x - w - 4, y + h + 2)]
 
 
 def _middle(points) -> tuple[float, float]:
