@@ -7,7 +7,8 @@ both see the same machine load. Also times ``export`` to SVG of GPT-2 small agai
 torchviz ``make_dot`` + ``dot -Tsvg`` on the same script (when torchviz is importable: ``pip install
 torchviz``, a benchmark-only tool, or /tmp/tvpkgs). GPT-2 and BERT need ``transformers`` (random init, offline).
 Beside each wall-time ratio, the ratio of CPU seconds (the command and every process it
-waited for), which a machine shared with other work disturbs much less.
+waited for), which a machine shared with other work disturbs much less. On such a machine
+``--only export --repeat 5`` gives a steadier export figure than the default three runs.
 """
 
 from __future__ import annotations
