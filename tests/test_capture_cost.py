@@ -82,7 +82,7 @@ def test_backward_errors_show_no_capture_frames(tmp_path):
     assert not [f for f in frames if any(f'{name}"' in f and "/core/" in f for name in capture_files)]
 
 
-def test_the_worker_runs_the_scripts_atexit_functions(tmp_path):
+def test_the_worker_runs_the_scripts_atexit_functions_in_its_folder(tmp_path):
     from core.client import run_capture
 
     script = tmp_path / "script.py"
@@ -95,6 +95,7 @@ def test_the_worker_runs_the_scripts_atexit_functions(tmp_path):
             open(HERE + "/thread.txt", "w").write("joined")
         threading.Thread(target=late).start()
         atexit.register(lambda: open(HERE + "/atexit.txt", "w").write("ran"))
+        atexit.register(lambda: open("beside.txt", "w").write("here"))  # relative: the script's folder
         x = torch.ones(2, requires_grad=True)
         (x * 2).sum().backward()
         """))
@@ -102,3 +103,4 @@ def test_the_worker_runs_the_scripts_atexit_functions(tmp_path):
     assert result.trace.error is None and len(result.trace.calls) == 1
     assert (tmp_path / "atexit.txt").read_text() == "ran"
     assert (tmp_path / "thread.txt").read_text() == "joined"
+    assert (tmp_path / "beside.txt").read_text() == "here"
