@@ -60,6 +60,7 @@ NO_INPUT = ("scripts get no input in Backprop Studio (stdin is empty, as with `p
 
 DEFAULT_MEMORY_RATE = 50.0  # samples per second while a script runs
 STEP_BATCH, STEP_BATCH_S = 1000, 0.05  # finished nodes are sent at least this often
+STEP_BATCH_RUN_ON_S = 0.5  # while backward runs on (Continue): fewer, bigger batches, fewer frames
 PHASE_OF_EVENT = {"call": "backward", "call_done": "between", "forward": "forward"}  # capture event -> memory phase
 
 class Channel:
@@ -489,7 +490,9 @@ class Worker:
             self._steps_since = time.perf_counter()
         self._steps.append(record)
         self._memory_due = record.get("index")
-        if len(self._steps) >= STEP_BATCH or time.perf_counter() - self._steps_since > STEP_BATCH_S:
+        running_on = self.stepper is not None and self.stepper.running_on
+        if len(self._steps) >= STEP_BATCH or time.perf_counter() - self._steps_since > (
+                STEP_BATCH_RUN_ON_S if running_on else STEP_BATCH_S):
             self._flush_steps(index)
 
     def _flush_steps(self, index: int) -> None:
