@@ -4,7 +4,8 @@ The graph shows executed nodes, the current one and the ready frontier, gradient
 edges they travelled and leaf grads as they fill; the step log keeps every step, and clicking
 a past one replays the recorded steps (nothing is re-run). Steps that stream in while the
 engine runs (Continue on thousands of nodes) are drawn in batches, a first frame after
-0.1 s and then two a second; a pause draws at once. The state itself lives in ``app.session.Session``.
+0.5 s and then one a second; a pause draws at once, and a frame redraws only the nodes and
+edges that changed since the last one. The state itself lives in ``app.session.Session``.
 """
 
 from __future__ import annotations
@@ -171,10 +172,11 @@ class StepController(QObject):
     def _on_step(self, record: dict) -> None:
         self._unlogged.append(record)
         if not self._redraw.isActive():
-            # A frame costs O(nodes) (~100 ms at 5,000 nodes): while backward streams on, the
-            # first frame comes soon and later ones every half second, so drawing never holds up
-            # the run. A pause or the end draws at once.
-            self._redraw.start(100 if self._frames == 0 else 500)
+            # While backward runs on (Continue), a frame costs O(nodes it changed) and shares two
+            # cores with the run: a first frame after half a second, later ones every second, so
+            # a Continue of a few thousand nodes draws once, at its end (a pause or the end
+            # draws at once), and a long one still shows its progress.
+            self._redraw.start(500 if self._frames == 0 else 1000)
             self._frames += 1
 
     def _on_end(self, event: dict) -> None:

@@ -152,3 +152,48 @@ def test_continue_ends_where_stepping_every_node_ends(qtbot, window, tmp_path):
     assert continued["edges"] == stepped["edges"] and len(stepped["edges"]) >= 60
     assert continued["leaf_grads"] == stepped["leaf_grads"]
     assert len(stepped["leaf_grads"]) == 24 and all(v["data"] for v in stepped["leaf_grads"].values())
+
+
+def test_deltas_draw_what_a_full_redraw_draws_with_folded_modules(qtbot):
+    """Step by step, the boxes, edges, legend and overview marks drawn from deltas are those a
+    full redraw from every step gives, on open nodes and on folded groups alike."""
+    from core.step_state import StepTracker, step_texts, step_view
+    from tests.fixtures_graphs import residual_mlp_call
+    from widgets.graph_scene import overview_marks
+    from widgets.graph_view import GraphView
+
+    call = residual_mlp_call(blocks=6)
+    views = []
+    for _ in range(2):
+        v = GraphView()
+        v.resize(900, 700)
+        qtbot.addWidget(v)
+        v.set_call(call, sync=True, collapsed=frozenset({"layers.2", "layers.4.fc"}))
+        views.append(v)
+    live, ref = views
+    assert {"group:layers.2", "group:layers.4.fc"} <= set(live.node_items)
+    tracker, records = StepTracker(call), []
+    for k, node in enumerate(call.nodes):  # preorder: every consumer before the node it feeds
+        record = {"index": k, "node": node.id, "name": node.name,
+                  "grad_inputs": [{"numel": 1, "data": [float(k)]} for _ in node.next]}
+        if node.kind == "accumulate_grad":
+            record["leaf_grads"] = {node.label: {"numel": 1, "data": [float(k)]}}
+        records.append(record)
+        tracker.add(record)
+        pending = {"node": call.nodes[k + 1].id} if k + 1 < len(call.nodes) else None
+        tracker.set_current(pending["node"] if pending else None)
+        delta = tracker.delta()
+        before = live.item_updates
+        live.update_step(delta.states, delta.edge_texts)
+        assert live.item_updates - before <= len(delta.states) + 2 * len(delta.edge_texts) <= 12
+        full = step_view(call, records, pending)
+        ref.set_node_states(full.states)
+        ref.set_edge_texts(step_texts(call, full))
+        assert live.node_states() == full.states and live.edge_texts() == step_texts(call, full)
+        assert {v: i.state for v, i in live.node_items.items()} == {v: i.state for v, i in ref.node_items.items()}
+        assert [(e.key, e.value_text) for e in live.edge_items] == [(e.key, e.value_text) for e in ref.edge_items]
+        assert live.legend.entries() == ref.legend.entries()
+        assert live.overview.marks == overview_marks(live.node_items, None)
+    # the folded block ran whole: its box reads executed; its edges carry gradients
+    assert live.node_items["group:layers.2"].state == "executed"
+    assert sum(bool(e.value_text) for e in live.edge_items) >= len(live.edge_items) - 2
