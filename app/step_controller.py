@@ -42,6 +42,7 @@ class StepController(QObject):
         self._unfold: str | None = None  # the paused node whose folds open when stepping rests
         self._unfold_timer = QTimer(self, singleShot=True, interval=UNFOLD_MS)
         self._unfold_timer.timeout.connect(self._open_folds)
+        self.graph.sig_scene_ready.connect(self._on_scene_ready)
         self._redraw = QTimer(self, singleShot=True, interval=100)
         self._redraw.timeout.connect(self._flush)
         session.sig_step_begin.connect(self._on_begin)
@@ -78,6 +79,13 @@ class StepController(QObject):
             self._unfold_timer.start()
         self._inspect = (call, node_id)
         self._inspect_timer.start()
+
+    def _on_scene_ready(self, _call_id: str) -> None:
+        """A new layout (a fold opened) while paused: the inspector keeps describing the node
+        backward is at (the window describes the loss on a new scene with nothing selected)."""
+        pending = self.session.pending
+        if self.session.state == "paused" and pending and self._inspect[1] == pending.get("node"):
+            self._inspect_timer.start()
 
     def _open_folds(self) -> None:
         """Stepping rests on a node inside a folded module: open the folds around it."""

@@ -106,6 +106,9 @@ def test_a_step_touches_only_the_items_it_changed_and_keeps_the_node_in_view(qtb
     qtbot.waitUntil(lambda: graph.box_of(current) == current, timeout=10_000)
     assert graph.wait_ready()
     assert graph.node_items[current].state == "current" and _in_view(graph, current)
+    # the new scene does not take the inspector back to the loss: it describes the current node
+    qtbot.waitUntil(lambda: window.inspector.text().splitlines()[0] == window.call.node(current).name,
+                    timeout=5_000)
     assert graph.node_states() == step_view(window.call, session.steps, session.pending).states
 
 
