@@ -137,9 +137,22 @@ def install(window) -> None:
 
 
 def show_transfer(window, event: dict) -> None:
-    """The status bar's progress bar follows a trace arriving over a slow link."""
+    """The status bar's progress bar follows a trace arriving, or a model file leaving, over a slow link."""
     raw = max(int(event.get("raw") or 0), 1)
     bar = window.busy
+    if event.get("of") == "upload":  # a saved model or its weights on the way to the host (core.uploads)
+        name = str(event.get("name", "")).rsplit("/", 1)[-1]
+        if event.get("sent", 0) >= raw:
+            end_transfer(window)  # all sent: the busy indicator again while the run starts
+            return
+        bar.setRange(0, 1000)
+        bar.setValue(int(1000 * min(event.get("sent", 0), raw) / raw))
+        bar.setFormat(f"sending {name} %p%")
+        bar.setTextVisible(True)
+        bar.setToolTip(f"Sending {name} to the host: {event.get('sent', 0) / 1e6:.1f} of {raw / 1e6:.1f} MB "
+                       f"({event.get('codec') or 'uncompressed'})")
+        bar.show()
+        return
     bar.setRange(0, 1000)
     bar.setValue(int(1000 * min(event.get("decoded", 0), raw) / raw))
     bar.setFormat("trace %p%")

@@ -69,6 +69,7 @@ class Session(QObject):
         self.device = "cpu"
         self.timeout = 600.0
         self.load_options: dict = {}  # how the file is opened: weights, input_shapes, trust_pickle
+        self.ddp: dict | None = None  # run under torchrun: {"nproc", "rank", "script"} (app.ranks)
         self.trace: Trace | None = None
         self.call: CallInfo | None = None
         self.selected: str | None = None
@@ -245,6 +246,9 @@ class Session(QObject):
         self.run_kind = kind
         self.queued = []
         self.warning = ""
+        ddp = self.ddp
+        if kind == "run" and ddp and ddp.get("script") == self.script_path:  # a DDP script, per rank
+            run_args["ddp"] = {"nproc": ddp["nproc"], "rank": ddp["rank"]}
         self.run_id = self.handle.run(self.script_path, device=self.device, timeout=self.timeout,
                                       load=self.load_options or None, **run_args)
         self._set_state({"run": "running", "debug": "debugging", "rerun": "starting"}[kind])

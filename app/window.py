@@ -95,6 +95,9 @@ class MainWindow(QMainWindow):
         from app.host_devices import install as install_hosts
 
         install_hosts(self)  # saved hosts' devices join the picker
+        from app.ranks import install as install_ranks
+
+        install_ranks(self)  # Run > Run with torchrun…, and the DDP rank picker over the Calls list
 
     # -- the session's state, as the exporters and tests read it --------------------------------------
     @property

@@ -46,6 +46,8 @@ class WorkerHandle(QObject):
     """Memory right after a stepped node ran (t, saved_bytes, allocated)."""
     sig_transfer = Signal(dict)
     """Bytes of a compressed trace received from a remote worker (received, decoded, raw)."""
+    sig_rank_trace = Signal(object)
+    """A DDP run's trace of a rank other than the picked one (``rank``, ``nproc``, ``trace``, ``run``)."""
     sig_event = Signal(object)
     """Any worker message, as received (internal: carried to the GUI thread). An object, not a
     dict signal: Qt would convert it to a QVariantMap, which cannot hold integers past 2**63
@@ -63,7 +65,7 @@ class WorkerHandle(QObject):
     # -- commands --------------------------------------------------------------------------------
     def run(self, path: str, device: str = "cpu", mode: str = "auto", timeout: float = 600.0,
             step: dict | None = None, debug: dict | None = None, seeds: dict | None = None,
-            load: dict | None = None) -> int:
+            load: dict | None = None, ddp: dict | None = None) -> int:
         """Start a run (a debug run with ``debug``; reseeded with ``seeds``; ``load``: how to open
         the file, see core.programs); returns its id.
 
@@ -76,7 +78,7 @@ class WorkerHandle(QObject):
             self.client.cancel()
         self.client = client or self.local
         self.current_run = self.client.run(path, device=device, mode=mode, timeout=timeout, step=step,
-                                           debug=debug, seeds=seeds, load=load)
+                                           debug=debug, seeds=seeds, load=load, ddp=ddp)
         return self.current_run
 
     def control(self, cmd: str, **args) -> bool:
@@ -147,6 +149,9 @@ class WorkerHandle(QObject):
 
     def _handle_transfer(self, event: dict) -> None:
         self.sig_transfer.emit(event)
+
+    def _handle_rank_trace(self, event: dict) -> None:
+        self.sig_rank_trace.emit(event)
 
     def _handle_finished(self, event: dict) -> None:
         if event.get("run") == self.current_run:

@@ -9,6 +9,9 @@
    arrived whole (nodes, leaf grads, CUDA memory samples) and how long the transfer took.
 3. Runs a two-layer DDP script under torchrun (nccl on two GPUs, gloo with one) and checks
    both ranks' reduced gradients are equal and are the mean of their local ones.
+4. Sends a ``.pt2`` program through the launcher (the file travels in pieces) and runs it on
+   cuda:0: its leaf grads match the same program run by a local worker on cuda:0, and the
+   worker's temporary folder holds nothing of the run afterwards.
 Exits non-zero when a check fails.
 """
 
@@ -95,8 +98,32 @@ def main() -> int:
         close = mean is None or torch.allclose(torch.tensor(r0["reduced"]["data"]), mean, atol=1e-5)
         print(f"  {name}: reduced equal across ranks {same}, mean of local grads {close}")
         ok &= same and close
+    ok &= check_model_upload()
     print("OK" if ok else "FAILED")
     return 0 if ok else 1
+
+
+def check_model_upload() -> bool:
+    """A .pt2 sent to the worker runs on cuda:0 with a local worker's grads; nothing stays behind."""
+    with tempfile.TemporaryDirectory() as tmp:
+        remote_tmp = Path(tmp) / "host-tmp"
+        remote_tmp.mkdir()
+        launcher = from_command(f"sh -c 'cd {shlex.quote(str(ROOT))} && exec env TMPDIR={shlex.quote(str(remote_tmp))} "
+                                f"{shlex.quote(sys.executable)} -m core.worker'", name="gpu-host")
+        torch.manual_seed(3)
+        model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 8))
+        path = Path(tmp) / "mlp.pt2"
+        torch.export.save(torch.export.export(model, (torch.randn(16, 64),)), str(path))
+        remote = run_capture(str(path), device="cuda:0", launcher=launcher, timeout=600).trace
+        local = run_capture(str(path), device="cuda:0", timeout=600).trace
+        if remote.error is not None or local.error is not None:
+            print(".pt2 on cuda:0 failed:", remote.error or local.error)
+            return False
+        grads = lambda t: {k: v.data or v.sample for k, v in t.calls[0].leaf_grads.items()}  # noqa: E731
+        same = grads(remote) == grads(local)
+        left = [p.name for p in remote_tmp.iterdir() if p.name.startswith("backprop-studio-")]
+        print(f".pt2 sent to the host, run on cuda:0: grads equal a local cuda:0 run {same}, left on the host {left}")
+        return same and not left
 
 
 if __name__ == "__main__":

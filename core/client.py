@@ -623,15 +623,19 @@ class WorkerClient:
         if extra.get("ddp"):
             cmd.extra["ddp"] = extra["ddp"]
         if self.launcher is not None:
-            from core.launchers import run_payload
+            from core.launchers import run_payload, send_run_files
 
             try:
-                cmd.extra.update(run_payload(self.launcher, path))
+                cmd.extra.update(run_payload(self.launcher, path, extra.get("load")))
             except (OSError, ValueError) as exc:
                 err = ErrorInfo(type=type(exc).__name__, message=str(exc), kind="load", file=str(path))
                 self._complete(run, Trace(calls=[], error=err, script=str(path), device=device), "", 0)
                 threading.Thread(target=worker.close, daemon=True).start()
                 return
+            # A saved model, its weights, a model folder: sent as files before the run (core.uploads).
+            files = cmd.extra.pop("_files", None)
+            if files and not send_run_files(worker, files, self.on_event, lambda: self._run is run):
+                return  # replaced meanwhile, or the worker is gone (its exit reports why)
         if not worker.send(cmd.to_dict()):
             return  # the exit message reports the death
         if self.prestart:

@@ -119,6 +119,8 @@ def hook_names(hooks) -> list[str]:
     """The hooks registered on a tensor (``Tensor.register_hook``), as 'name (line N)'."""
     out = []
     for fn in list(hooks.values()):
+        if getattr(fn, "_bps_internal", False):
+            continue  # the app's own hook (the DDP watch of core.ddp_rank), not the script's
         code = getattr(fn, "__code__", None)
         name = getattr(fn, "__qualname__", None) or type(fn).__name__
         out.append(f"{name} (line {code.co_firstlineno})" if code is not None else name)

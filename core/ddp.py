@@ -2,13 +2,15 @@
 
 ``torchrun --standalone --nproc_per_node=N`` starts N ranks, each running
 ``core.ddp_rank`` (capture of the script, DDP's all-reduce recorded). The worker returns the
-trace of the rank the user picked (rank 0 by default); each call's ``all_reduce`` option also
-holds every rank's local and reduced gradients, so the ranks can be compared side by side.
+trace of the rank the user picked (rank 0 by default) and sends every other rank's trace
+before it (``rank_trace``), so the window can switch between them; each call's
+``all_reduce`` option also holds every rank's local and reduced gradients.
 The ranks run in their own process group, ended on Stop, time-out or a dropped connection.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -19,14 +21,16 @@ from dataclasses import replace
 from pathlib import Path
 
 # Imported now: while a script runs the app's modules are out of sys.modules (core.worker).
+from core import protocol
 from core.trace import ErrorInfo, Trace, TraceFormatError
 
 CHILD_GROUPS: set[int] = set()  # process groups to end with the worker (see worker_remote.end_group)
 
 
-def torchrun_argv(script: str, nproc: int, out: str, device: str, mode: str) -> list[str]:
+def torchrun_argv(script: str, nproc: int, out: str, device: str, mode: str, load: dict | None = None) -> list[str]:
+    extra = ["--load", json.dumps(load)] if load else []  # how the file is opened: --weights, input shapes
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-            "-m", "core.ddp_rank", "--out", out, "--device", device, "--mode", mode, script]
+            "-m", "core.ddp_rank", "--out", out, "--device", device, "--mode", mode, *extra, script]
 
 
 def end_children() -> None:
@@ -54,8 +58,8 @@ def run_ranks(worker, cmd: dict):
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    proc = subprocess.Popen(torchrun_argv(script, nproc, out, device, cmd.get("mode", "auto")), env=env,
-                            start_new_session=True)
+    argv = torchrun_argv(script, nproc, out, device, cmd.get("mode", "auto"), cmd.get("load"))
+    proc = subprocess.Popen(argv, env=env, start_new_session=True)
     CHILD_GROUPS.add(proc.pid)
     try:
         code = proc.wait()
@@ -85,7 +89,20 @@ def run_ranks(worker, cmd: dict):
         err = ErrorInfo(type="DDPError", kind="exit",
                         message=f"rank {rank} of {nproc} wrote no trace ({why}); the output above says why")
         return Trace(calls=[], error=err, script=script, device=device)
+    send_other_ranks(worker, cmd, traces, rank, nproc)
     return with_all_ranks(traces[rank], traces)
+
+
+def send_other_ranks(worker, cmd: dict, traces: dict, picked: int, nproc: int) -> None:
+    """Each rank's trace but the picked one's, as ``rank_trace`` messages (the window's rank picker)."""
+    for r, trace in sorted(traces.items()):
+        if r == picked:
+            continue
+        trace = replace(with_all_ranks(trace, traces), device=cmd.get("device") or "cpu")
+        if getattr(worker, "finish", None) is not None:  # run on another machine: the app's paths
+            trace = worker.finish(trace)
+        worker.channel.send(protocol.RankTrace(rank=r, nproc=nproc, trace=trace.to_dict(),
+                                               run=cmd.get("run")).to_dict())
 
 
 def with_all_ranks(trace, traces: dict):

@@ -43,7 +43,9 @@ class DDPWatch:
             for name, p in module.named_parameters():
                 if p.requires_grad:
                     watch.params.append((name, p))
-                    p.register_hook(lambda g, key=id(p): watch._record(key, g))
+                    record = lambda g, key=id(p): watch._record(key, g)  # noqa: E731
+                    record._bps_internal = True  # not listed among the script's hooks (core.cuts)
+                    p.register_hook(record)
 
         DistributedDataParallel.__init__ = __init__
 
@@ -101,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--mode", default="auto")
+    parser.add_argument("--load", default=None, help="JSON: how to open the file (weights, input_shapes)")
     parser.add_argument("script")
     args = parser.parse_args(argv)
     rank = int(os.environ.get("RANK", "0"))
@@ -114,7 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     apply_device(device)
     watch = DDPWatch()
     watch.install()
-    capture = Capture(args.script, device=device, mode=args.mode)
+    import json
+
+    capture = Capture(args.script, device=device, mode=args.mode, load=json.loads(args.load) if args.load else None)
     capture.call_hook = watch.call_hook(capture)
     trace = capture.run()
     trace = mark(trace, watch.per_call, rank, world, watch.backend)

@@ -183,23 +183,54 @@ def launcher_error(worker, code: int | None, script: str, reason: str):
     return death_error(code, fault, worker.exiting, script, reason)
 
 
-def run_payload(launcher: Launcher, path: str) -> dict:
-    """What a ``run`` command carries to a remote worker besides the local one's fields."""
+def run_payload(launcher: Launcher, path: str, load: dict | None = None) -> dict:
+    """What a ``run`` command carries to a remote worker besides the local one's fields.
+
+    A script or notebook travels as ``source``; a saved model, a Hugging Face folder and
+    ``--weights`` travel as files sent before the command (``core.uploads``): they are listed
+    under ``_files`` for ``send_run_files``, which takes them out of the payload.
+    """
     from pathlib import Path
 
+    from core.uploads import is_text_script, plan
+    from core.wire import available_codecs
     from core.worker_remote import pack_folder
 
     p = Path(path)
-    from core.wire import available_codecs
-
     # zstd only where this side can read it; the worker falls back to zlib where it has none.
     codec = launcher.compress if launcher.compress in available_codecs() + ["none"] else "zlib"
-    payload = {"source": p.read_text(encoding="utf-8"), "name": p.name, "compress": codec}
+    payload = {"name": p.name, "compress": codec}
+    if is_text_script(p):
+        payload["source"] = p.read_text(encoding="utf-8")
+    uploads, files = plan(p, load)
+    if uploads:
+        payload["uploads"] = uploads
+        payload["_files"] = files
     if launcher.remote_cwd:
         payload["remote_cwd"] = launcher.remote_cwd
-    if launcher.send_folder:
+    if launcher.send_folder and p.is_file():
         payload["folder"] = pack_folder(p.parent, skip=str(p))
     return payload
+
+
+def send_run_files(worker, files: list, on_event=None, wanted=lambda: True) -> bool:
+    """Send a run's files (``run_payload``'s ``_files``) to ``worker`` before its ``run`` command,
+    compressed with the launcher's codec where the worker's hello lists it; False when the run
+    was replaced meanwhile or the worker went away."""
+    from core.uploads import send_files
+
+    codecs = (worker.hello or {}).get("codecs") or ["zlib"]
+    asked = worker.launcher.compress if worker.launcher is not None else "zlib"
+    codec = None if asked == "none" else (asked if asked in codecs else "zlib")
+    stdin = worker.proc.stdin if worker.proc is not None else None
+    if stdin is None:
+        return False
+
+    def write(data: bytes) -> None:
+        stdin.write(data)  # one write per piece: a command sent meanwhile passes between two
+        stdin.flush()
+
+    return send_files(write, files, codec, on_event, wanted)
 
 
 _FATAL = {"Segmentation fault": 11, "Aborted": 6, "Floating point exception": 8, "Bus error": 7,

@@ -210,6 +210,17 @@ class TraceDone(_Base):
     streamed: int = 0  # how many calls came before as ``call_trace``: they go first in ``calls``
 
 
+@_message("rank_trace")
+@dataclass
+class RankTrace(_Base):
+    """A DDP run's trace of another rank than the one picked (sent before ``trace``), so the
+    window can switch between the ranks."""
+    rank: int = 0
+    nproc: int = 1
+    trace: dict = field(default_factory=dict)  # in the trace format, all-reduce records included
+    run: Any = None
+
+
 @_message("frame")
 @dataclass
 class Frame(_Base):

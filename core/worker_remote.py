@@ -19,7 +19,6 @@ import base64
 import faulthandler
 import io
 import os
-import shutil
 import signal
 import socket
 import sys
@@ -30,7 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 
 # Imported now: while a script runs the app's modules are out of sys.modules (core.worker).
-from core import ddp, protocol
+from core import ddp, protocol, uploads
 from core.trace import ErrorInfo, Trace
 
 FOLDER_LIMIT = 64 * 1024 * 1024  # bytes of a script's folder sent with it, before compression
@@ -52,6 +51,7 @@ def end_group() -> None:
     except Exception:
         pass
     ddp.end_children()
+    uploads.remove_all()  # the run's folder and files sent for it: nothing stays on the host
     if hasattr(os, "killpg") and os.getpgrp() == os.getpid():
         os.killpg(os.getpgrp(), signal.SIGKILL)
     os._exit(1)
@@ -67,29 +67,59 @@ def dump_stacks() -> str:
 
 
 class Materialized:
-    """The script written on this machine for one run, and the folder it runs in."""
+    """The script (or saved model) written on this machine for one run, and the folder it runs in.
 
-    def __init__(self, cmd: dict):
+    The folder is the inbox the run's files were sent into (``core.uploads``), or a new one; a
+    model sent as a file is ``uploads["main"]`` there, and ``uploads["weights"]`` replaces the
+    run's ``load["weights"]``.
+    """
+
+    def __init__(self, cmd: dict, inbox: uploads.Inbox | None = None):
         self.local_path = str(cmd.get("path", "script.py"))
         name = os.path.basename(str(cmd.get("name") or Path(self.local_path).name)) or "script.py"
         self.cwd = os.path.expanduser(cmd["remote_cwd"]) if cmd.get("remote_cwd") else None
-        if self.cwd is not None and not os.path.isdir(self.cwd):
-            raise FileNotFoundError(f"--remote-cwd {cmd['remote_cwd']}: no such folder on {socket.gethostname()}")
-        self.tmp = tempfile.mkdtemp(prefix="backprop-studio-")
+        sent = cmd.get("uploads") or {}
+        folder, error = inbox.take() if inbox is not None else (None, "")
+        self.tmp = folder or tempfile.mkdtemp(prefix="backprop-studio-")
+        uploads.INBOXES.add(self.tmp)  # removed with the worker if the connection drops mid-run
+        self.load = dict(cmd.get("load") or {})
+        self.local_weights = self.load.get("weights")
         try:
+            if self.cwd is not None and not os.path.isdir(self.cwd):
+                raise FileNotFoundError(f"--remote-cwd {cmd['remote_cwd']}: no such folder on {socket.gethostname()}")
+            if error:
+                raise uploads.UploadError(f"a file sent for this run did not arrive whole on "
+                                          f"{socket.gethostname()}: {error}")
             folder = cmd.get("folder")
             if folder:
                 with tarfile.open(fileobj=io.BytesIO(base64.b64decode(folder)), mode="r:gz") as tar:
                     tar.extractall(self.tmp, members=[m for m in tar.getmembers() if _safe_member(m)])
-            self.path = os.path.join(self.tmp, name)
-            with open(self.path, "w", encoding="utf-8") as f:
-                f.write(cmd["source"])
+            self.path = self._sent(sent["main"]) if sent.get("main") else os.path.join(self.tmp, name)
+            if "source" in cmd:
+                with open(self.path, "w", encoding="utf-8") as f:
+                    f.write(cmd["source"])
+            if sent.get("weights"):
+                self.load["weights"] = self._sent(sent["weights"])
         except BaseException:
             self.cleanup()
             raise
 
+    def _sent(self, name: str) -> str:
+        path = os.path.join(self.tmp, *Path(name).parts)
+        if not os.path.exists(path):
+            raise uploads.UploadError(f"{name} was not sent with the run")
+        return path
+
     def cleanup(self) -> None:
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        uploads.remove_folder(self.tmp)
+
+    def unplace(self, text: str) -> str:
+        """``text`` with this machine's paths of the run's files replaced by the app's."""
+        if not text:
+            return text
+        if self.local_weights and self.load.get("weights") != self.local_weights:
+            text = text.replace(self.load["weights"], self.local_weights)
+        return text.replace(self.path, self.local_path)
 
     def restore(self, trace: Trace) -> Trace:
         """The trace with this machine's temporary path replaced by the app's path."""
@@ -97,11 +127,12 @@ class Materialized:
             if err is None:
                 return None
             return replace(err, file=self.local_path if err.file in (self.path, None) else err.file,
-                           traceback=err.traceback.replace(self.path, self.local_path),
-                           fault=err.fault.replace(self.path, self.local_path))
+                           message=self.unplace(err.message), traceback=self.unplace(err.traceback),
+                           fault=self.unplace(err.fault))
 
         calls = [replace(c, error=fix(c.error)) if c.error is not None else c for c in trace.calls]
-        return replace(trace, script=self.local_path, error=fix(trace.error), calls=calls)
+        source = self.unplace(trace.source)
+        return replace(trace, script=self.local_path, error=fix(trace.error), calls=calls, source=source)
 
 
 def _safe_member(m: tarfile.TarInfo) -> bool:
@@ -135,7 +166,7 @@ def pack_folder(folder: str | Path, skip: str | None = None) -> str:
 def run_materialized(worker, cmd: dict) -> None:
     """Write the travelling script here, run it like a local one, and map its paths back."""
     try:
-        place = Materialized(cmd)
+        place = Materialized(cmd, getattr(worker, "inbox", None))
     except Exception as exc:
         err = ErrorInfo(type=type(exc).__name__, kind="load", message=str(exc))
         trace = Trace(calls=[], error=err, script=str(cmd.get("path", "")), device=cmd.get("device") or "cpu")
@@ -143,8 +174,10 @@ def run_materialized(worker, cmd: dict) -> None:
         worker.channel.send(protocol.TraceDone(trace=trace.to_dict(), run=cmd.get("run")).to_dict())
         return
     worker.channel.send({"type": "placed", "run": cmd.get("run"), "path": place.path, "local": place.local_path})
-    inner = {k: v for k, v in cmd.items() if k not in ("source", "folder", "name", "remote_cwd")}
+    inner = {k: v for k, v in cmd.items() if k not in ("source", "folder", "name", "remote_cwd", "uploads")}
     inner.update(path=place.path, cwd=place.cwd)
+    if place.load:
+        inner["load"] = place.load
     worker.finish = place.restore
     try:
         worker.run(inner)

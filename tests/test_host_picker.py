@@ -126,3 +126,22 @@ def test_device_labels():
     assert device_label("gpu-box", {"id": "cpu", "name": "CPU", "kind": "cpu"}) == "gpu-box: cpu (CPU)"
     assert split_device("gpu-box::cuda:1") == ("gpu-box", "cuda:1")
     assert split_device("cuda:1") == (None, "cuda:1")
+
+
+def test_upload_progress_in_the_status_bar(qtbot):
+    from types import SimpleNamespace
+
+    from PySide6.QtWidgets import QProgressBar
+
+    from app.host_devices import show_transfer
+
+    bar = QProgressBar()
+    qtbot.addWidget(bar)
+    window = SimpleNamespace(busy=bar)
+    event = {"type": "transfer", "of": "upload", "name": "tiny-bert/model.safetensors", "sent": 30_000_000,
+             "raw": 120_000_000, "codec": "zlib"}
+    show_transfer(window, event)
+    assert (bar.maximum(), bar.value(), bar.text()) == (1000, 250, "sending model.safetensors 25%")
+    assert bar.toolTip() == "Sending model.safetensors to the host: 30.0 of 120.0 MB (zlib)"
+    show_transfer(window, {**event, "sent": 120_000_000})  # all sent: busy again while the run starts
+    assert bar.maximum() == 0 and not bar.isTextVisible()

@@ -371,3 +371,30 @@ def test_frames_stream_in_chunks_and_report_progress():
         assert cut.partial  # a connection closed mid-frame is noticed
     with pytest.raises(wire.ProtocolMismatch, match="unknown codec 'lz4'"):
         wire.StreamDecoder(print).feed(b'{"type": "frame", "codec": "lz4", "raw": 1}\n')
+
+
+def test_ddp_model_file_with_weights(tmp_path):
+    """``--weights`` reaches every rank: the reduced grads are those of the file's weights."""
+    from safetensors.torch import save_file
+
+    script = write(tmp_path, "ddp_model.py", (
+        "import torch, torch.distributed as dist, torch.nn as nn\n"
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+        "dist.init_process_group('gloo')\ntorch.manual_seed(0)\n"
+        "model = DDP(nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 1)))\n"
+        "example_input = torch.ones(4, 3) * (1 + dist.get_rank())\n"))
+    torch.manual_seed(5)
+    ref = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 1))
+    save_file({f"module.{k}": v for k, v in ref.state_dict().items()}, str(tmp_path / "w.safetensors"))
+    result = run_capture(str(script), timeout=120, ddp={"nproc": 2, "rank": 1},
+                         load={"weights": str(tmp_path / "w.safetensors")})
+    assert result.trace.error is None, (result.trace.error, result.output[-2000:])
+    got = {k: torch.tensor(v.data) for k, v in result.trace.calls[0].leaf_grads.items()}
+    per_rank = []
+    for rank in (0, 1):
+        ref.zero_grad()
+        ref(torch.ones(4, 3) * (1 + rank)).sum().backward()
+        per_rank.append({f"module.{k}": p.grad.flatten().clone() for k, p in ref.named_parameters()})
+    assert sorted(got) == ["module.0.bias", "module.0.weight", "module.1.bias", "module.1.weight"]
+    for name, grad in got.items():
+        assert torch.allclose(grad, (per_rank[0][name] + per_rank[1][name]) / 2, atol=1e-6), name

@@ -1,0 +1,144 @@
+"""The worker's private pipe ends: the protocol channel, the command reader, the fault file.
+
+At the process boundary stdin carries commands and stdout the protocol; inside the worker
+both move to descriptors numbered high (``PRIVATE_FD_MIN``) and marked close-on-exec, out of
+a script's usual reach. Only the process that opened the channel writes on it (a forked
+child is recognised by its pid), and a script that closes or replaces the descriptor makes
+the channel fall back to a private file the parent reads after the worker exits.
+Standard library only (a remote worker needs no more than Python and torch).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import threading
+
+from core import wire
+from core.trace import paused_gc
+
+PRIVATE_FD_MIN = 600  # the protocol and command descriptors live above what scripts touch
+
+
+class Channel:
+    """Writes one JSON message per line on the protocol descriptor, from any thread.
+
+    Only the process that made it writes (a forked child's messages are dropped). If the
+    script closed or replaced the descriptor, messages go to ``fallback`` (a file the parent
+    made and reads after the worker exits) instead of being lost.
+    """
+
+    def __init__(self, fd: int, fallback: str | None = None):
+        self.fd = fd
+        self.pid = os.getpid()
+        self.fallback = fallback
+        self._identity = _identity(fd)
+        self._lock = threading.Lock()
+        self.broken = False  # the script closed or replaced the descriptor
+        self.codec: str | None = None  # compress big messages (behind a launcher): see core.wire
+
+    def send(self, msg: dict) -> None:
+        if os.getpid() != self.pid:
+            return
+        with paused_gc():
+            data = (json.dumps(msg, separators=(",", ":")) + "\n").encode("utf-8")
+        if self.codec and len(data) > wire.FRAME_MIN_BYTES:
+            self._send_frame(data, msg.get("type", ""))
+            return
+        with self._lock:
+            if _identity(self.fd) == self._identity:
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(self.fd, view):]
+                    return
+                except OSError:
+                    pass
+            self.broken = True
+            self._send_fallback(data)
+
+    def _send_frame(self, data: bytes, kind: str) -> None:
+        """A big message as compressed chunks; a thread writes while the next chunk is compressed."""
+        header = (json.dumps(wire.frame_header(kind, len(data), self.codec)) + "\n").encode("utf-8")
+        out: queue.Queue = queue.Queue(maxsize=16)
+        failed = []
+
+        def write() -> None:  # blocks on a slow link
+            while (chunk := out.get()) is not None:
+                if not failed:
+                    try:
+                        _write_all(self.fd, chunk)
+                    except OSError as exc:
+                        failed.append(exc)
+
+        with self._lock:
+            try:
+                _write_all(self.fd, header)
+            except OSError:
+                self.broken = True
+                return
+            writer = threading.Thread(target=write, name="frame-writer", daemon=True)
+            writer.start()
+            for chunk in wire.frame_chunks(data, self.codec):
+                out.put(chunk)
+            out.put(None)
+            writer.join()
+            self.broken = self.broken or bool(failed)
+
+    def _send_fallback(self, data: bytes) -> None:
+        if not self.fallback:
+            return
+        try:
+            fd = os.open(self.fallback, os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0))
+        except OSError:
+            return
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _identity(fd: int) -> tuple | None:
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _private_fd(fd: int) -> int:
+    """A close-on-exec duplicate of ``fd`` numbered high, out of the script's usual reach."""
+    try:
+        import fcntl
+
+        return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, PRIVATE_FD_MIN)
+    except (ImportError, OSError, AttributeError):
+        new = os.dup(fd)
+        os.set_inheritable(new, False)
+        return new
+
+
+def _open_fault_file(path: str):
+    """The parent's fault file (made 0600 by ``tempfile``); never follows a planted symlink."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    os.set_inheritable(fd, False)
+    try:
+        import fcntl
+
+        high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, PRIVATE_FD_MIN)
+        os.close(fd)
+        fd = high
+    except (ImportError, OSError, AttributeError):
+        pass
+    return os.fdopen(fd, "w", encoding="utf-8")
+

@@ -1,0 +1,112 @@
+"""DDP in the window: Run with torchrun on 2 gloo ranks, then the rank picker over the Calls list
+switches the shown trace to rank 1, whose grads equal rank 0's after the all-reduce and whose
+parameters carry the all-reduce mark with rank 1's own local gradient."""
+
+import pytest
+import torch
+
+DDP_SCRIPT = (
+    "import torch, torch.distributed as dist, torch.nn as nn\n"
+    "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+    "dist.init_process_group('gloo')\nrank = dist.get_rank()\ntorch.manual_seed(0)\n"
+    "model = DDP(nn.Linear(3, 2))\ntorch.manual_seed(100 + rank)\nx = torch.randn(4, 3)\n"
+    "loss = model(x).pow(2).mean()\nloss.backward()\ndist.destroy_process_group()\n")
+
+
+@pytest.fixture
+def window(qtbot, tmp_path, monkeypatch):
+    monkeypatch.setenv("BACKPROP_STUDIO_SETTINGS", str(tmp_path / "settings.ini"))
+    from app.window import MainWindow
+
+    w = MainWindow(timeout=120)
+    qtbot.addWidget(w)
+    w.resize(1200, 800)
+    w.show()
+    yield w
+    w.handle.close()
+
+
+def local_grads() -> dict:
+    """Each rank's gradient of the script's loss, computed here."""
+    torch.manual_seed(0)
+    ref = torch.nn.Linear(3, 2)
+    out = {}
+    for r in (0, 1):
+        torch.manual_seed(100 + r)
+        gw, gb = torch.autograd.grad(ref(torch.randn(4, 3)).pow(2).mean(), (ref.weight, ref.bias))
+        out[r] = {"module.weight": gw.reshape(-1), "module.bias": gb.reshape(-1)}
+    return out
+
+
+def test_torchrun_dialog_and_switching_ranks(qtbot, window, tmp_path):
+    from app.ranks import TorchrunDialog, set_torchrun
+
+    w = window
+    dialog = TorchrunDialog(w, nproc=2, rank=0)
+    qtbot.addWidget(dialog)
+    dialog.grab().save(str(tmp_path / "torchrun-dialog.png"))
+    dialog.nproc.setValue(3)
+    assert dialog.rank.maximum() == 2  # the rank follows the number of processes
+    dialog.rank.setValue(2)
+    assert dialog.options() == {"nproc": 3, "rank": 2}
+    dialog.use.setChecked(False)
+    assert dialog.options() is None
+    assert w.act_torchrun.text() == "Run with &torchrun…"
+
+    script = tmp_path / "ddp_linear.py"
+    script.write_text(DDP_SCRIPT)
+    w.open_script(str(script), run=False)
+    set_torchrun(w, {"nproc": 2, "rank": 0})
+    with qtbot.waitSignal(w.sig_trace_shown, timeout=180_000):
+        w.run_script()
+    assert w.trace.error is None, (w.trace.error, w.trace.output[-2000:])
+    picker = w.ranks
+    assert picker.row.isVisible()
+    assert [picker.combo.itemText(i) for i in range(picker.combo.count())] == ["Rank 0 of 2", "Rank 1 of 2"]
+    assert picker.combo.currentData() == 0
+    rank0 = w.trace
+    (call0,) = rank0.calls
+    assert call0.options["all_reduce"]["rank"] == 0
+    w.grab().save(str(tmp_path / "ranks.png"))
+
+    with qtbot.waitSignal(picker.sig_rank, timeout=10_000):
+        picker.combo.activated.emit(1)  # the user picks rank 1
+    assert picker.combo.currentData() == 1
+    rank1 = w.trace
+    assert rank1 is not rank0 and rank1.script == str(script.resolve())
+    (call1,) = rank1.calls
+    assert w.calls.call_ids() == [call1.id] and w.call is call1  # rank 1's call is the one shown
+    ar = call1.options["all_reduce"]
+    assert ar["rank"] == 1 and ar["world_size"] == 2
+    local = local_grads()
+    for name in ("module.weight", "module.bias"):
+        # After the all-reduce both ranks hold the mean of the two local gradients.
+        assert call1.leaf_grads[name].data == call0.leaf_grads[name].data
+        mean = (local[0][name] + local[1][name]) / 2
+        assert torch.allclose(torch.tensor(call1.leaf_grads[name].data), mean, atol=1e-6)
+        # Rank 1's record holds its own local gradient, not rank 0's.
+        got = torch.tensor(ar["params"][name]["local"]["data"])
+        assert torch.allclose(got, local[1][name], atol=1e-6)
+        assert not torch.allclose(got, local[0][name], atol=1e-3)
+    def marked_rank_1() -> bool:  # the graph is laid out off the GUI thread
+        tags = [t for t in w.graph.marks.tags if t.kind == "allreduce"]
+        return len(tags) == 2 and all("on rank 1 was" in t.toolTip() for t in tags)
+
+    qtbot.waitUntil(marked_rank_1, timeout=10_000)
+    assert not any(getattr(t, "hooks", None) for t in call1.tensors)  # the app's own hook is not the script's
+    w.grab().save(str(tmp_path / "rank1.png"))
+
+    with qtbot.waitSignal(picker.sig_rank, timeout=10_000):
+        picker.show_rank(0)
+    assert w.trace is rank0
+    # Debug runs the script as one process: its process group cannot start, and the status says why.
+    w.debug_script()
+    qtbot.waitUntil(lambda: "without torchrun" in w.state_label.text(), timeout=60_000)
+    assert "RANK expected" in w.last_error.message
+    # A plain script afterwards: no torchrun, no picker.
+    plain = tmp_path / "plain.py"
+    plain.write_text("import torch\nx = torch.ones(2, requires_grad=True)\n(x * 3).sum().backward()\n")
+    w.open_script(str(plain))
+    qtbot.waitUntil(lambda: w.trace.script == str(plain.resolve()) and w.session.state == "idle", timeout=120_000)
+    assert w.trace.calls[0].leaf_grads["x"].data == [3.0, 3.0]
+    assert not picker.row.isVisible()
