@@ -1,16 +1,24 @@
 """Trace transfer from a worker behind a launcher: the 4,802- and 50,000-node examples.
 
-Run: python bench/bench_remote.py. Each example is captured once, then its trace is sent by a
-stand-in worker (bench/send_trace.py, the worker's own encoding code) behind a local launcher,
-with and without compression, straight through a pipe and through ``pv -L 10m`` (a 10 MiB/s
-link) where pv is installed. Times run from the sender starting to encode to the app holding
-the decoded Trace; "wire" is what one would expect from the bytes alone at 10 MiB/s.
+Run: python bench/bench_remote.py [--repeat N] [--traces DIR]. Each example is captured once
+(or read from DIR/<example>.json), then:
+
+- in one process, the CPU time to encode the trace, compress it and decode it, as the JSON of
+  the trace format (what travelled before) and in the columnar encoding (core.trace_columns);
+- end to end, its trace sent by a stand-in worker (bench/send_trace.py, the worker's own
+  Channel) behind a local launcher, straight through a pipe and through ``pv -L 10m`` (a
+  10 MiB/s link) where pv is installed, in each encoding and codec. Times run from the sender
+  starting to encode to the app holding the decoded Trace (median of N runs); "wire" is what
+  the compressed bytes alone take at 10 MiB/s, and "x wire" the ratio of the two.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import shlex
 import shutil
+import statistics
 import sys
 import tempfile
 import threading
@@ -20,17 +28,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from core.client import run_capture, WorkerClient  # noqa: E402
+from core import wire  # noqa: E402
+from core.client import WorkerClient, run_capture  # noqa: E402
 from core.launchers import from_command  # noqa: E402
+from core.trace import Trace, paused_gc  # noqa: E402
+from core.trace_columns import ColumnReader, encode_lines  # noqa: E402
 
 EXAMPLES = [("4,802 nodes", ROOT / "resources/examples/50_big_residual_mlp.py"),
             ("50,000 nodes", ROOT / "resources/examples/51_huge_residual_mlp.py")]
 RATE = 10 * 1024 * 1024
 
 
-def send_once(trace_file: Path, codec: str, throttle: bool) -> tuple[float, int, int]:
+def send_once(trace_file: Path, codec: str, throttle: bool, encoding: str = "columns",
+              script: Path = EXAMPLES[0][1]) -> tuple[float, int, int]:
+    """One transfer; ``script`` is what the app asks to run (its text travels; the stand-in sends the trace)."""
     sender = f"{shlex.quote(sys.executable)} {shlex.quote(str(ROOT / 'bench/send_trace.py'))} " \
-             f"{shlex.quote(str(trace_file))} {codec}"
+             f"{shlex.quote(str(trace_file))} {codec} {encoding}"
     if throttle:
         sender += " | pv -q -L 10m"
     launcher = from_command(f"sh -c {shlex.quote(sender)}", name="bench", compress=codec)
@@ -48,46 +61,95 @@ def send_once(trace_file: Path, codec: str, throttle: bool) -> tuple[float, int,
             done.set()
 
     client = WorkerClient(on_event, prestart=False, launcher=launcher)
-    client.run(str(trace_file), timeout=600)
+    client.run(str(script), timeout=600)
     done.wait(600)
     client.close()
     assert box["result"].trace.error is None, box["result"].trace.error
     return box["t1"] - box["t0"], box["bytes"], box["raw"]
 
 
-def encode_decode(trace) -> tuple[float, float]:
-    import json
+def compress(data: bytes, codec: str) -> tuple[bytes, float]:
+    t0 = time.process_time()
+    packer = wire.Packer(codec)
+    out = b"".join(packer.cut(data[at:at + wire.CHUNK]) for at in range(0, len(data), wire.CHUNK)) + packer.end()
+    return out, time.process_time() - t0
 
-    from core.trace import Trace, paused_gc
 
-    t0 = time.perf_counter()
+def in_process(trace: Trace, codecs: list[str]) -> dict:
+    """CPU seconds to encode and decode, and compressed sizes, for both encodings."""
+    out = {}
     with paused_gc():
-        text = json.dumps(trace.to_dict(), separators=(",", ":"))
-    t1 = time.perf_counter()
-    with paused_gc():
+        t0 = time.process_time()
+        text = json.dumps(trace.to_dict(), separators=(",", ":")).encode()
+        t1 = time.process_time()
         Trace.from_dict(json.loads(text))
-    return t1 - t0, time.perf_counter() - t1
+        t2 = time.process_time()
+    out["json"] = {"encode": t1 - t0, "decode": t2 - t1, "raw": len(text)}
+    t0 = time.process_time()
+    lines = list(encode_lines(trace))
+    t1 = time.process_time()
+    with paused_gc():  # as the app reads a frame (core.wire.StreamDecoder)
+        reader = ColumnReader()
+        for line in lines:
+            reader.feed(line)
+        t2 = time.process_time()
+        back = reader.result()
+        t3 = time.process_time()
+    assert back == trace
+    data = b"".join(lines)
+    out["columns"] = {"encode": t1 - t0, "decode": t3 - t1, "parse": t2 - t1, "build": t3 - t2, "raw": len(data)}
+    for name, raw in (("json", text), ("columns", data)):
+        for codec in codecs:
+            packed, seconds = compress(raw, codec)
+            out[name][codec] = (len(packed), seconds)
+    return out
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repeat", type=int, default=3, help="end-to-end runs per case (median)")
+    ap.add_argument("--traces", help="a folder with the examples' traces saved as <stem>.json (skips capture)")
+    ap.add_argument("--only", choices=["4802", "50000"], help="one example")
+    args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp())
     pv = shutil.which("pv") is not None
-    print(f"{'trace':<14}{'link':<14}{'codec':<7}{'bytes sent':>14}{'seconds':>10}{'wire at 10 MiB/s':>18}")
+    codecs = wire.available_codecs()
     for label, script in EXAMPLES:
-        result = run_capture(str(script), timeout=900)
-        trace_file = tmp / f"{script.stem}.json"
-        result.trace.save(trace_file)
-        raw = trace_file.stat().st_size
-        enc, dec = encode_decode(result.trace)
-        print(f"{label}: {raw:,} bytes of JSON; in one process the trace takes {enc:.2f} s to encode "
-              f"(to_dict + dumps) and {dec:.2f} s to decode (loads + from_dict)")
+        if args.only and args.only != label.split()[0].replace(",", ""):
+            continue
+        trace_file = Path(args.traces) / f"{script.stem}.json" if args.traces else tmp / f"{script.stem}.json"
+        if not trace_file.is_file():
+            result = run_capture(str(script), timeout=900)
+            result.trace.save(trace_file)
+        trace = Trace.load(trace_file)
+        cpu = in_process(trace, codecs)
+        print(f"\n{label}, in one process (CPU seconds; MB):")
+        print(f"  {'encoding':<9}{'raw MB':>8}{'encode':>8}{'decode':>8}" +
+              "".join(f"{c + ' MB':>10}{c + ' s':>9}{'wire ' + c:>11}" for c in codecs))
+        for name in ("json", "columns"):
+            c = cpu[name]
+            row = f"  {name:<9}{c['raw'] / 1e6:>8.1f}{c['encode']:>8.2f}{c['decode']:>8.2f}"
+            for codec in codecs:
+                size, seconds = c[codec]
+                row += f"{size / 1e6:>10.2f}{seconds:>9.2f}{size / RATE:>10.2f}s"
+            print(row)
+        col = cpu["columns"]
+        print(f"  columns decode = parse {col['parse']:.2f} + build {col['build']:.2f}; encode + decode "
+              f"{col['encode'] + col['decode']:.2f} s against the zlib wire's {col['zlib'][0] / RATE:.2f} s "
+              f"({(col['encode'] + col['decode']) / (col['zlib'][0] / RATE):.2f}x); JSON's "
+              f"{cpu['json']['encode'] + cpu['json']['decode']:.2f} s against {cpu['json']['zlib'][0] / RATE:.2f} s")
+        print(f"\n{label}, end to end (median of {args.repeat}):")
+        print(f"  {'link':<11}{'encoding':<9}{'codec':<6}{'bytes sent':>12}{'seconds':>9}{'wire':>8}{'x wire':>8}")
         for throttle in ([False, True] if pv else [False]):
-            for codec in ("none", "zlib"):
-                seconds, sent, _ = send_once(trace_file, codec, throttle)
-                sent = sent or raw
+            cases = [("json", "zlib"), ("columns", "zlib")] + ([("columns", "zstd")] if "zstd" in codecs else [])
+            for encoding, codec in cases:
+                runs = [send_once(trace_file, codec, throttle, encoding, script) for _ in range(args.repeat)]
+                seconds = statistics.median(r[0] for r in runs)
+                sent = runs[0][1]
                 link = "pv -L 10m" if throttle else "pipe"
-                wire = f"{sent / RATE:.2f} s" if throttle else ""
-                print(f"{label:<14}{link:<14}{codec:<7}{sent:>14,}{seconds:>9.2f}s{wire:>18}")
+                ratio = f"{seconds / (sent / RATE):.2f}x" if throttle else ""
+                print(f"  {link:<11}{encoding:<9}{codec:<6}{sent:>12,}{seconds:>8.2f}s{sent / RATE:>7.2f}s{ratio:>8}")
+                sys.stdout.flush()
     shutil.rmtree(tmp, ignore_errors=True)
 
 

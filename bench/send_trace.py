@@ -25,7 +25,8 @@ def main() -> None:
     cmd = json.loads(sys.stdin.readline())  # the run command
     channel.send({"type": "started", "run": cmd["run"], "t": time.time()})
     channel.codec = pick_codec(codec)
-    channel.send(protocol.TraceDone(trace=trace.to_dict(), run=cmd["run"]).to_dict())
+    channel.columns = "columns" in (cmd.get("encodings") or ()) and "json" not in sys.argv[3:]
+    channel.send(protocol.TraceDone(trace=trace, run=cmd["run"]).to_dict())
     sys.stdin.readline()
 
 

@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from core import protocol
-from core.trace import ErrorInfo, Trace, TraceFormatError, call_from_dict, paused_gc
+from core.trace import CallInfo, ErrorInfo, Trace, TraceFormatError, call_from_dict, paused_gc, with_fields
 
 log = logging.getLogger(__name__)
 
@@ -288,6 +288,7 @@ class WorkerProcess:
         decoder = StreamDecoder(self._handle_line, transfer_progress(self._deliver))
         for chunk in self._chunks(self.proc.stdout.fileno()):
             decoder.feed(chunk)
+        decoder.close()
         self._exited.wait()
         code = self.proc.wait()
         # Messages the worker could not send on its channel (the script closed it).
@@ -317,18 +318,21 @@ class WorkerProcess:
             except (OSError, ValueError):
                 pass
 
-    def _handle_line(self, raw: bytes) -> None:
-        if not raw.strip():
+    def _handle_line(self, raw: bytes | dict) -> None:
+        if isinstance(raw, dict):  # a message core.wire decoded already (a trace sent in columns)
+            msg = raw
+        elif not raw.strip():
             return
-        try:
-            if len(raw) > 1 << 20:  # a big trace: millions of small objects at once
-                with paused_gc():
+        else:
+            try:
+                if len(raw) > 1 << 20:  # a big trace: millions of small objects at once
+                    with paused_gc():
+                        msg = json.loads(raw)
+                else:
                     msg = json.loads(raw)
-            else:
-                msg = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            log.warning("worker %s sent a line that is not JSON", self.id)
-            return
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                log.warning("worker %s sent a line that is not JSON", self.id)
+                return
         if not isinstance(msg, dict):
             return
         kind = msg.get("type")
@@ -456,8 +460,10 @@ def script_line_in_fault(fault: str, script: str) -> int | None:
     return None
 
 
-def summary_dict(call: dict) -> dict:
+def summary_dict(call: dict | CallInfo) -> dict | CallInfo:
     """A streamed call reduced to its summary, as the capture reduces repeated calls in a loop."""
+    if isinstance(call, CallInfo):  # sent in columns (core.trace_columns)
+        return with_fields(call, nodes=[], tensors=[], storages=[], roots=[], snapshot="summary")
     return {**call, "nodes": [], "tensors": [], "storages": [], "roots": [], "snapshot": "summary"}
 
 
@@ -703,7 +709,7 @@ class WorkerClient:
         if kind == "call_summary":
             position = int(msg.get("position", -1))
             call = run.get("calls", {}).get(position)
-            if isinstance(call, dict):
+            if isinstance(call, (dict, CallInfo)):
                 run["calls"][position] = summary_dict(call)
             return
         if kind == "steps" and self.expand_steps:

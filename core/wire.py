@@ -9,13 +9,27 @@ compressed in chunks, each a 4-byte big-endian length and that many bytes, ended
 length. The sender compresses 1 MiB at a time while a thread writes what is ready, so
 compression overlaps the transfer; the reader decompresses each chunk as it arrives and
 reports bytes received and decoded against M, so the window can show a progress bar. zstd is used where the ``zstandard`` module (or
-Python 3.14's ``compression.zstd``) is installed on both sides, zlib otherwise.
+Python 3.14's ``compression.zstd``) is installed on both sides, zlib otherwise: the worker's
+hello lists its codecs, the app asks for one it reads, and a worker without zstd answers in zlib.
+
+A message carrying a Trace or CallInfo (``trace``, ``call_trace``) travels in the columnar
+encoding of ``core.trace_columns`` when the app's run command lists ``columns`` in its
+``encodings``: the header then says ``"enc": "columns"``, names the message's field that holds
+the object (``"key"``) and carries the message's other fields (``"msg"``); ``raw`` is an
+estimate until the end. The sender encodes, compresses and writes column by column, so
+encoding overlaps the transfer, and the reader parses each column as it arrives.
 """
 
 from __future__ import annotations
 
+import gc
+import json
 import zlib
 from typing import Callable
+
+# Imported now, not when first needed: while a script runs, the worker hides the app's modules.
+from core.trace import CallInfo, Trace, TraceFormatError, call_to_dict, paused_gc
+from core.trace_columns import ColumnReader, encode_lines
 
 PROTOCOL_VERSION = 2  # bumped whenever a message changes meaning; both ends must agree
 CHUNK = 1 << 20  # raw bytes compressed at a time
@@ -35,6 +49,9 @@ def check_hello(hello: dict, where: str = "the worker") -> None:
             f"{where} speaks protocol version {theirs}, this app speaks version {PROTOCOL_VERSION}: "
             f"install the same Backprop Studio version there (its worker is "
             f"'python -m core.worker', torch {hello.get('torch', '?')}, Python {hello.get('python', '?')})")
+
+
+ENCODINGS = ["columns"]  # what the app reads besides JSON; sent with each run command
 
 
 def _zstd():
@@ -104,11 +121,84 @@ def frame_chunks(raw: bytes, codec: str):
     yield (0).to_bytes(4, "big")
 
 
+def object_key(msg: dict) -> str | None:
+    """The field of ``msg`` holding a Trace or CallInfo object (``trace`` or ``call``), if any."""
+    for key in ("trace", "call"):
+        if isinstance(msg.get(key), (Trace, CallInfo)):
+            return key
+    return None
+
+
+def plain_message(msg: dict) -> dict:
+    """``msg`` with any Trace or CallInfo object in it turned into its JSON dict."""
+    key = object_key(msg)
+    if key is None:
+        return msg
+    obj = msg[key]
+    return {**msg, key: obj.to_dict() if key == "trace" else call_to_dict(obj)}
+
+
+def estimated_size(obj) -> int:
+    """Roughly the bytes of ``obj``'s columnar encoding (about 30 % either way): the progress bar's scale."""
+    calls = obj.calls if isinstance(obj, Trace) else [obj]
+    tensors = sum(len(c.tensors) for c in calls) + (len(obj.tensors) if isinstance(obj, Trace) else 0)
+    nodes = sum(len(c.nodes) for c in calls)
+    extra = len(obj.source) + len(obj.output) + 250 * len(obj.memory) if isinstance(obj, Trace) else 0
+    return 4096 + 195 * nodes + 380 * tensors + 70 * sum(len(c.storages) for c in calls) + extra
+
+
+class Packer:
+    """Compresses a stream piece by piece, flushing a block at each ``cut`` so the bytes leave now."""
+
+    def __init__(self, codec: str):
+        self.codec = codec
+        self.comp = compressor(codec)
+        z = _zstd() if codec == "zstd" else None
+        if z is None:
+            self._cut = lambda: self.comp.flush(zlib.Z_SYNC_FLUSH)
+        elif z.__name__ == "zstandard":
+            self._cut = lambda: self.comp.flush(z.COMPRESSOBJ_FLUSH_BLOCK)
+        else:
+            self._cut = lambda: self.comp.compress(b"", mode=z.ZstdCompressor.FLUSH_BLOCK)
+
+    def cut(self, data: bytes) -> bytes:
+        return self.comp.compress(data) + self._cut()
+
+    def end(self) -> bytes:
+        return self.comp.flush()
+
+
+def columns_frame(msg: dict, key: str, codec: str):
+    """A message holding a Trace or CallInfo as a columnar frame: the header line, then chunks
+    (4-byte length + compressed bytes) made as the columns are encoded, then a zero length."""
+    obj = msg[key]
+    rest = {k: v for k, v in msg.items() if k != key}
+    header = {**frame_header(msg.get("type", ""), estimated_size(obj), codec), "enc": "columns", "key": key,
+              "msg": rest}
+    yield (json.dumps(header) + "\n").encode("utf-8")
+    packer = Packer(codec)
+    batch: list[bytes] = []
+    size = 0
+    for line in encode_lines(obj):
+        batch.append(line)
+        size += len(line)
+        if size >= CHUNK:
+            out = packer.cut(b"".join(batch))
+            batch, size = [], 0
+            yield len(out).to_bytes(4, "big") + out
+    out = packer.cut(b"".join(batch)) + packer.end()
+    if out:
+        yield len(out).to_bytes(4, "big") + out
+    yield (0).to_bytes(4, "big")
+
+
 class StreamDecoder:
     """Turns the bytes of the worker's stdout into messages, one JSON text per call of ``on_line``.
 
     Plain lines pass through; a frame header switches to reading its chunks, decompressing
     each as it arrives, and the message's JSON goes to ``on_line`` once the zero length comes.
+    A columnar frame's columns are parsed as they arrive, and ``on_line`` gets the message
+    itself (a dict holding the Trace or CallInfo, or the TraceFormatError that reading it raised).
     ``on_progress(header, bytes_received, raw_bytes_decoded)`` follows every chunk.
     """
 
@@ -123,6 +213,9 @@ class StreamDecoder:
         self._dec = None
         self._parts: list[bytes] = []
         self._got = self._decoded = 0
+        self._columns = None  # the ColumnReader of a columnar frame (or the error that ended it)
+        self._tail = b""  # a column line not complete yet
+        self._gc: bool | None = None  # whether the collector was on before a columnar frame paused it
 
     def feed(self, data: bytes) -> None:
         self._buf += data
@@ -142,17 +235,24 @@ class StreamDecoder:
             line = bytes(buf[pos:at])
             self._pos = self._scan = at + 1
             if line.startswith((b'{"type": "frame"', b'{"type":"frame"')):
-                import json
-
                 self._frame = json.loads(line)
                 self._dec = decompressor(self._frame.get("codec"))
                 self._parts, self._got, self._decoded = [], 0, 0
+                self._columns = None
+                if self._frame.get("enc") == "columns":
+                    self._columns = ColumnReader(f"the {self._frame.get('of') or 'message'} from the worker")
+                    self._pause_gc()
+                    self._tail = b""
             elif line.strip():
                 self.on_line(line)
             return True
         if len(buf) - pos < 4:
             return False
         size = int.from_bytes(buf[pos:pos + 4], "big")
+        if size == 0 and self._columns is not None:
+            self._pos = self._scan = pos + 4
+            self._end_columns()
+            return True
         if size == 0:
             self._pos = self._scan = pos + 4
             text, header = b"".join(self._parts), self._frame
@@ -167,10 +267,65 @@ class StreamDecoder:
         self._pos = self._scan = pos + 4 + size
         self._got += 4 + size
         self._decoded += len(out)
-        self._parts.append(out)
+        if self._columns is not None:
+            self._feed_columns(out)
+        else:
+            self._parts.append(out)
         if self.on_progress is not None:
             self.on_progress(self._frame, self._got, self._decoded)
         return True
+
+    def _feed_columns(self, out: bytes) -> None:
+        """Parse each complete column line now, while the next chunks are on their way."""
+        if not out or isinstance(self._columns, TraceFormatError):
+            return
+        lines = (self._tail + out).split(b"\n")
+        self._tail = lines.pop()
+        try:
+            with paused_gc():
+                for line in lines:
+                    self._columns.feed(line)
+        except TraceFormatError as exc:
+            self._columns = exc  # reported when the frame ends
+
+    def _end_columns(self) -> None:
+        header, reader = self._frame, self._columns
+        self._frame, self._dec, self._columns = None, None, None
+        self._resume_gc()
+        msg = dict(header.get("msg") or {})
+        try:
+            if isinstance(reader, TraceFormatError):
+                raise reader
+            if self._tail.strip():
+                reader.feed(self._tail)
+            obj = reader.result()
+        except TraceFormatError as exc:
+            obj = exc
+        self._tail = b""
+        msg[header.get("key") or "trace"] = obj
+        if self.on_progress is not None:
+            self.on_progress({**header, "raw": self._decoded}, self._got + 4, self._decoded)
+        self.on_line(msg)
+
+    def _pause_gc(self) -> None:
+        """No cyclic collection while a columnar frame is read: each would walk the hundreds of
+        thousands of objects read so far, again and again (a third of the reading time)."""
+        if self._gc is None:
+            self._gc = gc.isenabled()
+            gc.disable()
+
+    def _resume_gc(self) -> None:
+        if self._gc:
+            gc.enable()
+        self._gc = None
+
+    def close(self) -> None:
+        """The stream ended: drop a frame cut off in the middle (and turn the collector back on)."""
+        self._resume_gc()
+        self._frame, self._dec, self._columns = None, None, None
+
+    def __del__(self) -> None:
+        self._resume_gc()
 
     @property
     def partial(self) -> bool:

@@ -50,7 +50,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from core import ddp, protocol, uploads, wire, worker_remote
-from core.trace import ErrorInfo, Trace, call_to_dict
+from core.trace import ErrorInfo, Trace
 from core.worker_channel import Channel, _open_fault_file, _private_fd
 from core.worker_env import (_flush_quietly, _patch_exit, _say_no_input, apply_device, check_device, list_devices,
                              script_environment, seed_run)
@@ -172,6 +172,7 @@ class Worker(Stepping):
         from core.capture import Capture
 
         self.channel.codec = wire.pick_codec(cmd.get("compress"))
+        self.channel.columns = "columns" in (cmd.get("encodings") or ())
         if "source" in cmd or cmd.get("uploads"):  # from another machine: write it here, then run it
             worker_remote.run_materialized(self, cmd)
             return
@@ -252,7 +253,7 @@ class Worker(Stepping):
         if self.finish is not None:  # a travelling script: paths back to the app's own
             trace = self.finish(trace)
         # Calls already streamed are not sent again; the parent puts them first.
-        data = replace(trace, calls=trace.calls[streamed:]).to_dict()
+        data = replace(trace, calls=trace.calls[streamed:])  # the channel encodes it (core.wire)
         self.channel.send(protocol.TraceDone(trace=data, run=run_id, streamed=streamed).to_dict())
 
     def _stream_calls(self, capture, run_id, streamed: int) -> int:
@@ -263,7 +264,7 @@ class Worker(Stepping):
                 self._summarised.add(i)
                 self.channel.send(protocol.CallSummary(position=i, run=run_id).to_dict())
         while streamed < len(calls):
-            self.channel.send(protocol.CallTrace(position=streamed, call=call_to_dict(calls[streamed]),
+            self.channel.send(protocol.CallTrace(position=streamed, call=calls[streamed],
                                                  run=run_id).to_dict())
             streamed += 1
         return streamed

@@ -14,6 +14,7 @@ import json
 import os
 import queue
 import threading
+from itertools import chain
 
 from core import wire
 from core.trace import paused_gc
@@ -37,11 +38,17 @@ class Channel:
         self._lock = threading.Lock()
         self.broken = False  # the script closed or replaced the descriptor
         self.codec: str | None = None  # compress big messages (behind a launcher): see core.wire
+        self.columns = False  # the app reads traces and calls in columns (core.trace_columns)
 
     def send(self, msg: dict) -> None:
         if os.getpid() != self.pid:
             return
+        key = wire.object_key(msg)  # a Trace or CallInfo: as columns where the app reads them
+        if key is not None and self.codec and self.columns:
+            self._send_chunks(wire.columns_frame(msg, key, self.codec))
+            return
         with paused_gc():
+            msg = wire.plain_message(msg)
             data = (json.dumps(msg, separators=(",", ":")) + "\n").encode("utf-8")
         if self.codec and len(data) > wire.FRAME_MIN_BYTES:
             self._send_frame(data, msg.get("type", ""))
@@ -61,6 +68,11 @@ class Channel:
     def _send_frame(self, data: bytes, kind: str) -> None:
         """A big message as compressed chunks; a thread writes while the next chunk is compressed."""
         header = (json.dumps(wire.frame_header(kind, len(data), self.codec)) + "\n").encode("utf-8")
+        self._send_chunks(chain([header], wire.frame_chunks(data, self.codec)))
+
+    def _send_chunks(self, chunks) -> None:
+        """Write a frame's header and chunks; a thread writes while the next chunk is made."""
+        chunks = iter(chunks)
         out: queue.Queue = queue.Queue(maxsize=16)
         failed = []
 
@@ -74,13 +86,13 @@ class Channel:
 
         with self._lock:
             try:
-                _write_all(self.fd, header)
+                _write_all(self.fd, next(chunks))
             except OSError:
                 self.broken = True
                 return
             writer = threading.Thread(target=write, name="frame-writer", daemon=True)
             writer.start()
-            for chunk in wire.frame_chunks(data, self.codec):
+            for chunk in chunks:
                 out.put(chunk)
             out.put(None)
             writer.join()

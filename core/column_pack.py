@@ -1,0 +1,173 @@
+"""Packing for the columnar trace encoding (core.trace_columns): numbers as base64 of their
+machine form, lists cut and spread by C loops, and column checks in bulk.
+
+Each function here does its work in C loops (``array``, ``binascii``, ``map``, slices), one
+Python step per column rather than per value: that is what makes the columnar encoding
+several times faster to write and read than the JSON of a 50,000-node trace. Standard
+library only, for the worker.
+"""
+
+from __future__ import annotations
+
+import binascii
+import sys
+from array import array
+from itertools import accumulate, chain, compress, repeat
+from typing import Any
+
+import core.trace  # noqa: F401  (first: it loads core.trace_json, which needs it)
+from core import trace_json as tj
+
+_NONE = type(None)
+
+
+def pack_floats(floats: list) -> str:
+    """Doubles, bit for bit (little-endian), as base64 text: 10x faster to write and read than their decimal text."""
+    data = array("d", floats)
+    if sys.byteorder == "big":
+        data.byteswap()
+    return b64(data.tobytes())
+
+
+def b64(data: bytes) -> str:
+    return binascii.b2a_base64(data, newline=False).decode("ascii")
+
+
+def unb64(text: Any) -> bytes | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        return binascii.a2b_base64(text)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def pack_ints(ints: list) -> str:
+    """Counts and indices as little-endian int64, base64: a C loop each way instead of decimal text."""
+    data = array("q", ints)
+    if sys.byteorder == "big":
+        data.byteswap()
+    return b64(data.tobytes())
+
+
+def unpack_ints(text: Any) -> list | None:
+    raw = unb64(text)
+    if raw is None or len(raw) % 8:
+        return None
+    data = array("q")
+    data.frombytes(raw)
+    if sys.byteorder == "big":
+        data.byteswap()
+    return data.tolist()
+
+
+def pack_mask(objs: list) -> str:
+    """One byte per row, 1 where the row holds an object (dataclasses are always true), 0 for None."""
+    return b64(bytes(map(bool, objs)))
+
+
+def unpack_mask(text: Any) -> list | None:
+    raw = unb64(text)
+    return None if raw is None else list(raw)
+
+
+def unpack_floats(text: Any, count: int) -> list | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        raw = binascii.a2b_base64(text)
+    except (binascii.Error, ValueError):
+        return None
+    if len(raw) != 8 * count:
+        return None
+    data = array("d")
+    data.frombytes(raw)
+    if sys.byteorder == "big":
+        data.byteswap()
+    return data.tolist()
+
+
+def split(flat: list, lens: list) -> list:
+    """``flat`` cut into consecutive lists of ``lens[i]`` items (a length of -1 gives None)."""
+    nulls = -1 in lens
+    ends = list(accumulate(map(max, lens, repeat(0)) if nulls else lens))
+    out = list(map(flat.__getitem__, map(slice, [0] + ends[:-1], ends)))
+    if nulls:
+        for i in compress(range(len(lens)), map((-1).__eq__, lens)):
+            out[i] = None
+    return out
+
+
+def spread(objs: list, at: list, n: int) -> list:
+    """``n`` rows: ``objs`` at the rows ``at``, None elsewhere (C loops, not one per row)."""
+    placed = dict(zip(at, objs))
+    return list(map(placed.get, range(n)))
+
+
+def ints_in(col: Any, bound: int | None) -> bool:
+    """``col`` is a list of integers in ``0 .. bound - 1`` (any non-negative one without a bound)."""
+    if not isinstance(col, list):
+        return False
+    if not col:
+        return True
+    return set(map(type, col)) == {int} and min(col) >= 0 and (bound is None or max(col) < bound)
+
+
+# -- bulk checks: the same verdict as core.trace_json's per-value checks, in C loops --------
+
+
+def types_of(col) -> set:
+    return set(map(type, col))
+
+
+def _flat(col) -> list:
+    return list(chain.from_iterable(col))
+
+
+def _count_ok(col) -> bool:
+    return types_of(col) <= {int} and (not col or min(col) >= 0)
+
+
+def _num_ok(col) -> bool:
+    return types_of(col) <= {int, float}
+
+
+def _lists_of(col, allowed, non_negative=False) -> bool:
+    if not types_of(col) <= {list}:
+        return False
+    items = _flat(col)
+    return types_of(items) <= allowed and not (non_negative and items and min(items) < 0)
+
+
+def _elements_ok(col) -> bool:
+    if not types_of(col) <= {list, _NONE}:
+        return False
+    return types_of(_flat(c for c in col if c is not None)) <= {int, float, str, _NONE}
+
+
+def _make_bulk() -> dict:
+    return {
+        tj._t_str: lambda c: types_of(c) <= {str},
+        tj._t_opt_str: lambda c: types_of(c) <= {str, _NONE},
+        tj._t_bool: lambda c: types_of(c) <= {bool},
+        tj._t_int: lambda c: types_of(c) <= {int},
+        tj._t_count: _count_ok,
+        tj._t_opt_int: lambda c: types_of(c) <= {int, _NONE},
+        tj._t_num: _num_ok,
+        tj._t_opt_num: lambda c: types_of(c) <= {int, float, _NONE},
+        tj._t_shape: lambda c: _lists_of(c, {int}, non_negative=True),
+        tj._t_ints: lambda c: _lists_of(c, {int}),
+        tj._t_strs: lambda c: _lists_of(c, {str}),
+        tj._t_elements: _elements_ok,
+    }
+
+
+_BULK = _make_bulk()
+
+
+def bulk_ok(check, col: list) -> bool:
+    """True when every value of ``col`` passes ``check``; False means: look row by row."""
+    bulk = _BULK.get(check)
+    if bulk is not None:
+        return bulk(col)
+    return all(check(v) is None for v in col)

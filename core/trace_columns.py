@@ -1,0 +1,460 @@
+"""A compact columnar encoding of traces and calls, for the wire between worker and app.
+
+The saved trace format stays the JSON of ``core.trace_json``; this encoding is what a worker
+behind a launcher sends in its compressed frames (``core.wire``). Where the JSON repeats every
+key on every one of 50,000 nodes and builds a dict per object, this sends each dataclass
+field as one column: a list of every row's value, strings that repeat (op names, dtypes,
+devices, module paths) interned in a table with integer indices, fields equal to their
+default left out, nested objects (a tensor's ``values``, a node's ``next`` edges) as tables
+of their own with row counts or presence masks. Each column is a JSON line of its own
+(``[path, kind, payload]``), so the sender compresses and sends the first columns while it
+encodes the rest, and the reader parses each line as it arrives, overlapping the transfer.
+
+Reading checks each column in bulk (the set of value types, the range of counts and indices:
+C loops, not a Python call per value), then each row again only when a column is wrong, to
+name the field as the JSON reader does (``calls[0].tensors[12].shape``). Hand-written because
+no standard-library or pure-Python package encodes dataclass tables column by column, and the
+worker must run with nothing but torch and the standard library.
+"""
+
+from __future__ import annotations
+
+import json
+from bisect import bisect_right
+from dataclasses import MISSING, fields
+from itertools import accumulate, chain, compress, repeat
+from operator import attrgetter
+from typing import Any, Iterator
+
+from core.trace import (FORMAT, VERSION, CallInfo, Edge, ErrorInfo, GradInfo, MemorySample, NodeInfo, Saved,
+                        Stale, StorageInfo, TensorInfo, Trace, TraceFormatError, Values, paused_gc)
+from core import trace_json as tj  # noqa: I001  (after core.trace, which loads it)
+from core.column_pack import (b64, bulk_ok, ints_in, pack_floats, pack_ints, pack_mask, split, spread,
+                              unpack_floats, unpack_ints, unpack_mask)
+from core.trace_json import _CHECKS, _short
+
+MAGIC = "backprop-studio-columns"
+COLUMNS_VERSION = 1
+INTERN_MIN_ROWS = 8  # string columns at least this long are interned when values repeat
+
+# Fields holding other dataclasses: (how, class). "one": always an object; "opt": an object or None;
+# "list": a list of objects; "list?": a list of objects or None; "map": a dict of objects;
+# "maplist?": a dict of lists of objects or None.
+NESTED: dict[type, dict[str, tuple[str, type]]] = {
+    Trace: {"calls": ("list", CallInfo), "error": ("opt", ErrorInfo), "tensors": ("list", TensorInfo),
+            "storages": ("list", StorageInfo), "memory": ("list", MemorySample)},
+    CallInfo: {"nodes": ("list", NodeInfo), "tensors": ("list", TensorInfo), "storages": ("list", StorageInfo),
+               "error": ("opt", ErrorInfo), "leaf_grads": ("map", Values), "edge_grads": ("maplist?", GradInfo)},
+    NodeInfo: {"next": ("list?", Edge), "saved": ("list", Saved), "stale": ("opt", Stale)},
+    TensorInfo: {"values": ("one", Values), "grad": ("opt", GradInfo)},
+    GradInfo: {"values": ("one", Values)},
+}
+ROOTS = {"trace": Trace, "call": CallInfo}
+
+_NONE = type(None)
+_set_dict = object.__setattr__
+_SPECS: dict[type, tuple] = {}
+
+
+def _spec(cls) -> tuple:
+    """(field names, {name: static default}, required-or-factory names) of a dataclass."""
+    spec = _SPECS.get(cls)
+    if spec is None:
+        fs = fields(cls)
+        spec = (tuple(f.name for f in fs), {f.name: f.default for f in fs if f.default is not MISSING},
+                frozenset(f.name for f in fs if f.default is MISSING))
+        _SPECS[cls] = spec
+    return spec
+
+
+# -- writing --------------------------------------------------------------------------------
+
+
+def encode_lines(obj: Trace | CallInfo) -> Iterator[bytes]:
+    """The columnar encoding of a Trace or a CallInfo, one JSON line (bytes) at a time."""
+    root = "trace" if isinstance(obj, Trace) else "call"
+    yield _line(["", "head", {"format": MAGIC, "version": COLUMNS_VERSION, "root": root}])
+    with paused_gc():
+        for item in _table(type(obj), [obj], ""):
+            yield _line(item)
+    yield _line(["", "end", None])
+
+
+def encode(obj: Trace | CallInfo) -> bytes:
+    return b"".join(encode_lines(obj))
+
+
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=True).encode
+
+
+def _line(item: list) -> bytes:
+    return (_dumps(item) + "\n").encode("ascii")
+
+
+def _table(cls, objs: list, path: str) -> Iterator[list]:
+    names, defaults, _ = _spec(cls)
+    nested = NESTED.get(cls, {})
+    n = len(objs)
+    if not n:
+        return  # no rows: the reader needs no columns
+    # One pass over the objects reads every field (a getter per field is twice as slow).
+    columns = list(map(list, zip(*map(attrgetter(*names), objs)))) if n and len(names) > 1 else \
+        [list(map(attrgetter(name), objs)) for name in names]
+    for name, col in zip(names, columns):
+        p = f"{path}.{name}" if path else name
+        how = nested.get(name)
+        if how is None:
+            if name in defaults and n and col.count(defaults[name]) == n \
+                    and set(map(type, col)) == {type(defaults[name])}:
+                continue  # every row has the default: the reader fills it in
+            yield _column(p, col, _hint(cls, name))
+            continue
+        kind, sub = how
+        if kind == "one":
+            yield from _table(sub, col, p)
+        elif kind == "opt":
+            present = list(filter(None, col))  # dataclass objects are always true
+            if not present and defaults.get(name, 0) is None:
+                continue
+            yield [p, "mask", pack_mask(col)]
+            yield from _table(sub, present, p)
+        elif kind in ("list", "list?"):
+            yield [p, "lens", pack_ints(list(map(len, col)))]
+            flat = list(chain.from_iterable(col))
+            if kind == "list?":
+                yield [p, "mask", pack_mask(flat)]
+                flat = list(filter(None, flat))
+            yield from _table(sub, flat, p)
+            yield [p, "done", None]  # the reader may build these objects while the rest arrives
+        elif kind == "map":
+            yield [p, "lens", pack_ints(list(map(len, col)))]
+            yield _column(p + "#keys", list(chain.from_iterable(col)), "str")
+            yield from _table(sub, list(chain.from_iterable(d.values() for d in col)), p)
+        else:  # "maplist?"
+            yield [p, "lens", pack_ints(list(map(len, col)))]
+            yield _column(p + "#keys", list(chain.from_iterable(col)), "str")
+            lists = list(chain.from_iterable(d.values() for d in col))
+            yield [p + "#items", "lens", pack_ints(list(map(len, lists)))]
+            flat = list(chain.from_iterable(lists))
+            yield [p + "#items", "mask", pack_mask(flat)]
+            yield from _table(sub, list(filter(None, flat)), p + "#items")
+
+
+def _column(path: str, col: list, hint: str | None) -> list:
+    """A column as ``[path, kind, payload]``: ``strs`` ([table, indices]) when its strings repeat,
+    ``f64`` ([None or presence flags, base64 of the doubles]) for floats (or None), ``f64s``
+    ([lengths, -1 for None, base64]) for lists of floats, else ``vals`` (the values as they are).
+    ``hint`` (from the field's check) says which to try, so most columns are never scanned."""
+    if len(col) < INTERN_MIN_ROWS or hint is None:
+        return [path, "vals", col]
+    if hint == "str":
+        try:
+            table = list(dict.fromkeys(col))
+        except TypeError:  # unhashable values: the reader names the field
+            return [path, "vals", col]
+        if len(table) * 2 <= len(col):
+            at = list(map({v: i for i, v in enumerate(table)}.__getitem__, col))
+            return [path, "strs", [table, pack_ints(at)]]
+        return [path, "vals", col]
+    types = set(map(type, col))
+    if hint == "num" and float in types and types <= {float, _NONE}:
+        if _NONE in types:
+            return [path, "f64", [b64(bytes([v is not None for v in col])), pack_floats([v for v in col if v is not None])]]
+        return [path, "f64", [None, pack_floats(col)]]
+    if hint == "floats" and types <= {list, _NONE} and list in types:
+        lists = [v for v in col if v is not None] if _NONE in types else col
+        flat = list(chain.from_iterable(lists))
+        if flat and set(map(type, flat)) == {float}:
+            return [path, "f64s", [pack_ints([-1 if v is None else len(v) for v in col]), pack_floats(flat)]]
+    return [path, "vals", col]
+
+
+_HINTS: dict[tuple[type, str], str | None] = {}
+
+
+def _hint(cls, name: str) -> str | None:
+    """What a field's column may pack into, from its check: strings, numbers, lists of numbers."""
+    key = (cls, name)
+    if key not in _HINTS:
+        check = _CHECKS.get(cls, {}).get(name)
+        _HINTS[key] = {tj._t_str: "str", tj._t_opt_str: "str", tj._t_num: "num", tj._t_opt_num: "num",
+                       tj._t_elements: "floats"}.get(check)
+    return _HINTS[key]
+
+
+# -- reading --------------------------------------------------------------------------------
+
+
+class ColumnReader:
+    """Rebuilds a Trace or CallInfo from the lines of ``encode_lines``, fed one at a time.
+
+    ``feed`` parses each line as it arrives; ``result`` builds the dataclasses once the end
+    line came, raising TraceFormatError that names the field for anything wrong.
+    """
+
+    def __init__(self, source: str = "trace"):
+        self.source = source
+        self.cols: dict[tuple[str, str], Any] = {}
+        self.root: str | None = None
+        self.done = False
+        self.built: dict[str, list] = {}  # tables built as soon as their columns were all in
+        self._where: dict[str, tuple] = {}  # table path -> (parent path, how, running row counts, present rows)
+
+    def fail(self, path: str, what: str):
+        raise TraceFormatError(f"{self.source}: field '{path}': {what}")
+
+    def feed(self, line: bytes | str) -> None:
+        with paused_gc():  # a column is tens of thousands of new objects, none of them cyclic
+            self._feed(line)
+
+    def _feed(self, line: bytes | str) -> None:
+        try:
+            item = json.loads(line)
+        except (ValueError, RecursionError) as exc:
+            raise TraceFormatError(f"{self.source}: a column is not readable JSON: {str(exc)[:80]}") from None
+        if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str) and isinstance(item[1], str)):
+            raise TraceFormatError(f"{self.source}: expected a [path, kind, payload] column, got {_short(item)}")
+        path, kind, payload = item
+        if kind == "head":
+            if not isinstance(payload, dict) or payload.get("format") != MAGIC:
+                raise TraceFormatError(f"{self.source}: not a columnar Backprop Studio trace")
+            if payload.get("version") != COLUMNS_VERSION or payload.get("root") not in ROOTS:
+                raise TraceFormatError(f"{self.source}: columnar encoding version {_short(payload.get('version'))} "
+                                       f"of a {_short(payload.get('root'))} is not the one this app reads "
+                                       f"({COLUMNS_VERSION})")
+            self.root = payload["root"]
+            return
+        if self.root is None:
+            raise TraceFormatError(f"{self.source}: the columns do not start with their header")
+        if kind == "end":
+            self.done = True
+            return
+        if kind == "done":
+            self._build_early(path)
+            return
+        if kind == "strs":
+            if not (isinstance(payload, list) and len(payload) == 2 and isinstance(payload[0], list)):
+                self.fail(path, "expected [strings, indices]")
+            table, at = payload
+            at = unpack_ints(at)
+            if not isinstance(table, list) or not ints_in(at, len(table)):
+                self.fail(path, "string indices out of range")
+            payload, kind = list(map(table.__getitem__, at)), "vals"
+        elif kind == "f64":
+            if not (isinstance(payload, list) and len(payload) == 2):
+                self.fail(path, "expected [flags, doubles]")
+            flags, packed = payload
+            if flags is None:
+                values = unpack_floats(packed, len(packed) * 3 // 4 // 8 if isinstance(packed, str) else 0)
+            elif ints_in(flags := unpack_mask(flags), 2):
+                values = unpack_floats(packed, sum(flags))
+                if values is not None:
+                    values = spread(values, list(compress(range(len(flags)), flags)), len(flags))
+            else:
+                values = None
+            if values is None:
+                self.fail(path, "the packed numbers do not match their count")
+            payload, kind = values, "vals"
+        elif kind == "f64s":
+            if not (isinstance(payload, list) and len(payload) == 2):
+                self.fail(path, "expected [lengths, doubles]")
+            lens, packed = unpack_ints(payload[0]), payload[1]
+            values = None
+            if lens is not None and (not lens or min(lens) >= -1):
+                values = unpack_floats(packed, sum(lens) + lens.count(-1))
+            if values is None:
+                self.fail(path, "the packed numbers do not match their lengths")
+            payload, kind = split(values, lens), "vals"
+        elif kind in ("lens", "mask"):
+            payload = unpack_mask(payload) if kind == "mask" else unpack_ints(payload)
+            if not ints_in(payload, 2 if kind == "mask" else None):
+                self.fail(path, f"expected a list of {'0 / 1 flags' if kind == 'mask' else 'counts'}")
+        elif kind != "vals" or not isinstance(payload, list):
+            self.fail(path, f"unknown column kind {_short(kind)}")
+        self.cols[(path, kind)] = payload
+
+    def result(self) -> Trace | CallInfo:
+        if not self.done:
+            raise TraceFormatError(f"{self.source}: the columns end early (the transfer was cut off)")
+        with paused_gc():
+            objs = self._build(ROOTS[self.root], "", 1)
+            obj = objs[0] if objs else self.fail("", "no rows")
+            if isinstance(obj, Trace):
+                if obj.format != FORMAT:
+                    self.fail("format", f"expected '{FORMAT}', got {_short(obj.format)}")
+                if not 1 <= obj.version <= VERSION:
+                    self.fail("version", f"trace version {obj.version} is not one this Backprop Studio reads")
+                for i, call in enumerate(obj.calls):
+                    self._check_links(call, f"calls[{i}]")
+            else:
+                self._check_links(obj, "")
+            return obj
+
+    # building
+
+    def _take(self, path: str, kind: str, n: int) -> list:
+        col = self.cols.get((path, kind))
+        if col is None:
+            if not n:
+                return []
+            self.fail(self._name(path, 0), "missing")
+        if len(col) != n:
+            self.fail(self._name(path, 0), f"expected {n} rows, got {len(col)}")
+        return col
+
+    def _build(self, cls, path: str, n: int) -> list:
+        names, defaults, no_default = _spec(cls)
+        nested = NESTED.get(cls, {})
+        checks = _CHECKS.get(cls, {})
+        keys, cols = [], []  # in field order, as __init__ would fill __dict__
+        for name in names:
+            p = f"{path}.{name}" if path else name
+            how = nested.get(name)
+            if how is None:
+                col = self.cols.get((p, "vals"))
+                if col is None:
+                    if name in no_default:
+                        if n:
+                            self.fail(self._name(p, 0), "missing")
+                        continue
+                    col = repeat(defaults[name])
+                elif len(col) != n:
+                    self.fail(self._name(p, 0), f"expected {n} rows, got {len(col)}")
+                check = checks.get(name) if isinstance(col, list) else None
+                if check is not None and not bulk_ok(check, col):
+                    for i, v in enumerate(col):
+                        problem = check(v)
+                        if problem is not None:
+                            self.fail(self._name(p, i), problem)
+            else:
+                col = self._nested(how, p, n, name in no_default or defaults.get(name, 0) is not None)
+                if col is None:
+                    col = repeat(defaults[name])
+            keys.append(name)
+            cols.append(col)
+        # Every object from C loops: its __dict__ made by dict(zip(keys, row)) and set in place
+        # (frozen dataclasses' __init__ sets field by field through object.__setattr__: 4x slower).
+        rows = zip(*cols, range(n))  # the range keeps n rows when every column is a constant
+        dicts = map(dict, map(zip, repeat(keys), rows))
+        objs = list(map(cls.__new__, repeat(cls, n)))
+        for _ in map(_set_dict, objs, repeat("__dict__"), dicts):
+            pass
+        return objs
+
+    def _build_early(self, path: str) -> None:
+        """Build a top-level table (a call's nodes, tensors, storages) as soon as its columns are in,
+        while the next columns are still on their way. Anything wrong is left for ``result``,
+        which builds it again and names the field in full."""
+        cls, kind = ROOTS[self.root], None
+        for part in path.split("."):
+            kind, cls = NESTED.get(cls, {}).get(part, (None, None))
+            if cls is None:
+                return
+        if kind != "list" or path.count(".") > 1:
+            return
+        lens = self.cols.get((path, "lens"))
+        if lens is None:
+            return
+        try:
+            self.built[path] = self._build(cls, path, sum(lens))
+        except TraceFormatError:
+            self.built.pop(path, None)
+
+    def _nested(self, how: tuple[str, type], p: str, n: int, required: bool) -> list | None:
+        kind, sub = how
+        if kind == "one":
+            self._where[p] = (p.rpartition(".")[0], "one", None, None)
+            return self._build(sub, p, n)
+        if kind == "opt":
+            mask = self.cols.get((p, "mask"), [] if not n else None)
+            if mask is None:
+                if required:
+                    self.fail(self._name(p, 0), "missing")
+                return None
+            if len(mask) != n:
+                self.fail(self._name(p, 0), f"expected {n} rows, got {len(mask)}")
+            at = list(compress(range(n), mask))
+            self._where[p] = (p.rpartition(".")[0], "opt", at, None)
+            return spread(self._build(sub, p, len(at)), at, n)
+        lens = self._take(p, "lens", n)
+        self._where[p] = (p.rpartition(".")[0], "list", list(accumulate(lens)), None)
+        total = sum(lens)
+        early = self.built.pop(p, None)
+        if early is not None and len(early) == total and kind == "list":
+            return split(early, lens)
+        if kind == "list":
+            return split(self._build(sub, p, total), lens)
+        if kind == "list?":
+            return split(self._unmask(sub, p, total), lens)
+        keys = self._take(p + "#keys", "vals", total)
+        if not set(map(type, keys)) <= {str}:
+            self.fail(self._name(p, 0), "expected string keys")
+        if kind == "map":
+            values = self._build(sub, p, total)
+        else:
+            items = p + "#items"
+            inner = self._take(items, "lens", total)
+            self._where[items] = (p, "list", list(accumulate(inner)), None)
+            values = split(self._unmask(sub, items, sum(inner)), inner)
+        return list(map(dict, map(zip, split(keys, lens), split(values, lens))))
+
+    def _unmask(self, sub, p: str, total: int) -> list:
+        mask = self._take(p, "mask", total)
+        parent, how, ends, _ = self._where[p]
+        at = list(compress(range(total), mask))
+        self._where[p] = (parent, how, ends, at)
+        return spread(self._build(sub, p, len(at)), at, total)
+
+    def _name(self, path: str, row: int) -> str:
+        """``calls[0].tensors[12].shape`` for row 12 of the flattened column ``calls.tensors.shape``."""
+        table, _, field = path.rpartition(".")
+        parts = [field]
+        while table:
+            parent, how, ends, present = self._where.get(table, ("", "one", None, None))
+            name = table.rpartition(".")[2]
+            if how == "opt":
+                row = ends[row] if row < len(ends) else row
+                parts.append(name)
+            elif how == "list":
+                if present is not None and row < len(present):
+                    row = present[row]
+                owner = bisect_right(ends, row)
+                parts.append(f"{name}[{row - (ends[owner - 1] if owner else 0)}]")
+                row = owner
+            else:
+                parts.append(name)
+            table = parent
+        return ".".join(reversed(parts))
+
+    def _check_links(self, call: CallInfo, where: str) -> None:
+        prefix = f"{where}." if where else ""
+        ids = set(map(attrgetter("id"), call.nodes))
+        if len(ids) != len(call.nodes):
+            seen: set = set()
+            for i, node in enumerate(call.nodes):
+                if node.id in seen:
+                    self.fail(f"{prefix}nodes[{i}].id", f"node id '{node.id}' appears twice")
+                seen.add(node.id)
+        if len(set(map(attrgetter("id"), call.tensors))) != len(call.tensors):
+            seen = set()
+            for i, t in enumerate(call.tensors):
+                if t.id in seen:
+                    self.fail(f"{prefix}tensors[{i}].id", f"tensor id '{t.id}' appears twice")
+                seen.add(t.id)
+        for i, root in enumerate(call.roots):
+            if root not in ids:
+                self.fail(f"{prefix}roots[{i}]", f"node '{root}' is not in the call's nodes")
+        targets = set(map(attrgetter("node"), filter(None, chain.from_iterable(map(attrgetter("next"), call.nodes)))))
+        if not targets <= ids:
+            for i, node in enumerate(call.nodes):
+                for j, e in enumerate(node.next):
+                    if e is not None and e.node not in ids:
+                        self.fail(f"{prefix}nodes[{i}].next[{j}]", f"node '{e.node}' is not in the call's nodes")
+
+
+def decode(data: bytes, source: str = "trace") -> Trace | CallInfo:
+    reader = ColumnReader(source)
+    for line in data.splitlines():
+        if line.strip():
+            reader.feed(line)
+    return reader.result()

@@ -1,0 +1,286 @@
+"""The columnar wire encoding of traces: exact round trips, the field named for anything wrong,
+frames decoded as they stream in, and the codec both ends agree on (zstd where both have it)."""
+
+import json
+import math
+import random
+import re
+import shlex
+import struct
+import sys
+import zlib
+from dataclasses import replace
+
+import pytest
+
+from core import trace_columns as tc
+from core.column_pack import pack_floats
+from core import wire
+from core.client import ROOT, run_capture
+from core.launchers import from_command
+from core.trace import (ErrorInfo, GradInfo, MemorySample, StorageInfo, Trace, TraceFormatError, Values,
+                        call_from_dict, call_to_dict, trace_from_dict)
+from tests.fixtures_graphs import mlp_call, mul_call, residual_mlp_call
+
+try:
+    import zstandard
+except ImportError:  # the zstd cases skip; zlib is always there
+    zstandard = None
+
+
+def full_trace() -> Trace:
+    """Every kind of record: calls with errors, options, leaf and edge grads, storages, memory,
+    complex and non-finite values, grads with samples, a notebook's cells."""
+    mul = replace(mul_call(), index=1, id="c1")
+    mlp = mlp_call(error=True)
+    t0 = replace(mlp.tensors[2], grad=GradInfo(shape=[8, 3], values=Values(numel=24, sample=[0.5, -1.0], min=-1.0,
+                                                                             max=2.0, mean=0.1, approx=True)),
+                 values=Values(numel=24, data=[float(i) / 7 for i in range(24)]))
+    t1 = replace(mlp.tensors[3], values=Values(numel=8, data=[[1.0, -2.0]] * 8), dtype="complex64")
+    t2 = replace(mlp.tensors[4], values=Values(numel=4, data=["nan", "inf", 1.5, None], min="nan"))
+    mlp = replace(mlp, tensors=[mlp.tensors[0], mlp.tensors[1], t0, t1, t2, *mlp.tensors[5:]],
+                  storages=[StorageInfo(id="s_t_w1", nbytes=96, device="cpu", tensors=["t_w1"],
+                                        numpy=[{"name": "a", "shape": [2], "strides": [1], "offset": 0}])],
+                  leaf_grads={"fc1.weight": Values(numel=2, data=[1.0, 2.0]), "b": Values(numel=1, data=[3])},
+                  edge_grads={mlp.nodes[0].id: [GradInfo(shape=[2], values=Values(numel=2, data=[0.25, -0.5])),
+                                                None]},
+                  options={"retain_graph": False, "inputs": ["t_w1"],
+                           "results": [{"tensor": "t_w1", "values": {"numel": 1, "data": [1.0]}}]})
+    return Trace(calls=[mlp, mul], error=ErrorInfo("RuntimeError", "boom ✓", 10, "Traceback...", "exception", "s.py"),
+                 script="s.py", source="import torch\n" * 12, seeds={"torch": 3},
+                 memory=[MemorySample(t=0.1 * i, device="cpu", rss=10 + i, phase="backward") for i in range(12)],
+                 tensors=list(mlp.tensors[:3]), call_count=2, cells=[{"cell": 1, "first": 1, "lines": 6}])
+
+
+def same_json(a, b) -> bool:
+    """Equal as the trace format writes them (NaN compared as text)."""
+    return json.dumps(a.to_dict() if isinstance(a, Trace) else a.__dict__, sort_keys=True, default=str) == \
+        json.dumps(b.to_dict() if isinstance(b, Trace) else b.__dict__, sort_keys=True, default=str)
+
+
+def test_every_record_comes_back_equal_and_typed():
+    trace = full_trace()
+    back = tc.decode(tc.encode(trace))
+    assert back == trace
+    assert back.to_json() == trace.to_json()
+    # Types survive: an int stays an int, a float a float, a complex pair a list, text values text.
+    grads = back.calls[0].leaf_grads
+    assert grads["b"].data == [3] and type(grads["b"].data[0]) is int
+    assert back.calls[0].tensors[3].values.data == [[1.0, -2.0]] * 8
+    assert back.calls[0].tensors[4].values.data == ["nan", "inf", 1.5, None]
+    assert back.calls[0].edge_grads[back.calls[0].nodes[0].id][1] is None
+    assert back.calls[0].edge_grads[back.calls[0].nodes[0].id][0].values.data == [0.25, -0.5]
+    assert back.calls[0].tensors[2].grad.values.approx is True
+    # The objects are complete dataclasses: every field set, the derived maps work.
+    node = back.calls[0].nodes[0]
+    assert back.calls[0].node(node.id) is node and node.__dict__.keys() == trace.calls[0].nodes[0].__dict__.keys()
+
+
+def test_a_big_call_round_trips_bit_for_bit_and_is_smaller_than_json():
+    call = residual_mlp_call(blocks=300)
+    rng = random.Random(3)
+    values = [Values(numel=64, sample=[rng.uniform(-1, 1) for _ in range(8)], min=-rng.random(),
+                     max=rng.random(), mean=rng.gauss(0, 1e-7)) for _ in call.tensors]
+    values[0] = replace(values[0], min=float("nan"), max=float("-inf"), mean=5e-324)  # doubles, bit for bit
+    call = replace(call, tensors=[replace(t, values=v) for t, v in zip(call.tensors, values)])
+    data = tc.encode(call)
+    back = tc.decode(data, "call")
+    assert back.nodes == call.nodes and back.roots == call.roots
+    for a, b in zip(back.tensors, call.tensors):
+        assert struct.pack("<3d", a.values.min, a.values.max, a.values.mean) == \
+            struct.pack("<3d", b.values.min, b.values.max, b.values.mean)
+        assert a.values.sample == b.values.sample and a.shape == b.shape and a.stride == b.stride
+    assert math.isnan(back.tensors[0].values.min)
+    as_json = json.dumps(call_to_dict(call)).encode()
+    assert len(zlib.compress(data, 1)) < 0.9 * len(zlib.compress(as_json, 1))  # random doubles dominate
+    # Repeated strings are one object each, not one per node.
+    assert len({id(n.kind) for n in back.nodes}) == len({n.kind for n in back.nodes})
+
+
+def _columns(data: bytes) -> list:
+    return [json.loads(line) for line in data.splitlines()]
+
+
+def _join(items: list) -> bytes:
+    return b"".join(json.dumps(i).encode() + b"\n" for i in items)
+
+
+def _replace_column(data: bytes, path: str, payload) -> bytes:
+    items = _columns(data)
+    (item,) = [i for i in items if i[0] == path]
+    item[1], item[2] = "vals", payload
+    return _join(items)
+
+
+def test_a_wrong_value_is_named_by_its_field_path():
+    trace = full_trace()
+    data = tc.encode(trace)
+    shapes = [t.shape for c in trace.calls for t in c.tensors]
+    bad = list(shapes)
+    bad[len(trace.calls[0].tensors) + 1] = [2, -3]  # the second tensor of the second call
+    with pytest.raises(TraceFormatError, match=r"field 'calls\[1\]\.tensors\[1\]\.shape': expected a list of "
+                                               r"non-negative integers, got list"):
+        tc.decode(_replace_column(data, "calls.tensors.shape", bad))
+    names = [n.name for c in trace.calls for n in c.nodes]
+    names[2] = 7
+    with pytest.raises(TraceFormatError, match=r"field 'calls\[0\]\.nodes\[2\]\.name': expected a string, got 7"):
+        tc.decode(_replace_column(data, "calls.nodes.name", names))
+    # An edge to a node that is not in the call, as the JSON reader says it.
+    targets = [e.node for c in trace.calls for n in c.nodes for e in n.next if e is not None]
+    targets[0] = "n_nowhere"
+    first = next(n for n in trace.calls[0].nodes if any(n.next))
+    where = f"calls[0].nodes[{trace.calls[0].nodes.index(first)}].next[0]"
+    with pytest.raises(TraceFormatError, match=re.escape(f"field '{where}': node 'n_nowhere' is not in")):
+        tc.decode(_replace_column(data, "calls.nodes.next.node", targets))
+
+
+def test_missing_cut_short_and_foreign_columns_are_refused():
+    data = tc.encode(full_trace())
+    items = _columns(data)
+    with pytest.raises(TraceFormatError, match="end early"):
+        tc.decode(_join(items[:-1]))
+    with pytest.raises(TraceFormatError, match=r"field 'calls\[0\]\.nodes\[0\]\.name': missing"):
+        tc.decode(_join([i for i in items if i[0] != "calls.nodes.name"]))
+    with pytest.raises(TraceFormatError, match="not a columnar Backprop Studio trace"):
+        tc.decode(_join([["", "head", {"format": "other"}]] + items[1:]))
+    (times,) = [i for i in items if i[0] == "memory.t"]
+    assert times[1] == "f64" and times[2][0] is None  # twelve doubles, packed
+    times[2][1] = times[2][1][:-12] + "="  # eleven and a half
+    with pytest.raises(TraceFormatError, match="field 'memory.t': the packed numbers do not match their count"):
+        tc.decode(_join(items))
+    times[2][1] = pack_floats([0.5] * 11)
+    with pytest.raises(TraceFormatError, match=r"field 'memory\[0\].t': expected 12 rows, got 11"):
+        tc.decode(_join(items))
+    with pytest.raises(TraceFormatError, match="not readable JSON"):
+        tc.decode(data[:200] + b"{oops\n" + data[200:])
+
+
+def test_whatever_the_columns_accept_the_json_reader_accepts_too():
+    """Seeded mutations of single column values: each is refused with a TraceFormatError, or read
+    into a trace that the trace file's own reader also accepts, field for field."""
+    base = _columns(tc.encode(full_trace()))
+    rng = random.Random(16)
+    odd = [None, True, 0, -1, 2 ** 70, 1.5, float("inf"), "", "x", [], [1], [-1], ["a"], [None], {}, {"a": 1}]
+    refused = accepted = 0
+    for _ in range(300):
+        items = json.loads(json.dumps(base))
+        item = rng.choice([i for i in items if i[1] == "vals" and i[2]])
+        item[2][rng.randrange(len(item[2]))] = rng.choice(odd)
+        try:
+            trace = tc.decode(_join(items))
+        except TraceFormatError as exc:
+            assert "field '" in str(exc) or "column" in str(exc), exc
+            refused += 1
+            continue
+        accepted += 1
+        assert trace_from_dict(json.loads(trace.to_json())) == trace
+    assert refused > 100 and accepted > 20
+
+
+def _stream(obj, codec: str, piece: int = 997) -> tuple[list, list]:
+    """A message holding ``obj`` sent as a columnar frame and fed to a StreamDecoder in small pieces."""
+    key = "trace" if isinstance(obj, Trace) else "call"
+    msg = {"type": "trace" if key == "trace" else "call_trace", key: obj, "run": 7, "position": 2}
+    data = b'{"type": "hello"}\n' + b"".join(wire.columns_frame(msg, key, codec)) + b'{"type": "after"}\n'
+    got, progress = [], []
+    decoder = wire.StreamDecoder(got.append, lambda h, r, d: progress.append((h, r, d)))
+    for at in range(0, len(data), piece):
+        decoder.feed(data[at:at + piece])
+    assert not decoder.partial
+    return got, progress
+
+
+@pytest.mark.parametrize("codec", ["zlib", "zstd"])
+def test_a_columnar_frame_is_decoded_as_it_streams_in(codec, monkeypatch):
+    if codec == "zstd" and wire._zstd() is None:
+        pytest.skip("zstandard is not installed")
+    monkeypatch.setattr(wire, "CHUNK", 16 * 1024)  # a chunk per 16 KiB of columns: several here
+    call = residual_mlp_call(blocks=200)
+    got, progress = _stream(call, codec)
+    assert got[0] == b'{"type": "hello"}' and got[2] == b'{"type": "after"}'
+    msg = got[1]
+    assert msg["type"] == "call_trace" and msg["run"] == 7 and msg["position"] == 2
+    assert msg["call"] == call and call_from_dict(msg["call"]) is msg["call"]
+    header, received, decoded = progress[-1]
+    assert header["codec"] == codec and header["enc"] == "columns" and decoded == header["raw"]
+    assert received * 3 < decoded  # compressed on the way
+    assert len(got) == 3 and len(progress) > 5  # reported chunk by chunk, not only at the end
+    assert [d for _, _, d in progress] == sorted(d for _, _, d in progress)
+    with pytest.raises(TraceFormatError, match="the call_trace from the worker: a column is not readable JSON"):
+        call_from_dict(_stream_broken(call, codec))
+
+
+def _stream_broken(call, codec):
+    """The same frame with one column's JSON corrupted: the error arrives in place of the call."""
+    header = next(wire.columns_frame({"type": "call_trace", "call": call}, "call", codec))
+    lines = tc.encode(call).splitlines(keepends=True)
+    lines[3] = lines[3][:-5] + b"\n"  # a column cut off
+    comp = wire.Packer(codec)
+    out = comp.cut(b"".join(lines)) + comp.end()
+    data = header + len(out).to_bytes(4, "big") + out + (0).to_bytes(4, "big")
+    got = []
+    wire.StreamDecoder(got.append).feed(data)
+    return got[0]["call"]
+
+
+def test_a_trace_frame_carries_the_whole_trace():
+    trace = full_trace()
+    got, _ = _stream(trace, "zlib", piece=64)
+    assert got[1]["trace"] == trace and trace_from_dict(got[1]["trace"]) is got[1]["trace"]
+    # Objects with nothing to encode (no worker asked for columns) still go as the trace format's JSON.
+    plain = wire.plain_message({"type": "trace", "trace": trace, "run": 1})
+    assert plain["trace"] == json.loads(trace.to_json()) and plain["run"] == 1
+
+
+def test_zstd_falls_back_to_zlib_where_it_is_not_installed(monkeypatch):
+    monkeypatch.setattr(wire, "_zstd", lambda: None)
+    assert wire.available_codecs() == ["zlib"]
+    assert wire.pick_codec("zstd") == "zlib" and wire.pick_codec("none") is None
+    with pytest.raises(wire.ProtocolMismatch, match="pip install zstandard"):
+        wire.decompressor("zstd")
+
+
+BLOCK_ZSTD = """\
+import runpy, sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("zstandard", "compression"):
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked)", name=name)
+sys.meta_path.insert(0, Block())
+runpy.run_module("core.worker", run_name="__main__", alter_sys=True)
+"""
+
+SCRIPT = """\
+import torch
+x = torch.ones(3, requires_grad=True)
+y = x
+for _ in range(700):
+    y = y * 1.0
+y.sum().backward()
+"""
+
+
+@pytest.mark.skipif(zstandard is None, reason="zstandard is not installed")
+@pytest.mark.parametrize("worker_has_zstd", [True, False])
+def test_the_trace_travels_in_zstd_where_both_ends_have_it_else_zlib(tmp_path, worker_has_zstd):
+    """A worker behind a launcher, asked for zstd: the call comes back in zstd when the worker has
+    it, in zlib when it has not (its hello says so), in columns either way, with the same grads."""
+    script = tmp_path / "chain.py"
+    script.write_text(SCRIPT)
+    if worker_has_zstd:
+        start = f"{shlex.quote(sys.executable)} -m core.worker"
+    else:
+        (tmp_path / "start_worker.py").write_text(BLOCK_ZSTD)
+        start = f"{shlex.quote(sys.executable)} {shlex.quote(str(tmp_path / 'start_worker.py'))}"
+    launcher = from_command(f"sh -c 'cd {shlex.quote(str(ROOT))} && PYTHONPATH=. exec {start}'", name="box",
+                            compress="zstd")
+    events = []
+    result = run_capture(str(script), launcher=launcher, timeout=120, on_event=events.append)
+    assert result.trace.error is None, (result.trace.error, result.output)
+    (hello,) = [e for e in events if e.get("type") == "hello"]
+    assert hello["codecs"] == (["zstd", "zlib"] if worker_has_zstd else ["zlib"])
+    transfers = [e for e in events if e.get("type") == "transfer" and e["of"] == "call_trace"]
+    assert transfers and {e["codec"] for e in transfers} == {"zstd" if worker_has_zstd else "zlib"}
+    assert transfers[-1]["received"] < transfers[-1]["decoded"] == transfers[-1]["raw"]
+    call = result.trace.calls[0]
+    assert call.node_count == 702 and call.leaf_grads["x"].data == [1.0, 1.0, 1.0]
