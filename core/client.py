@@ -13,6 +13,7 @@ import itertools
 import logging
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
@@ -387,5 +388,32 @@ def run_capture(path: str, device: str = "cpu", mode: str = "auto", timeout: flo
         client.run(path, device=device, mode=mode, timeout=timeout, step=step, seeds=seeds, load=load, ddp=ddp)
         done.wait()
         return box["result"]
+    finally:
+        client.close()
+
+
+@contextmanager
+def capture_run(path: str, memory_rate: float | None = None, launcher=None, **run_args):
+    """``run_capture`` for a caller with more to do with the result: it is handed over as soon as
+    the trace has arrived, and the worker, which exits meanwhile, is waited for when the block
+    ends (the headless export renders while the worker's process goes away)."""
+    done = threading.Event()
+    box: dict = {}
+    on_event = run_args.pop("on_event", None)
+
+    def handle(event: protocol._Base) -> None:
+        if on_event is not None:
+            on_event(event)
+        if isinstance(event, protocol.Finished):
+            box["result"] = event.result
+            done.set()
+
+    client = WorkerClient(handle, prestart=False, launcher=launcher)
+    if memory_rate is not None:
+        client.memory_rate = memory_rate
+    try:
+        client.run(path, **run_args)
+        done.wait()
+        yield box["result"]
     finally:
         client.close()

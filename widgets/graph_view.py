@@ -23,8 +23,8 @@ from widgets.graph_items import EdgeItem, GroupBoxItem, NodeItem, NodeStyle, Sav
 from widgets.graph_marks import MarkItems, MarksMixin
 from widgets.graph_nav import MAX_FIT, MAX_ZOOM, NavigationMixin  # noqa: F401 - public constants
 from widgets.graph_relations import RelationsMixin
-from core.step_state import box_states
-from widgets.graph_scene import LayoutRunner, apply_edge_texts, build_message, build_scene, legend_entries
+from widgets.graph_steps import StepStatesMixin
+from widgets.graph_scene import LayoutRunner, build_message, build_scene, legend_entries
 from widgets.graph_scene import overview_marks, search_index, toggled, tooltip
 from widgets.minimap import Overlays, OverviewItem
 from widgets.theme import Theme, get_theme
@@ -36,7 +36,7 @@ SMALL_SCENE = 1500  # scenes with fewer items always draw their own items
 EXPAND_ONE_LEVEL = 400  # expanding a group bigger than this keeps its subgroups collapsed
 
 
-class GraphView(NavigationMixin, RelationsMixin, MarksMixin, QGraphicsView):
+class GraphView(NavigationMixin, RelationsMixin, MarksMixin, StepStatesMixin, QGraphicsView):
     """The autograd graph of one call, with zoom, search, selection, groups, step states and marks."""
 
     sig_scene_ready = Signal(str)
@@ -81,8 +81,9 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, QGraphicsView):
         self._show_saved = False
         self._show_shapes = False
         self._init_marks()
-        self._states: dict[str, str] = {}
-        self._edge_texts: dict[tuple[str, str], str] = {}
+        self._init_step_states()
+        self._legend_boxes: list[str] | None = None  # legend keys for the boxes' styles
+        self._legend_shown: tuple = ()  # (entries, theme) last given to the legend
         self._selected: str | None = None  # the selection drawn (the session's, as told)
         self._clicked: str | None = None  # the node a click asked to select, until the answer comes
         self._matches: list[str] = []
@@ -116,6 +117,8 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, QGraphicsView):
         self._related = None
         self._selected, self._matches, self._match_index = None, [], -1
         self._states, self._edge_texts, self._search_index = {}, {}, None
+        self._state_kinds, self._box_tally = {}, {}
+        self._states_token += 1
         self._fit_next = True
         self._relayout(sync, collapsed, opening=collapsed is None)
 
@@ -141,6 +144,11 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, QGraphicsView):
     def collapsed(self) -> frozenset[str]:
         return self._collapsed
 
+    def box_of(self, node_id: str) -> str | None:
+        """The box drawing ``node_id`` now: its own id, or ``group:<path>`` of the folded group
+        around it; None while nothing is laid out or for a node not drawn."""
+        return self._layout.members.get(node_id) if self._layout is not None else None
+
     def set_collapsed(self, paths, *, sync: bool = False) -> None:
         self._relayout(sync, frozenset(paths))
 
@@ -163,14 +171,6 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, QGraphicsView):
 
     def shows_shapes(self) -> bool:
         return self._show_shapes
-
-    def node_states(self) -> dict[str, str]:
-        """Step states by trace node id (see ``set_node_states``)."""
-        return dict(self._states)
-
-    def edge_texts(self) -> dict[tuple[str, str], str]:
-        """Texts on edges by (src, dst) trace node ids (see ``set_edge_texts``)."""
-        return dict(self._edge_texts)
 
     def set_show_shapes(self, show: bool) -> None:
         self._show_shapes = show
@@ -220,6 +220,7 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, QGraphicsView):
             )
             build_message(scene, text, t)
             self.legend.set_entries([], t)
+            self._legend_boxes, self._legend_shown = None, ()
             self.minimap.hide()
             self.resetTransform()
             return
@@ -267,11 +268,20 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, QGraphicsView):
         self._focus_after = None
         self._after_zoom()
 
-    def _legend_entries(self, styles: dict[str, NodeStyle]) -> None:
-        marks = self.marks.legend()
-        entries = legend_entries(styles, bool(self.group_items), self.saved_items, self._states.values(), marks)
-        self.legend.set_entries(entries, self._theme)
-        self.overlays.place()
+    def _legend_entries(self, styles: dict[str, NodeStyle] | None = None) -> None:
+        """Legend keys for the scene; the boxes' part (O(boxes)) is worked out again only when
+        ``styles`` is given (a new scene), so a step that changes which states are present
+        costs no pass over the boxes, and an unchanged legend is not redrawn."""
+        if styles is not None or self._legend_boxes is None:
+            if styles is None:
+                styles = {v: i.style for v, i in self.node_items.items()}
+            self._legend_boxes = legend_entries(styles, bool(self.group_items), self.saved_items, ())
+        entries = legend_entries({}, False, [], self._state_kinds, self.marks.legend())
+        entries = self._legend_boxes + entries
+        if (entries, self._theme) != self._legend_shown:
+            self._legend_shown = (entries, self._theme)
+            self.legend.set_entries(entries, self._theme)
+            self.overlays.place()
 
     @contextmanager
     def export_mode(self):
@@ -286,35 +296,7 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, QGraphicsView):
             self._set_detail(detail)
             self._after_zoom()
 
-    # -- states, texts, theme ---------------------------------------------------------------------
-    def set_node_states(self, states: dict[str, str]) -> None:
-        """Step states by trace node id: "executed", "current", "frontier" or "failed"."""
-        self._states = dict(states)
-        self._apply_states()
-        if self._layout is not None:
-            self._legend_entries({v: i.style for v, i in self.node_items.items()})
-
-    def set_edge_texts(self, texts: dict[tuple[str, str], str]) -> None:
-        """Texts (gradient values) on edges, keyed by (src, dst) trace node ids."""
-        self._edge_texts = dict(texts)
-        self._apply_edge_texts()
-
-    def clear_states(self) -> None:
-        self.set_edge_texts({})
-        self.set_node_states({})
-
-    def _apply_states(self) -> None:
-        if self._layout is None:
-            return
-        counts = {"group:" + g.path: g.count for g in self._layout.groups if g.collapsed}
-        shown = box_states(self._states, self._layout.members, counts)
-        for vid, item in self.node_items.items():
-            item.set_state(shown.get(vid))
-        self._update_marks()
-
-    def _apply_edge_texts(self) -> None:
-        apply_edge_texts(self)
-
+    # -- theme -------------------------------------------------------------------------------------
     def set_theme(self, name: str) -> None:
         self._theme = t = get_theme(name)
         self.setBackgroundBrush(QBrush(color(t.background)))
