@@ -12,15 +12,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
-
-from PySide6.QtCore import QSettings
+from typing import TYPE_CHECKING
 
 from core.launchers import CODECS, Launcher, LauncherError, from_command, from_host, resolve
+
+if TYPE_CHECKING:
+    from PySide6.QtCore import QSettings
 
 KEY = "hosts"
 
 
 def _settings() -> QSettings:
+    # Imported here: the command line's trace and export read hosts only when one is named, and
+    # loading Qt would add a third of a second to every command.
+    from PySide6.QtCore import QSettings
+
     # The same store as the window's settings (BACKPROP_STUDIO_SETTINGS names an ini file).
     path = os.environ.get("BACKPROP_STUDIO_SETTINGS")
     if path:

@@ -1,6 +1,6 @@
 """Whole-command cost of capture on real models: ``main.py trace`` against ``python SCRIPT``.
 
-Run: python bench/bench_models.py [--repeat N] [--only NAME]. Each figure is the median
+Run: python bench/bench_models.py [--repeat N] [--only NAME]... . Each figure is the median
 wall time of whole commands (interpreter start, imports, the script, and for ``trace`` the
 worker, the capture and the summary), bare and traced runs alternated in this one run so
 both see the same machine load. Also times ``export`` to SVG of GPT-2 small against
@@ -82,7 +82,8 @@ def _has_transformers() -> bool:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--only", help="run one case (gpt2-small, bert-base, residual-mlp, tiny-4802, export)")
+    parser.add_argument("--only", action="append",
+                        help="run this case (gpt2-small, bert-base, residual-mlp, tiny-4802, export); repeatable")
     args = parser.parse_args()
     py = sys.executable
     main_py = str(ROOT / "main.py")
@@ -91,7 +92,7 @@ def main() -> int:
     print(f"{'script':<14}{'bare s':>9}{'trace s':>9}{'ratio':>8}{'target':>8}")
     failed = False
     for name, script, target in CASES:
-        if args.only and args.only != name:
+        if args.only and name not in args.only:
             continue
         if name in ("gpt2-small", "bert-base") and not hf:
             print(f"{name:<14} skipped: transformers is not installed")
@@ -107,7 +108,7 @@ def main() -> int:
         cpu_ratio = cpu(f"{name} trace") / cpu(f"{name} bare")
         print(f"{name:<14}{b:>9.2f}{t:>9.2f}{t / b:>7.2f}x{target:>7.1f}x {'ok' if ok else 'OVER'}"
               f"   (CPU s: {cpu(f'{name} bare'):.2f} bare, {cpu(f'{name} trace'):.2f} trace, {cpu_ratio:.2f}x)")
-    if (not args.only or args.only == "export") and hf:
+    if (not args.only or "export" in args.only) and hf:
         script = SCRIPTS / "gpt2_small.py"
         with tempfile.TemporaryDirectory() as tmp:
             tv_ok = subprocess.run([py, "-c", f"import sys; sys.path.append({str(TORCHVIZ_DIR)!r}); import torchviz"],

@@ -30,14 +30,15 @@ def _dtype(d) -> str:
     return str(d).replace("torch.", "")
 
 
-def edge_marks(node, name: str) -> list[dict] | None:
-    """One dict per marked input: ``{"input": i, "sum": [from, to]}`` and/or ``"dtype": [from, to]``."""
+def edge_marks(node, name: str, next_functions=None) -> list[dict] | None:
+    """One dict per marked input: ``{"input": i, "sum": [from, to]}`` and/or ``"dtype": [from, to]``.
+    ``next_functions``: the node's, where the caller has read them already."""
     out_meta = _meta(node)
     if out_meta is None:
         return None
     out_shape, out_dtype = None, None
     marks = []
-    for i, (fn, nr) in enumerate(node.next_functions):
+    for i, (fn, nr) in enumerate(node.next_functions if next_functions is None else next_functions):
         if fn is None:
             continue
         meta = _meta(fn, nr)

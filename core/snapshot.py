@@ -208,30 +208,27 @@ class Snapshotter:
         order, ids = number_nodes(roots)
         # The wrappers stay alive until ``release()``, so the ``id()`` keys of ``ids`` stay valid.
         self.walked = order
-        digest = hashlib.sha1()
         nodes = []
+        parts: list[str] = []  # hashed once at the end: the same bytes as feeding each piece in turn
         for node in order:
             info = self._node_info(node, ids)
             nodes.append(info)
-            digest.update(info.name.encode())
-            for e in info.next:
-                digest.update((f"|{e.node}:{e.input_nr}" if e else "|-").encode())
-            digest.update(b";")
-        return nodes, ids, digest.hexdigest()
+            parts.append(info.name)
+            parts.extend(f"|{e.node}:{e.input_nr}" if e else "|-" for e in info.next)
+            parts.append(";")
+        return nodes, ids, hashlib.sha1("".join(parts).encode()).hexdigest()
 
     def _node_info(self, node, ids: dict[int, str]) -> NodeInfo:
-        kind = node_kind(node)
-        info_name = node_name(node)
-        nxt = [fast_new(Edge, {"node": ids[id(fn)], "input_nr": nr}) if fn is not None else None
-               for fn, nr in node.next_functions]
+        kind, info_name = _kind_and_name(node)
+        fns = node.next_functions
+        nxt = [_edge(ids[id(fn)], nr) if fn is not None else None for fn, nr in fns]
         saved: list[Saved] = []
         stale = None
         variable = None
         if kind == "accumulate_grad":
             variable = self.tensor_id(node.variable)
         else:
-            for attr in saved_attr_names(node):
-                name = attr[len("_saved_"):]
+            for attr, name in _saved_names(node):
                 try:
                     value = getattr(node, attr)
                 except RuntimeError as exc:
@@ -255,26 +252,20 @@ class Snapshotter:
         if stale is not None:
             stale = self._stale_culprit(stale, meta.get("bps_storages", ()))
         cut = cuts_of(nxt, meta.get("bps_cuts"), self.names) if None in nxt else None
-        marks = edge_marks(node, info_name) if kind != "accumulate_grad" else None
-        line = meta.get("bps_line")
-        module = self.module_paths.get(meta.get("bps_module")) if meta.get("bps_module") is not None else None
-        return fast_new(NodeInfo, dict(
-            id=ids[id(node)],
-            name=info_name,
-            kind=kind,
-            next=nxt,
-            saved=saved,
-            variable=variable,
-            line=line,
-            module=module,
-            stale=stale,
-            device=meta.get("bps_device"),
-            inplace=meta.get("bps_inplace"),
-            **({"cuts": cut} if cut else {}),
-            **({"edge_marks": marks} if marks else {}),
-            **({"recomputed": True} if meta.get("bps_recomputed") and saved else {}),
-        ))
-
+        marks = edge_marks(node, info_name, fns) if kind != "accumulate_grad" else None
+        module = meta.get("bps_module")
+        if module is not None:
+            module = self.module_paths.get(module)
+        values = {"id": ids[id(node)], "name": info_name, "kind": kind, "next": nxt, "saved": saved,
+                  "variable": variable, "line": meta.get("bps_line"), "module": module, "stale": stale,
+                  "device": meta.get("bps_device"), "inplace": meta.get("bps_inplace")}
+        if cut:
+            values["cuts"] = cut
+        if marks:
+            values["edge_marks"] = marks
+        if saved and meta.get("bps_recomputed"):
+            values["recomputed"] = True
+        return fast_new(NodeInfo, values)
 
     def _stale_culprit(self, stale: Stale, storages) -> Stale:
         """Name the in-place op (and its line) that moved a saved tensor past its saved version."""
@@ -283,6 +274,37 @@ class Snapshotter:
                 if stale.saved_version is None or version > stale.saved_version:
                     return replace(stale, op=op, op_line=line)
         return stale
+
+
+_KINDS: dict[tuple, tuple[str, str]] = {}  # (node type, node.name()) -> (kind, display name)
+_SAVED: dict[type, tuple[tuple[str, str], ...]] = {}  # node type -> ((attribute, saved name), ...)
+
+
+def _kind_and_name(node) -> tuple[str, str]:
+    """``node_kind`` and ``node_name`` of a node, worked out once per node type and name."""
+    key = (type(node), node.name())
+    found = _KINDS.get(key)
+    if found is None:
+        found = _KINDS[key] = (node_kind(node), node_name(node))
+    return found
+
+
+def _saved_names(node) -> tuple[tuple[str, str], ...]:
+    """The node type's ``_saved_*`` attributes, each with the name the trace gives it."""
+    found = _SAVED.get(type(node))
+    if found is None:
+        found = _SAVED[type(node)] = tuple((a, a[len("_saved_"):]) for a in saved_attr_names(node))
+    return found
+
+
+def _edge(node_id: str, input_nr: int) -> Edge:
+    """``Edge(node_id, input_nr)`` without the frozen dataclass's per-field ``__init__``."""
+    edge = _new_edge(Edge)
+    edge.__dict__.update(node=node_id, input_nr=input_nr)
+    return edge
+
+
+_new_edge = Edge.__new__
 
 
 def _metadata(node) -> dict:

@@ -24,6 +24,11 @@ EXACT_LIMIT = 1 << 28  # elements: statistics of a bigger tensor come from a str
 CPU_EXACT_BUDGET = 1 << 25
 APPROX_SAMPLE = 4096  # elements of that sample
 STACK_LIMIT = 1 << 16  # elements: smaller tensors of one shape are previewed stacked together
+# elements: from here up to STACK_LIMIT, each tensor of a group is reduced where it lies and only
+# the results are stacked. At this width a stack costs as much CPU as the per-tensor calls it saves,
+# and it writes a 16 MB copy of the script's weights (a residual MLP's 800 256 x 256 weights and
+# their grads: 400 MB copied) that evicts the script's own data from the caches.
+IN_PLACE_WIDTH = 1 << 15
 CHUNK_ELEMENTS = 1 << 22  # elements copied at once when stacking (16 MB of float32)
 
 
@@ -63,12 +68,22 @@ def values_of(t: torch.Tensor, full_limit: int = FULL_VALUES) -> Values:
     return out["values"]
 
 
+def _unravel(index: torch.Tensor, shape) -> tuple[torch.Tensor, ...]:
+    """``torch.unravel_index`` for non-negative indices. The torch function imports sympy on its
+    first call (half a second in every worker that previews a transposed weight)."""
+    coords = []
+    for size in reversed(shape):
+        coords.append(index % size)
+        index = index // size
+    return tuple(reversed(coords))
+
+
 def _flat_head(t: torch.Tensor, count: int) -> torch.Tensor:
     """The first ``count`` elements in row-major order, without copying the whole tensor."""
     if t.is_contiguous():
         return t.reshape(-1)[:count]
     index = torch.arange(min(count, t.numel()), device=t.device)
-    return t[torch.unravel_index(index, t.shape)]
+    return t[_unravel(index, t.shape)]
 
 
 def _stats_dtype(t: torch.Tensor) -> torch.dtype:
@@ -82,7 +97,7 @@ def _strided_sample(t: torch.Tensor, count: int) -> torch.Tensor:
     if t.is_contiguous():
         return t.reshape(-1)[::step][:count]
     index = torch.arange(0, step * count, step, device=t.device)
-    return t[torch.unravel_index(index, t.shape)]
+    return t[_unravel(index, t.shape)]
 
 
 def _reduce_rows(rows: torch.Tensor) -> torch.Tensor:
@@ -165,6 +180,9 @@ class ValueBatch:
             groups.setdefault((t.device, t.dtype, rows.numel(), count, approx), []).append(
                 (target, key, t, count, rows))
         for (_, _, width, _, approx), items in groups.items():
+            if width >= IN_PLACE_WIDTH and not approx:
+                self._flush_in_place(items)
+                continue
             per = max(1, CHUNK_ELEMENTS // max(1, width))
             for start in range(0, len(items), per):
                 self._flush_stacked(items[start:start + per], approx)
@@ -202,6 +220,23 @@ class ValueBatch:
                                             "mean": mean})
         except Exception:  # unreadable tensors
             target[key] = Values(numel=t.numel())
+
+    @classmethod
+    def _flush_in_place(cls, items) -> None:
+        """Tensors of one shape reduced one by one without a copy, with one host copy for all."""
+        try:
+            stats = _plain_list(torch.stack([_one_stats(t) for _, _, t, _, _ in items]).reshape(-1))
+            count = items[0][3]
+            heads = torch.stack([_flat_head(t, count) for _, _, t, _, _ in items])
+            width = heads.shape[1]
+            samples = _plain_list(heads.reshape(-1))
+        except Exception:
+            for target, key, t, count, _ in items:
+                cls._flush_one(target, key, t, count)
+            return
+        for i, (target, key, t, _, _) in enumerate(items):
+            target[key] = fast_new(Values, {"numel": t.numel(), "sample": samples[i * width:(i + 1) * width],
+                                            "min": stats[3 * i], "max": stats[3 * i + 1], "mean": stats[3 * i + 2]})
 
     @classmethod
     def _flush_stacked(cls, items, approx: bool) -> None:
