@@ -165,6 +165,22 @@ def _make_bulk() -> dict:
 _BULK = _make_bulk()
 
 
+# What each packed column kind guarantees of its rows, and the checks that guarantee passes.
+_TYPED = {
+    "str": {tj._t_str, tj._t_opt_str},
+    "str?": {tj._t_opt_str},
+    "num": {tj._t_num, tj._t_opt_num},
+    "num?": {tj._t_opt_num},
+    "floats": {tj._t_elements},
+}
+
+
+def typed_ok(check, typed: str | None) -> bool:
+    """True when a column decoded from a packed kind (``typed``: strings from an interned table,
+    doubles, lists of doubles) passes ``check`` by construction: no need to look at its rows."""
+    return typed is not None and check in _TYPED.get(typed, ())
+
+
 def bulk_ok(check, col: list) -> bool:
     """True when every value of ``col`` passes ``check``; False means: look row by row."""
     bulk = _BULK.get(check)

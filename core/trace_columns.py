@@ -30,7 +30,7 @@ from core.trace import (FORMAT, VERSION, CallInfo, Edge, ErrorInfo, GradInfo, Me
                         Stale, StorageInfo, TensorInfo, Trace, TraceFormatError, Values, paused_gc)
 from core import trace_json as tj  # noqa: I001  (after core.trace, which loads it)
 from core.column_pack import (b64, bulk_ok, ints_in, pack_floats, pack_ints, pack_mask, split, spread,
-                              unpack_floats, unpack_ints, unpack_mask)
+                              typed_ok, unpack_floats, unpack_ints, unpack_mask)
 from core.trace_json import _CHECKS, _short
 
 MAGIC = "backprop-studio-columns"
@@ -65,6 +65,32 @@ def _spec(cls) -> tuple:
                 frozenset(f.name for f in fs if f.default is MISSING))
         _SPECS[cls] = spec
     return spec
+
+
+_MAKERS: dict[tuple, Any] = {}
+
+
+def _dict_maker(keys: tuple[str, ...], varying: tuple[bool, ...]):
+    """``make(columns, constants, n)``: the n dicts ``{key: value}`` of the rows, in ``keys``
+    order, from the varying columns (lists) and one value for each constant field. Generated
+    once per field layout (field names are identifiers), as ``dataclasses`` generates __init__:
+    a dict display per row is twice as fast as ``dict(zip(keys, row))``."""
+    maker = _MAKERS.get((keys, varying))
+    if maker is None:
+        assert all(k.isidentifier() for k in keys)
+        cols = [f"c{i}" for i, v in enumerate(varying) if v]
+        consts = [f"k{i}" for i, v in enumerate(varying) if not v]
+        items = ", ".join(f"{k!r}: {'v' if v else 'k'}{i}" for i, (k, v) in enumerate(zip(keys, varying)))
+        rows = ", ".join(f"v{i}" for i, v in enumerate(varying) if v)
+        body = (f"[{{{items}}} for ({rows},) in zip({', '.join(cols)})]" if cols
+                else f"[{{{items}}} for _ in range(n)]")
+        src = "def make(cols, consts, n):\n" + "".join(
+            f"    {''.join(name + ', ' for name in names)}= {given}\n"
+            for names, given in ((cols, "cols"), (consts, "consts")) if names) + f"    return {body}\n"
+        scope: dict = {}
+        exec(src, scope)  # noqa: S102  (names and keys from the dataclass's own fields)
+        maker = _MAKERS[(keys, varying)] = scope["make"]
+    return maker
 
 
 # -- writing --------------------------------------------------------------------------------
@@ -199,6 +225,7 @@ class ColumnReader:
         self.done = False
         self.built: dict[str, list] = {}  # tables built as soon as their columns were all in
         self._where: dict[str, tuple] = {}  # table path -> (parent path, how, running row counts, present rows)
+        self._typed: dict[str, str] = {}  # column path -> what its packed kind guarantees (see column_pack.typed_ok)
 
     def fail(self, path: str, what: str):
         raise TraceFormatError(f"{self.source}: field '{path}': {what}")
@@ -240,6 +267,9 @@ class ColumnReader:
             if not isinstance(table, list) or not ints_in(at, len(table)):
                 self.fail(path, "string indices out of range")
             payload, kind = list(map(table.__getitem__, at)), "vals"
+            kinds = set(map(type, table))
+            if kinds <= {str, _NONE}:  # then the rows need no check of their own
+                self._typed[path] = "str" if _NONE not in kinds else "str?"
         elif kind == "f64":
             if not (isinstance(payload, list) and len(payload) == 2):
                 self.fail(path, "expected [flags, doubles]")
@@ -255,6 +285,7 @@ class ColumnReader:
             if values is None:
                 self.fail(path, "the packed numbers do not match their count")
             payload, kind = values, "vals"
+            self._typed[path] = "num?" if flags is not None else "num"
         elif kind == "f64s":
             if not (isinstance(payload, list) and len(payload) == 2):
                 self.fail(path, "expected [lengths, doubles]")
@@ -265,6 +296,7 @@ class ColumnReader:
             if values is None:
                 self.fail(path, "the packed numbers do not match their lengths")
             payload, kind = split(values, lens), "vals"
+            self._typed[path] = "floats"
         elif kind in ("lens", "mask"):
             payload = unpack_mask(payload) if kind == "mask" else unpack_ints(payload)
             if not ints_in(payload, 2 if kind == "mask" else None):
@@ -321,7 +353,7 @@ class ColumnReader:
                 elif len(col) != n:
                     self.fail(self._name(p, 0), f"expected {n} rows, got {len(col)}")
                 check = checks.get(name) if isinstance(col, list) else None
-                if check is not None and not bulk_ok(check, col):
+                if check is not None and not typed_ok(check, self._typed.get(p)) and not bulk_ok(check, col):
                     for i, v in enumerate(col):
                         problem = check(v)
                         if problem is not None:
@@ -332,10 +364,12 @@ class ColumnReader:
                     col = repeat(defaults[name])
             keys.append(name)
             cols.append(col)
-        # Every object from C loops: its __dict__ made by dict(zip(keys, row)) and set in place
-        # (frozen dataclasses' __init__ sets field by field through object.__setattr__: 4x slower).
-        rows = zip(*cols, range(n))  # the range keeps n rows when every column is a constant
-        dicts = map(dict, map(zip, repeat(keys), rows))
+        # Each object's __dict__ from a generated dict display (one C-level BUILD_MAP per row, the
+        # constant columns as locals), set in place: frozen dataclasses' __init__ sets field by
+        # field through object.__setattr__, 4x slower.
+        varying = tuple(isinstance(c, list) for c in cols)
+        dicts = _dict_maker(tuple(keys), varying)([c for c, v in zip(cols, varying) if v],
+                                                  [next(c) for c, v in zip(cols, varying) if not v], n)
         objs = list(map(cls.__new__, repeat(cls, n)))
         for _ in map(_set_dict, objs, repeat("__dict__"), dicts):
             pass

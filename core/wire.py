@@ -171,25 +171,48 @@ class Packer:
 def columns_frame(msg: dict, key: str, codec: str):
     """A message holding a Trace or CallInfo as a columnar frame: the header line, then chunks
     (4-byte length + compressed bytes) made as the columns are encoded, then a zero length."""
+    parts = columns_parts(msg, key, codec)
+    yield next(parts)
+    pack = chunk_packer(codec)
+    for batch in parts:
+        yield pack(batch)
+    yield pack(None)
+
+
+def columns_parts(msg: dict, key: str, codec: str):
+    """The header line of a columnar frame, then its raw column lines in batches of about
+    ``CHUNK`` bytes, each ready for ``chunk_packer``: the sender compresses on its writer
+    thread (zlib and zstd release the GIL) while the next batch is encoded."""
     obj = msg[key]
     rest = {k: v for k, v in msg.items() if k != key}
     header = {**frame_header(msg.get("type", ""), estimated_size(obj), codec), "enc": "columns", "key": key,
               "msg": rest}
     yield (json.dumps(header) + "\n").encode("utf-8")
-    packer = Packer(codec)
     batch: list[bytes] = []
     size = 0
     for line in encode_lines(obj):
         batch.append(line)
         size += len(line)
         if size >= CHUNK:
-            out = packer.cut(b"".join(batch))
+            yield b"".join(batch)
             batch, size = [], 0
-            yield len(out).to_bytes(4, "big") + out
-    out = packer.cut(b"".join(batch)) + packer.end()
-    if out:
-        yield len(out).to_bytes(4, "big") + out
-    yield (0).to_bytes(4, "big")
+    if batch:
+        yield b"".join(batch)
+
+
+def chunk_packer(codec: str) -> Callable[[bytes | None], bytes]:
+    """``pack(batch)``: the batch compressed and cut as one chunk (4-byte length + bytes);
+    ``pack(None)`` ends the frame (what the compressor still holds, then a zero length)."""
+    packer = Packer(codec)
+
+    def pack(batch: bytes | None) -> bytes:
+        if batch is None:
+            out = packer.end()
+            return (len(out).to_bytes(4, "big") + out if out else b"") + (0).to_bytes(4, "big")
+        out = packer.cut(batch)
+        return len(out).to_bytes(4, "big") + out
+
+    return pack
 
 
 class StreamDecoder:
