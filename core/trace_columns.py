@@ -30,7 +30,7 @@ from core.trace import (FORMAT, VERSION, CallInfo, Edge, ErrorInfo, GradInfo, Me
                         Stale, StorageInfo, TensorInfo, Trace, TraceFormatError, Values, paused_gc)
 from core import trace_json as tj  # noqa: I001  (after core.trace, which loads it)
 from core.column_pack import (b64, bulk_ok, ints_in, pack_floats, pack_ints, pack_mask, split, spread,
-                              typed_ok, unpack_floats, unpack_ints, unpack_mask)
+                              packed_unsigned, typed_ok, unpack_floats, unpack_ints, unpack_mask)
 from core.trace_json import _CHECKS, _short
 
 MAGIC = "backprop-studio-columns"
@@ -263,8 +263,8 @@ class ColumnReader:
             if not (isinstance(payload, list) and len(payload) == 2 and isinstance(payload[0], list)):
                 self.fail(path, "expected [strings, indices]")
             table, at = payload
-            at = unpack_ints(at)
-            if not isinstance(table, list) or not ints_in(at, len(table)):
+            unsigned, at = packed_unsigned(at), unpack_ints(at)
+            if not isinstance(table, list) or not ints_in(at, len(table), unsigned):
                 self.fail(path, "string indices out of range")
             payload, kind = list(map(table.__getitem__, at)), "vals"
             kinds = set(map(type, table))
@@ -276,7 +276,7 @@ class ColumnReader:
             flags, packed = payload
             if flags is None:
                 values = unpack_floats(packed, len(packed) * 3 // 4 // 8 if isinstance(packed, str) else 0)
-            elif ints_in(flags := unpack_mask(flags), 2):
+            elif (flags := unpack_mask(flags)) is not None:
                 values = unpack_floats(packed, sum(flags))
                 if values is not None:
                     values = spread(values, list(compress(range(len(flags)), flags)), len(flags))
@@ -298,8 +298,12 @@ class ColumnReader:
             payload, kind = split(values, lens), "vals"
             self._typed[path] = "floats"
         elif kind in ("lens", "mask"):
-            payload = unpack_mask(payload) if kind == "mask" else unpack_ints(payload)
-            if not ints_in(payload, 2 if kind == "mask" else None):
+            if kind == "mask":
+                payload = unpack_mask(payload)
+            else:
+                unsigned, payload = packed_unsigned(payload), unpack_ints(payload)
+                payload = payload if ints_in(payload, None, unsigned) else None
+            if payload is None:
                 self.fail(path, f"expected a list of {'0 / 1 flags' if kind == 'mask' else 'counts'}")
         elif kind != "vals" or not isinstance(payload, list):
             self.fail(path, f"unknown column kind {_short(kind)}")
@@ -393,6 +397,11 @@ class ColumnReader:
             self.built[path] = self._build(cls, path, sum(lens))
         except TraceFormatError:
             self.built.pop(path, None)
+            return
+        # Its columns are in the objects now: free them while the next columns travel, not at the end.
+        inner = path + "."
+        for key in [key for key in self.cols if key[0].startswith(inner)]:
+            del self.cols[key]
 
     def _nested(self, how: tuple[str, type], p: str, n: int, required: bool) -> list | None:
         kind, sub = how
@@ -413,7 +422,7 @@ class ColumnReader:
         lens = self._take(p, "lens", n)
         self._where[p] = (p.rpartition(".")[0], "list", list(accumulate(lens)), None)
         total = sum(lens)
-        early = self.built.pop(p, None)
+        early = self.built.get(p)  # kept: a failed build of the table above may need it again
         if early is not None and len(early) == total and kind == "list":
             return split(early, lens)
         if kind == "list":
