@@ -202,6 +202,10 @@ _TYPED = {
     "num": {tj._t_num, tj._t_opt_num},
     "num?": {tj._t_opt_num},
     "floats": {tj._t_elements},
+    "int": {tj._t_int, tj._t_opt_int, tj._t_num, tj._t_opt_num},
+    "uint": {tj._t_int, tj._t_opt_int, tj._t_count, tj._t_num, tj._t_opt_num},
+    "ints": {tj._t_ints, tj._t_elements},
+    "uints": {tj._t_ints, tj._t_shape, tj._t_elements},
 }
 
 

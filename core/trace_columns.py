@@ -169,7 +169,9 @@ def _table(cls, objs: list, path: str) -> Iterator[list]:
 def _column(path: str, col: list, hint: str | None) -> list:
     """A column as ``[path, kind, payload]``: ``strs`` ([table, indices]) when its strings repeat,
     ``f64`` ([None or presence flags, base64 of the doubles]) for floats (or None), ``f64s``
-    ([lengths, -1 for None, base64]) for lists of floats, else ``vals`` (the values as they are).
+    ([lengths, -1 for None, base64]) for lists of floats, ``i64`` (packed integers) for integers,
+    ``i64s`` ([lengths, packed integers]) for lists of integers (shapes, strides), else ``vals``
+    (the values as they are: JSON writes a list of 40,000 shapes 3x slower than it packs).
     ``hint`` (from the field's check) says which to try, so most columns are never scanned."""
     if len(col) < INTERN_MIN_ROWS or hint is None:
         return [path, "vals", col]
@@ -183,6 +185,19 @@ def _column(path: str, col: list, hint: str | None) -> list:
             return [path, "strs", [table, pack_ints(at)]]
         return [path, "vals", col]
     types = set(map(type, col))
+    if hint == "int" and types == {int}:
+        try:
+            return [path, "i64", pack_ints(col)]
+        except OverflowError:  # beyond 64 bits: as JSON
+            return [path, "vals", col]
+    if hint == "ints" and types == {list}:
+        flat = list(chain.from_iterable(col))
+        if not flat or set(map(type, flat)) == {int}:
+            try:
+                return [path, "i64s", [pack_ints(list(map(len, col))), pack_ints(flat)]]
+            except OverflowError:
+                return [path, "vals", col]
+        return [path, "vals", col]
     if hint == "num" and float in types and types <= {float, _NONE}:
         if _NONE in types:
             return [path, "f64", [b64(bytes([v is not None for v in col])), pack_floats([v for v in col if v is not None])]]
@@ -204,7 +219,8 @@ def _hint(cls, name: str) -> str | None:
     if key not in _HINTS:
         check = _CHECKS.get(cls, {}).get(name)
         _HINTS[key] = {tj._t_str: "str", tj._t_opt_str: "str", tj._t_num: "num", tj._t_opt_num: "num",
-                       tj._t_elements: "floats"}.get(check)
+                       tj._t_elements: "floats", tj._t_int: "int", tj._t_count: "int", tj._t_opt_int: "int",
+                       tj._t_shape: "ints", tj._t_ints: "ints"}.get(check)
     return _HINTS[key]
 
 
@@ -297,6 +313,21 @@ class ColumnReader:
                 self.fail(path, "the packed numbers do not match their lengths")
             payload, kind = split(values, lens), "vals"
             self._typed[path] = "floats"
+        elif kind == "i64":
+            unsigned, payload = packed_unsigned(payload), unpack_ints(payload)
+            if payload is None:
+                self.fail(path, "the packed integers are not readable")
+            kind = "vals"
+            self._typed[path] = "uint" if unsigned else "int"
+        elif kind == "i64s":
+            if not (isinstance(payload, list) and len(payload) == 2):
+                self.fail(path, "expected [lengths, integers]")
+            unsigned, flat = packed_unsigned(payload[1]), unpack_ints(payload[1])
+            lens = unpack_ints(payload[0])
+            if flat is None or not ints_in(lens, None, packed_unsigned(payload[0])) or sum(lens) != len(flat):
+                self.fail(path, "the packed integers do not match their lengths")
+            payload, kind = split(flat, lens), "vals"
+            self._typed[path] = "uints" if unsigned or not flat else "ints"
         elif kind in ("lens", "mask"):
             if kind == "mask":
                 payload = unpack_mask(payload)
