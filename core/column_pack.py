@@ -46,13 +46,14 @@ _WIDTHS = [(code, array(code).itemsize) for code in "BHIbhi"]
 _UNSIGNED = frozenset("BHI")
 
 
-def pack_ints(ints: list) -> str:
+def pack_ints(ints, bound: int | None = None) -> str:
     """Counts and indices in the narrowest little-endian integer type that holds them all, as
     ``"H:"`` (the ``array`` type code) and base64; int64 without a prefix. Index columns are
-    mostly one or two bytes a row instead of eight: less to compress, carry and scan."""
+    mostly one or two bytes a row instead of eight: less to compress, carry and scan.
+    ``bound``: every value is known to be in ``0 .. bound - 1`` (no need to look)."""
     code = "q"
     if ints:
-        lo, hi = min(ints), max(ints)
+        lo, hi = (0, bound - 1) if bound else (min(ints), max(ints))
         for c, size in _WIDTHS:
             bits = 8 * size
             top = (1 << bits) if c in _UNSIGNED else (1 << (bits - 1))

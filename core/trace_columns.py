@@ -124,7 +124,8 @@ def _table(cls, objs: list, path: str) -> Iterator[list]:
     if not n:
         return  # no rows: the reader needs no columns
     # One pass over the objects reads every field (a getter per field is twice as slow).
-    columns = list(map(list, zip(*map(attrgetter(*names), objs)))) if n and len(names) > 1 else \
+    # Tuples as zip makes them: JSON and every step below read a tuple as they read a list.
+    columns = list(zip(*map(attrgetter(*names), objs))) if len(names) > 1 else \
         [list(map(attrgetter(name), objs)) for name in names]
     for name, col in zip(names, columns):
         p = f"{path}.{name}" if path else name
@@ -168,6 +169,7 @@ def _table(cls, objs: list, path: str) -> Iterator[list]:
 
 def _column(path: str, col: list, hint: str | None) -> list:
     """A column as ``[path, kind, payload]``: ``strs`` ([table, indices]) when its strings repeat,
+    ``text`` (the strings joined by newlines) when they do not,
     ``f64`` ([None or presence flags, base64 of the doubles]) for floats (or None), ``f64s``
     ([lengths, -1 for None, base64]) for lists of floats, ``i64`` (packed integers) for integers,
     ``i64s`` ([lengths, packed integers]) for lists of integers (shapes, strides), else ``vals``
@@ -176,13 +178,20 @@ def _column(path: str, col: list, hint: str | None) -> list:
     if len(col) < INTERN_MIN_ROWS or hint is None:
         return [path, "vals", col]
     if hint == "str":
+        head = col[:64]
         try:
-            table = list(dict.fromkeys(col))
+            repeats = len(set(head)) < len(head)
         except TypeError:  # unhashable values: the reader names the field
             return [path, "vals", col]
-        if len(table) * 2 <= len(col):
-            at = list(map({v: i for i, v in enumerate(table)}.__getitem__, col))
-            return [path, "strs", [table, pack_ints(at)]]
+        if repeats:
+            index = dict.fromkeys(col)
+            if len(index) * 2 <= len(col):
+                index = dict(zip(index, range(len(index))))
+                return [path, "strs", [list(index), pack_ints(list(map(index.__getitem__, col)), len(index))]]
+        if set(map(type, col)) == {str}:
+            text = "\n".join(col)  # ids and names that do not repeat: one string, split by the reader
+            if text.count("\n") == len(col) - 1:
+                return [path, "text", text]
         return [path, "vals", col]
     types = set(map(type, col))
     if hint == "int" and types == {int}:
@@ -313,6 +322,11 @@ class ColumnReader:
                 self.fail(path, "the packed numbers do not match their lengths")
             payload, kind = split(values, lens), "vals"
             self._typed[path] = "floats"
+        elif kind == "text":
+            if not isinstance(payload, str):
+                self.fail(path, "expected the column's strings as one text")
+            payload, kind = payload.split("\n"), "vals"
+            self._typed[path] = "str"
         elif kind == "i64":
             unsigned, payload = packed_unsigned(payload), unpack_ints(payload)
             if payload is None:
