@@ -118,6 +118,9 @@ def unpack_floats(text: Any, count: int) -> list | None:
 
 def split(flat: list, lens: list) -> list:
     """``flat`` cut into consecutive lists of ``lens[i]`` items (a length of -1 gives None)."""
+    if lens and lens.count(lens[0]) == len(lens) and lens[0] > 0 and len(flat) == lens[0] * len(lens):
+        # All of one length (samples of 8, shapes of 2): zip groups them, twice as fast as slicing.
+        return list(map(list, zip(*[iter(flat)] * lens[0])))
     nulls = -1 in lens
     ends = list(accumulate(map(max, lens, repeat(0)) if nulls else lens))
     out = list(map(flat.__getitem__, map(slice, [0] + ends[:-1], ends)))

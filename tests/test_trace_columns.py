@@ -194,7 +194,8 @@ def _stream(obj, codec: str, piece: int = 997) -> tuple[list, list]:
 def test_a_columnar_frame_is_decoded_as_it_streams_in(codec, monkeypatch):
     if codec == "zstd" and wire._zstd() is None:
         pytest.skip("zstandard is not installed")
-    monkeypatch.setattr(wire, "CHUNK", 16 * 1024)  # a chunk per 16 KiB of columns: several here
+    monkeypatch.setattr(wire, "COLUMNS_FIRST", 4 * 1024)  # a chunk per few KiB of columns: several here
+    monkeypatch.setattr(wire, "COLUMNS_BATCH", 8 * 1024)
     call = residual_mlp_call(blocks=200)
     got, progress = _stream(call, codec)
     assert got[0] == b'{"type": "hello"}' and got[2] == b'{"type": "after"}'
