@@ -11,6 +11,7 @@ import shlex
 import struct
 import sys
 import threading
+import time
 import zlib
 from dataclasses import replace
 
@@ -385,3 +386,31 @@ def test_the_worker_channel_compresses_columns_on_its_writer_thread():
     wire.StreamDecoder(got.append).feed(bytes(out))
     assert got[0]["trace"] == trace and got[0]["run"] == 3 and not channel.broken
     assert out.count(b'"enc": "columns"') == 1 and len(out) < len(trace.to_json()) / 3
+
+
+def test_read_ahead_keeps_reading_while_the_caller_decodes():
+    """The pipe is drained on a thread of its own: every piece arrives in order, the source runs
+    ahead of a slow consumer, and an error in the source reaches the consumer."""
+    made = []
+
+    def source():
+        for i in range(50):
+            made.append(i)
+            yield bytes([i])
+
+    seen = []
+    for chunk in wire.read_ahead(source()):
+        if not seen:
+            deadline = time.monotonic() + 5
+            while len(made) < 50 and time.monotonic() < deadline:  # the consumer is busy: reading goes on
+                time.sleep(0.01)
+            assert len(made) == 50
+        seen.append(chunk[0])
+    assert seen == list(range(50))
+
+    def broken():
+        yield b"a"
+        raise OSError("pipe gone")
+
+    with pytest.raises(OSError, match="pipe gone"):
+        list(wire.read_ahead(broken()))
