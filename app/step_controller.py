@@ -4,7 +4,8 @@ The graph shows executed nodes, the current one and the ready frontier, gradient
 edges they travelled and leaf grads as they fill; the step log keeps every step, and clicking
 a past one replays the recorded steps (nothing is re-run). Steps that stream in while the
 engine runs (Continue on thousands of nodes) are drawn in batches, a first frame after
-0.1 s and then two a second; a pause draws at once. The state itself lives in ``app.session.Session``.
+0.5 s and then one a second; a pause draws at once, and a frame redraws only the nodes and
+edges that changed since the last one. The state itself lives in ``app.session.Session``.
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ from typing import Callable
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from core import protocol
 from core.step_state import short_values, step_texts, step_view
 from core.trace import CallInfo
+
+UNFOLD_MS = 150  # stepping rests this long on a node in a folded module before the fold opens
 
 
 class StepController(QObject):
@@ -32,6 +36,14 @@ class StepController(QObject):
         self._status_bar = status
         self._unlogged: list[dict] = []
         self._frames = 0  # frames drawn since the last pause
+        self._synced = None  # (tracker, graph states token) when the graph last got a live frame
+        self._inspect: tuple = (None, None)  # (call, node id) the inspector is to describe
+        self._inspect_timer = QTimer(self, singleShot=True, interval=0)
+        self._inspect_timer.timeout.connect(self._show_inspected)
+        self._unfold: str | None = None  # the paused node whose folds open when stepping rests
+        self._unfold_timer = QTimer(self, singleShot=True, interval=UNFOLD_MS)
+        self._unfold_timer.timeout.connect(self._open_folds)
+        self.graph.sig_scene_ready.connect(self._on_scene_ready)
         self._redraw = QTimer(self, singleShot=True, interval=100)
         self._redraw.timeout.connect(self._flush)
         session.sig_step_begin.connect(self._on_begin)
@@ -49,13 +61,44 @@ class StepController(QObject):
         self.step_log.set_status(text)
         self._status_bar(text)
 
-    def _show_node(self, node_id: str) -> None:
-        """Describe the node backward is at, and keep it in view."""
+    def _show_node(self, node_id: str, *, at_rest: bool = False) -> None:
+        """Keep the node backward is at in view, and describe it in the inspector.
+
+        The inspector follows once the graph's frame is out (its page costs as much as the
+        frame): presses in quick succession render it once, for the last node, while the
+        worker runs the next one. A node inside a folded module is shown on the module's box at
+        once, and the fold opens when stepping rests (``UNFOLD_MS`` without a new pause, or
+        ``at_rest``): a burst of steps through a 800-block model lays the graph out once, not
+        once per block."""
         call = self.session.call
         if call is None or call.node(node_id) is None:
             return
-        self.graph.ensure_visible(node_id)
-        self.views.inspector.show_node(call, node_id)
+        folded = self.graph.box_of(node_id) not in (node_id, None)
+        self.graph.ensure_visible(node_id, open_folds=at_rest or not folded)
+        self._unfold = node_id if folded and not at_rest else None
+        if self._unfold is not None:
+            self._unfold_timer.start()
+        self._inspect = (call, node_id)
+        self._inspect_timer.start()
+
+    def _on_scene_ready(self, _call_id: str) -> None:
+        """A new layout (a fold opened) while paused: the inspector keeps describing the node
+        backward is at (the window describes the loss on a new scene with nothing selected)."""
+        pending = self.session.pending
+        if self.session.state == "paused" and pending and self._inspect[1] == pending.get("node"):
+            self._inspect_timer.start()
+
+    def _open_folds(self) -> None:
+        """Stepping rests on a node inside a folded module: open the folds around it."""
+        pending = self.session.pending
+        if self._unfold is not None and pending and pending.get("node") == self._unfold:
+            self.graph.ensure_visible(self._unfold)
+        self._unfold = None
+
+    def _show_inspected(self) -> None:
+        call, node_id = self._inspect
+        if call is not None and self.session.call is call:
+            self.views.inspector.show_node(call, node_id)
 
     def _on_warning(self, text: str) -> None:
         from core.trace import ErrorInfo
@@ -138,16 +181,17 @@ class StepController(QObject):
     def _on_step(self, record: dict) -> None:
         self._unlogged.append(record)
         if not self._redraw.isActive():
-            # A frame costs O(nodes) (~100 ms at 5,000 nodes): while backward streams on, the
-            # first frame comes soon and later ones every half second, so drawing never holds up
-            # the run. A pause or the end draws at once.
-            self._redraw.start(100 if self._frames == 0 else 500)
+            # While backward runs on (Continue), a frame costs O(nodes it changed) and shares two
+            # cores with the run: a first frame after half a second, later ones every second, so
+            # a Continue of a few thousand nodes draws once, at its end (a pause or the end
+            # draws at once), and a long one still shows its progress.
+            self._redraw.start(500 if self._frames == 0 else 1000)
             self._frames += 1
 
-    def _on_end(self, event: dict) -> None:
+    def _on_end(self, event: protocol.StepEnd) -> None:
         self._flush()
         call = self.call
-        error = event.get("error")
+        error = event.error
         if call is None:
             return
         if error:
@@ -156,8 +200,8 @@ class StepController(QObject):
             where = f" at {node.name}" if node else ""
             self._status(f"Backward failed{where}: {error['type']}: {error['message'].splitlines()[0]}")
             if node is not None:
-                self._show_node(node.id)
-        elif event.get("state") == "finished":
+                self._show_node(node.id, at_rest=True)
+        elif event.state == "finished":
             more = " The script runs on to its next breakpoint." if self.session.run_kind == "debug" else ""
             self._status(f"Backward of call #{call.index} finished: {len(self.steps)} nodes executed. "
                          f"Click a step in the log to replay it.{more}")
@@ -175,14 +219,28 @@ class StepController(QObject):
         self._status(f"Replaying step {count - 1}: {record.get('name')} (of {len(self.steps)} recorded)")
 
     def _draw(self, upto: int | None = None) -> None:
-        call, shown = self.call, self.session.call
-        if call is None or shown is None or shown.structure != call.structure or self.session.tracker is None:
+        """Draw the live state (``upto`` None) or a replayed one.
+
+        Live, a frame sends the graph only what changed since the last one (the tracker's
+        delta): O(changed nodes) however big the graph. It sends everything when the graph's
+        states were replaced meanwhile (a new call shown, a replay, cleared states)."""
+        call, shown, tracker = self.call, self.session.call, self.session.tracker
+        if call is None or shown is None or shown.structure != call.structure or tracker is None:
             return
-        if upto is None:
-            view = self.session.tracker.view(self.session.pending)
-            texts = view.edge_texts  # the tracker keeps leaf .grad values on their edges
-        else:
+        if upto is not None:
             view = step_view(call, self.steps, None, upto=upto)
-            texts = step_texts(call, view)
-        self.graph.set_node_states(view.states)
-        self.graph.set_edge_texts(texts)
+            self.graph.set_node_states(view.states)
+            self.graph.set_edge_texts(step_texts(call, view))
+            return
+        pending = self.session.pending
+        tracker.set_current(pending.get("node") if pending else None)
+        if self._synced is not None and self._synced == (tracker, self.graph.states_token()):
+            delta = tracker.delta()
+            if delta:
+                self.graph.update_step(delta.states, delta.edge_texts)
+        else:
+            tracker.delta()  # everything is drawn now
+            view = tracker.view(pending)
+            self.graph.set_node_states(view.states)
+            self.graph.set_edge_texts(view.edge_texts)  # the tracker keeps leaf .grad values on their edges
+        self._synced = (tracker, self.graph.states_token())

@@ -96,12 +96,24 @@ def step_view(call: CallInfo, steps: list[dict], pending: dict | None = None, up
     return view
 
 
+@dataclass
+class StepDelta:
+    """What changed on the graph since the last delta: only those items need drawing again."""
+
+    states: dict[str, str | None] = field(default_factory=dict)  # node id -> new state (None: plain)
+    edge_texts: dict[tuple[str, str], str | None] = field(default_factory=dict)  # (src, dst) -> text
+
+    def __bool__(self) -> bool:
+        return bool(self.states or self.edge_texts)
+
+
 class StepTracker:
     """``step_view`` kept up to date one step at a time, for live stepping of big graphs.
 
     Recomputing the view from every recorded step costs O(nodes) per step (17 ms at 5,000
     nodes); the tracker counts each node's consumers that have not run yet, so a step costs
-    only its own edges.
+    only its own edges. It also remembers which nodes and edges changed since the last
+    ``delta()``, so a view draws a step by touching those items alone.
     """
 
     def __init__(self, call: CallInfo):
@@ -117,6 +129,9 @@ class StepTracker:
         self.leaf_grads: dict[str, dict] = {}
         self.executed: list[str] = []
         self.failed: str | None = None
+        self.current: str | None = None  # the node the engine is paused before, as last given
+        self._dirty_nodes: set[str] = set()
+        self._dirty_edges: set[tuple[str, str]] = set()
 
     def add(self, record: dict) -> None:
         node_id = record.get("node")
@@ -124,27 +139,67 @@ class StepTracker:
         if node is None:
             return
         if record.get("error"):
+            if self.failed is not None:
+                self._dirty_nodes.add(self.failed)
             self.failed = node_id
+            self._dirty_nodes.add(node_id)
+            if self.current is not None:
+                self._dirty_nodes.add(self.current)  # a failure hides the current mark
         if node_id in self.done:
             return
         self.done.add(node_id)
         self.executed.append(node_id)
         self.frontier.discard(node_id)
+        self._dirty_nodes.add(node_id)
         grads = record.get("grad_inputs") or []
         for i, edge in enumerate(node.next):
             if edge is None:
                 continue
             if i < len(grads) and grads[i] is not None:
-                self.edge_texts[(node_id, edge.node)] = short_values(grads[i])
+                key = (node_id, edge.node)
+                self.edge_texts[key] = short_values(grads[i])
+                self._dirty_edges.add(key)
             left = self.remaining.get(edge.node, 0) - 1
             self.remaining[edge.node] = left
             if left <= 0 and edge.node not in self.done:
                 self.frontier.add(edge.node)
+                self._dirty_nodes.add(edge.node)
         for name, values in (record.get("leaf_grads") or {}).items():
             self.leaf_grads[name] = values
         if node.kind == "accumulate_grad" and node.label in self.leaf_grads:
             # The edge that filled this leaf also shows the accumulated .grad.
-            self.edge_texts.update(_leaf_suffix(self.call, node_id, self.edge_texts, self.leaf_grads[node.label]))
+            suffix = _leaf_suffix(self.call, node_id, self.edge_texts, self.leaf_grads[node.label])
+            self.edge_texts.update(suffix)
+            self._dirty_edges.update(suffix)
+
+    def set_current(self, node_id: str | None) -> None:
+        """The node the engine is paused before (None while it runs or once it ended)."""
+        if node_id != self.current:
+            for nid in (self.current, node_id):
+                if nid is not None:
+                    self._dirty_nodes.add(nid)
+            self.current = node_id
+
+    def state(self, node_id: str) -> str | None:
+        """One node's state, as ``view`` gives it with the current node set by ``set_current``."""
+        if node_id == self.failed:
+            return "failed"
+        if node_id == self.current:
+            if self.failed is None:
+                return "current"
+            return "executed" if node_id in self.done else None
+        if node_id in self.done:
+            return "executed"
+        if node_id in self.frontier:
+            return "frontier"
+        return None
+
+    def delta(self) -> StepDelta:
+        """Node states and edge texts changed since the last delta (or since the start)."""
+        nodes, self._dirty_nodes = self._dirty_nodes, set()
+        edges, self._dirty_edges = self._dirty_edges, set()
+        return StepDelta(states={nid: self.state(nid) for nid in nodes},
+                         edge_texts={key: self.edge_texts.get(key) for key in edges})
 
     def view(self, pending: dict | None = None) -> StepView:
         states = dict.fromkeys(self.done, "executed")
@@ -187,19 +242,27 @@ def _leaf_suffix(call: CallInfo, leaf_id: str, texts: dict, grad) -> dict[tuple[
 
 def box_states(states: dict[str, str], members: dict[str, str], counts: dict[str, int]) -> dict[str, str]:
     """Step states per drawn box; a collapsed group shows its most urgent member's state."""
-    per: dict[str, list[str]] = {}
+    per: dict[str, dict[str, int]] = {}
     for nid, st in states.items():
         vid = members.get(nid)
         if vid is not None:
-            per.setdefault(vid, []).append(st)
+            tally = per.setdefault(vid, {})
+            tally[st] = tally.get(st, 0) + 1
     out = {}
-    for vid, sts in per.items():
-        state = next((s for s in ("failed", "current", "frontier") if s in sts), None)
-        if state is None and sts.count("executed") >= counts.get(vid, 1):
-            state = "executed"
+    for vid, tally in per.items():
+        state = box_state(tally, counts.get(vid, 1))
         if state is not None:
             out[vid] = state
     return out
+
+
+def box_state(tally: dict[str, int], members: int = 1) -> str | None:
+    """A drawn box's state from how many of its ``members`` nodes are in each state: the most
+    urgent of failed, current and frontier, else executed once every member ran."""
+    for state in ("failed", "current", "frontier"):
+        if tally.get(state, 0) > 0:
+            return state
+    return "executed" if tally.get("executed", 0) >= members else None
 
 
 def leaf_digest(call: CallInfo) -> str:

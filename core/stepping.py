@@ -322,6 +322,12 @@ class BackwardStepper:
         """Backward goes on without pausing at the next node (Continue or Step to)."""
         return self._free or self._target is not None
 
+    @property
+    def running_on(self) -> bool:
+        """True while backward runs on without pausing (Continue, Step to): finished steps can
+        wait to be sent in bigger batches, no view is waiting for a single one."""
+        return self._running_on()
+
     def _full(self, n: int) -> bool:
         """Whether a preview keeps every value (spends the call's value budget)."""
         if n <= FULL_VALUES and n <= self.value_budget:

@@ -15,6 +15,7 @@ from core import protocol
 from core.trace import call_to_dict
 
 STEP_BATCH, STEP_BATCH_S = 1000, 0.05  # finished nodes are sent at least this often
+STEP_BATCH_RUN_ON_S = 0.5  # while backward runs on (Continue): fewer, bigger batches, fewer frames
 
 
 class DebugPlan:
@@ -90,7 +91,9 @@ class Stepping:
             self._steps_since = time.perf_counter()
         self._steps.append(record)
         self._memory_due = record.get("index")
-        if len(self._steps) >= STEP_BATCH or time.perf_counter() - self._steps_since > STEP_BATCH_S:
+        running_on = self.stepper is not None and self.stepper.running_on
+        if len(self._steps) >= STEP_BATCH or time.perf_counter() - self._steps_since > (
+                STEP_BATCH_RUN_ON_S if running_on else STEP_BATCH_S):
             self._flush_steps(index)
 
     def _flush_steps(self, index: int) -> None:

@@ -32,6 +32,12 @@ def color(hex_str: str) -> QColor:
 
 
 @lru_cache(maxsize=32)
+def _metrics(family: str, px: int) -> QFontMetricsF:
+    """Metrics of ``font(family, px)``: edge texts are measured thousands at a time while stepping."""
+    return QFontMetricsF(font(family, px))
+
+
+@lru_cache(maxsize=32)
 def font(family: str, px: int, bold: bool = False) -> QFont:
     f = QFont(family)
     f.setPixelSize(px)
@@ -306,6 +312,7 @@ class EdgeItem(QGraphicsItem):
         self._line_bounds = QRectF(x0 - 5, y0 - 3, max(xs) - x0 + 10, max(ys) - y0 + 6)
         self._bounds = self._line_bounds
         self._text_rect = QRectF()
+        self._anchor: tuple[float, float] | None = None  # where the text sits (see _label_anchor)
         self.setCacheMode(_DEVICE_CACHE)
 
     def _ensure_path(self) -> None:
@@ -345,9 +352,11 @@ class EdgeItem(QGraphicsItem):
         text = self._text()
         rect = QRectF()
         if text:
-            fm = QFontMetricsF(font(self.theme.font_family, self.theme.small_font_px))
+            fm = _metrics(self.theme.font_family, self.theme.small_font_px)
             w, h = fm.horizontalAdvance(text) + 8, fm.height() + 2
-            ax, ay = _label_anchor(self.edge.points, self._curved)
+            if self._anchor is None:
+                self._anchor = _label_anchor(self.edge.points, self._curved)
+            ax, ay = self._anchor
             rect = QRectF(ax + 4, ay - h / 2, w, h)
         if rect != self._text_rect:
             self.prepareGeometryChange()

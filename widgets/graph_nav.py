@@ -84,20 +84,25 @@ class NavigationMixin:
         mx, my = self.viewport().width() / s, self.viewport().height() / s
         self.setSceneRect(r.adjusted(-mx, -my, mx, my))
 
-    def ensure_visible(self, node_id: str, *, select: bool = False, sync: bool | None = None) -> bool:
+    def ensure_visible(self, node_id: str, *, select: bool = False, sync: bool | None = None,
+                       open_folds: bool = True) -> bool:
         """Expand the folds around ``node_id`` (a trace node id) as needed and scroll it into view,
         zooming in when the view is too far out to read it; ``select`` also selects it (no signal).
 
         Only the path to the node opens (its siblings stay folded). When folds open, the layout
         runs like any other (on the worker thread unless ``sync``, by default as the last one did)
-        and the node is shown once it is drawn. False for an unknown node."""
+        and the node is shown once it is drawn. ``open_folds`` False scrolls to the box that shows
+        the node now (its folded group) and lays out nothing. False for an unknown node."""
         call = self._call
         if call is None or self._layout is None and not self._pending:
             return False
         if call.node(node_id) is None and node_id not in self.node_items:
             return False
+        if not open_folds and self._pending:
+            self._focus_after = node_id  # shown once the layout under way is drawn
+            return True
         target = self._collapsed
-        if call.node(node_id) is not None:
+        if open_folds and call.node(node_id) is not None:
             target = group_info(call).expand_path(self._collapsed, node_id)
         self._opening = False
         if target != self._collapsed or self._pending:
@@ -107,7 +112,7 @@ class NavigationMixin:
             self._relayout(self._sync if sync is None else sync, target)
             return True
         if select:
-            self._select(node_id, emit=False, center=False)
+            self._highlight(node_id, center=False)
         item = self.node_items.get(self._layout.members.get(node_id, node_id))
         if item is not None:
             self._reveal(item)
@@ -115,7 +120,8 @@ class NavigationMixin:
 
     def _reveal(self, item) -> None:
         """Zoom in to a readable scale if needed and centre ``item`` unless it is in sight already."""
-        if self.transform().m11() < READABLE_SCALE * 0.6:
+        zoomed = self.transform().m11() < READABLE_SCALE * 0.6
+        if zoomed:
             s = READABLE_SCALE
             self.setTransform(QTransform.fromScale(s, s))
         area = self._area()
@@ -123,7 +129,8 @@ class NavigationMixin:
         shown = self.mapFromScene(box).boundingRect()
         if not area.contains(QRectF(shown)):
             self._center_in(box.center(), area)
-        self._after_zoom()
+        if zoomed:  # a scroll alone updates the minimap through the scroll bars
+            self._after_zoom()
 
     def smallest_text_px(self) -> float:
         """On-screen pixel height of the smallest text drawn in the visible part of the graph

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from PySide6.QtCore import QPoint, QRectF, Qt
+from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QLabel, QMenu
 
 from core.graph_query import CallDiff, ancestors, compare_calls, descendants, loss_to_leaf_paths, path_edges
@@ -44,15 +44,18 @@ class Breadcrumbs(QLabel):
                            " border-radius: 4px; padding: 2px 6px; color: #333; }")
         self.linkActivated.connect(view.frame_group)
         self._key = None
+        self._frames = None  # (layout, [(left, top, right, bottom, path)]) of its open frames
         self.hide()
 
     def update_for(self, layout, call: CallInfo | None, centre, note: str) -> None:
         path = None
         if layout is not None and call is not None:
-            best = -1
-            for g in layout.groups:
-                if not g.collapsed and g.depth > best and QRectF(g.x, g.y, g.w, g.h).contains(centre):
-                    path, best = g.path, g.depth
+            if self._frames is None or self._frames[0] is not layout:
+                # open frames, deepest first: called on every scroll, so no Qt object per frame
+                frames = sorted((g for g in layout.groups if not g.collapsed), key=lambda g: -g.depth)
+                self._frames = (layout, [(g.x, g.y, g.x + g.w, g.y + g.h, g.path) for g in frames])
+            x, y = centre.x(), centre.y()
+            path = next((p for x0, y0, x1, y1, p in self._frames[1] if x0 <= x <= x1 and y0 <= y <= y1), None)
         key = (path, note, id(layout))
         if key == self._key:
             return

@@ -23,8 +23,8 @@ from widgets.graph_items import EdgeItem, GroupBoxItem, NodeItem, NodeStyle, Sav
 from widgets.graph_marks import MarkItems, MarksMixin
 from widgets.graph_nav import MAX_FIT, MAX_ZOOM, NavigationMixin  # noqa: F401 - public constants
 from widgets.graph_relations import RelationsMixin
-from core.step_state import box_states
-from widgets.graph_scene import LayoutRunner, apply_edge_texts, build_message, build_scene, legend_entries
+from widgets.graph_steps import StepStatesMixin
+from widgets.graph_scene import LayoutRunner, build_message, build_scene, legend_entries
 from widgets.graph_scene import overview_marks, search_index, toggled, tooltip
 from widgets.minimap import Overlays, OverviewItem
 from widgets.theme import Theme, get_theme
@@ -36,13 +36,14 @@ SMALL_SCENE = 1500  # scenes with fewer items always draw their own items
 EXPAND_ONE_LEVEL = 400  # expanding a group bigger than this keeps its subgroups collapsed
 
 
-class GraphView(NavigationMixin, RelationsMixin, MarksMixin, QGraphicsView):
+class GraphView(NavigationMixin, RelationsMixin, MarksMixin, StepStatesMixin, QGraphicsView):
     """The autograd graph of one call, with zoom, search, selection, groups, step states and marks."""
 
     sig_scene_ready = Signal(str)
     """The scene for a call is built and shown (the call's id, "" for no call)."""
-    sig_node_selected = Signal(str)
-    """The user selected a node: a trace node id, or ``group:<path>`` for a collapsed group."""
+    sig_select_requested = Signal(str)
+    """The user asked to select a node (a click, a Find match): a trace node id, or ``group:<path>``
+    for a collapsed group. The view does not select it itself: it shows what ``show_selection`` is told."""
     sig_group_toggled = Signal(str)
     """The user collapsed or expanded a module group (its path)."""
     sig_zoom_changed = Signal(int)
@@ -80,9 +81,11 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, QGraphicsView):
         self._show_saved = False
         self._show_shapes = False
         self._init_marks()
-        self._states: dict[str, str] = {}
-        self._edge_texts: dict[tuple[str, str], str] = {}
-        self._selected: str | None = None
+        self._init_step_states()
+        self._legend_boxes: list[str] | None = None  # legend keys for the boxes' styles
+        self._legend_shown: tuple = ()  # (entries, theme) last given to the legend
+        self._selected: str | None = None  # the selection drawn (the session's, as told)
+        self._clicked: str | None = None  # the node a click asked to select, until the answer comes
         self._matches: list[str] = []
         self._match_index = -1
         self._search_index: dict[str, str] | None = None
@@ -114,6 +117,8 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, QGraphicsView):
         self._related = None
         self._selected, self._matches, self._match_index = None, [], -1
         self._states, self._edge_texts, self._search_index = {}, {}, None
+        self._state_kinds, self._box_tally = {}, {}
+        self._states_token += 1
         self._fit_next = True
         self._relayout(sync, collapsed, opening=collapsed is None)
 
@@ -139,6 +144,11 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, QGraphicsView):
     def collapsed(self) -> frozenset[str]:
         return self._collapsed
 
+    def box_of(self, node_id: str) -> str | None:
+        """The box drawing ``node_id`` now: its own id, or ``group:<path>`` of the folded group
+        around it; None while nothing is laid out or for a node not drawn."""
+        return self._layout.members.get(node_id) if self._layout is not None else None
+
     def set_collapsed(self, paths, *, sync: bool = False) -> None:
         self._relayout(sync, frozenset(paths))
 
@@ -161,14 +171,6 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, QGraphicsView):
 
     def shows_shapes(self) -> bool:
         return self._show_shapes
-
-    def node_states(self) -> dict[str, str]:
-        """Step states by trace node id (see ``set_node_states``)."""
-        return dict(self._states)
-
-    def edge_texts(self) -> dict[tuple[str, str], str]:
-        """Texts on edges by (src, dst) trace node ids (see ``set_edge_texts``)."""
-        return dict(self._edge_texts)
 
     def set_show_shapes(self, show: bool) -> None:
         self._show_shapes = show
@@ -218,6 +220,7 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, QGraphicsView):
             )
             build_message(scene, text, t)
             self.legend.set_entries([], t)
+            self._legend_boxes, self._legend_shown = None, ()
             self.minimap.hide()
             self.resetTransform()
             return
@@ -249,7 +252,7 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, QGraphicsView):
         self._legend_entries(styles)
         self.minimap.set_overview(self.overview, scene.sceneRect(), t)
         if self._selected is not None and members.get(self._selected, self._selected) in self.node_items:
-            self._select(self._selected, emit=False, center=self._focus_after is None)
+            self._highlight(self._selected, center=self._focus_after is None)
         else:
             self._selected = None
         if self._fit_next:
@@ -265,11 +268,20 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, QGraphicsView):
         self._focus_after = None
         self._after_zoom()
 
-    def _legend_entries(self, styles: dict[str, NodeStyle]) -> None:
-        marks = self.marks.legend()
-        entries = legend_entries(styles, bool(self.group_items), self.saved_items, self._states.values(), marks)
-        self.legend.set_entries(entries, self._theme)
-        self.overlays.place()
+    def _legend_entries(self, styles: dict[str, NodeStyle] | None = None) -> None:
+        """Legend keys for the scene; the boxes' part (O(boxes)) is worked out again only when
+        ``styles`` is given (a new scene), so a step that changes which states are present
+        costs no pass over the boxes, and an unchanged legend is not redrawn."""
+        if styles is not None or self._legend_boxes is None:
+            if styles is None:
+                styles = {v: i.style for v, i in self.node_items.items()}
+            self._legend_boxes = legend_entries(styles, bool(self.group_items), self.saved_items, ())
+        entries = legend_entries({}, False, [], self._state_kinds, self.marks.legend())
+        entries = self._legend_boxes + entries
+        if (entries, self._theme) != self._legend_shown:
+            self._legend_shown = (entries, self._theme)
+            self.legend.set_entries(entries, self._theme)
+            self.overlays.place()
 
     @contextmanager
     def export_mode(self):
@@ -284,35 +296,7 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, QGraphicsView):
             self._set_detail(detail)
             self._after_zoom()
 
-    # -- states, texts, theme ---------------------------------------------------------------------
-    def set_node_states(self, states: dict[str, str]) -> None:
-        """Step states by trace node id: "executed", "current", "frontier" or "failed"."""
-        self._states = dict(states)
-        self._apply_states()
-        if self._layout is not None:
-            self._legend_entries({v: i.style for v, i in self.node_items.items()})
-
-    def set_edge_texts(self, texts: dict[tuple[str, str], str]) -> None:
-        """Texts (gradient values) on edges, keyed by (src, dst) trace node ids."""
-        self._edge_texts = dict(texts)
-        self._apply_edge_texts()
-
-    def clear_states(self) -> None:
-        self.set_edge_texts({})
-        self.set_node_states({})
-
-    def _apply_states(self) -> None:
-        if self._layout is None:
-            return
-        counts = {"group:" + g.path: g.count for g in self._layout.groups if g.collapsed}
-        shown = box_states(self._states, self._layout.members, counts)
-        for vid, item in self.node_items.items():
-            item.set_state(shown.get(vid))
-        self._update_marks()
-
-    def _apply_edge_texts(self) -> None:
-        apply_edge_texts(self)
-
+    # -- theme -------------------------------------------------------------------------------------
     def set_theme(self, name: str) -> None:
         self._theme = t = get_theme(name)
         self.setBackgroundBrush(QBrush(color(t.background)))
@@ -348,8 +332,8 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, QGraphicsView):
             return None
         self._match_index = (self._match_index + 1) % len(self._matches)
         nid = self._matches[self._match_index]
-        if self.ensure_visible(nid, select=True):
-            self.sig_node_selected.emit(nid)
+        if self.ensure_visible(nid):
+            self.sig_select_requested.emit(nid)
         return nid
 
     def _apply_matches(self) -> None:
@@ -359,18 +343,25 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, QGraphicsView):
             item.set_highlighted(vid in hit)
         self._update_marks()
 
-    def select_node(self, node_id: str | None) -> None:
-        """Select a node (a trace id or group id) and bring it into view, opening folds around it,
-        without emitting sig_node_selected."""
-        if node_id is None or node_id.startswith("group:") or self._call is None:
-            self._select(node_id, emit=False, center=True)
+    def show_selection(self, node_id: str | None) -> None:
+        """Show ``node_id`` (a trace id or group id; None or "" for none) as the selection and bring it
+        into view, opening folds around it. The selection is the session's; this only draws it."""
+        node_id = node_id or None
+        clicked, self._clicked = self._clicked, None
+        if node_id is not None and node_id == clicked:  # the answer to a click: it is in sight already
+            self._highlight(node_id, center=False)
+        elif node_id is None or node_id.startswith("group:") or self._call is None:
+            self._highlight(node_id, center=node_id is not None)
         else:
             self.ensure_visible(node_id, select=True)
 
-    def selected_node(self) -> str | None:
+    select_node = show_selection  # the name exports and older callers use
+
+    def shown_selection(self) -> str | None:
+        """The node whose selection is drawn (as told by ``show_selection``)."""
         return self._selected
 
-    def _select(self, node_id: str | None, *, emit: bool, center: bool) -> None:
+    def _highlight(self, node_id: str | None, *, center: bool) -> None:
         members = self._layout.members if self._layout else {}
         old = members.get(self._selected, self._selected) if self._selected else None
         new = members.get(node_id, node_id) if node_id else None
@@ -385,8 +376,6 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, QGraphicsView):
             if center:
                 self.centerOn(item.sceneBoundingRect().center())
         self._update_marks()
-        if emit and self._selected is not None:
-            self.sig_node_selected.emit(self._selected)
 
     def _update_marks(self) -> None:
         if self.overview is None:
@@ -458,7 +447,8 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, QGraphicsView):
         if self._press is not None and (event.position() - self._press).manhattanLength() < 5:
             item = self._item_at(event.position().toPoint(), NodeItem)
             if item is not None:
-                self._select(item.node_id, emit=True, center=False)
+                self._clicked = item.node_id
+                self.sig_select_requested.emit(item.node_id)
         self._press = None
         event.accept()
 

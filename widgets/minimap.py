@@ -261,6 +261,7 @@ class Legend(QWidget):
         self.folded = False
         self.setCursor(Qt.PointingHandCursor)
         self.setToolTip("Legend: click to fold or unfold")
+        self._cached: tuple = (None, None)  # (what was drawn, its pixmap)
 
     def set_entries(self, entries: list[str], theme: Theme) -> None:
         self._entries = [e for e in entries if e in LEGEND_ENTRIES]
@@ -298,10 +299,23 @@ class Legend(QWidget):
         event.accept()
 
     def paintEvent(self, event) -> None:
+        # Drawn once into a pixmap: the legend sits over the graph, so it repaints with every frame.
+        key = (tuple(self._entries), self._theme, self.folded, self.size(), self.devicePixelRatioF())
+        if key != self._cached[0]:
+            pixmap = QPixmap(self.size() * self.devicePixelRatioF())
+            pixmap.setDevicePixelRatio(self.devicePixelRatioF())
+            pixmap.fill(Qt.transparent)
+            self._draw(pixmap)
+            self._cached = (key, pixmap)
+        p = QPainter(self)
+        p.drawPixmap(0, 0, self._cached[1])
+        p.end()
+
+    def _draw(self, device) -> None:
         t = self._theme
         if t is None:
             return
-        p = QPainter(self)
+        p = QPainter(device)
         p.setRenderHint(QPainter.Antialiasing, True)
         p.setPen(QPen(color(t.overlay_border), 1))
         p.setBrush(color(t.overlay_fill))
