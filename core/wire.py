@@ -16,8 +16,10 @@ A message carrying a Trace or CallInfo (``trace``, ``call_trace``) travels in th
 encoding of ``core.trace_columns`` when the app's run command lists ``columns`` in its
 ``encodings``: the header then says ``"enc": "columns"``, names the message's field that holds
 the object (``"key"``) and carries the message's other fields (``"msg"``); ``raw`` is an
-estimate until the end. The sender encodes, compresses and writes column by column, so
-encoding overlaps the transfer, and the reader parses each column as it arrives.
+estimate until the end. The sender encodes column by column while its writer thread
+compresses and writes each batch (zlib and zstd release the GIL: the two use two cores), so
+encoding overlaps the transfer; the app reads the pipe on a thread of its own
+(``read_ahead``) and parses each column as it arrives.
 """
 
 from __future__ import annotations
