@@ -1,5 +1,6 @@
 """Packing for the columnar trace encoding (core.trace_columns): numbers as base64 of their
-machine form, lists cut and spread by C loops, and column checks in bulk.
+machine form, lists cut and spread by C loops, column checks in bulk, how each column is
+packed, and the generated code that rebuilds rows.
 
 Each function here does its work in C loops (``array``, ``binascii``, ``map``, slices), one
 Python step per column rather than per value: that is what makes the columnar encoding
@@ -19,6 +20,7 @@ import core.trace  # noqa: F401  (first: it loads core.trace_json, which needs i
 from core import trace_json as tj
 
 _NONE = type(None)
+INTERN_MIN_ROWS = 8  # string columns at least this long are interned when values repeat
 
 
 def pack_floats(floats: list) -> str:
@@ -225,3 +227,98 @@ def bulk_ok(check, col: list) -> bool:
     if bulk is not None:
         return bulk(col)
     return all(check(v) is None for v in col)
+
+
+# -- columns: how each is packed, and the rows rebuilt -------------------------------------
+
+
+def pack_column(path: str, col: list, hint: str | None) -> list:
+    """A column as ``[path, kind, payload]``: ``strs`` ([table, indices]) when its strings repeat,
+    ``text`` (the strings joined by newlines) when they do not,
+    ``f64`` ([None or presence flags, base64 of the doubles]) for floats (or None), ``f64s``
+    ([lengths, -1 for None, base64]) for lists of floats, ``i64`` (packed integers) for integers,
+    ``i64s`` ([lengths, packed integers]) for lists of integers (shapes, strides), else ``vals``
+    (the values as they are: JSON writes a list of 40,000 shapes 3x slower than it packs).
+    ``hint`` (from the field's check) says which to try, so most columns are never scanned."""
+    if len(col) < INTERN_MIN_ROWS or hint is None:
+        return [path, "vals", col]
+    if hint == "str":
+        head = col[:64]
+        try:
+            repeats = len(set(head)) < len(head)
+        except TypeError:  # unhashable values: the reader names the field
+            return [path, "vals", col]
+        if repeats:
+            index = dict.fromkeys(col)
+            if len(index) * 2 <= len(col):
+                index = dict(zip(index, range(len(index))))
+                return [path, "strs", [list(index), pack_ints(list(map(index.__getitem__, col)), len(index))]]
+        if set(map(type, col)) == {str}:
+            text = "\n".join(col)  # ids and names that do not repeat: one string, split by the reader
+            if text.count("\n") == len(col) - 1:
+                return [path, "text", text]
+        return [path, "vals", col]
+    types = set(map(type, col))
+    if hint == "int" and types == {int}:
+        try:
+            return [path, "i64", pack_ints(col)]
+        except OverflowError:  # beyond 64 bits: as JSON
+            return [path, "vals", col]
+    if hint == "ints" and types == {list}:
+        flat = list(chain.from_iterable(col))
+        if not flat or set(map(type, flat)) == {int}:
+            try:
+                return [path, "i64s", [pack_ints(list(map(len, col))), pack_ints(flat)]]
+            except OverflowError:
+                return [path, "vals", col]
+        return [path, "vals", col]
+    if hint == "num" and float in types and types <= {float, _NONE}:
+        if _NONE in types:
+            return [path, "f64", [b64(bytes([v is not None for v in col])), pack_floats([v for v in col if v is not None])]]
+        return [path, "f64", [None, pack_floats(col)]]
+    if hint == "floats" and types <= {list, _NONE} and list in types:
+        lists = [v for v in col if v is not None] if _NONE in types else col
+        flat = list(chain.from_iterable(lists))
+        if flat and set(map(type, flat)) == {float}:
+            return [path, "f64s", [pack_ints([-1 if v is None else len(v) for v in col]), pack_floats(flat)]]
+    return [path, "vals", col]
+
+
+_HINTS: dict[tuple[type, str], str | None] = {}
+
+
+def column_hint(cls, name: str) -> str | None:
+    """What a field's column may pack into, from its check: strings, numbers, lists of numbers."""
+    key = (cls, name)
+    if key not in _HINTS:
+        check = tj._CHECKS.get(cls, {}).get(name)
+        _HINTS[key] = {tj._t_str: "str", tj._t_opt_str: "str", tj._t_num: "num", tj._t_opt_num: "num",
+                       tj._t_elements: "floats", tj._t_int: "int", tj._t_count: "int", tj._t_opt_int: "int",
+                       tj._t_shape: "ints", tj._t_ints: "ints"}.get(check)
+    return _HINTS[key]
+
+
+_MAKERS: dict[tuple, Any] = {}
+
+
+def dict_maker(keys: tuple[str, ...], varying: tuple[bool, ...]):
+    """``make(columns, constants, n)``: the n dicts ``{key: value}`` of the rows, in ``keys``
+    order, from the varying columns (lists) and one value for each constant field. Generated
+    once per field layout (field names are identifiers), as ``dataclasses`` generates __init__:
+    a dict display per row is twice as fast as ``dict(zip(keys, row))``."""
+    maker = _MAKERS.get((keys, varying))
+    if maker is None:
+        assert all(k.isidentifier() for k in keys)
+        cols = [f"c{i}" for i, v in enumerate(varying) if v]
+        consts = [f"k{i}" for i, v in enumerate(varying) if not v]
+        items = ", ".join(f"{k!r}: {'v' if v else 'k'}{i}" for i, (k, v) in enumerate(zip(keys, varying)))
+        rows = ", ".join(f"v{i}" for i, v in enumerate(varying) if v)
+        body = (f"[{{{items}}} for ({rows},) in zip({', '.join(cols)})]" if cols
+                else f"[{{{items}}} for _ in range(n)]")
+        src = "def make(cols, consts, n):\n" + "".join(
+            f"    {''.join(name + ', ' for name in names)}= {given}\n"
+            for names, given in ((cols, "cols"), (consts, "consts")) if names) + f"    return {body}\n"
+        scope: dict = {}
+        exec(src, scope)  # noqa: S102  (names and keys from the dataclass's own fields)
+        maker = _MAKERS[(keys, varying)] = scope["make"]
+    return maker
