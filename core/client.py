@@ -29,6 +29,7 @@ from typing import Callable
 from dataclasses import replace
 
 from core import protocol
+from core.step_pack import unpack_steps
 from core.trace import CallInfo, ErrorInfo, Trace, TraceFormatError, call_from_dict, paused_gc, with_fields
 
 log = logging.getLogger(__name__)
@@ -711,6 +712,8 @@ class WorkerClient:
             if isinstance(call, (dict, CallInfo)):
                 run["calls"][position] = summary_dict(call)
             return
+        if kind == "steps":
+            unpack_steps(msg)  # previews sent once per batch (core.step_pack)
         if kind == "steps" and self.expand_steps:
             for record in msg.get("records", ()):
                 self.on_event({"type": "step", "call": msg.get("call"), "record": record, "worker": msg.get("worker")})
