@@ -14,6 +14,7 @@ from dataclasses import asdict
 
 from app import export_cli
 from app.hosts import add_hosts_parser, add_worker_args, hosts_main, worker_options
+from core import protocol
 from core.client import run_capture, script_problem
 from core.launchers import LauncherError
 from core.model_files import is_huggingface_folder
@@ -34,6 +35,7 @@ def _trace(args) -> int:
     result = run_capture(str(script), device=args.device, mode=args.mode, timeout=args.timeout,
                          load=load_options(args), **worker_options(args))
     trace = result.trace
+    _say_bad_messages(result)
     if args.json:
         trace.save(args.json)
     if result.output and not args.quiet:
@@ -55,12 +57,11 @@ def _step(args) -> int:
     steps: list[dict] = []
     info: dict = {}
 
-    def on_event(event: dict) -> None:
-        kind = event.get("type")
-        if kind == "step":
-            steps.append(event["record"])
-        elif kind in ("step_begin", "step_end"):
-            info[kind] = event
+    def on_event(event: protocol._Base) -> None:
+        if isinstance(event, protocol.Step):
+            steps.append(event.record)
+        elif isinstance(event, (protocol.StepBegin, protocol.StepEnd)):
+            info[type(event)] = event
 
     step = {"call": args.call, "mode": "all"}
     if args.breakpoint is not None:
@@ -70,29 +71,30 @@ def _step(args) -> int:
     trace = result.trace
     wanted = f"no call was made from line {args.breakpoint}" if args.breakpoint is not None \
         else f"call #{args.call} was never reached"
-    if "step_begin" not in info:
+    _say_bad_messages(result)
+    if protocol.StepBegin not in info:
         reason = f"{trace.error.type}: {trace.error.message}" if trace.error else "the script made fewer calls"
         print(f"backprop-studio: {wanted} ({trace.call_count} call(s) made; {reason})", file=sys.stderr)
         return 1
-    begin = info["step_begin"]
-    index = begin.get("call", args.call)
+    begin: protocol.StepBegin = info[protocol.StepBegin]
+    index = begin.call
     call = next((c for c in trace.calls if c.index == index), None)
     leaf_grads = {k: asdict(v) for k, v in call.leaf_grads.items()} if call is not None else {}
-    end = info.get("step_end", {})
+    end: protocol.StepEnd | None = info.get(protocol.StepEnd)
     doc = {
         "format": "backprop-studio-steps",
         "version": 2,
         "script": str(script.resolve()),
         "index": index,
-        "api": begin.get("api"),
-        "line": begin.get("line"),
+        "api": begin.api,
+        "line": begin.line,
         "seeds": trace.seeds,
-        "state": end.get("state"),
-        "error": end.get("error"),
+        "state": end.state if end is not None else None,
+        "error": end.error if end is not None else None,
         "steps": steps,
         "leaf_grads": leaf_grads,
         # The call as this same run captured it, before backward (trace format, tensors with values).
-        "call": begin.get("graph"),
+        "call": begin.graph,
     }
     if args.json:
         Path(args.json).write_text(json.dumps(doc), encoding="utf-8")
@@ -113,6 +115,12 @@ def _step(args) -> int:
     if args.json:
         print(f"steps written to {args.json}")
     return 1 if doc["error"] else 0
+
+
+def _say_bad_messages(result) -> None:
+    """Worker messages that did not match the protocol, named on stderr (the run went on)."""
+    for error in result.bad_messages:
+        print(f"backprop-studio: warning: {error}", file=sys.stderr)
 
 
 def add_load_options(p: argparse.ArgumentParser) -> None:

@@ -16,7 +16,8 @@ import threading
 from pathlib import Path
 
 from app.hosts import worker_options
-from core.client import run_capture
+from core import protocol
+from core.client import capture_run, run_capture
 from core.nested_view import link_nested
 from core.trace import CallInfo, Trace
 
@@ -178,22 +179,28 @@ def _export_one(args, script: Path, batch: bool) -> tuple[list[str], list[str]]:
     want_steps = args.step is not None or bool(args.frames) or bool(args.gif)
     steps: list[dict] = []
 
-    def on_event(event: dict) -> None:
-        if event.get("type") == "step" and event.get("call", index) == index:
-            steps.append(event["record"])
+    def on_event(event) -> None:
+        if isinstance(event, protocol.Step) and event.call == index:
+            steps.append(event.record)
 
     # Qt and the renderers load while the worker runs the script, not after it.
     loader = threading.Thread(target=importlib.import_module, args=("widgets.export",), daemon=True)
     loader.start()
-    result = run_capture(str(script), device=args.device, mode=args.mode, timeout=args.timeout,
-                         on_event=on_event if want_steps else None,
-                         step={"call": index, "mode": "all"} if want_steps else None,
-                         # only a JSON export keeps the memory samples
-                         memory_rate=None if _format(args, output_path(args.output, script, args.format or "png"))
-                         == "json" else 0,
-                         **worker_options(args))
-    loader.join()
-    trace = result.trace
+    # The outputs are written while the worker's process exits (it is waited for at the end).
+    with capture_run(str(script), device=args.device, mode=args.mode, timeout=args.timeout,
+                     on_event=on_event if want_steps else None,
+                     step={"call": index, "mode": "all"} if want_steps else None,
+                     # only a JSON export keeps the memory samples
+                     memory_rate=None if _format(args, output_path(args.output, script, args.format or "png"))
+                     == "json" else 0,
+                     **worker_options(args)) as result:
+        loader.join()
+        return _write_outputs(args, script, batch, result.trace, index, steps, want_steps)
+
+
+def _write_outputs(args, script: Path, batch: bool, trace: Trace, index: int, steps: list[dict],
+                   want_steps: bool) -> tuple[list[str], list[str]]:
+    """Write the graph (and frames, GIF) of call ``index`` of ``trace``: (lines written, warnings)."""
     if args.storage:
         return _export_storage(args, script, trace)
     link_nested(trace.calls)  # a checkpoint node lists the backward run inside it

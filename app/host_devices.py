@@ -15,6 +15,7 @@ import logging
 from PySide6.QtCore import QObject, Qt, Signal
 
 from app.hosts import load_hosts
+from core import protocol
 from core.client import WorkerClient
 from core.launchers import LauncherError, from_host
 
@@ -42,7 +43,7 @@ class HostWorkers(QObject):
     """A host's worker said hello: the host name and its devices."""
     sig_failed = Signal(str, str)
     """A host's worker could not start: the host name and why."""
-    _sig_hello = Signal(str, dict)
+    _sig_hello = Signal(str, object)
     """(internal) a hello from a host's client, carried to the GUI thread."""
 
     def __init__(self, handle, hosts: list[dict] | None = None):
@@ -63,21 +64,18 @@ class HostWorkers(QObject):
             client.expand_steps = handle.local.expand_steps  # the same events as the local worker
             self.clients[launcher.name] = client
 
-    def _relay(self, name: str, event: dict) -> None:
-        kind = event.get("type")
-        if kind == "hello":
+    def _relay(self, name: str, event: protocol._Base) -> None:
+        if isinstance(event, (protocol.Hello, protocol.SpareFailed)):
             self._sig_hello.emit(name, event)
-        elif kind == "spare_failed":
-            self._sig_hello.emit(name, {"type": "failed", "message": event.get("message", "")})
         else:
             self.handle.sig_event.emit(event)  # a run on the host: the same signals as a local run
 
-    def _on_hello(self, name: str, event: dict) -> None:
-        if event.get("type") == "failed":
-            self.failed[name] = event.get("message", "")
+    def _on_hello(self, name: str, event: protocol.Hello | protocol.SpareFailed) -> None:
+        if isinstance(event, protocol.SpareFailed):
+            self.failed[name] = event.message
             self.sig_failed.emit(name, self.failed[name])
             return
-        self.devices[name] = [d for d in event.get("devices", []) if d.get("kind") != "error"]
+        self.devices[name] = [d for d in event.devices if d.get("kind") != "error"]
         self.sig_devices.emit(name, self.devices[name])
 
     def client_for(self, host: str) -> WorkerClient | None:
@@ -136,29 +134,29 @@ def install(window) -> None:
     start()
 
 
-def show_transfer(window, event: dict) -> None:
+def show_transfer(window, event: protocol.Transfer) -> None:
     """The status bar's progress bar follows a trace arriving, or a model file leaving, over a slow link."""
-    raw = max(int(event.get("raw") or 0), 1)
+    raw = max(int(event.raw or 0), 1)
     bar = window.busy
-    if event.get("of") == "upload":  # a saved model or its weights on the way to the host (core.uploads)
-        name = str(event.get("name", "")).rsplit("/", 1)[-1]
-        if event.get("sent", 0) >= raw:
+    if event.of == "upload":  # a saved model or its weights on the way to the host (core.uploads)
+        name = str(event.name or "").rsplit("/", 1)[-1]
+        if event.sent >= raw:
             end_transfer(window)  # all sent: the busy indicator again while the run starts
             return
         bar.setRange(0, 1000)
-        bar.setValue(int(1000 * min(event.get("sent", 0), raw) / raw))
+        bar.setValue(int(1000 * min(event.sent, raw) / raw))
         bar.setFormat(f"sending {name} %p%")
         bar.setTextVisible(True)
-        bar.setToolTip(f"Sending {name} to the host: {event.get('sent', 0) / 1e6:.1f} of {raw / 1e6:.1f} MB "
-                       f"({event.get('codec') or 'uncompressed'})")
+        bar.setToolTip(f"Sending {name} to the host: {event.sent / 1e6:.1f} of {raw / 1e6:.1f} MB "
+                       f"({event.codec or 'uncompressed'})")
         bar.show()
         return
     bar.setRange(0, 1000)
-    bar.setValue(int(1000 * min(event.get("decoded", 0), raw) / raw))
+    bar.setValue(int(1000 * min(event.decoded, raw) / raw))
     bar.setFormat("trace %p%")
     bar.setTextVisible(True)
-    bar.setToolTip(f"Receiving the trace: {event.get('received', 0) / 1e6:.1f} MB received ({event.get('codec')}), "
-                   f"{event.get('decoded', 0) / 1e6:.1f} of {raw / 1e6:.1f} MB decoded")
+    bar.setToolTip(f"Receiving the trace: {event.received / 1e6:.1f} MB received ({event.codec}), "
+                   f"{event.decoded / 1e6:.1f} of {raw / 1e6:.1f} MB decoded")
     bar.show()
 
 

@@ -91,14 +91,15 @@ class RankPicker(QObject):
         window.session.sig_result.connect(self._on_result)  # after the window's own slot: the trace is shown
 
     # -- the run's ranks ------------------------------------------------------------------------------
-    def _on_rank_trace(self, event: dict) -> None:
-        run = event.get("run")
+    def _on_rank_trace(self, event) -> None:
+        """A ``core.protocol.RankTrace``: another rank's trace of the run arriving."""
+        run = event.run
         if run != self._arriving_run:
             self._arriving, self._arriving_run = {}, run
         try:
-            self._arriving[int(event.get("rank", 0))] = Trace.from_dict(event.get("trace") or {})
+            self._arriving[int(event.rank)] = Trace.from_dict(event.trace or {})
         except (TraceFormatError, ValueError, TypeError) as exc:
-            log.warning("rank %s's trace could not be read: %s", event.get("rank"), exc)
+            log.warning("rank %s's trace could not be read: %s", event.rank, exc)
 
     def _on_result(self, result) -> None:
         others = self._arriving if self._arriving_run == result.run_id else {}

@@ -25,14 +25,27 @@ press is lost.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
+from core import protocol
 from core.step_state import StepTracker, same_run_check
 from core.trace import CallInfo, Trace, TraceFormatError, call_from_dict
 
 ACTIVE = frozenset(("debugging", "starting", "paused", "stepping"))
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The one selection: a node of the current call and the tensor it holds, or a tensor picked
+    itself and the node that holds it. Each view draws the part it shows."""
+
+    node: str | None = None  # a node id of the current call, or ``group:<path>`` (a folded group)
+    tensor: str | None = None  # a tensor id in ``scope``
+    scope: str = "call"  # "call": the current call's tensors; "top": those named when the script ended
+    origin: str = "node"  # what the user picked, "node" or "tensor": the inspector describes that one
 
 
 class Session(QObject):
@@ -42,8 +55,8 @@ class Session(QObject):
     """A trace is now the session's (a core.trace.Trace, or None)."""
     sig_call = Signal(object)
     """The current call changed (a CallInfo, or None)."""
-    sig_selection = Signal(str)
-    """The selected node changed (its id in the current call; "" for none)."""
+    sig_selection = Signal(object)
+    """The one selection changed (a ``Selection``: node and tensor); every view shows it."""
     sig_result = Signal(object)
     """A plain run finished: a core.client.RunResult (the window decides how to show it)."""
     sig_step_begin = Signal(object)
@@ -52,8 +65,8 @@ class Session(QObject):
     """One node finished executing: its step record (a dict)."""
     sig_paused = Signal(dict)
     """The engine is paused before the node in this pending record."""
-    sig_step_end = Signal(dict)
-    """The stepped call ended: ``state`` finished, stopped or failed, and ``error``."""
+    sig_step_end = Signal(object)
+    """The stepped call ended: a protocol.StepEnd (``state`` finished, stopped or failed, and ``error``)."""
     sig_status = Signal(str)
     """A sentence for the status bar and the step log."""
     sig_warning = Signal(str)
@@ -72,7 +85,7 @@ class Session(QObject):
         self.ddp: dict | None = None  # run under torchrun: {"nproc", "rank", "script"} (app.ranks)
         self.trace: Trace | None = None
         self.call: CallInfo | None = None
-        self.selected: str | None = None
+        self.selection = Selection()
         self.run_id: int | None = None
         self.run_kind: str | None = None  # run, debug or rerun
         self.breakpoints: list[int] = []
@@ -104,17 +117,54 @@ class Session(QObject):
         self.trace = trace
         self.sig_trace.emit(trace)
 
+    @property
+    def selected(self) -> str | None:
+        """The selected node's id (None when no node is selected)."""
+        return self.selection.node
+
     def set_call(self, call: CallInfo | None) -> None:
         self.call = call
-        self.selected = None
+        self.selection = Selection()
         self.sig_call.emit(call)
 
     def select(self, node_id: str | None) -> None:
-        """Make ``node_id`` (of the current call) the one selection; every view follows."""
-        if node_id and (self.call is None or self.call.node(node_id) is None):
+        """Make ``node_id`` (of the current call, or a folded ``group:<path>``) the one selection,
+        with the tensor it holds; every view follows. An id the call does not have is ignored."""
+        call = self.call
+        if node_id and not node_id.startswith("group:") and (call is None or call.node(node_id) is None):
             return
-        self.selected = node_id or None
-        self.sig_selection.emit(node_id or "")
+        tensor, scope = None, "call"
+        node = call.node(node_id) if node_id and call is not None else None
+        if node is not None:
+            held = node.variable or node.tensor
+            if held is not None and call.tensor(held) is not None:
+                tensor = held
+            elif node.label and self.trace is not None:  # e.g. an AccumulateGrad whose leaf the call did not keep
+                leaf = next((t for t in self.trace.tensors if t.name == node.label), None)
+                tensor, scope = (leaf.id, "top") if leaf is not None else (None, "call")
+        self._set_selection(Selection(node=node_id or None, tensor=tensor, scope=scope, origin="node"))
+
+    def select_tensor(self, tensor_id: str, scope: str = "call") -> None:
+        """Make a tensor the one selection (``scope`` "call": the current call's tensors, "top": the
+        ones named when the script ended), with the node of the current call that holds it."""
+        if scope == "call" and self.call is None:
+            scope = "top"
+        tensors = self.call.tensors if scope == "call" else (self.trace.tensors if self.trace is not None else [])
+        tensor = next((t for t in tensors if t.id == tensor_id), None)
+        if tensor is None:
+            return
+        node = None
+        if self.call is not None:
+            if scope == "call":
+                node = next((n for n in self.call.nodes if (n.variable or n.tensor) == tensor_id), None)
+            elif tensor.name:
+                node = next((n for n in self.call.nodes if n.label == tensor.name), None)
+        self._set_selection(Selection(node=node.id if node is not None else None, tensor=tensor_id, scope=scope,
+                                      origin="tensor"))
+
+    def _set_selection(self, selection: Selection) -> None:
+        self.selection = selection
+        self.sig_selection.emit(selection)
 
     def set_breakpoints(self, lines: list[int]) -> None:
         self.breakpoints = sorted(set(lines))
@@ -274,22 +324,26 @@ class Session(QObject):
             self.state = state
             self.sig_state.emit(state)
 
-    def _current(self, event: dict) -> bool:
+    def _current(self, event: protocol._Base) -> bool:
         return self.run_id is not None and self.handle.current_run == self.run_id and self.active
 
-    def _on_begin(self, event: dict) -> None:
+    def _stepped(self, event) -> bool:
+        """The message is about the call this session is stepping, in its current run."""
+        return self._current(event) and self.step_call is not None and event.call == self.step_call.index
+
+    def _on_begin(self, event: protocol.StepBegin) -> None:
         if not self._current(event):
             return
-        graph = event.get("graph")
+        graph = event.graph
         call = None
         if graph is not None:
             try:
-                call = call_from_dict(graph, f"call #{event.get('call')}")
+                call = call_from_dict(graph, f"call #{event.call}")
             except TraceFormatError as exc:
                 self.sig_warning.emit(str(exc))
         if self.run_kind == "rerun" and self._rerun_of is not None:
             traced = self._rerun_of
-            problem = same_run_check(traced, event.get("structure", ""), event.get("leaves", ""))
+            problem = same_run_check(traced, event.structure, event.leaves)
             if problem:
                 self.warning = problem
                 self.sig_warning.emit(problem)
@@ -301,7 +355,7 @@ class Session(QObject):
         self.steps = []
         self.tracker = StepTracker(call)
         self.pending = None
-        self.paused_line = event.get("line")
+        self.paused_line = event.line
         if self.run_kind == "debug":
             self.live_calls = [c for c in self.live_calls if c.index != call.index] + [call]
             self.set_trace(Trace(calls=list(self.live_calls), script=self.script_path or "",
@@ -310,33 +364,33 @@ class Session(QObject):
             self.set_call(call)
         self.sig_step_begin.emit(call)
 
-    def _on_paused(self, event: dict) -> None:
-        if not self._current(event) or self.step_call is None or event.get("call") != self.step_call.index:
+    def _on_paused(self, event: protocol.StepPaused) -> None:
+        if not self._stepped(event):
             return
-        self.pending = event.get("pending")
+        self.pending = event.pending
         self._set_state("paused")
         self.sig_paused.emit(self.pending or {})
         if self.queued:
             self._flush_queue()
 
-    def _on_step(self, event: dict) -> None:
-        if not self._current(event) or self.step_call is None or event.get("call") != self.step_call.index:
+    def _on_step(self, event: protocol.Step) -> None:
+        if not self._stepped(event):
             return
-        record = event["record"]
+        record = event.record
         self.steps.append(record)
         self.tracker.add(record)
         self.sig_step.emit(record)
 
-    def _on_steps(self, event: dict) -> None:
-        if not self._current(event) or self.step_call is None or event.get("call") != self.step_call.index:
+    def _on_steps(self, event: protocol.Steps) -> None:
+        if not self._stepped(event):
             return
-        for record in event.get("records", ()):
+        for record in event.records:
             self.steps.append(record)
             self.tracker.add(record)
             self.sig_step.emit(record)
 
-    def _on_end(self, event: dict) -> None:
-        if not self._current(event) or self.step_call is None or event.get("call") != self.step_call.index:
+    def _on_end(self, event: protocol.StepEnd) -> None:
+        if not self._stepped(event):
             return
         self.pending = None
         self.paused_line = None

@@ -14,6 +14,7 @@ from typing import Callable
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from core import protocol
 from core.step_state import short_values, step_texts, step_view
 from core.switch_interval import quick_switch
 from core.trace import CallInfo
@@ -192,10 +193,10 @@ class StepController(QObject):
             self._redraw.start(500 if self._frames == 0 else 1000)
             self._frames += 1
 
-    def _on_end(self, event: dict) -> None:
+    def _on_end(self, event: protocol.StepEnd) -> None:
         self._flush()
         call = self.call
-        error = event.get("error")
+        error = event.error
         if call is None:
             return
         if error:
@@ -205,7 +206,7 @@ class StepController(QObject):
             self._status(f"Backward failed{where}: {error['type']}: {error['message'].splitlines()[0]}")
             if node is not None:
                 self._show_node(node.id, at_rest=True)
-        elif event.get("state") == "finished":
+        elif event.state == "finished":
             more = " The script runs on to its next breakpoint." if self.session.run_kind == "debug" else ""
             self._status(f"Backward of call #{call.index} finished: {len(self.steps)} nodes executed. "
                          f"Click a step in the log to replay it.{more}")

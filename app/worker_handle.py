@@ -1,8 +1,9 @@
 """The GUI's handle on the worker: ``core.client.WorkerClient`` events as Qt signals.
 
-The client reads worker messages on background threads; each is re-emitted here as a
-signal, which Qt queues onto the GUI thread (qtconsole's pattern). Handlers are found by
-message type (``_handle_<type>``).
+The client reads worker messages on background threads and types them (``core.protocol``
+dataclasses); each is re-emitted here as a signal, which Qt queues onto the GUI thread
+(qtconsole's pattern). A table maps each message kind to its signal; the signals carry the
+dataclasses (or the one field that matters), and readers use their attributes.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import logging
 
 from PySide6.QtCore import QObject, Signal
 
+from core import protocol
 from core.client import WorkerClient
 
 log = logging.getLogger(__name__)
@@ -25,33 +27,37 @@ class WorkerHandle(QObject):
     """A run started in the worker (run id)."""
     sig_output = Signal(str)
     """The script printed text."""
-    sig_progress = Signal(dict)
-    """A backward call started or finished (index, api, line, nodes)."""
+    sig_progress = Signal(object)
+    """A backward call started or finished (a protocol.CallStarted or CallDone)."""
     sig_finished = Signal(object)
     """A run finished: a core.client.RunResult with the trace (or only an error)."""
     sig_step_begin = Signal(object)
-    """A stepped backward call was reached (with its graph, structure hash and leaf digest): the
-    engine will pause before its first node."""
+    """A stepped backward call was reached (a protocol.StepBegin: its graph, structure hash and leaf
+    digest): the engine will pause before its first node."""
     sig_step_paused = Signal(object)
-    """The engine is paused before a node (``pending``: node, name, grad_outputs)."""
+    """The engine is paused before a node (a protocol.StepPaused; ``pending``: node, name, grad_outputs)."""
     sig_step = Signal(object)
-    """A node finished executing (``record``: node, name, grad_outputs, grad_inputs, leaf_grads, error)."""
+    """A node finished executing (a protocol.Step; ``record``: node, name, grad_outputs, grad_inputs,
+    leaf_grads, error)."""
     sig_steps = Signal(object)
-    """Nodes that finished while backward ran on: a dict with ``call`` and ``records``."""
-    sig_step_end = Signal(dict)
-    """The stepped backward ended: state finished, stopped or failed, with the error."""
+    """Nodes that finished while backward ran on (a protocol.Steps: ``call`` and ``records``)."""
+    sig_step_end = Signal(object)
+    """The stepped backward ended (a protocol.StepEnd: state finished, stopped or failed, with the error)."""
     sig_memory = Signal(list)
     """A batch of memory samples (dicts: t, device, allocated, reserved, rss, saved_bytes, phase)."""
-    sig_step_memory = Signal(dict)
-    """Memory right after a stepped node ran (t, saved_bytes, allocated)."""
-    sig_transfer = Signal(dict)
-    """Bytes of a compressed trace received from a remote worker (received, decoded, raw)."""
+    sig_step_memory = Signal(object)
+    """Memory right after a stepped node ran (a protocol.StepMemory: t, saved_bytes, allocated)."""
+    sig_transfer = Signal(object)
+    """Bytes of a compressed trace received from a remote worker, or of a model file sent to it (a
+    protocol.Transfer)."""
+    sig_bad_message = Signal(str)
+    """The worker sent a message that does not match the protocol: what is wrong, naming the field."""
     sig_rank_trace = Signal(object)
-    """A DDP run's trace of a rank other than the picked one (``rank``, ``nproc``, ``trace``, ``run``)."""
+    """A DDP run's trace of a rank other than the picked one (a protocol.RankTrace: ``rank``, ``nproc``,
+    ``trace``, ``run``)."""
     sig_event = Signal(object)
-    """Any worker message, as received (internal: carried to the GUI thread). An object, not a
-    dict signal: Qt would convert it to a QVariantMap, which cannot hold integers past 2**63
-    (a captured graph's ``ignore_index`` of -100 is saved as 2**64 - 100)."""
+    """Any worker message or client event, a core.protocol dataclass (internal: carried to the GUI
+    thread)."""
 
     def __init__(self, parent=None, prestart: bool = True):
         super().__init__(parent)
@@ -103,57 +109,33 @@ class WorkerHandle(QObject):
         return self.client.devices
 
     # -- messages, on the GUI thread --------------------------------------------------------------
-    def _dispatch(self, event: dict) -> None:
-        handler = getattr(self, f"_handle_{event.get('type')}", None)
-        if handler is not None:
-            handler(event)
+    # Message kind -> (signal, what it carries: the message itself when None, else that of it).
+    _ROUTES = {
+        "state": ("sig_state", lambda e: e.state),
+        "hello": ("sig_devices", lambda e: list(e.devices)),
+        "started": ("sig_started", lambda e: int(e.run or 0)),
+        "output": ("sig_output", lambda e: e.text),
+        "call": ("sig_progress", None),
+        "call_done": ("sig_progress", None),
+        "step_begin": ("sig_step_begin", None),
+        "step_paused": ("sig_step_paused", None),
+        "step": ("sig_step", None),
+        "steps": ("sig_steps", None),
+        "step_end": ("sig_step_end", None),
+        "memory": ("sig_memory", lambda e: list(e.samples)),
+        "step_memory": ("sig_step_memory", None),
+        "transfer": ("sig_transfer", None),
+        "bad_message": ("sig_bad_message", lambda e: e.error),
+        "rank_trace": ("sig_rank_trace", None),
+    }
 
-    def _handle_state(self, event: dict) -> None:
-        self.sig_state.emit(event["state"])
-
-    def _handle_hello(self, event: dict) -> None:
-        self.sig_devices.emit(event.get("devices", []))
-
-    def _handle_started(self, event: dict) -> None:
-        self.sig_started.emit(int(event.get("run", 0)))
-
-    def _handle_output(self, event: dict) -> None:
-        self.sig_output.emit(event.get("text", ""))
-
-    def _handle_call(self, event: dict) -> None:
-        self.sig_progress.emit(event)
-
-    def _handle_call_done(self, event: dict) -> None:
-        self.sig_progress.emit(event)
-
-    def _handle_step_begin(self, event: dict) -> None:
-        self.sig_step_begin.emit(event)
-
-    def _handle_step_paused(self, event: dict) -> None:
-        self.sig_step_paused.emit(event)
-
-    def _handle_step(self, event: dict) -> None:
-        self.sig_step.emit(event)
-
-    def _handle_steps(self, event: dict) -> None:
-        self.sig_steps.emit(event)
-
-    def _handle_step_end(self, event: dict) -> None:
-        self.sig_step_end.emit(event)
-
-    def _handle_memory(self, event: dict) -> None:
-        self.sig_memory.emit(event.get("samples", []))
-
-    def _handle_step_memory(self, event: dict) -> None:
-        self.sig_step_memory.emit(event)
-
-    def _handle_transfer(self, event: dict) -> None:
-        self.sig_transfer.emit(event)
-
-    def _handle_rank_trace(self, event: dict) -> None:
-        self.sig_rank_trace.emit(event)
-
-    def _handle_finished(self, event: dict) -> None:
-        if event.get("run") == self.current_run:
-            self.current_run = None
-        self.sig_finished.emit(event["result"])
+    def _dispatch(self, event: protocol._Base) -> None:
+        if isinstance(event, protocol.Finished):
+            if event.run == self.current_run:
+                self.current_run = None
+            self.sig_finished.emit(event.result)
+            return
+        route = self._ROUTES.get(event.kind)
+        if route is not None:
+            signal, carried = route
+            getattr(self, signal).emit(event if carried is None else carried(event))

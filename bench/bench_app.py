@@ -158,8 +158,17 @@ def step_latency(steps: int = 60, *, scripts=(MLP, BIG), repeat: int = 1, profil
     # with the pause, the client's reader thread stamps the decoded message (one clock: monotonic).
     deliver = WorkerProcess._deliver
 
+    def fields_of(msg) -> dict:
+        """A message's keys beyond its protocol fields (where the timing stamps travel)."""
+        return msg.extra if hasattr(msg, "extra") else msg
+
     def stamped(self, msg):
-        msg["t_in"] = time.monotonic()
+        t_in = time.monotonic()
+        if isinstance(msg, dict):
+            from core.worker_process import typed
+
+            msg = typed(msg)
+        fields_of(msg)["t_in"] = t_in
         deliver(self, msg)
 
     WorkerProcess._deliver = stamped
@@ -168,18 +177,11 @@ def step_latency(steps: int = 60, *, scripts=(MLP, BIG), repeat: int = 1, profil
 
     def timed_control(cmd, **args):
         if cmd in ("step", "continue"):
-            args["t"] = time.monotonic()
+            args["extra"] = {"t": time.monotonic()}  # the worker echoes its stamps (core/worker_stepping.py)
         return control(cmd, **args)
 
     window.handle.control = timed_control
     window.handle.sig_step_paused.connect(lambda e: pauses.append(e))
-    handled = window.handle._handle_step_paused
-
-    def handle_paused(event):
-        event["t_gui"] = time.monotonic()
-        handled(event)
-
-    window.handle._handle_step_paused = handle_paused
     inspector_ms: list[float] = []
     show_node = window.inspector.show_node
 
@@ -218,7 +220,7 @@ def step_latency(steps: int = 60, *, scripts=(MLP, BIG), repeat: int = 1, profil
             end = time.perf_counter()
             latencies.append(end - start)
             gui.append(end - hit.get("at", end))
-            h = pauses[-1].get("hops") if pauses else None
+            h = fields_of(pauses[-1]).get("hops") if pauses else None
             if h:
                 at = time.monotonic() - (end - hit.get("at", end))
                 marks = [("press -> command written", start_m, h["cmd"]),
@@ -226,9 +228,8 @@ def step_latency(steps: int = 60, *, scripts=(MLP, BIG), repeat: int = 1, profil
                          ("command thread -> engine thread wakes", h["read"], h["woke"]),
                          ("node runs, hooks, next pre-hook", h["woke"], h["paused"]),
                          ("step records encoded and sent", h["paused"], h["sent"]),
-                         ("pipe -> app's reader thread decoded", h["sent"], pauses[-1]["t_in"]),
-                         ("reader thread -> GUI thread", pauses[-1]["t_in"], pauses[-1]["t_gui"]),
-                         ("GUI: pause handled -> session says paused", pauses[-1]["t_gui"], at)]
+                         ("pipe -> app's reader thread decoded", h["sent"], fields_of(pauses[-1])["t_in"]),
+                         ("reader thread -> GUI thread, session says paused", fields_of(pauses[-1])["t_in"], at)]
                 for name, a, b in marks:
                     hops.setdefault(name, []).append(b - a)
             session.sig_paused.disconnect(conn)
@@ -245,13 +246,14 @@ def step_latency(steps: int = 60, *, scripts=(MLP, BIG), repeat: int = 1, profil
         wait(session.sig_step_end)  # the view draws the final state when the call ends
         window.graph.viewport().repaint()
         continues.append(time.perf_counter() - start)
-        h = ends[-1].get("hops") if ends else None
+        h = fields_of(ends[-1]).get("hops") if ends else None
         if h:
             for name, a, b in [("press -> worker's command thread", start_m, h["read"]),
                                ("worker: backward runs on, records made", h["read"], h["ran"]),
                                ("worker: last records and memory sent", h["ran"], h["sent"]),
-                               ("end message -> decoded in the app", h["sent"], ends[-1]["t_in"]),
-                               ("app: steps read and final frame drawn", ends[-1]["t_in"], time.monotonic())]:
+                               ("end message -> decoded in the app", h["sent"], fields_of(ends[-1])["t_in"]),
+                               ("app: steps read and final frame drawn", fields_of(ends[-1])["t_in"],
+                                time.monotonic())]:
                 cont_hops.setdefault(name, []).append(b - a)
         if profiler is not None and run == repeat - 1:
             cont_profiler.disable()

@@ -39,25 +39,33 @@ def _quiet(fn):
         devnull.close()
 
 
+CPU: dict[str, list[float]] = {"bare": [], "captured": []}  # CPU seconds of each run (this process, 1 thread)
+
+
 def bare(script: Path) -> float:
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     _quiet(lambda: runpy.run_path(str(script), run_name="__main__"))
+    CPU["bare"].append(time.process_time() - c0)
     return time.perf_counter() - t0
 
 
 def captured(script: Path) -> tuple[float, Trace]:
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     trace = _quiet(lambda: capture_script(str(script)))
+    CPU["captured"].append(time.process_time() - c0)
     return time.perf_counter() - t0, trace
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--overhead-only", action="store_true", help="only the 4,802-node capture overhead")
     args = parser.parse_args()
     torch.set_num_threads(1)
     bare(SCRIPT)  # warm-up: first-call costs of the kernels
     captured(SCRIPT)
+    CPU["bare"].clear()
+    CPU["captured"].clear()
     bare_times, cap_times = [], []
     trace = None
     for _ in range(args.repeat):  # alternated, so both see the same machine load
@@ -70,6 +78,10 @@ def main() -> int:
     print(f"bare run          {b:.3f} s (median of {args.repeat})")
     print(f"captured run      {c:.3f} s (median of {args.repeat})")
     print(f"capture overhead  {c / b:.2f}x   (target <= 1.5x; torchlens ~14x a forward pass)")
+    cb, cc = statistics.median(CPU["bare"]), statistics.median(CPU["captured"])
+    print(f"in CPU seconds    {cb:.3f} s bare, {cc:.3f} s captured: {cc / cb:.2f}x (less disturbed by other load)")
+    if args.overhead_only:
+        return 0
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trace.json"

@@ -14,7 +14,6 @@ import weakref
 from typing import Callable
 
 import torch
-from torch.utils.weak import WeakIdKeyDictionary
 
 from core.causes import CUT_WORDS as CAUSE_TEXT
 
@@ -25,19 +24,34 @@ class CutRecorder:
     """Remembers how the script made tensors that carry no gradient."""
 
     def __init__(self):
-        self.origins: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        # id(tensor) -> (weak reference, origin). A plain dict: it is read on every op that makes a
+        # tensor without gradient, and a WeakIdKeyDictionary lookup builds a Python object per key.
+        self.origins: dict[int, tuple[weakref.ref, str]] = {}
+
+    def _set(self, t: torch.Tensor, origin: str) -> None:
+        key, origins = id(t), self.origins
+
+        def gone(ref, key=key, origins=origins):
+            entry = origins.get(key)
+            if entry is not None and entry[0] is ref:
+                del origins[key]
+
+        try:
+            origins[key] = (weakref.ref(t, gone), origin)
+        except TypeError:
+            pass
 
     def note_free(self, out: torch.Tensor, op: str, args) -> None:
         """``out`` has no grad_fn: remember it if ``detach()`` or ``no_grad`` cut it off."""
         if op == "detach":
             if args and isinstance(args[0], torch.Tensor) and args[0].requires_grad:
-                self.origins[out] = "detach"
+                self._set(out, "detach")
         elif args and out is args[0]:
             return
         elif not torch.is_grad_enabled():
             for a in args:
                 if isinstance(a, torch.Tensor) and a.requires_grad:
-                    self.origins[out] = "no_grad"
+                    self._set(out, "no_grad")
                     return
         if len(self.origins):
             # Computed from a cut-off tensor: ``x.detach() * 10`` is as detached as ``x.detach()``.
@@ -45,15 +59,15 @@ class CutRecorder:
                 if isinstance(a, torch.Tensor):
                     origin = self.origin(a)
                     if origin is not None:
-                        self.origins[out] = origin
+                        self._set(out, origin)
                         return
 
     def origin(self, t: torch.Tensor) -> str | None:
         """'detach' or 'no_grad' for a tensor cut off by either, else None."""
-        try:
-            return self.origins.get(t)
-        except TypeError:
-            return None
+        entry = self.origins.get(id(t))
+        if entry is not None and entry[0]() is t:
+            return entry[1]
+        return None
 
     def note_inputs(self, metadata: dict, args) -> None:
         """Store in a new node's metadata the inputs of its op that need no gradient."""

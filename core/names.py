@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import weakref
+from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
@@ -19,6 +20,21 @@ from core.snapshot import grad_fn_of
 
 MAX_LIST_ITEMS = 64
 OP_FRAME = "<op>"  # name of the capture's call frames that carry the script's file and line
+
+
+@contextmanager
+def untraced():
+    """The capture's own work (a graph snapshot: tens of thousands of Python calls) runs without the
+    name tracer, which would otherwise be called for each of its frames."""
+    tracer = sys.gettrace()
+    if tracer is None:
+        yield
+        return
+    sys.settrace(None)
+    try:
+        yield
+    finally:
+        sys.settrace(tracer)
 
 
 class NameTable:
@@ -71,11 +87,36 @@ class NameTable:
 
     # -- settrace: remember locals of returning user functions -----------------------------
     def tracer(self, frame, event, arg):
+        # Called for every new frame of the script and of every library it runs: the known files
+        # are looked up inline (a method call here would double the cost of each frame).
+        code = frame.f_code
+        user = self._user_files.get(code.co_filename)
+        if user is None:
+            user = self.is_user_file(code.co_filename)
         # Comprehensions and generator expressions (<genexpr>, <listcomp>) hold loop variables only.
-        if event == "call" and not frame.f_code.co_name.startswith("<") and self.is_user_file(frame.f_code.co_filename):
+        if user and event == "call" and not code.co_name.startswith("<"):
             frame.f_trace_lines = False
             return self._local_tracer
         return None
+
+    def untraced_import(self, real_import):
+        """``builtins.__import__`` that switches the tracer off while a module loads.
+
+        The tracer is a Python call on every new frame; importing a big library (transformers
+        runs tens of thousands of frames while it loads) would cost seconds under it, and
+        module-level code leaves no function locals to remember."""
+        tracer = self.tracer
+
+        def __import__(name, globals=None, locals=None, fromlist=(), level=0):
+            if sys.gettrace() != tracer:
+                return real_import(name, globals, locals, fromlist, level)
+            sys.settrace(None)
+            try:
+                return real_import(name, globals, locals, fromlist, level)
+            finally:
+                sys.settrace(tracer)
+
+        return __import__
 
     def _local_tracer(self, frame, event, arg):
         if event == "return":

@@ -2,9 +2,17 @@
 
 One JSON object per line. Messages from the worker carry ``type``; commands to the worker
 carry ``cmd``. ``to_dict`` gives the JSON-ready dict, ``message_from_dict`` /
-``command_from_dict`` the typed object (unknown keys are kept in ``extra``, so a newer
-worker's additions are not lost; a missing required field raises ``ProtocolError`` naming it).
+``command_from_dict`` the typed object: each field is checked against its annotation, and a
+missing required field or a value of the wrong type raises ``ProtocolError`` naming the kind
+and the field; unknown keys are kept in ``extra``, so a newer worker's additions are not lost.
 Qt-free and torch-free: the worker, the client, the GUI and the CLI all import it.
+
+``core.client`` hands every message on as its dataclass, with the client's own events
+(``state``, ``output``, ``exit``, ``refused``, ``spare_failed``, ``transfer``, ``finished``,
+``bad_message``), which never cross the wire, defined in ``core.protocol_events`` and re-exported
+here (``EVENTS``). Readers use the
+attributes; ``msg["field"]`` / ``msg.get("field")`` still read a message as the dict it was
+sent as, for scripts written against the dict form.
 
 Stepping messages: ``step_begin`` (a call is paused before its first node, with the captured
 graph, ``graph``, its ``structure`` hash and a digest of its leaf values), ``step_paused``
@@ -15,39 +23,14 @@ on; ``core.client`` hands them on one ``step`` event per record unless told not 
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, ClassVar
+from dataclasses import dataclass, field
+from typing import Any
 
+from core.protocol_base import _TYPES, ProtocolError, _Base  # noqa: F401  (ProtocolError: part of this module's names)
+from core.trace import CallInfo, Trace, TraceFormatError
 
-class ProtocolError(ValueError):
-    """A message that does not match its kind: names the kind and the field."""
-
-
-@dataclass
-class _Base:
-    KEY: ClassVar[str] = "type"
-    KIND: ClassVar[str] = ""
-    extra: dict = field(default_factory=dict, repr=False)
-
-    def to_dict(self) -> dict:
-        out = {self.KEY: self.KIND}
-        for f in fields(self):
-            if f.name != "extra":
-                out[f.name] = getattr(self, f.name)
-        out.update(self.extra)
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict):
-        known = {f.name: f for f in fields(cls) if f.name != "extra"}
-        args = {}
-        for name, f in known.items():
-            if name in data:
-                args[name] = data[name]
-            elif f.default is MISSING and f.default_factory is MISSING:
-                raise ProtocolError(f"'{cls.KIND}' message: field '{name}' is missing")
-        args["extra"] = {k: v for k, v in data.items() if k not in known and k != cls.KEY}
-        return cls(**args)
+# Messages that carry a trace or a call may hold them read already (core.wire's columns).
+_TYPES.update({"Trace": (Trace,), "CallInfo": (CallInfo,), "TraceFormatError": (TraceFormatError,)})
 
 
 MESSAGES: dict[str, type] = {}
@@ -190,7 +173,9 @@ class Exiting(_Base):
 class CallTrace(_Base):
     """One captured call, sent as soon as it is complete, so a crash or a kill later keeps it."""
     position: int = 0  # its place in the trace's ``calls``
-    call: dict = field(default_factory=dict)  # the call in the trace format
+    # The call in the trace format; sent in columns (core.wire) it arrives read already: a CallInfo,
+    # or the TraceFormatError reading it raised.
+    call: dict | CallInfo | TraceFormatError = field(default_factory=dict)
     run: Any = None
 
 
@@ -205,7 +190,8 @@ class CallSummary(_Base):
 @_message("trace")
 @dataclass
 class TraceDone(_Base):
-    trace: dict = field(default_factory=dict)  # without the calls already streamed
+    # Without the calls already streamed; in columns it arrives read: a Trace, or the TraceFormatError.
+    trace: dict | Trace | TraceFormatError = field(default_factory=dict)
     run: Any = None
     streamed: int = 0  # how many calls came before as ``call_trace``: they go first in ``calls``
 
@@ -351,6 +337,8 @@ STEP_COMMANDS = ("step", "step_to", "continue", "next_call", "resume_all", "paus
 
 def message_from_dict(data: dict) -> _Base:
     """The typed worker message for ``data``; ProtocolError if its ``type`` is unknown."""
+    if not isinstance(data, dict):
+        raise ProtocolError(f"a worker message must be a JSON object, not a {type(data).__name__}")
     cls = MESSAGES.get(data.get("type"))
     if cls is None:
         raise ProtocolError(f"unknown worker message type {data.get('type')!r}")
@@ -363,3 +351,24 @@ def command_from_dict(data: dict) -> _Base:
     if cls is None:
         raise ProtocolError(f"unknown command {data.get('cmd')!r}")
     return cls.from_dict(data)
+
+
+# The client's own events (``State``, ``Output``, ``Finished``, ``BadMessage``...), never on the wire.
+from core.protocol_events import (  # noqa: E402,F401  (defined apart; part of this module's names)
+    EVENTS,
+    BadMessage,
+    Exit,
+    Finished,
+    Output,
+    Refused,
+    SpareFailed,
+    State,
+    Transfer,
+)
+
+
+def event_from_dict(data: dict) -> _Base:
+    """A worker message or one of the client's own events, typed; ProtocolError when it does not fit."""
+    if isinstance(data, dict) and data.get("type") in EVENTS:
+        return EVENTS[data["type"]].from_dict(data)
+    return message_from_dict(data)

@@ -47,6 +47,7 @@ import sys
 import threading
 import time
 from dataclasses import replace
+from pathlib import Path
 
 from core import ddp, protocol, uploads, wire, worker_remote
 from core.trace import ErrorInfo, Trace
@@ -70,6 +71,7 @@ class Worker(Stepping):
         self.command_fd = command_fd
         self.fault = fault
         self.cancelled = False
+        self.script_cwd: str | None = None  # the folder the last script ran in: its atexit functions run there too
         self.commands: queue.Queue = queue.Queue()
         self.running = False
         self.stepper = None
@@ -224,6 +226,7 @@ class Worker(Stepping):
                     sampler.start()
                     remove_marks = install_marks(sampler.note, script_line(capture.names))
                 try:
+                    self.script_cwd = cmd.get("cwd") or str(Path(cmd["path"]).resolve().parent)
                     with script_environment(cmd["path"], cmd.get("cwd")):
                         if cmd.get("ddp"):  # torchrun on this host, one capture per rank
                             trace = ddp.run_ranks(self, cmd)
@@ -309,13 +312,39 @@ def main(argv: list[str] | None = None) -> int:
     channel.send({"type": "hello", "pid": os.getpid(), "torch": torch.__version__, "devices": list_devices(),
                   "python": sys.version.split()[0], "protocol": wire.PROTOCOL_VERSION,
                   "codecs": wire.available_codecs(), "host": socket.gethostname()})
+    worker = Worker(channel, command_fd, fault)
     try:
-        Worker(channel, command_fd, fault).serve()
+        worker.serve()
     finally:
         uploads.remove_all()  # files that arrived for a run that never came
+    _leave(worker.script_cwd)
     return 0
+
+
+_REAL_EXIT = os._exit  # saved before _patch_exit replaces it
+
+
+def _leave(script_cwd: str | None = None) -> None:
+    """End the worker once its run is served: what interpreter exit runs for the script (its
+    non-daemon threads are waited for, its ``atexit`` functions run, in the script's folder, its
+    streams flushed), then exit without tearing down every module and object one by one, which
+    with torch and a big model loaded takes most of a second that nobody waits for usefully."""
+    try:
+        if script_cwd:
+            try:
+                os.chdir(script_cwd)
+            except OSError:
+                pass
+        shutdown = getattr(threading, "_shutdown", None)
+        if shutdown is not None:
+            shutdown()
+        import atexit
+
+        atexit._run_exitfuncs()
+    finally:
+        _flush_quietly()
+        _REAL_EXIT(0)
 
 
 if __name__ == "__main__":
     sys.exit(main())
-

@@ -50,11 +50,11 @@ class Driver:
     def wait(self, *kinds: str) -> dict:
         while True:
             event = self.events.get(timeout=WAIT_S)
-            kind = event.get("type")
+            kind = event.kind
             if kind == "step":
-                self.steps.setdefault(event["call"], []).append(event["record"])
+                self.steps.setdefault(event.call, []).append(event.record)
             elif kind == "step_begin":
-                self.graphs[event["call"]] = event
+                self.graphs[event.call] = event
             if kind in kinds:
                 return event
 
@@ -62,9 +62,9 @@ class Driver:
         """Press Step until the call's backward ends; returns the step_end message."""
         while True:
             event = self.wait("step_paused", "step_end")
-            if event["type"] == "step_end":
+            if event.kind == "step_end":
                 return event
-            assert event["call"] == call
+            assert event.call == call
             self.client.control("step", count=1)
 
     def close(self):
@@ -92,13 +92,13 @@ def _printed(output: str, tag: str) -> list[float]:
 def debug_unseeded(driver, script) -> tuple:
     driver.client.run(script, debug={"pause_all": False, "skip_to": 1})
     begin = driver.wait("step_begin")
-    assert begin["call"] == 1 and begin["api"] == "Tensor.backward" and begin["debug"]
-    graph = call_from_dict(begin["graph"])
+    assert begin.call == 1 and begin.api == "Tensor.backward" and begin.debug
+    graph = call_from_dict(begin.graph)
     assert [n.name for n in graph.nodes] == ["SumBackward0", "SigmoidBackward0", "MulBackward0", "AccumulateGrad"]
-    assert begin["structure"] == graph.structure and begin["leaves"] == leaf_digest(graph)
+    assert begin.structure == graph.structure and begin.leaves == leaf_digest(graph)
     end = driver.step_to_end(1)
-    assert end["state"] == "finished" and end["error"] is None
-    result = driver.wait("finished")["result"]
+    assert end.state == "finished" and end.error is None
+    result = driver.wait("finished").result
     steps = driver.steps.pop(1)
     driver.graphs.clear()
     return graph, steps, result
@@ -130,16 +130,16 @@ def test_loop_paused_at_call_3_then_resumed_captures_the_rest(driver, tmp_path):
     script = write(tmp_path, "loop.py", LOOP)
     driver.client.run(script, debug={"pause_all": False, "skip_to": 3})
     begin = driver.wait("step_begin")
-    assert begin["call"] == 3 and begin["line"] == 5
+    assert begin.call == 3 and begin.line == 5
     driver.wait("step_paused")
     driver.client.control("step", count=1)
     paused = driver.wait("step_paused")
     assert [s["name"] for s in driver.steps[3]] == ["SumBackward0"]
-    assert paused["pending"]["name"] == "TanhBackward0"
+    assert paused.pending["name"] == "TanhBackward0"
     driver.client.control("resume_all")
     end = driver.wait("step_end")
-    assert end["state"] == "finished"
-    trace = driver.wait("finished")["result"].trace
+    assert end.state == "finished"
+    trace = driver.wait("finished").result.trace
     assert trace.error is None and trace.call_count == 6
     assert [c.index for c in trace.calls] == [0, 1, 2, 3, 4, 5]
     assert sorted(driver.graphs) == [3]  # no pause after Resume
@@ -169,7 +169,7 @@ def test_breakpoint_line_next_call_and_continue(driver, tmp_path):
     driver.client.control("breakpoints", lines=[], pause_all=False)
     driver.client.control("continue")
     assert driver.wait("step_end")["state"] == "finished"
-    result = driver.wait("finished")["result"]
+    result = driver.wait("finished").result
     assert result.trace.error is None and sorted(driver.graphs) == [1, 2]
     w = next(t for t in result.trace.tensors if t.name == "w")
     assert w.grad.values.data == [14.0, 14.0]
@@ -183,7 +183,7 @@ def test_stop_while_paused_leaves_nothing_behind(driver, tmp_path):
     worker = driver.client._run["worker"]
     driver.client.control("stop_step")
     driver.client.cancel()
-    result = driver.wait("finished")["result"]
+    result = driver.wait("finished").result
     assert result.trace.error is not None and result.trace.error.kind == "cancelled"
     worker.proc.wait(timeout=10)
     assert not worker.alive
@@ -195,7 +195,7 @@ def test_stop_while_paused_leaves_nothing_behind(driver, tmp_path):
     assert not driver.client.running
     # The next run works, and is a plain run: nothing pauses.
     driver.client.run(script)
-    trace = driver.wait("finished")["result"].trace
+    trace = driver.wait("finished").result.trace
     assert trace.error is None and trace.call_count == 2 and not driver.graphs.get(1)
 
 
@@ -205,15 +205,15 @@ def test_rerun_with_recorded_seeds_is_checked(tmp_path):
     call = next(c for c in first.calls if c.index == 1)
     begins = []
     again = run_capture(script, step={"call": 1, "mode": "all"}, seeds=first.seeds,
-                        on_event=lambda e: begins.append(e) if e.get("type") == "step_begin" else None)
+                        on_event=lambda e: begins.append(e) if e.kind == "step_begin" else None)
     assert again.trace.error is None
-    assert same_run_check(call, begins[0]["structure"], begins[0]["leaves"]) is None
+    assert same_run_check(call, begins[0].structure, begins[0].leaves) is None
     assert next(c for c in again.trace.calls if c.index == 1).leaf_grads["w"] == call.leaf_grads["w"]
     # Without the seeds the re-run draws new numbers, and the check says so.
     begins.clear()
     run_capture(script, step={"call": 1, "mode": "all"},
-                on_event=lambda e: begins.append(e) if e.get("type") == "step_begin" else None)
-    problem = same_run_check(call, begins[0]["structure"], begins[0]["leaves"])
+                on_event=lambda e: begins.append(e) if e.kind == "step_begin" else None)
+    problem = same_run_check(call, begins[0].structure, begins[0].leaves)
     assert problem is not None and "not deterministic" in problem and "values differ from the trace" in problem
 
 
@@ -226,7 +226,7 @@ def test_second_run_while_running_does_not_block(tmp_path):
     try:
         first = client.run(script)
         while True:
-            if events.get(timeout=WAIT_S).get("type") == "started":
+            if events.get(timeout=WAIT_S).kind == "started":
                 break
         t0 = time.monotonic()
         second = client.run(write(tmp_path, "quick.py", "x = 1\n"))
@@ -234,8 +234,8 @@ def test_second_run_while_running_does_not_block(tmp_path):
         finished = {}
         while len(finished) < 2:
             e = events.get(timeout=WAIT_S)
-            if e.get("type") == "finished":
-                finished[e["run"]] = e["result"]
+            if e.kind == "finished":
+                finished[e.run] = e.result
         assert finished[first].trace.error.kind == "cancelled"
         assert finished[second].trace.error is None
     finally:

@@ -40,8 +40,9 @@ def test_left_to_right_on_screen_keeps_folds_and_frames_the_loss(view):
     assert view.viewport().rect().contains(on_screen(view, root).toRect())
     assert view.legend.entries()[-1] == "flow_backward"  # "arrows: gradients, from the loss to the leaves"
     # Find opens the folds around a node and brings it into view, left to right too
+    view.sig_select_requested.connect(view.show_selection)  # the app's answer to Find
     assert view.search("c_fc.weight")
-    nid = view.selected_node()
+    nid = view.shown_selection()
     item = view.node_items[view.graph_layout().members[nid]]
     assert item.box.id == nid and view.viewport().rect().contains(on_screen(view, item).toRect())
     assert view.graph_layout().direction == "LR"

@@ -115,31 +115,36 @@ def test_only_the_latest_call_is_shown(view, qtbot):
 
 def test_search_finds_a_variable_and_selects_it(view, qtbot):
     view.set_call(mlp_call(), sync=True)
-    with qtbot.waitSignal(view.sig_node_selected, timeout=1000) as blocker:
+    with qtbot.waitSignal(view.sig_select_requested, timeout=1000) as blocker:
         assert view.search("FC1.weight") == ["n10"]
     assert blocker.args == ["n10"]
-    assert view.selected_node() == "n10"
+    assert view.shown_selection() is None  # a request: the selection is the app's to make
+    view.sig_select_requested.connect(view.show_selection)  # the app's answer
+    assert view.search("FC1.weight") == ["n10"]
+    assert view.shown_selection() == "n10"
     assert view.node_items["n10"].highlighted and view.node_items["n10"].selected
     assert not view.node_items["n4"].highlighted
     assert view.search("tbackward") == ["n3", "n9"]
-    assert view.selected_node() == "n3"
+    assert view.shown_selection() == "n3"
     assert view.next_match() == "n9" and view.next_match() == "n3"
     assert view.search("h") and view.node_items["n6"].highlighted  # tensor name h
     assert view.search("no such thing") == [] and view.next_match() is None
     assert not any(i.highlighted for i in view.node_items.values())
 
 
-def test_click_selects_and_select_node_does_not_echo(view, qtbot):
+def test_click_asks_to_select_and_show_selection_does_not_echo(view, qtbot):
     view.set_call(mlp_call(), sync=True)
-    with qtbot.waitSignal(view.sig_node_selected, timeout=1000) as blocker:
+    with qtbot.waitSignal(view.sig_select_requested, timeout=1000) as blocker:
         QTest.mouseClick(view.viewport(), Qt.LeftButton, Qt.NoModifier, centre_of(view, "n6"))
     assert blocker.args == ["n6"]
+    assert not view.node_items["n6"].selected  # not until the app says so
+    view.show_selection("n6")
     assert view.node_items["n6"].selected
     active = {e.key for e in view.edge_items if e.active}
     assert active == {("n5", "n6"), ("n6", "n7")}
-    with qtbot.assertNotEmitted(view.sig_node_selected):
-        view.select_node("n2")
-    assert view.selected_node() == "n2" and not view.node_items["n6"].selected
+    with qtbot.assertNotEmitted(view.sig_select_requested):
+        view.show_selection("n2")
+    assert view.shown_selection() == "n2" and not view.node_items["n6"].selected
 
 
 def test_states_change_what_is_drawn(view):
@@ -302,7 +307,7 @@ def test_default_collapse_for_big_graphs(view):
     view.select_node("w5")  # inside the folded stack: only the path to it opens
     chunks = group_info(view.call()).children["layers"]
     assert view.collapsed() == frozenset(chunks[1:]) | frozenset(f"layers.{i}" for i in range(60) if i != 5)
-    assert view.node_items["w5"].selected and view.selected_node() == "w5"
+    assert view.node_items["w5"].selected and view.shown_selection() == "w5"
     assert "group:layers.4" in view.node_items and "w4" not in view.node_items
 
 
@@ -310,12 +315,13 @@ def test_transformer_opens_readable_and_find_opens_the_fold(view):
     from tests.fixtures_graphs import transformer_call
 
     view.set_call(transformer_call(12), sync=True)
+    view.sig_select_requested.connect(view.show_selection)  # the app's answer to Find
     assert view.collapsed() == frozenset({"transformer", "lm_head"})
     assert view.smallest_text_px() >= 9
     assert view.search("h.7.mlp.c_fc.weight") == ["p_transformer.h.7.mlp.c_fc.weight"]
     assert "transformer.h.7.mlp" not in view.collapsed() and "transformer.h.6" in view.collapsed()
     item = view.node_items["p_transformer.h.7.mlp.c_fc.weight"]
-    assert item.selected and view.selected_node() == "p_transformer.h.7.mlp.c_fc.weight"
+    assert item.selected and view.shown_selection() == "p_transformer.h.7.mlp.c_fc.weight"
     shown = view.mapFromScene(item.sceneBoundingRect()).boundingRect()
     assert view.viewport().rect().contains(shown)
     assert not shown.intersects(view.legend.geometry())
@@ -325,6 +331,7 @@ def test_transformer_opens_readable_and_find_opens_the_fold(view):
 def test_find_on_a_background_layout_scrolls_once_drawn(view, qtbot):
     c = residual_mlp_call(800, "blocks")
     view.set_call(c)
+    view.sig_select_requested.connect(view.show_selection)  # the app's answer to Find
     assert view.wait_ready()
     assert view.collapsed() == frozenset({"blocks"})
     view.search("blocks.412.fc.weight")
@@ -445,6 +452,6 @@ def test_ensure_visible_opens_folds_without_selecting(view):
     view.set_call(c, sync=True)
     assert view.ensure_visible("relu700", sync=True)
     item = view.node_items["relu700"]
-    assert view.selected_node() is None and not item.selected
+    assert view.shown_selection() is None and not item.selected
     assert view.viewport().rect().contains(view.mapFromScene(item.sceneBoundingRect()).boundingRect())
     assert not view.ensure_visible("no-such-node")

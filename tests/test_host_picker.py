@@ -107,10 +107,10 @@ def test_hosts_dialog_checks_saves_and_restarts(qtbot, hosts_window, tmp_path):
 
 def test_transfer_progress_in_the_status_bar(hosts_window):
     from app.host_devices import end_transfer, show_transfer
+    from core.protocol import Transfer
 
     w = hosts_window
-    show_transfer(w, {"type": "transfer", "received": 2_000_000, "decoded": 12_500_000, "raw": 50_000_000,
-                      "codec": "zlib"})
+    show_transfer(w, Transfer(received=2_000_000, decoded=12_500_000, raw=50_000_000, codec="zlib"))
     assert (w.busy.minimum(), w.busy.maximum(), w.busy.value()) == (0, 1000, 250)
     assert w.busy.text() == "trace 25%"
     assert w.busy.toolTip() == "Receiving the trace: 2.0 MB received (zlib), 12.5 of 50.0 MB decoded"
@@ -129,19 +129,20 @@ def test_device_labels():
 
 
 def test_upload_progress_in_the_status_bar(qtbot):
+    from dataclasses import replace
     from types import SimpleNamespace
 
     from PySide6.QtWidgets import QProgressBar
 
     from app.host_devices import show_transfer
+    from core.protocol import Transfer
 
     bar = QProgressBar()
     qtbot.addWidget(bar)
     window = SimpleNamespace(busy=bar)
-    event = {"type": "transfer", "of": "upload", "name": "tiny-bert/model.safetensors", "sent": 30_000_000,
-             "raw": 120_000_000, "codec": "zlib"}
+    event = Transfer(of="upload", name="tiny-bert/model.safetensors", sent=30_000_000, raw=120_000_000, codec="zlib")
     show_transfer(window, event)
     assert (bar.maximum(), bar.value(), bar.text()) == (1000, 250, "sending model.safetensors 25%")
     assert bar.toolTip() == "Sending model.safetensors to the host: 30.0 of 120.0 MB (zlib)"
-    show_transfer(window, {**event, "sent": 120_000_000})  # all sent: busy again while the run starts
+    show_transfer(window, replace(event, sent=120_000_000))  # all sent: busy again while the run starts
     assert bar.maximum() == 0 and not bar.isTextVisible()

@@ -51,7 +51,7 @@ def test_example_graph_inspector_and_search(qtbot, window):
     # Search finds a variable by name and selects its node.
     window.search_box.setText("b")
     window.search_box.returnPressed.emit()
-    assert graph.selected_node() == next(n.id for n in call.nodes if n.label == "b")
+    assert graph.shown_selection() == next(n.id for n in call.nodes if n.label == "b")
     # The source panel highlights the line that created the selected node.
     mul = next(n for n in call.nodes if n.name == "MulBackward0")
     window.select_node(mul.id)

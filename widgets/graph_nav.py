@@ -112,7 +112,7 @@ class NavigationMixin:
             self._relayout(self._sync if sync is None else sync, target)
             return True
         if select:
-            self._select(node_id, emit=False, center=False)
+            self._highlight(node_id, center=False)
         item = self.node_items.get(self._layout.members.get(node_id, node_id))
         if item is not None:
             self._reveal(item)

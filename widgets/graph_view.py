@@ -41,8 +41,9 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, StepStatesMixin, QG
 
     sig_scene_ready = Signal(str)
     """The scene for a call is built and shown (the call's id, "" for no call)."""
-    sig_node_selected = Signal(str)
-    """The user selected a node: a trace node id, or ``group:<path>`` for a collapsed group."""
+    sig_select_requested = Signal(str)
+    """The user asked to select a node (a click, a Find match): a trace node id, or ``group:<path>``
+    for a collapsed group. The view does not select it itself: it shows what ``show_selection`` is told."""
     sig_group_toggled = Signal(str)
     """The user collapsed or expanded a module group (its path)."""
     sig_zoom_changed = Signal(int)
@@ -83,7 +84,8 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, StepStatesMixin, QG
         self._init_step_states()
         self._legend_boxes: list[str] | None = None  # legend keys for the boxes' styles
         self._legend_shown: tuple = ()  # (entries, theme) last given to the legend
-        self._selected: str | None = None
+        self._selected: str | None = None  # the selection drawn (the session's, as told)
+        self._clicked: str | None = None  # the node a click asked to select, until the answer comes
         self._matches: list[str] = []
         self._match_index = -1
         self._search_index: dict[str, str] | None = None
@@ -250,7 +252,7 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, StepStatesMixin, QG
         self._legend_entries(styles)
         self.minimap.set_overview(self.overview, scene.sceneRect(), t)
         if self._selected is not None and members.get(self._selected, self._selected) in self.node_items:
-            self._select(self._selected, emit=False, center=self._focus_after is None)
+            self._highlight(self._selected, center=self._focus_after is None)
         else:
             self._selected = None
         if self._fit_next:
@@ -330,8 +332,8 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, StepStatesMixin, QG
             return None
         self._match_index = (self._match_index + 1) % len(self._matches)
         nid = self._matches[self._match_index]
-        if self.ensure_visible(nid, select=True):
-            self.sig_node_selected.emit(nid)
+        if self.ensure_visible(nid):
+            self.sig_select_requested.emit(nid)
         return nid
 
     def _apply_matches(self) -> None:
@@ -341,18 +343,25 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, StepStatesMixin, QG
             item.set_highlighted(vid in hit)
         self._update_marks()
 
-    def select_node(self, node_id: str | None) -> None:
-        """Select a node (a trace id or group id) and bring it into view, opening folds around it,
-        without emitting sig_node_selected."""
-        if node_id is None or node_id.startswith("group:") or self._call is None:
-            self._select(node_id, emit=False, center=True)
+    def show_selection(self, node_id: str | None) -> None:
+        """Show ``node_id`` (a trace id or group id; None or "" for none) as the selection and bring it
+        into view, opening folds around it. The selection is the session's; this only draws it."""
+        node_id = node_id or None
+        clicked, self._clicked = self._clicked, None
+        if node_id is not None and node_id == clicked:  # the answer to a click: it is in sight already
+            self._highlight(node_id, center=False)
+        elif node_id is None or node_id.startswith("group:") or self._call is None:
+            self._highlight(node_id, center=node_id is not None)
         else:
             self.ensure_visible(node_id, select=True)
 
-    def selected_node(self) -> str | None:
+    select_node = show_selection  # the name exports and older callers use
+
+    def shown_selection(self) -> str | None:
+        """The node whose selection is drawn (as told by ``show_selection``)."""
         return self._selected
 
-    def _select(self, node_id: str | None, *, emit: bool, center: bool) -> None:
+    def _highlight(self, node_id: str | None, *, center: bool) -> None:
         members = self._layout.members if self._layout else {}
         old = members.get(self._selected, self._selected) if self._selected else None
         new = members.get(node_id, node_id) if node_id else None
@@ -367,8 +376,6 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, StepStatesMixin, QG
             if center:
                 self.centerOn(item.sceneBoundingRect().center())
         self._update_marks()
-        if emit and self._selected is not None:
-            self.sig_node_selected.emit(self._selected)
 
     def _update_marks(self) -> None:
         if self.overview is None:
@@ -440,7 +447,8 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, StepStatesMixin, QG
         if self._press is not None and (event.position() - self._press).manhattanLength() < 5:
             item = self._item_at(event.position().toPoint(), NodeItem)
             if item is not None:
-                self._select(item.node_id, emit=True, center=False)
+                self._clicked = item.node_id
+                self.sig_select_requested.emit(item.node_id)
         self._press = None
         event.accept()
 

@@ -199,6 +199,15 @@ class ProblemsPanel(QWidget):
         line = stale.op_line or node.line
         return Problem("warning", summary, details, line, call.id, node.id, _where(line, call))
 
+    def show_selection(self, node_id: str | None) -> None:
+        """Mark the problem about ``node_id`` (the app's selection), if one is listed; emits nothing."""
+        for i in range(self.tree.topLevelItemCount()):
+            item = self.tree.topLevelItem(i)
+            problem = self._problem_for(item)
+            if node_id and problem is not None and problem.node == node_id:
+                self.tree.setCurrentItem(item)
+                return
+
     # events
 
     def _on_current(self, item: QTreeWidgetItem | None, _previous) -> None:
