@@ -55,7 +55,9 @@ class StepController(QObject):
         session.sig_state.connect(lambda _s: self.sig_changed.emit())
         # While stepping, the pause message crosses from the reader thread to this one at once
         # (core.switch_interval); idle or running a plain run, the default interval is back.
-        session.sig_state.connect(lambda s: quick_switch(s in STEPPING_STATES))
+        owner = f"steps-view-{id(self)}"
+        session.sig_state.connect(lambda s: quick_switch(s in STEPPING_STATES, owner))
+        self.destroyed.connect(lambda *_: quick_switch(False, owner))
         session.sig_status.connect(self._status)
         session.sig_warning.connect(self._on_warning)
         session.sig_step_end.connect(lambda _e: views.source.set_paused_line(None))

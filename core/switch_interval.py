@@ -20,20 +20,26 @@ STEP_SWITCH_S = float(os.environ.get("BACKPROP_STUDIO_SWITCH_S") or 0.0005)
 
 _lock = threading.Lock()
 _saved: float | None = None  # the interval before stepping began (None: not stepping)
+_owners: set[str] = set()
 
 
-def quick_switch(on: bool) -> None:
-    """Use the short interval (``on``) or give back the one in force before; idempotent."""
+def quick_switch(on: bool, owner: str = "stepping") -> None:
+    """Use the short interval while any ``owner`` asks for it (``on``); the interval in force
+    before comes back when the last one lets go. Idempotent per owner."""
     global _saved
     with _lock:
-        if on and _saved is None:
-            _saved = sys.getswitchinterval()
-            sys.setswitchinterval(min(_saved, STEP_SWITCH_S))
-        elif not on and _saved is not None:
-            sys.setswitchinterval(_saved)
-            _saved = None
+        if on:
+            if not _owners:
+                _saved = sys.getswitchinterval()
+                sys.setswitchinterval(min(_saved, STEP_SWITCH_S))
+            _owners.add(owner)
+        elif owner in _owners:
+            _owners.discard(owner)
+            if not _owners and _saved is not None:
+                sys.setswitchinterval(_saved)
+                _saved = None
 
 
 def stepping_switch() -> bool:
     """Whether the short interval is in force."""
-    return _saved is not None
+    return bool(_owners)

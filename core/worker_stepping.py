@@ -183,11 +183,11 @@ class Stepping:
             for early in self._early:
                 self.control_step(early)
             self._early.clear()
-            quick_switch(True)  # the hops of a Step cross threads: see core.switch_interval
+            quick_switch(True, "worker")  # the hops of a Step cross threads: see core.switch_interval
             try:
                 return stepper.run()
             finally:
-                quick_switch(False)
+                quick_switch(False, "worker")
                 hops, self._hops = getattr(self, "_hops", None), None
                 if hops is not None:
                     hops["ran"] = time.monotonic()

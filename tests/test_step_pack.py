@@ -139,15 +139,26 @@ def test_continue_in_the_worker_sends_one_packed_batch(tmp_path):
 
 
 def test_quick_switch_sets_and_restores_the_interval():
+    from core import switch_interval
+
+    held = set(switch_interval._owners)  # a window of an earlier test may still be paused
+    for owner in held:
+        quick_switch(False, owner)
     interval = sys.getswitchinterval()
     try:
-        quick_switch(True)
+        quick_switch(True, "gui")
         assert stepping_switch() and sys.getswitchinterval() == min(interval, STEP_SWITCH_S)
-        quick_switch(True)  # idempotent: the interval to give back is still the first one
-        quick_switch(False)
+        quick_switch(True, "worker")
+        quick_switch(True, "gui")  # idempotent per owner
+        quick_switch(False, "gui")  # the worker still steps: still short
+        assert stepping_switch() and sys.getswitchinterval() == min(interval, STEP_SWITCH_S)
+        quick_switch(False, "worker")
         assert not stepping_switch() and sys.getswitchinterval() == interval
-        quick_switch(False)
+        quick_switch(False, "worker")
         assert sys.getswitchinterval() == interval
     finally:
-        quick_switch(False)
+        quick_switch(False, "gui")
+        quick_switch(False, "worker")
         sys.setswitchinterval(interval)
+        for owner in held:
+            quick_switch(True, owner)
