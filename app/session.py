@@ -25,6 +25,7 @@ press is lost.
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,6 +116,7 @@ class Session(QObject):
 
     def set_trace(self, trace: Trace | None) -> None:
         self.trace = trace
+        settle_heap(trace)
         self.sig_trace.emit(trace)
 
     @property
@@ -427,3 +429,24 @@ class Session(QObject):
             same = next((c for c in trace.calls if c.index == stepped.index), None)
             if same is not None and same.snapshot == "full":
                 self.set_call(same)
+
+
+#: A trace with at least this many nodes settles the heap when it arrives (see ``settle_heap``).
+SETTLE_NODES = 20_000
+
+
+def settle_heap(trace: Trace | None) -> bool:
+    """Collect once and freeze the heap after a big trace arrives; True when it did.
+
+    A big trace is hundreds of thousands of long-lived objects: left to the collector, a full
+    collection walks them all, seconds later, wherever it lands (in a fold, in a step). Collecting
+    here, while the trace is being opened anyway, and freezing what survives keeps later
+    collections to the objects made since; the previous trace's frozen objects are unfrozen first,
+    so what it leaves behind is still collected."""
+    if trace is None or sum(len(c.nodes) for c in trace.calls) < SETTLE_NODES:
+        return False
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
+    return True
+
