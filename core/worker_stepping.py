@@ -17,10 +17,7 @@ from core.switch_interval import quick_switch
 from core.trace import call_to_dict
 
 STEP_BATCH, STEP_BATCH_S = 1000, 0.05  # finished nodes are sent at least this often
-# While backward runs on (Continue): a batch every half second, whatever its size. Sending every
-# 1,000 nodes made the app decode and draw while the worker still ran, two processes sharing the
-# machine's cores: a 4,802-node Continue took 0.77 s in the worker instead of 0.44 s.
-STEP_BATCH_RUN_ON, STEP_BATCH_RUN_ON_S = 50_000, 0.5
+STEP_BATCH_RUN_ON_S = 0.5  # while backward runs on (Continue): fewer, bigger batches, fewer frames
 
 
 class DebugPlan:
@@ -99,8 +96,8 @@ class Stepping:
         self._steps.append(record)
         self._memory_due = record.get("index")
         running_on = self.stepper is not None and self.stepper.running_on
-        most, every = (STEP_BATCH_RUN_ON, STEP_BATCH_RUN_ON_S) if running_on else (STEP_BATCH, STEP_BATCH_S)
-        if len(self._steps) >= most or time.perf_counter() - self._steps_since > every:
+        every = STEP_BATCH_RUN_ON_S if running_on else STEP_BATCH_S
+        if len(self._steps) >= STEP_BATCH or time.perf_counter() - self._steps_since > every:
             self._flush_steps(index)
 
     def _flush_steps(self, index: int) -> None:

@@ -110,7 +110,7 @@ def test_continue_in_the_worker_sends_one_packed_batch(tmp_path):
     kinds = [m["type"] for m in channel.messages]
     assert kinds.count("step_begin") == 1 and kinds.count("step_end") == 1
     batches = [m for m in channel.messages if m["type"] == "steps"]
-    assert len(batches) == 1  # 42 nodes run on in well under half a second: one batch at the end
+    assert len(batches) == 1  # 42 nodes, run on in well under half a second: one batch
     batch = batches[0]
     # each Tanh's incoming gradient is sent as the position of the Addmm preview that produced it
     packed = batch["records"]
