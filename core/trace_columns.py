@@ -28,14 +28,13 @@ from typing import Any, Iterator
 
 from core.trace import (FORMAT, VERSION, CallInfo, Edge, ErrorInfo, GradInfo, MemorySample, NodeInfo, Saved,
                         Stale, StorageInfo, TensorInfo, Trace, TraceFormatError, Values, paused_gc)
-from core import trace_json as tj  # noqa: I001  (after core.trace, which loads it)
-from core.column_pack import (b64, bulk_ok, ints_in, pack_floats, pack_ints, pack_mask, split, spread,
-                              unpack_floats, unpack_ints, unpack_mask)
+from core.column_pack import (bulk_ok, column_hint, dict_maker, ints_in, pack_column, pack_ints,  # noqa: I001
+                              pack_mask, packed_unsigned, split, spread, typed_ok, unpack_floats, unpack_ints,
+                              unpack_mask)
 from core.trace_json import _CHECKS, _short
 
 MAGIC = "backprop-studio-columns"
 COLUMNS_VERSION = 1
-INTERN_MIN_ROWS = 8  # string columns at least this long are interned when values repeat
 
 # Fields holding other dataclasses: (how, class). "one": always an object; "opt": an object or None;
 # "list": a list of objects; "list?": a list of objects or None; "map": a dict of objects;
@@ -97,8 +96,10 @@ def _table(cls, objs: list, path: str) -> Iterator[list]:
     n = len(objs)
     if not n:
         return  # no rows: the reader needs no columns
-    # One pass over the objects reads every field (a getter per field is twice as slow).
-    columns = list(map(list, zip(*map(attrgetter(*names), objs)))) if n and len(names) > 1 else \
+    # Wide tables in one pass over the objects (a getter per field is 1.5x slower there), narrow
+    # ones a field at a time (transposing thousands of short tuples is slower there). Tuples as
+    # zip makes them: JSON and every step below read a tuple as they read a list.
+    columns = list(zip(*map(attrgetter(*names), objs))) if len(names) > 7 else \
         [list(map(attrgetter(name), objs)) for name in names]
     for name, col in zip(names, columns):
         p = f"{path}.{name}" if path else name
@@ -107,7 +108,7 @@ def _table(cls, objs: list, path: str) -> Iterator[list]:
             if name in defaults and n and col.count(defaults[name]) == n \
                     and set(map(type, col)) == {type(defaults[name])}:
                 continue  # every row has the default: the reader fills it in
-            yield _column(p, col, _hint(cls, name))
+            yield pack_column(p, col, column_hint(cls, name))
             continue
         kind, sub = how
         if kind == "one":
@@ -128,58 +129,16 @@ def _table(cls, objs: list, path: str) -> Iterator[list]:
             yield [p, "done", None]  # the reader may build these objects while the rest arrives
         elif kind == "map":
             yield [p, "lens", pack_ints(list(map(len, col)))]
-            yield _column(p + "#keys", list(chain.from_iterable(col)), "str")
+            yield pack_column(p + "#keys", list(chain.from_iterable(col)), "str")
             yield from _table(sub, list(chain.from_iterable(d.values() for d in col)), p)
         else:  # "maplist?"
             yield [p, "lens", pack_ints(list(map(len, col)))]
-            yield _column(p + "#keys", list(chain.from_iterable(col)), "str")
+            yield pack_column(p + "#keys", list(chain.from_iterable(col)), "str")
             lists = list(chain.from_iterable(d.values() for d in col))
             yield [p + "#items", "lens", pack_ints(list(map(len, lists)))]
             flat = list(chain.from_iterable(lists))
             yield [p + "#items", "mask", pack_mask(flat)]
             yield from _table(sub, list(filter(None, flat)), p + "#items")
-
-
-def _column(path: str, col: list, hint: str | None) -> list:
-    """A column as ``[path, kind, payload]``: ``strs`` ([table, indices]) when its strings repeat,
-    ``f64`` ([None or presence flags, base64 of the doubles]) for floats (or None), ``f64s``
-    ([lengths, -1 for None, base64]) for lists of floats, else ``vals`` (the values as they are).
-    ``hint`` (from the field's check) says which to try, so most columns are never scanned."""
-    if len(col) < INTERN_MIN_ROWS or hint is None:
-        return [path, "vals", col]
-    if hint == "str":
-        try:
-            table = list(dict.fromkeys(col))
-        except TypeError:  # unhashable values: the reader names the field
-            return [path, "vals", col]
-        if len(table) * 2 <= len(col):
-            at = list(map({v: i for i, v in enumerate(table)}.__getitem__, col))
-            return [path, "strs", [table, pack_ints(at)]]
-        return [path, "vals", col]
-    types = set(map(type, col))
-    if hint == "num" and float in types and types <= {float, _NONE}:
-        if _NONE in types:
-            return [path, "f64", [b64(bytes([v is not None for v in col])), pack_floats([v for v in col if v is not None])]]
-        return [path, "f64", [None, pack_floats(col)]]
-    if hint == "floats" and types <= {list, _NONE} and list in types:
-        lists = [v for v in col if v is not None] if _NONE in types else col
-        flat = list(chain.from_iterable(lists))
-        if flat and set(map(type, flat)) == {float}:
-            return [path, "f64s", [pack_ints([-1 if v is None else len(v) for v in col]), pack_floats(flat)]]
-    return [path, "vals", col]
-
-
-_HINTS: dict[tuple[type, str], str | None] = {}
-
-
-def _hint(cls, name: str) -> str | None:
-    """What a field's column may pack into, from its check: strings, numbers, lists of numbers."""
-    key = (cls, name)
-    if key not in _HINTS:
-        check = _CHECKS.get(cls, {}).get(name)
-        _HINTS[key] = {tj._t_str: "str", tj._t_opt_str: "str", tj._t_num: "num", tj._t_opt_num: "num",
-                       tj._t_elements: "floats"}.get(check)
-    return _HINTS[key]
 
 
 # -- reading --------------------------------------------------------------------------------
@@ -199,6 +158,7 @@ class ColumnReader:
         self.done = False
         self.built: dict[str, list] = {}  # tables built as soon as their columns were all in
         self._where: dict[str, tuple] = {}  # table path -> (parent path, how, running row counts, present rows)
+        self._typed: dict[str, str] = {}  # column path -> what its packed kind guarantees (see column_pack.typed_ok)
 
     def fail(self, path: str, what: str):
         raise TraceFormatError(f"{self.source}: field '{path}': {what}")
@@ -236,17 +196,20 @@ class ColumnReader:
             if not (isinstance(payload, list) and len(payload) == 2 and isinstance(payload[0], list)):
                 self.fail(path, "expected [strings, indices]")
             table, at = payload
-            at = unpack_ints(at)
-            if not isinstance(table, list) or not ints_in(at, len(table)):
+            unsigned, at = packed_unsigned(at), unpack_ints(at)
+            if not isinstance(table, list) or not ints_in(at, len(table), unsigned):
                 self.fail(path, "string indices out of range")
             payload, kind = list(map(table.__getitem__, at)), "vals"
+            kinds = set(map(type, table))
+            if kinds <= {str, _NONE}:  # then the rows need no check of their own
+                self._typed[path] = "str" if _NONE not in kinds else "str?"
         elif kind == "f64":
             if not (isinstance(payload, list) and len(payload) == 2):
                 self.fail(path, "expected [flags, doubles]")
             flags, packed = payload
             if flags is None:
                 values = unpack_floats(packed, len(packed) * 3 // 4 // 8 if isinstance(packed, str) else 0)
-            elif ints_in(flags := unpack_mask(flags), 2):
+            elif (flags := unpack_mask(flags)) is not None:
                 values = unpack_floats(packed, sum(flags))
                 if values is not None:
                     values = spread(values, list(compress(range(len(flags)), flags)), len(flags))
@@ -255,6 +218,7 @@ class ColumnReader:
             if values is None:
                 self.fail(path, "the packed numbers do not match their count")
             payload, kind = values, "vals"
+            self._typed[path] = "num?" if flags is not None else "num"
         elif kind == "f64s":
             if not (isinstance(payload, list) and len(payload) == 2):
                 self.fail(path, "expected [lengths, doubles]")
@@ -265,9 +229,34 @@ class ColumnReader:
             if values is None:
                 self.fail(path, "the packed numbers do not match their lengths")
             payload, kind = split(values, lens), "vals"
+            self._typed[path] = "floats"
+        elif kind == "text":
+            if not isinstance(payload, str):
+                self.fail(path, "expected the column's strings as one text")
+            payload, kind = payload.split("\n"), "vals"
+            self._typed[path] = "str"
+        elif kind == "i64":
+            unsigned, payload = packed_unsigned(payload), unpack_ints(payload)
+            if payload is None:
+                self.fail(path, "the packed integers are not readable")
+            kind = "vals"
+            self._typed[path] = "uint" if unsigned else "int"
+        elif kind == "i64s":
+            if not (isinstance(payload, list) and len(payload) == 2):
+                self.fail(path, "expected [lengths, integers]")
+            unsigned, flat = packed_unsigned(payload[1]), unpack_ints(payload[1])
+            lens = unpack_ints(payload[0])
+            if flat is None or not ints_in(lens, None, packed_unsigned(payload[0])) or sum(lens) != len(flat):
+                self.fail(path, "the packed integers do not match their lengths")
+            payload, kind = split(flat, lens), "vals"
+            self._typed[path] = "uints" if unsigned or not flat else "ints"
         elif kind in ("lens", "mask"):
-            payload = unpack_mask(payload) if kind == "mask" else unpack_ints(payload)
-            if not ints_in(payload, 2 if kind == "mask" else None):
+            if kind == "mask":
+                payload = unpack_mask(payload)
+            else:
+                unsigned, payload = packed_unsigned(payload), unpack_ints(payload)
+                payload = payload if ints_in(payload, None, unsigned) else None
+            if payload is None:
                 self.fail(path, f"expected a list of {'0 / 1 flags' if kind == 'mask' else 'counts'}")
         elif kind != "vals" or not isinstance(payload, list):
             self.fail(path, f"unknown column kind {_short(kind)}")
@@ -321,7 +310,7 @@ class ColumnReader:
                 elif len(col) != n:
                     self.fail(self._name(p, 0), f"expected {n} rows, got {len(col)}")
                 check = checks.get(name) if isinstance(col, list) else None
-                if check is not None and not bulk_ok(check, col):
+                if check is not None and not typed_ok(check, self._typed.get(p)) and not bulk_ok(check, col):
                     for i, v in enumerate(col):
                         problem = check(v)
                         if problem is not None:
@@ -332,10 +321,12 @@ class ColumnReader:
                     col = repeat(defaults[name])
             keys.append(name)
             cols.append(col)
-        # Every object from C loops: its __dict__ made by dict(zip(keys, row)) and set in place
-        # (frozen dataclasses' __init__ sets field by field through object.__setattr__: 4x slower).
-        rows = zip(*cols, range(n))  # the range keeps n rows when every column is a constant
-        dicts = map(dict, map(zip, repeat(keys), rows))
+        # Each object's __dict__ from a generated dict display (one C-level BUILD_MAP per row, the
+        # constant columns as locals), set in place: frozen dataclasses' __init__ sets field by
+        # field through object.__setattr__, 4x slower.
+        varying = tuple(isinstance(c, list) for c in cols)
+        dicts = dict_maker(tuple(keys), varying)([c for c, v in zip(cols, varying) if v],
+                                                  [next(c) for c, v in zip(cols, varying) if not v], n)
         objs = list(map(cls.__new__, repeat(cls, n)))
         for _ in map(_set_dict, objs, repeat("__dict__"), dicts):
             pass
@@ -359,6 +350,11 @@ class ColumnReader:
             self.built[path] = self._build(cls, path, sum(lens))
         except TraceFormatError:
             self.built.pop(path, None)
+            return
+        # Its columns are in the objects now: free them while the next columns travel, not at the end.
+        inner = path + "."
+        for key in [key for key in self.cols if key[0].startswith(inner)]:
+            del self.cols[key]
 
     def _nested(self, how: tuple[str, type], p: str, n: int, required: bool) -> list | None:
         kind, sub = how
@@ -379,7 +375,7 @@ class ColumnReader:
         lens = self._take(p, "lens", n)
         self._where[p] = (p.rpartition(".")[0], "list", list(accumulate(lens)), None)
         total = sum(lens)
-        early = self.built.pop(p, None)
+        early = self.built.get(p)  # kept: a failed build of the table above may need it again
         if early is not None and len(early) == total and kind == "list":
             return split(early, lens)
         if kind == "list":

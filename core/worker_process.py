@@ -273,11 +273,11 @@ class WorkerProcess:
     def _read_protocol(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
         from core.launchers import transfer_progress
-        from core.wire import StreamDecoder
+        from core.wire import StreamDecoder, read_ahead
 
         # Lines, and compressed frames from a worker behind a launcher (core.wire).
         decoder = StreamDecoder(self._handle_line, transfer_progress(self._deliver))
-        for chunk in self._chunks(self.proc.stdout.fileno()):
+        for chunk in read_ahead(self._chunks(self.proc.stdout.fileno())):
             decoder.feed(chunk)
         decoder.close()
         self._exited.wait()

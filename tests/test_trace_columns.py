@@ -1,23 +1,29 @@
 """The columnar wire encoding of traces: exact round trips, the field named for anything wrong,
 frames decoded as they stream in, and the codec both ends agree on (zstd where both have it)."""
 
+import gc
 import json
 import math
+import os
 import random
 import re
 import shlex
 import struct
 import sys
+import threading
+import time
 import zlib
 from dataclasses import replace
 
 import pytest
 
+from core import column_pack
 from core import trace_columns as tc
 from core.column_pack import pack_floats
 from core import wire
 from core.client import ROOT, run_capture
 from core.launchers import from_command
+from core.worker_channel import Channel
 from core.trace import (ErrorInfo, GradInfo, MemorySample, StorageInfo, Trace, TraceFormatError, Values,
                         call_from_dict, call_to_dict, trace_from_dict)
 from tests.fixtures_graphs import mlp_call, mul_call, residual_mlp_call
@@ -194,7 +200,8 @@ def _stream(obj, codec: str, piece: int = 997) -> tuple[list, list]:
 def test_a_columnar_frame_is_decoded_as_it_streams_in(codec, monkeypatch):
     if codec == "zstd" and wire._zstd() is None:
         pytest.skip("zstandard is not installed")
-    monkeypatch.setattr(wire, "CHUNK", 16 * 1024)  # a chunk per 16 KiB of columns: several here
+    monkeypatch.setattr(wire, "COLUMNS_FIRST", 4 * 1024)  # a chunk per few KiB of columns: several here
+    monkeypatch.setattr(wire, "COLUMNS_BATCH", 8 * 1024)
     call = residual_mlp_call(blocks=200)
     got, progress = _stream(call, codec)
     assert got[0] == b'{"type": "hello"}' and got[2] == b'{"type": "after"}'
@@ -284,3 +291,126 @@ def test_the_trace_travels_in_zstd_where_both_ends_have_it_else_zlib(tmp_path, w
     assert transfers[-1]["received"] < transfers[-1]["decoded"] == transfers[-1]["raw"]
     call = result.trace.calls[0]
     assert call.node_count == 702 and call.leaf_grads["x"].data == [1.0, 1.0, 1.0]
+
+
+def _kinds(data: bytes) -> dict:
+    return {path: (kind, payload) for path, kind, payload in _columns(data)}
+
+
+def test_each_column_is_packed_by_what_it_holds():
+    call = residual_mlp_call(blocks=300)
+    names = [t.name for t in call.tensors]
+    names[5] = "two\nlines"  # a newline inside: that column cannot be joined by newlines
+    call = replace(call, tensors=[replace(t, name=n, nbytes=2 ** 70 if i == 0 else t.nbytes)
+                                  for i, (t, n) in enumerate(zip(call.tensors, names))])
+    data = tc.encode(call)
+    kinds = _kinds(data)
+    assert kinds["nodes.id"][0] == "text" and kinds["nodes.id"][1].split("\n") == [n.id for n in call.nodes]
+    kind, (table, at) = kinds["nodes.name"]
+    assert kind == "strs" and at.startswith("B:") and sorted(table) == sorted({n.name for n in call.nodes})
+    assert kinds["tensors.shape"][0] == "i64s" and kinds["tensors.stride"][0] == "i64s"
+    assert kinds["tensors.version"][0] == "i64" or "tensors.version" not in kinds
+    assert kinds["nodes.next.input_nr"][0] == "i64" and kinds["nodes.line"][0] == "vals"  # None among the lines
+    assert kinds["tensors.nbytes"][0] == "vals"  # 2 ** 70 does not fit 64 bits: as JSON
+    assert kinds["tensors.name"][0] == "vals"
+    back = tc.decode(data, "call")
+    assert back == call and back.tensors[5].name == "two\nlines" and back.tensors[0].nbytes == 2 ** 70
+    assert [type(t.shape[0]) for t in back.tensors if t.shape] == [int] * sum(1 for t in back.tensors if t.shape)
+
+
+@pytest.mark.parametrize("values, prefix", [([0, 255], "B:"), ([0, 256], "H:"), ([3, 70000], "I:"), ([-1, 5], "b:"),
+                                            ([-129, 5], "h:"), ([-40000, 5], "i:"), ([2 ** 40], ""),
+                                            ([-2 ** 63, 2 ** 63 - 1], ""), ([], "")])
+def test_integers_pack_in_the_narrowest_type(values, prefix):
+    packed = column_pack.pack_ints(values)
+    assert packed[:2] == prefix if prefix else packed[1:2] != ":"
+    assert column_pack.unpack_ints(packed) == values
+    assert column_pack.packed_unsigned(packed) == (prefix[:1] in ("B", "H", "I") and prefix != "")
+
+
+@pytest.mark.parametrize("path, kind, payload, message", [
+    ("nodes.line", "i64", "Z:AAAA", "the packed integers are not readable"),
+    ("nodes.line", "i64", "B:AAA", "the packed integers are not readable"),
+    ("tensors.shape", "i64s", ["B:AQ==", "B:AQID"], "the packed integers do not match their lengths"),
+    ("tensors.shape", "i64s", "B:AQ==", r"expected \[lengths, integers\]"),
+    ("nodes.id", "text", ["n0"], "expected the column's strings as one text"),
+    ("nodes.next", "mask", "AgEB", "expected a list of 0 / 1 flags"),
+    ("nodes.next", "lens", "b:/w==", "expected a list of counts"),
+])
+def test_a_packed_column_that_is_wrong_is_named(path, kind, payload, message):
+    data = tc.encode(residual_mlp_call(blocks=20))
+    items = _columns(data)
+    (item,) = [i for i in items if i[0] == path and (i[1] == kind or kind not in ("lens", "mask"))]
+    item[1], item[2] = kind, payload
+    with pytest.raises(TraceFormatError, match=rf"field '{re.escape(path)}': {message}"):
+        tc.decode(_join(items), "call")
+
+
+def test_string_indices_past_their_table_are_refused():
+    data = tc.encode(residual_mlp_call(blocks=20))
+    items = _columns(data)
+    (item,) = [i for i in items if i[0] == "nodes.name"]
+    table, at = item[2]
+    item[2] = [table[:1], at]  # indices now point past a one-string table
+    with pytest.raises(TraceFormatError, match=r"field 'nodes.name': string indices out of range"):
+        tc.decode(_join(items), "call")
+
+
+def test_a_big_frame_leaves_its_objects_out_of_later_collections(monkeypatch):
+    monkeypatch.setattr(wire, "FREEZE_MIN_BYTES", 1)
+    gc.unfreeze()
+    enabled = gc.isenabled()
+    try:
+        got, _ = _stream(residual_mlp_call(blocks=50), "zlib", piece=4096)
+        assert got[1]["call"] == residual_mlp_call(blocks=50)
+        assert gc.get_freeze_count() > 1000 and gc.isenabled() == enabled
+    finally:
+        gc.unfreeze()
+
+
+def test_the_worker_channel_compresses_columns_on_its_writer_thread():
+    """The worker's own Channel: columns encoded on the sending thread, compressed and written on
+    the writer thread, decoded by the app's StreamDecoder into the same trace."""
+    read_fd, write_fd = os.pipe()
+    trace = full_trace()
+    channel = Channel(write_fd)
+    channel.codec, channel.columns = "zlib", True
+    out = bytearray()
+    reader = threading.Thread(target=lambda: [out.extend(b) for b in iter(lambda: os.read(read_fd, 65536), b"")])
+    reader.start()
+    channel.send({"type": "trace", "trace": trace, "run": 3})
+    os.close(write_fd)
+    reader.join(30)
+    os.close(read_fd)
+    got = []
+    wire.StreamDecoder(got.append).feed(bytes(out))
+    assert got[0]["trace"] == trace and got[0]["run"] == 3 and not channel.broken
+    assert out.count(b'"enc": "columns"') == 1 and len(out) < len(trace.to_json()) / 3
+
+
+def test_read_ahead_keeps_reading_while_the_caller_decodes():
+    """The pipe is drained on a thread of its own: every piece arrives in order, the source runs
+    ahead of a slow consumer, and an error in the source reaches the consumer."""
+    made = []
+
+    def source():
+        for i in range(50):
+            made.append(i)
+            yield bytes([i])
+
+    seen = []
+    for chunk in wire.read_ahead(source()):
+        if not seen:
+            deadline = time.monotonic() + 5
+            while len(made) < 50 and time.monotonic() < deadline:  # the consumer is busy: reading goes on
+                time.sleep(0.01)
+            assert len(made) == 50
+        seen.append(chunk[0])
+    assert seen == list(range(50))
+
+    def broken():
+        yield b"a"
+        raise OSError("pipe gone")
+
+    with pytest.raises(OSError, match="pipe gone"):
+        list(wire.read_ahead(broken()))
