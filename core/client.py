@@ -374,25 +374,10 @@ def run_capture(path: str, device: str = "cpu", mode: str = "auto", timeout: flo
                 ddp: dict | None = None, memory_rate: float | None = None) -> RunResult:
     """Run one script in a fresh worker and wait for its result (the CLI and tests use this).
     ``memory_rate`` sets the memory samples per second (0: none, when nothing shows them)."""
-    done = threading.Event()
-    box: dict = {}
-
-    def handle(event: protocol._Base) -> None:
-        if on_event is not None:
-            on_event(event)
-        if isinstance(event, protocol.Finished):
-            box["result"] = event.result
-            done.set()
-
-    client = WorkerClient(handle, prestart=False, launcher=launcher)
-    if memory_rate is not None:
-        client.memory_rate = memory_rate
-    try:
-        client.run(path, device=device, mode=mode, timeout=timeout, step=step, seeds=seeds, load=load, ddp=ddp)
-        done.wait()
-        return box["result"]
-    finally:
-        client.close()
+    with capture_run(path, memory_rate=memory_rate, launcher=launcher, device=device, mode=mode,
+                     timeout=timeout, on_event=on_event, step=step, seeds=seeds, load=load,
+                     ddp=ddp) as result:
+        return result
 
 
 @contextmanager
