@@ -16,8 +16,10 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from core import protocol
 from core.step_state import short_values, step_texts, step_view
+from core.switch_interval import quick_switch
 from core.trace import CallInfo
 
+STEPPING_STATES = ("paused", "stepping", "debugging", "starting")
 UNFOLD_MS = 150  # stepping rests this long on a node in a folded module before the fold opens
 
 
@@ -51,6 +53,11 @@ class StepController(QObject):
         session.sig_step.connect(self._on_step)
         session.sig_step_end.connect(self._on_end)
         session.sig_state.connect(lambda _s: self.sig_changed.emit())
+        # While stepping, the pause message crosses from the reader thread to this one at once
+        # (core.switch_interval); idle or running a plain run, the default interval is back.
+        owner = f"steps-view-{id(self)}"
+        session.sig_state.connect(lambda s: quick_switch(s in STEPPING_STATES, owner))
+        self.destroyed.connect(lambda *_: quick_switch(False, owner))
         session.sig_status.connect(self._status)
         session.sig_warning.connect(self._on_warning)
         session.sig_step_end.connect(lambda _e: views.source.set_paused_line(None))

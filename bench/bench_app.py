@@ -151,6 +151,49 @@ def step_latency(steps: int = 60, *, scripts=(MLP, BIG), repeat: int = 1, profil
         if script is not scripts[-1]:
             window.act_stop.trigger()
     latencies, continues, gui = [], [], []
+    hops: dict[str, list[float]] = {}
+    from core.client import WorkerProcess
+
+    # Hop timings of each Step: the command carries its send time, the worker echoes its own stamps
+    # with the pause, the client's reader thread stamps the decoded message (one clock: monotonic).
+    deliver = WorkerProcess._deliver
+
+    def fields_of(msg) -> dict:
+        """A message's keys beyond its protocol fields (where the timing stamps travel)."""
+        return msg.extra if hasattr(msg, "extra") else msg
+
+    def stamped(self, msg):
+        t_in = time.monotonic()
+        if isinstance(msg, dict):
+            from core.worker_process import typed
+
+            msg = typed(msg)
+        fields_of(msg)["t_in"] = t_in
+        deliver(self, msg)
+
+    WorkerProcess._deliver = stamped
+    control = window.handle.control
+    pauses: list[dict] = []
+
+    def timed_control(cmd, **args):
+        if cmd in ("step", "continue"):
+            args["extra"] = {"t": time.monotonic()}  # the worker echoes its stamps (core/worker_stepping.py)
+        return control(cmd, **args)
+
+    window.handle.control = timed_control
+    window.handle.sig_step_paused.connect(lambda e: pauses.append(e))
+    inspector_ms: list[float] = []
+    show_node = window.inspector.show_node
+
+    def timed_show_node(*a, **k):
+        t = time.perf_counter()
+        show_node(*a, **k)
+        inspector_ms.append((time.perf_counter() - t) * 1000)
+
+    window.inspector.show_node = timed_show_node
+    ends: list[dict] = []
+    window.handle.sig_step_end.connect(lambda e: ends.append(e))
+    cont_hops: dict[str, list[float]] = {}
     profiler = None
     if profile:
         import cProfile
@@ -167,7 +210,9 @@ def step_latency(steps: int = 60, *, scripts=(MLP, BIG), repeat: int = 1, profil
             conn = session.sig_paused.connect(lambda *_: hit.setdefault("t", True))
             # the pause message reaches the GUI: the session says "paused" before views draw it
             arrived = session.sig_state.connect(lambda s: s == "paused" and hit.setdefault("at", time.perf_counter()))
+            pauses.clear()
             start = time.perf_counter()
+            start_m = time.monotonic()
             window.act_step.trigger()
             while "t" not in hit:
                 app.processEvents()
@@ -175,6 +220,18 @@ def step_latency(steps: int = 60, *, scripts=(MLP, BIG), repeat: int = 1, profil
             end = time.perf_counter()
             latencies.append(end - start)
             gui.append(end - hit.get("at", end))
+            h = fields_of(pauses[-1]).get("hops") if pauses else None
+            if h:
+                at = time.monotonic() - (end - hit.get("at", end))
+                marks = [("press -> command written", start_m, h["cmd"]),
+                         ("pipe -> worker's command thread", h["cmd"], h["read"]),
+                         ("command thread -> engine thread wakes", h["read"], h["woke"]),
+                         ("node runs, hooks, next pre-hook", h["woke"], h["paused"]),
+                         ("step records encoded and sent", h["paused"], h["sent"]),
+                         ("pipe -> app's reader thread decoded", h["sent"], fields_of(pauses[-1])["t_in"]),
+                         ("reader thread -> GUI thread, session says paused", fields_of(pauses[-1])["t_in"], at)]
+                for name, a, b in marks:
+                    hops.setdefault(name, []).append(b - a)
             session.sig_paused.disconnect(conn)
             session.sig_state.disconnect(arrived)
         if profiler is not None:
@@ -183,10 +240,21 @@ def step_latency(steps: int = 60, *, scripts=(MLP, BIG), repeat: int = 1, profil
             cont_profiler = cProfile.Profile()
             cont_profiler.enable()
         start = time.perf_counter()
+        start_m = time.monotonic()
+        ends.clear()
         window.act_continue.trigger()
         wait(session.sig_step_end)  # the view draws the final state when the call ends
         window.graph.viewport().repaint()
         continues.append(time.perf_counter() - start)
+        h = fields_of(ends[-1]).get("hops") if ends else None
+        if h:
+            for name, a, b in [("press -> worker's command thread", start_m, h["read"]),
+                               ("worker: backward runs on, records made", h["read"], h["ran"]),
+                               ("worker: last records and memory sent", h["ran"], h["sent"]),
+                               ("end message -> decoded in the app", h["sent"], fields_of(ends[-1])["t_in"]),
+                               ("app: steps read and final frame drawn", fields_of(ends[-1])["t_in"],
+                                time.monotonic())]:
+                cont_hops.setdefault(name, []).append(b - a)
         if profiler is not None and run == repeat - 1:
             cont_profiler.disable()
     nodes = window.call.node_count
@@ -198,6 +266,13 @@ def step_latency(steps: int = 60, *, scripts=(MLP, BIG), repeat: int = 1, profil
           f"p90 {latencies[int(0.9 * len(latencies))] * 1000:.1f} ms, "
           f"p95 {latencies[int(0.95 * len(latencies))] * 1000:.1f} ms (target < 20 ms median) "
           f"{'OK' if med < 20 else 'OVER'}")
+    for name, values in hops.items():
+        print(f"  hop {name}: median {statistics.median(values) * 1000:.2f} ms, "
+              f"p90 {sorted(values)[int(0.9 * len(values))] * 1000:.2f} ms")
+    WorkerProcess._deliver = deliver
+    if inspector_ms:
+        print(f"  the inspector describing the paused node (drawn after the frame, while the next Step "
+              f"travels): median {statistics.median(inspector_ms):.1f} ms")
     gui.sort()
     print(f"  of which in the GUI (pause message in -> repainted frame): median {statistics.median(gui) * 1000:.1f} ms, "
           f"p95 {gui[int(0.95 * len(gui))] * 1000:.1f} ms")
@@ -221,6 +296,8 @@ def step_latency(steps: int = 60, *, scripts=(MLP, BIG), repeat: int = 1, profil
         "sys.stdout = sys.__stdout__\n"
         "print(best)\n")], capture_output=True, text=True, check=True)
     backward_s = float(plain.stdout.strip().splitlines()[-1])
+    for name, values in cont_hops.items():
+        print(f"  continue hop {name}: median {statistics.median(values) * 1000:.0f} ms")
     continue_s = statistics.median(continues)
     print(f"continue to end (F5 pressed -> final state drawn): median {continue_s:.2f} s of {len(continues)} "
           f"({', '.join(f'{c:.2f}' for c in continues)}) for the remaining nodes, plain backward "

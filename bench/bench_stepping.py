@@ -4,7 +4,9 @@ Run: python bench/bench_stepping.py [--steps N] [--repeat N]. One thread, in thi
 Prints: time from ``run()`` to the first pause (walk + hook install), the median and p95 time
 from ``step()`` to the next paused state (controller and script on two threads, as in the
 worker), and continue-to-end (``resume()`` at the first pause until finished) against a plain
-backward of an identical graph.
+backward of an identical graph, and the ``steps`` message a Continue sends: its JSON size,
+encode and decode times as records holding their previews against each preview sent once
+(``core.step_pack``).
 """
 
 from __future__ import annotations
@@ -97,7 +99,7 @@ def main() -> None:
 
         loss = build_loss(model, inputs)
         t0 = time.perf_counter()
-        step_all([loss], loss.backward)
+        _, records = step_all([loss], loss.backward)
         headless.append(time.perf_counter() - t0)
 
     loss = build_loss(model, inputs)
@@ -127,6 +129,37 @@ def main() -> None:
           f"({end / nodes * 1e6:.0f} us/node)")
     head = statistics.median(headless)
     print(f"step_all (setup + run to end):  {head * 1e3:8.1f} ms = {head / plain_s:.1f}x plain backward")
+    batch_figures(records, args.repeat)
+
+
+def batch_figures(records: list[dict], repeat: int) -> None:
+    """The Continue batch of ``records`` as JSON: each record with its previews, then packed."""
+    import json
+
+    from core.step_pack import pack_records, unpack_steps
+
+    def plain():
+        return {"type": "steps", "call": 0, "records": records}
+
+    def packed():
+        rows, previews = pack_records(records)
+        return {"type": "steps", "call": 0, "records": rows, "previews": previews}
+
+    figures = {}
+    for name, make in (("records", plain), ("packed", packed)):
+        enc, dec = [], []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            data = json.dumps(make(), separators=(",", ":"))
+            t1 = time.perf_counter()
+            unpack_steps(json.loads(data))
+            dec.append(time.perf_counter() - t1)
+            enc.append(t1 - t0)
+        figures[name] = (len(data), statistics.median(enc), statistics.median(dec))
+    (size0, enc0, dec0), (size1, enc1, dec1) = figures["records"], figures["packed"]
+    print(f"Continue's steps message:       {size0 / 1e6:.2f} -> {size1 / 1e6:.2f} MB ({size1 / size0:.2f}x), "
+          f"encode {enc0 * 1e3:.0f} -> {enc1 * 1e3:.0f} ms, decode {dec0 * 1e3:.0f} -> {dec1 * 1e3:.0f} ms "
+          f"(each preview once; median of {repeat})")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from core.run_errors import (  # noqa: F401  (the names callers import from core
     script_problem,
     summary_dict,
 )
+from core.step_pack import unpack_steps
 from core.trace import CallInfo, ErrorInfo, Trace, TraceFormatError, call_from_dict
 from core.worker_process import OUTPUT_TAIL, ROOT, WorkerProcess, typed  # noqa: F401
 
@@ -278,6 +279,8 @@ class WorkerClient:
             return
         if isinstance(msg, protocol.BadMessage):
             run.setdefault("bad_messages", []).append(msg.error)
+        if isinstance(msg, protocol.Steps):  # previews sent once per batch (core.step_pack)
+            unpack_steps({"records": msg.records, "previews": msg.extra.pop("previews", None)})
         if isinstance(msg, protocol.Steps) and self.expand_steps:
             for record in msg.records:
                 self.on_event(protocol.Step(call=msg.call, record=record, extra=dict(msg.extra)))
@@ -371,25 +374,10 @@ def run_capture(path: str, device: str = "cpu", mode: str = "auto", timeout: flo
                 ddp: dict | None = None, memory_rate: float | None = None) -> RunResult:
     """Run one script in a fresh worker and wait for its result (the CLI and tests use this).
     ``memory_rate`` sets the memory samples per second (0: none, when nothing shows them)."""
-    done = threading.Event()
-    box: dict = {}
-
-    def handle(event: protocol._Base) -> None:
-        if on_event is not None:
-            on_event(event)
-        if isinstance(event, protocol.Finished):
-            box["result"] = event.result
-            done.set()
-
-    client = WorkerClient(handle, prestart=False, launcher=launcher)
-    if memory_rate is not None:
-        client.memory_rate = memory_rate
-    try:
-        client.run(path, device=device, mode=mode, timeout=timeout, step=step, seeds=seeds, load=load, ddp=ddp)
-        done.wait()
-        return box["result"]
-    finally:
-        client.close()
+    with capture_run(path, memory_rate=memory_rate, launcher=launcher, device=device, mode=mode,
+                     timeout=timeout, on_event=on_event, step=step, seeds=seeds, load=load,
+                     ddp=ddp) as result:
+        return result
 
 
 @contextmanager

@@ -32,14 +32,16 @@ def short_values(values: dict | None, limit: int = 3) -> str:
     if data is not None:
         if numel == 1:
             return _num(data[0])
-        shown = ", ".join(_num(v) for v in data[:limit])
+        # formatted inline: a Continue labels thousands of edges at once
+        shown = ", ".join([f"{v:.4g}" if isinstance(v, float) else str(v) for v in data[:limit]])
         return f"[{shown}{', …' if len(data) > limit else ''}]"
     mean = values.get("mean")
     if mean is not None:
         return f"{numel} values, mean {_num(mean)}"
     sample = values.get("sample")
     if sample:
-        return f"[{', '.join(_num(v) for v in sample[:limit])}, …] ({numel} values)"
+        shown = ", ".join([f"{v:.4g}" if isinstance(v, float) else str(v) for v in sample[:limit]])
+        return f"[{shown}, …] ({numel} values)"
     return f"{numel} values"
 
 
@@ -118,6 +120,7 @@ class StepTracker:
 
     def __init__(self, call: CallInfo):
         self.call = call
+        self._nodes = call.node_map()
         self.remaining: dict[str, int] = {}
         for n in call.nodes:
             for e in n.next:
@@ -135,7 +138,7 @@ class StepTracker:
 
     def add(self, record: dict) -> None:
         node_id = record.get("node")
-        node = self.call.node(node_id) if node_id else None
+        node = self._nodes.get(node_id) if node_id else None
         if node is None:
             return
         if record.get("error"):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import weakref
 from typing import Any, Callable, Iterable
 
@@ -89,6 +90,7 @@ class BackwardStepper:
         self.state = "idle"  # idle, paused, running, finished, stopped or failed
         self.error: BaseException | None = None
         self._cond = threading.Condition()
+        self.woke = 0.0  # time.monotonic() when a pause last ended (the hop timings of a step)
         self._budget = 0  # nodes allowed to run without pausing
         self._free = False
         self._target: str | None = None
@@ -256,6 +258,7 @@ class BackwardStepper:
         with self._cond:
             while self.state == "paused" and not self._stop:
                 self._cond.wait()
+            self.woke = time.monotonic()
             self._pending = None
             if self._stop:
                 raise StepperStopped(f"stopped before {nid}")

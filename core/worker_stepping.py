@@ -12,6 +12,8 @@ from __future__ import annotations
 import time
 
 from core import protocol
+from core.step_pack import pack_records
+from core.switch_interval import quick_switch
 from core.trace import call_to_dict
 
 STEP_BATCH, STEP_BATCH_S = 1000, 0.05  # finished nodes are sent at least this often
@@ -60,6 +62,8 @@ class Stepping:
         """Drive the paused backward from the command thread."""
         stepper = self.stepper
         kind = cmd["cmd"]
+        if "t" in cmd:  # the app times this command's round trip: stamps echoed with the next pause
+            self._hops = {"cmd": cmd["t"], "read": time.monotonic()}
         debug = self.debug
         if debug is not None and kind in ("next_call", "resume_all"):
             if kind == "next_call":
@@ -92,8 +96,8 @@ class Stepping:
         self._steps.append(record)
         self._memory_due = record.get("index")
         running_on = self.stepper is not None and self.stepper.running_on
-        if len(self._steps) >= STEP_BATCH or time.perf_counter() - self._steps_since > (
-                STEP_BATCH_RUN_ON_S if running_on else STEP_BATCH_S):
+        every = STEP_BATCH_RUN_ON_S if running_on else STEP_BATCH_S
+        if len(self._steps) >= STEP_BATCH or time.perf_counter() - self._steps_since > every:
             self._flush_steps(index)
 
     def _flush_steps(self, index: int) -> None:
@@ -101,11 +105,23 @@ class Stepping:
             if self.stepper is not None:
                 self.stepper.settle()  # previews of a run-on are read in batches: fill them before sending
             records, self._steps = self._steps, []
-            self.channel.send(protocol.Steps(call=index, records=records).to_dict())
+            # each gradient preview once per batch (core.step_pack; the app's reader unpacks it)
+            records, previews = pack_records(records)
+            msg = protocol.Steps(call=index, records=records)
+            msg.extra["previews"] = previews
+            self.channel.send(msg.to_dict())
 
     def _on_pause(self, index: int, pending: dict) -> None:
+        hops, self._hops = getattr(self, "_hops", None), None
+        if hops is not None:
+            hops["woke"] = self.stepper.woke if self.stepper is not None else 0.0
+            hops["paused"] = time.monotonic()
         self._flush_steps(index)
-        self.channel.send(protocol.StepPaused(call=index, pending=pending).to_dict())
+        msg = protocol.StepPaused(call=index, pending=pending)
+        if hops is not None:
+            hops["sent"] = time.monotonic()
+            msg.extra["hops"] = hops
+        self.channel.send(msg.to_dict())
         self._step_memory(index)
 
     def _step_memory(self, index: int) -> None:
@@ -164,15 +180,24 @@ class Stepping:
             for early in self._early:
                 self.control_step(early)
             self._early.clear()
+            quick_switch(True, "worker")  # the hops of a Step cross threads: see core.switch_interval
             try:
                 return stepper.run()
             finally:
+                quick_switch(False, "worker")
+                hops, self._hops = getattr(self, "_hops", None), None
+                if hops is not None:
+                    hops["ran"] = time.monotonic()
                 self._flush_steps(index)
                 self.stepper = None
                 self._step_memory(index)
                 err = stepper.error
-                send(protocol.StepEnd(call=index, state=stepper.state,
-                                      error=None if err is None or stepper.state == "stopped"
-                                      else {"type": type(err).__name__, "message": str(err)}).to_dict())
+                end = protocol.StepEnd(call=index, state=stepper.state,
+                                       error=None if err is None or stepper.state == "stopped"
+                                       else {"type": type(err).__name__, "message": str(err)})
+                if hops is not None:
+                    hops["sent"] = time.monotonic()
+                    end.extra["hops"] = hops
+                send(end.to_dict())
 
         return hook

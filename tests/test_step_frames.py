@@ -136,8 +136,12 @@ def test_continue_ends_where_stepping_every_node_ends(qtbot, window, tmp_path):
     continued = _finish(qtbot, window, window.act_continue.trigger)
     qtbot.waitUntil(lambda: session.state == "paused" and session.step_call.index == 1, timeout=30_000)
 
+    from core.switch_interval import stepping_switch
+
+    assert stepping_switch()  # paused: a 0.5 ms GIL switch interval (core/switch_interval.py)
     window.act_stop.trigger()  # and a new debug run, paused before call 0's first node
     qtbot.waitUntil(lambda: not window.handle.running, timeout=10_000)
+    qtbot.waitUntil(lambda: not stepping_switch(), timeout=10_000)  # stopped: the default is back
     with qtbot.waitSignal(session.sig_paused, timeout=60_000):
         window.act_debug.trigger()
     assert session.step_call.index == 0 and session.steps == []
