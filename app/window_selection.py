@@ -80,8 +80,11 @@ class SelectionWiring:
     def _on_scene_ready(self, _call_id: str = "") -> None:
         self._update_zoom_label()
         if self.call is not None and self.session.selected is None and self.call.roots:
-            # Describe the root (the loss) without moving the fitted view.
-            self.inspector.show_node(self.call, self.call.roots[0])
+            # Describe, without moving the fitted view, the node a failed call is about (the one
+            # whose saved tensor was changed in place), else the root (the loss).
+            call = self.call
+            stale = next((n.id for n in call.nodes if n.stale is not None), None) if call.error else None
+            self.inspector.show_node(call, stale or call.roots[0])
         self.sig_trace_shown.emit()
 
     def _select_call_index(self, index: int) -> None:

@@ -167,6 +167,10 @@ def test_step_continue_and_replay(qtbot, window):
 
 def test_stepping_stops_at_the_inplace_error(qtbot, window):
     _open(qtbot, window, EXAMPLES / "08_inplace_error.py")
+    # The failed call opens on the node it is about, without selecting it (the view stays fitted).
+    text = window.inspector.text()
+    assert "SigmoidBackward0" in text and "SumBackward0" not in text.split("\n")[0]
+    assert window.graph.shown_selection() is None
     with qtbot.waitSignal(window.handle.sig_step_end, timeout=60_000) as blocker:
         window.act_continue.trigger()
     assert blocker.args[0]["state"] == "failed"
