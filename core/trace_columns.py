@@ -31,7 +31,7 @@ from core.trace import (FORMAT, VERSION, CallInfo, Edge, ErrorInfo, GradInfo, Me
 from core.column_pack import (bulk_ok, column_hint, dict_maker, ints_in, pack_column, pack_ints,  # noqa: I001
                               pack_mask, packed_unsigned, split, spread, typed_ok, unpack_floats, unpack_ints,
                               unpack_mask)
-from core.trace_json import _CHECKS, _short
+from core.trace_json import _CHECKS, _short, check_links
 
 MAGIC = "backprop-studio-columns"
 COLUMNS_VERSION = 1
@@ -423,30 +423,7 @@ class ColumnReader:
         return ".".join(reversed(parts))
 
     def _check_links(self, call: CallInfo, where: str) -> None:
-        prefix = f"{where}." if where else ""
-        ids = set(map(attrgetter("id"), call.nodes))
-        if len(ids) != len(call.nodes):
-            seen: set = set()
-            for i, node in enumerate(call.nodes):
-                if node.id in seen:
-                    self.fail(f"{prefix}nodes[{i}].id", f"node id '{node.id}' appears twice")
-                seen.add(node.id)
-        if len(set(map(attrgetter("id"), call.tensors))) != len(call.tensors):
-            seen = set()
-            for i, t in enumerate(call.tensors):
-                if t.id in seen:
-                    self.fail(f"{prefix}tensors[{i}].id", f"tensor id '{t.id}' appears twice")
-                seen.add(t.id)
-        for i, root in enumerate(call.roots):
-            if root not in ids:
-                self.fail(f"{prefix}roots[{i}]", f"node '{root}' is not in the call's nodes")
-        targets = set(map(attrgetter("node"), filter(None, chain.from_iterable(map(attrgetter("next"), call.nodes)))))
-        if not targets <= ids:
-            for i, node in enumerate(call.nodes):
-                for j, e in enumerate(node.next):
-                    if e is not None and e.node not in ids:
-                        self.fail(f"{prefix}nodes[{i}].next[{j}]", f"node '{e.node}' is not in the call's nodes")
-
+        check_links(call, f"{where}." if where else "", self.fail)
 
 def decode(data: bytes, source: str = "trace") -> Trace | CallInfo:
     reader = ColumnReader(source)

@@ -10,7 +10,9 @@ a ``TraceFormatError``. The format is described in ``docs/trace-format.md``.
 from __future__ import annotations
 
 from dataclasses import MISSING, fields
-from typing import Any
+from itertools import chain
+from operator import attrgetter
+from typing import Any, Callable
 
 from core.trace import (FORMAT, VERSION, CallInfo, Edge, ErrorInfo, GradInfo, MemorySample, NodeInfo, Saved,
                         Stale, StorageInfo, TensorInfo, Trace, TraceFormatError, Values, _fast_spec, paused_gc)
@@ -188,26 +190,7 @@ class _Reader:
                 "edge_grads": self.grad_lists,
             },
         )
-        ids = {n.id for n in c.nodes}
-        if len(ids) != len(c.nodes):
-            seen: set[str] = set()
-            for i, n in enumerate(c.nodes):
-                if n.id in seen:
-                    self.fail(f"{p}.nodes[{i}].id", f"node id '{n.id}' appears twice")
-                seen.add(n.id)
-        if len({t.id for t in c.tensors}) != len(c.tensors):
-            seen = set()
-            for i, t in enumerate(c.tensors):
-                if t.id in seen:
-                    self.fail(f"{p}.tensors[{i}].id", f"tensor id '{t.id}' appears twice")
-                seen.add(t.id)
-        for i, root in enumerate(c.roots):
-            if root not in ids:
-                self.fail(f"{p}.roots[{i}]", f"node '{root}' is not in the call's nodes")
-        for i, n in enumerate(c.nodes):
-            for j, e in enumerate(n.next):
-                if e is not None and e.node not in ids:
-                    self.fail(f"{p}.nodes[{i}].next[{j}]", f"node '{e.node}' is not in the call's nodes")
+        check_links(c, f"{p}.", self.fail)
         return c
 
     def value_map(self, d, p):
@@ -465,3 +448,31 @@ def _read(data: Any, r: "_Reader") -> Trace:
             "memory": lambda v, q: r.lst(r.memory, v, q.lstrip(".")),
         },
     )
+
+
+def check_links(call: CallInfo, prefix: str, fail: Callable[[str, str], None]) -> None:
+    """Ids are unique and every root and edge names a node of ``call``; ``fail(path, what)`` is
+    called on the first that is not (``prefix`` leads each path, e.g. ``"calls[0]."``). Whole
+    columns are checked at once; rows are walked only to name the field that is wrong."""
+    ids = set(map(attrgetter("id"), call.nodes))
+    if len(ids) != len(call.nodes):
+        seen: set = set()
+        for i, node in enumerate(call.nodes):
+            if node.id in seen:
+                fail(f"{prefix}nodes[{i}].id", f"node id '{node.id}' appears twice")
+            seen.add(node.id)
+    if len(set(map(attrgetter("id"), call.tensors))) != len(call.tensors):
+        seen = set()
+        for i, t in enumerate(call.tensors):
+            if t.id in seen:
+                fail(f"{prefix}tensors[{i}].id", f"tensor id '{t.id}' appears twice")
+            seen.add(t.id)
+    for i, root in enumerate(call.roots):
+        if root not in ids:
+            fail(f"{prefix}roots[{i}]", f"node '{root}' is not in the call's nodes")
+    targets = set(map(attrgetter("node"), filter(None, chain.from_iterable(map(attrgetter("next"), call.nodes)))))
+    if not targets <= ids:
+        for i, node in enumerate(call.nodes):
+            for j, e in enumerate(node.next):
+                if e is not None and e.node not in ids:
+                    fail(f"{prefix}nodes[{i}].next[{j}]", f"node '{e.node}' is not in the call's nodes")
