@@ -224,32 +224,29 @@ class ValueBatch:
     @classmethod
     def _flush_in_place(cls, items) -> None:
         """Tensors of one shape reduced one by one without a copy, with one host copy for all."""
-        try:
-            stats = _plain_list(torch.stack([_one_stats(t) for _, _, t, _, _ in items]).reshape(-1))
-            count = items[0][3]
-            heads = torch.stack([_flat_head(t, count) for _, _, t, _, _ in items])
-            width = heads.shape[1]
-            samples = _plain_list(heads.reshape(-1))
-        except Exception:
-            for target, key, t, count, _ in items:
-                cls._flush_one(target, key, t, count)
-            return
-        for i, (target, key, t, _, _) in enumerate(items):
-            target[key] = fast_new(Values, {"numel": t.numel(), "sample": samples[i * width:(i + 1) * width],
-                                            "min": stats[3 * i], "max": stats[3 * i + 1], "mean": stats[3 * i + 2]})
+        cls._flush_rows(items, lambda: (torch.stack([_one_stats(t) for _, _, t, _, _ in items]),
+                                        torch.stack([_flat_head(t, items[0][3]) for _, _, t, _, _ in items])))
 
     @classmethod
     def _flush_stacked(cls, items, approx: bool) -> None:
-        try:
+        def reduce():
             rows = torch.stack([r.reshape(-1) for *_, r in items])
-            stats = _plain_list(_reduce_rows(rows).reshape(-1))
-            count = items[0][3]
             if approx:  # the preview's first values come from the tensors, not the sample
-                heads = torch.stack([_flat_head(t, count) for _, _, t, _, _ in items])
+                heads = torch.stack([_flat_head(t, items[0][3]) for _, _, t, _, _ in items])
             else:
-                heads = rows[:, :count]
+                heads = rows[:, :items[0][3]]
+            return _reduce_rows(rows), heads
+
+        cls._flush_rows(items, reduce, approx)
+
+    @classmethod
+    def _flush_rows(cls, items, reduce, approx: bool = False) -> None:
+        """Values of same-shape tensors from ``reduce()``: their (min, max, mean) rows and their
+        first values' rows, each read to the host at once; one by one where that fails."""
+        try:
+            stats, heads = reduce()
             width = heads.shape[1]
-            samples = _plain_list(heads.reshape(-1))
+            stats, samples = _plain_list(stats.reshape(-1)), _plain_list(heads.reshape(-1))
         except Exception:
             for target, key, t, count, _ in items:
                 cls._flush_one(target, key, t, count)
