@@ -33,6 +33,7 @@ from core.client import WorkerClient, run_capture  # noqa: E402
 from core.launchers import from_command  # noqa: E402
 from core.trace import Trace, paused_gc  # noqa: E402
 from core.trace_columns import ColumnReader, encode_lines  # noqa: E402
+from bench.send_trace import as_the_worker_holds_it  # noqa: E402
 
 EXAMPLES = [("4,802 nodes", ROOT / "resources/examples/50_big_residual_mlp.py"),
             ("50,000 nodes", ROOT / "resources/examples/51_huge_residual_mlp.py")]
@@ -121,7 +122,7 @@ def main() -> None:
         if not trace_file.is_file():
             result = run_capture(str(script), timeout=900)
             result.trace.save(trace_file)
-        trace = Trace.load(trace_file)
+        trace = as_the_worker_holds_it(Trace.load(trace_file))
         cpu = in_process(trace, codecs)
         print(f"\n{label}, in one process (CPU seconds; MB):")
         print(f"  {'encoding':<9}{'raw MB':>8}{'encode':>8}{'decode':>8}" +

@@ -17,9 +17,20 @@ from core.wire import PROTOCOL_VERSION, pick_codec  # noqa: E402
 from core.worker import Channel  # noqa: E402
 
 
+def as_the_worker_holds_it(trace: Trace) -> Trace:
+    """``trace`` with each leaf's gradient preview the very object of its tensor's ``grad.values``,
+    as the worker builds it (core.call_record); a trace read from a file holds equal copies."""
+    for call in trace.calls:
+        grads = {t.name: t.grad.values for t in call.tensors if t.name and t.grad is not None}
+        for name, values in call.leaf_grads.items():
+            if grads.get(name) == values:
+                call.leaf_grads[name] = grads[name]
+    return trace
+
+
 def main() -> None:
     path, codec = sys.argv[1], sys.argv[2]
-    trace = Trace.load(path)
+    trace = as_the_worker_holds_it(Trace.load(path))
     channel = Channel(os.dup(1))
     channel.send({"type": "hello", "pid": os.getpid(), "protocol": PROTOCOL_VERSION, "devices": []})
     cmd = json.loads(sys.stdin.readline())  # the run command

@@ -1,4 +1,5 @@
-"""A short GIL switch interval while a user steps backward node by node.
+"""A short GIL switch interval while a user steps backward node by node, and while a big
+message travels in a compressed frame.
 
 CPython hands the GIL from a busy thread to a waiting one only every ``sys.getswitchinterval()``
 (5 ms by default). A Step crosses four threads (the app's GUI and pipe-reader threads, the
@@ -6,7 +7,11 @@ worker's command and script threads); whenever another thread of the same proces
 that moment (the GUI drawing the last frame, the worker's memory sampler), the hop waits for
 the interval. While a debug session is paused or stepping, both processes use a 0.5 ms
 interval instead, so such a hop costs at most half a millisecond; the default comes back when
-stepping ends (a plain run pays no extra switches). Standard library only.
+stepping ends (a plain run pays no extra switches). A frame (core.wire) crosses two threads
+on each side, one encoding or decoding columns, the other compressing and writing, or reading,
+the next chunk: with the default interval each chunk's writer waited up to 5 ms for the GIL and
+the link idled; the worker and the app use the short interval while a frame is sent or read.
+Standard library only.
 """
 
 from __future__ import annotations

@@ -32,10 +32,11 @@ import zlib
 from typing import Callable, Iterable, Iterator
 
 # Imported now, not when first needed: while a script runs, the worker hides the app's modules.
+from core.switch_interval import quick_switch
 from core.trace import CallInfo, Trace, TraceFormatError, call_to_dict, paused_gc
 from core.trace_columns import ColumnReader, encode_lines
 
-PROTOCOL_VERSION = 2  # bumped whenever a message changes meaning; both ends must agree
+PROTOCOL_VERSION = 3  # bumped whenever a message changes meaning; both ends must agree
 CHUNK = 1 << 20  # raw bytes compressed at a time
 FRAME_MIN_BYTES = 64 * 1024  # smaller messages travel as plain JSON lines
 COLUMNS_FIRST = 64 * 1024  # raw bytes of a columnar frame's first batch, then of each next one:
@@ -371,8 +372,11 @@ class StreamDecoder:
         if self._gc is None:
             self._gc = gc.isenabled()
             gc.disable()
+            quick_switch(True, "frame")  # the read-ahead thread drains the pipe while this one decodes
 
     def _resume_gc(self) -> None:
+        if self._gc is not None:
+            quick_switch(False, "frame")
         if self._gc:
             gc.enable()
         self._gc = None

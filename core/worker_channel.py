@@ -17,6 +17,7 @@ import threading
 from itertools import chain
 
 from core import wire
+from core.switch_interval import quick_switch
 from core.trace import paused_gc
 
 PRIVATE_FD_MIN = 600  # the protocol and command descriptors live above what scripts touch
@@ -98,12 +99,18 @@ class Channel:
             except OSError:
                 self.broken = True
                 return
-            writer = threading.Thread(target=write, name="frame-writer", daemon=True)
-            writer.start()
-            for chunk in chunks:
-                out.put(chunk)
-            out.put(None)
-            writer.join()
+            # The writer thread wakes for every chunk while this thread encodes: with the default
+            # 5 ms switch interval each wake waits that long for the GIL and the link idles.
+            quick_switch(True, "frame")
+            try:
+                writer = threading.Thread(target=write, name="frame-writer", daemon=True)
+                writer.start()
+                for chunk in chunks:
+                    out.put(chunk)
+                out.put(None)
+                writer.join()
+            finally:
+                quick_switch(False, "frame")
             self.broken = self.broken or bool(failed)
 
     def _send_fallback(self, data: bytes) -> None:

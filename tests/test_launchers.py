@@ -147,7 +147,7 @@ def test_trace_and_step_through_launcher(launcher, tmp_path):
     steps = [e["record"]["name"] for e in events if e.get("type") == "step"]
     assert steps == ["SumBackward0", "MulBackward0", "AccumulateGrad", "AccumulateGrad"]
     hello = next(e for e in events if e.get("type") == "hello")
-    assert hello["protocol"] == 2 and "zlib" in hello["codecs"]
+    assert hello["protocol"] == 3 and "zlib" in hello["codecs"]
 
 
 def test_stop_ends_the_remote_process_group(launcher, tmp_path):
@@ -265,7 +265,7 @@ def test_protocol_version_mismatch_is_refused(tmp_path):
     result = run_capture(str(script), launcher=launcher, timeout=20, on_event=events.append)
     err = result.trace.error
     assert err.type == "ProtocolMismatch"
-    assert "the worker on old-box speaks protocol version 999, this app speaks version 2" in err.message
+    assert "the worker on old-box speaks protocol version 999, this app speaks version 3" in err.message
     assert any(e.get("type") == "refused" for e in events)
 
 

@@ -414,3 +414,103 @@ def test_read_ahead_keeps_reading_while_the_caller_decodes():
 
     with pytest.raises(OSError, match="pipe gone"):
         list(wire.read_ahead(broken()))
+
+
+def _call_with_leaf_grads(shared: bool):
+    """A call whose leaves have grads; its ``leaf_grads`` hold those very previews (as the worker
+    builds them) when ``shared``, equal copies otherwise; one leaf gradient is only in the map."""
+    call = residual_mlp_call(blocks=40)
+    rng = random.Random(7)
+    tensors = [replace(t, grad=GradInfo(shape=list(t.shape), values=Values(
+        numel=t.values.numel, sample=[rng.uniform(-1, 1) for _ in range(8)], min=-1.0, max=1.0, mean=0.0)))
+        if t.name != "x" else t for t in call.tensors]
+    leaf = {t.name: (t.grad.values if shared else replace(t.grad.values)) for t in tensors if t.grad is not None}
+    leaf["extra"] = Values(numel=1, data=[2.5])
+    return replace(call, tensors=tensors, leaf_grads=leaf)
+
+
+def test_a_leafs_gradient_travels_once_as_a_row_of_its_tensors_grads():
+    shared, copied = _call_with_leaf_grads(True), _call_with_leaf_grads(False)
+    data = tc.encode(shared)
+    refs = _kinds(data)["leaf_grads"]
+    assert refs[0] == "refs"
+    rows = column_pack.unpack_ints(refs[1])
+    assert rows.count(-1) == 1 and sorted(r for r in rows if r >= 0) == list(range(len(rows) - 1))
+    assert "leaf_grads#keys" in _kinds(data) and "leaf_grads.sample" not in _kinds(data)  # only "extra"'s data
+    back = tc.decode(data, "call")
+    assert back == shared == copied
+    grads = {t.name: t.grad.values for t in back.tensors if t.grad is not None}
+    assert all(back.leaf_grads[name] is values for name, values in grads.items())  # one object, as sent
+    assert back.leaf_grads["extra"].data == [2.5]
+    copied_data = tc.encode(copied)
+    assert "refs" not in {kind for kind, _ in _kinds(copied_data).values()}
+    assert len(data) < 0.85 * len(copied_data)
+
+
+@pytest.mark.parametrize("rows, message", [("b:/w==", "expected row numbers"),  # -1 alone: no own row sent
+                                           ("B:/w==", "refers to rows that 'tensors.grad.values' does not have"),
+                                           ("b:/g==", "expected row numbers")])
+def test_leaf_gradient_rows_that_are_wrong_are_named(rows, message):
+    items = _columns(tc.encode(_call_with_leaf_grads(True)))
+    (item,) = [i for i in items if i[0] == "leaf_grads" and i[1] == "refs"]
+    count = len(column_pack.unpack_ints(item[2]))
+    if rows == "b:/w==":  # as many rows as keys, all -1: the own table holds one row, not all of them
+        item[2] = column_pack.pack_ints([-1] * count)
+        message = r"expected \d+ rows, got 1"
+    elif rows == "B:/w==":
+        item[2] = column_pack.pack_ints([255] * count)
+    else:
+        item[2] = column_pack.pack_ints([-2] * count)
+    with pytest.raises(TraceFormatError, match=rf"field 'leaf_grads[^']*': {message}"):
+        tc.decode(_join(items), "call")
+
+
+def test_floats_that_are_float32_travel_in_four_bytes_and_come_back_equal():
+    singles = [struct.unpack("<f", struct.pack("<f", x))[0] for x in (0.1, -2.5e-8, 3.4e38, 1.0, -0.0)]
+    packed = pack_floats(singles)
+    assert packed.startswith("f:") and len(column_pack.unb64(packed[2:])) == 4 * len(singles)
+    back = column_pack.unpack_floats(packed, len(singles))
+    assert back == singles and struct.pack("<5d", *back) == struct.pack("<5d", *singles)  # -0.0 stays -0.0
+    for doubles in ([0.1], [float("nan")], [1e300], [5e-324], singles + [0.1]):  # not all exact in 4 bytes
+        packed = pack_floats(doubles)
+        assert not packed.startswith("f:") and len(column_pack.unb64(packed)) == 8 * len(doubles)
+        assert struct.pack(f"<{len(doubles)}d", *column_pack.unpack_floats(packed, len(doubles))) == \
+            struct.pack(f"<{len(doubles)}d", *doubles)
+    assert column_pack.unpack_floats("f:" + column_pack.b64(b"\0" * 6), None) is None  # not whole floats
+    assert column_pack.unpack_floats(pack_floats(singles), 4) is None  # not the count asked for
+
+
+def test_a_frame_is_sent_and_read_with_a_short_switch_interval(monkeypatch):
+    """The writer thread and the read-ahead thread get the GIL within half a millisecond while a
+    frame travels; the interval in force before comes back after it, also for a frame cut off."""
+    from core import switch_interval
+
+    before = sys.getswitchinterval()
+    seen = []
+    real = wire.chunk_packer
+
+    def packer(codec):
+        pack = real(codec)
+        return lambda batch: (seen.append(sys.getswitchinterval()), pack(batch))[1]
+
+    monkeypatch.setattr(wire, "chunk_packer", packer)
+    read_fd, write_fd = os.pipe()
+    out = bytearray()
+    reader = threading.Thread(target=lambda: [out.extend(b) for b in iter(lambda: os.read(read_fd, 65536), b"")])
+    reader.start()
+    channel = Channel(write_fd)
+    channel.codec, channel.columns = "zlib", True
+    channel.send({"type": "call_trace", "call": residual_mlp_call(blocks=20), "run": 1})
+    os.close(write_fd)
+    reader.join(30)
+    os.close(read_fd)
+    assert seen and set(seen) == {min(before, switch_interval.STEP_SWITCH_S)}
+    assert sys.getswitchinterval() == before
+    during = []
+    decoder = wire.StreamDecoder(lambda msg: during.append(sys.getswitchinterval()))
+    decoder.feed(bytes(out[: len(out) // 2]))
+    assert sys.getswitchinterval() == min(before, switch_interval.STEP_SWITCH_S) and decoder.partial
+    decoder.close()  # the connection dropped mid-frame
+    assert sys.getswitchinterval() == before
+    wire.StreamDecoder(lambda msg: during.append(sys.getswitchinterval())).feed(bytes(out))
+    assert during == [before]  # restored before the message is handed on
