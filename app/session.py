@@ -442,8 +442,13 @@ def settle_heap(trace: Trace | None) -> bool:
     collection walks them all, seconds later, wherever it lands (in a fold, in a step). Collecting
     here, while the trace is being opened anyway, and freezing what survives keeps later
     collections to the objects made since; the previous trace's frozen objects are unfrozen first,
-    so what it leaves behind is still collected."""
+    so what it leaves behind is still collected. A small trace (or none) after a big one unfreezes
+    and collects without freezing: frozen objects in reference cycles are never collected, and
+    the big trace's (its view's items, the run that carried it) would stay in memory for good."""
     if trace is None or sum(len(c.nodes) for c in trace.calls) < SETTLE_NODES:
+        if gc.get_freeze_count():
+            gc.unfreeze()
+            gc.collect()
         return False
     gc.unfreeze()
     gc.collect()

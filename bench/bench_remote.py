@@ -9,13 +9,17 @@ Run: python bench/bench_remote.py [--repeat N] [--traces DIR]. Each example is c
   Channel) behind a local launcher, straight through a pipe and through ``pv -L 10m`` (a
   10 MiB/s link) where pv is installed, in each encoding and codec. Times run from the sender
   starting to encode to the app holding the decoded Trace (median of N runs); "wire" is what
-  the compressed bytes alone take at 10 MiB/s, and "x wire" the ratio of the two.
+  the compressed bytes alone take at 10 MiB/s, and "x wire" the ratio of the two. "pv, pinned"
+  holds the sender and pv to one CPU and the app to another, as on two machines with a core
+  each (where taskset is installed): both ends no longer take turns on the same cores.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
+import os
 import shlex
 import shutil
 import statistics
@@ -40,13 +44,22 @@ EXAMPLES = [("4,802 nodes", ROOT / "resources/examples/50_big_residual_mlp.py"),
 RATE = 10 * 1024 * 1024
 
 
+def can_pin() -> bool:
+    """Two CPUs and ``taskset``: the sender and the app can each be held to a core of its own."""
+    return hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) >= 2 and shutil.which("taskset") is not None
+
+
 def send_once(trace_file: Path, codec: str, throttle: bool, encoding: str = "columns",
-              script: Path = EXAMPLES[0][1]) -> tuple[float, int, int]:
-    """One transfer; ``script`` is what the app asks to run (its text travels; the stand-in sends the trace)."""
-    sender = f"{shlex.quote(sys.executable)} {shlex.quote(str(ROOT / 'bench/send_trace.py'))} " \
+              script: Path = EXAMPLES[0][1], pinned: bool = False) -> tuple[float, int, int]:
+    """One transfer; ``script`` is what the app asks to run (its text travels; the stand-in sends the trace).
+    ``pinned``: the sender (and pv) on the first CPU, this process on the second, as on two
+    machines with one core each, instead of both ends sharing every core."""
+    cpus = sorted(os.sched_getaffinity(0)) if pinned else []
+    on = f"taskset -c {cpus[0]} " if pinned else ""
+    sender = f"{on}{shlex.quote(sys.executable)} {shlex.quote(str(ROOT / 'bench/send_trace.py'))} " \
              f"{shlex.quote(str(trace_file))} {codec} {encoding}"
     if throttle:
-        sender += " | pv -q -L 10m"
+        sender += f" | {on}pv -q -L 10m"
     launcher = from_command(f"sh -c {shlex.quote(sender)}", name="bench", compress=codec)
     done = threading.Event()
     box: dict = {"bytes": 0, "raw": 0}
@@ -61,19 +74,35 @@ def send_once(trace_file: Path, codec: str, throttle: bool, encoding: str = "col
             box["result"] = e["result"]
             done.set()
 
-    client = WorkerClient(on_event, prestart=False, launcher=launcher)
-    client.run(str(script), timeout=600)
-    done.wait(600)
-    client.close()
+    if pinned:
+        os.sched_setaffinity(0, {cpus[1]})  # threads started from here on (the client's readers) inherit it
+    try:
+        client = WorkerClient(on_event, prestart=False, launcher=launcher)
+        client.run(str(script), timeout=600)
+        done.wait(600)
+        client.close()
+    finally:
+        if pinned:
+            os.sched_setaffinity(0, cpus)
     assert box["result"].trace.error is None, box["result"].trace.error
-    return box["t1"] - box["t0"], box["bytes"], box["raw"]
+    # A big frame freezes the heap when it ends (core.wire); the app unfreezes and collects when
+    # the next trace opens (app.session.settle_heap): so does each run here, after its timing.
+    took, sent, raw = box["t1"] - box["t0"], box["bytes"], box["raw"]
+    box.clear()
+    gc.unfreeze()
+    gc.collect()
+    return took, sent, raw
 
 
-def compress(data: bytes, codec: str) -> tuple[bytes, float]:
+def compress(data: bytes, codec: str) -> tuple[bytes, float, float]:
+    """The data compressed in chunks as a frame is, with the CPU seconds to compress and to decompress it."""
     t0 = time.process_time()
     packer = wire.Packer(codec)
     out = b"".join(packer.cut(data[at:at + wire.CHUNK]) for at in range(0, len(data), wire.CHUNK)) + packer.end()
-    return out, time.process_time() - t0
+    t1 = time.process_time()
+    dec = wire.decompressor(codec)
+    assert b"".join(dec.decompress(out[at:at + wire.CHUNK]) for at in range(0, len(out), wire.CHUNK)) == data
+    return out, t1 - t0, time.process_time() - t1
 
 
 def in_process(trace: Trace, codecs: list[str]) -> dict:
@@ -101,8 +130,8 @@ def in_process(trace: Trace, codecs: list[str]) -> dict:
     out["columns"] = {"encode": t1 - t0, "decode": t3 - t1, "parse": t2 - t1, "build": t3 - t2, "raw": len(data)}
     for name, raw in (("json", text), ("columns", data)):
         for codec in codecs:
-            packed, seconds = compress(raw, codec)
-            out[name][codec] = (len(packed), seconds)
+            packed, seconds, back = compress(raw, codec)
+            out[name][codec] = (len(packed), seconds, back)
     return out
 
 
@@ -131,7 +160,7 @@ def main() -> None:
             c = cpu[name]
             row = f"  {name:<9}{c['raw'] / 1e6:>8.1f}{c['encode']:>8.2f}{c['decode']:>8.2f}"
             for codec in codecs:
-                size, seconds = c[codec]
+                size, seconds, _ = c[codec]
                 row += f"{size / 1e6:>10.2f}{seconds:>9.2f}{size / RATE:>10.2f}s"
             print(row)
         col = cpu["columns"]
@@ -139,15 +168,23 @@ def main() -> None:
               f"{col['encode'] + col['decode']:.2f} s against the zlib wire's {col['zlib'][0] / RATE:.2f} s "
               f"({(col['encode'] + col['decode']) / (col['zlib'][0] / RATE):.2f}x); JSON's "
               f"{cpu['json']['encode'] + cpu['json']['decode']:.2f} s against {cpu['json']['zlib'][0] / RATE:.2f} s")
+        for codec in codecs:
+            size, packs, unpacks = col[codec]
+            print(f"  {codec}: the worker's side {col['encode']:.2f} s encoding + {packs:.2f} s compressing (on its "
+                  f"writer thread), the app's {unpacks:.2f} s decompressing + {col['decode']:.2f} s decoding, "
+                  f"against {size / RATE:.2f} s on the link")
         print(f"\n{label}, end to end (median of {args.repeat}):")
         print(f"  {'link':<11}{'encoding':<9}{'codec':<6}{'bytes sent':>12}{'seconds':>9}{'wire':>8}{'x wire':>8}")
-        for throttle in ([False, True] if pv else [False]):
+        links = [(False, False)] + ([(True, False)] if pv else []) + ([(True, True)] if pv and can_pin() else [])
+        for throttle, pinned in links:
             cases = [("json", "zlib"), ("columns", "zlib")] + ([("columns", "zstd")] if "zstd" in codecs else [])
+            if pinned:
+                cases = cases[1:]
             for encoding, codec in cases:
-                runs = [send_once(trace_file, codec, throttle, encoding, script) for _ in range(args.repeat)]
+                runs = [send_once(trace_file, codec, throttle, encoding, script, pinned) for _ in range(args.repeat)]
                 seconds = statistics.median(r[0] for r in runs)
                 sent = runs[0][1]
-                link = "pv -L 10m" if throttle else "pipe"
+                link = ("pv, pinned" if pinned else "pv -L 10m") if throttle else "pipe"
                 ratio = f"{seconds / (sent / RATE):.2f}x" if throttle else ""
                 print(f"  {link:<11}{encoding:<9}{codec:<6}{sent:>12,}{seconds:>8.2f}s{sent / RATE:>7.2f}s{ratio:>8}")
                 sys.stdout.flush()

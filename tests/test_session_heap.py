@@ -37,5 +37,14 @@ def test_big_trace_freezes_what_survives_and_releases_it_at_the_next_one():
         # The next big trace unfreezes first, so the previous heap's garbage goes.
         assert settle_heap(Trace(calls=[residual_mlp_call(blocks)]))
         assert ref() is None
+
+        # A small trace after a big one unfreezes and collects, and freezes nothing.
+        holder.append(Cycle())
+        holder[0].me = holder[0]
+        ref = weakref.ref(holder[0])
+        gc.freeze()
+        holder.clear()
+        assert not settle_heap(Trace(calls=[mul_call()]))
+        assert ref() is None and gc.get_freeze_count() == 0
     finally:
         gc.unfreeze()
