@@ -66,8 +66,13 @@ def _step(args) -> int:
     step = {"call": args.call, "mode": "all"}
     if args.breakpoint is not None:
         step["line"] = args.breakpoint
+    options = worker_options(args)
+    if options.get("ddp"):
+        print(f"backprop-studio step: stepping runs the DDP script as one process, rank 0 of a world of 1 "
+              f"(as torchrun --nproc_per_node=1 starts it); 'trace --nproc {options['ddp']['nproc']}' "
+              f"captures every rank", file=sys.stderr)
     result = run_capture(str(script), device=args.device, mode=args.mode, timeout=args.timeout,
-                         on_event=on_event, step=step, load=load_options(args), **worker_options(args))
+                         on_event=on_event, step=step, load=load_options(args), **options)
     trace = result.trace
     wanted = f"no call was made from line {args.breakpoint}" if args.breakpoint is not None \
         else f"call #{args.call} was never reached"

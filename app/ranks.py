@@ -120,15 +120,14 @@ class RankPicker(QObject):
         self.row.show()
 
     def _explain_single_process(self, trace: Trace) -> None:
-        """A DDP script run once, without torchrun (Debug, stepping), fails in init_process_group: say why."""
-        ddp = self.window.session.ddp
+        """A DDP script run plainly, not set to run with torchrun, fails in init_process_group: say what to do."""
         err = trace.error
-        if err is None or not ddp or ddp.get("script") != self.window.script_path or _rank_of(trace) is not None:
+        if err is None or self.window.session.torchrun_options() or _rank_of(trace) is not None:
             return
         if any(word in err.message for word in ("RANK", "MASTER_ADDR", "WORLD_SIZE")):
             self.window.state_label.setText(
-                "Debug and stepping run the script as one process, without torchrun, so its process group "
-                "cannot start: use Run (Ctrl+R) for DDP scripts and pick the rank above the Calls list.")
+                "This script starts a DDP process group, which torchrun sets up: use Run > Run with torchrun… "
+                "(every rank runs, you pick one; Debug then steps it as one process, rank 0 of 1).")
 
     def show_rank(self, rank: int) -> None:
         """Show ``rank``'s trace, on the call that is on screen now."""

@@ -194,7 +194,7 @@ class Session(QObject):
                                     "skip_to": skip_to})
         where = f"call #{skip_to}" if skip_to is not None else (
             f"line {', '.join(map(str, self.breakpoints))}" if self.breakpoints else "every backward call")
-        self.sig_status.emit(f"Debugging {Path(self.script_path).name}: pausing at {where}…")
+        self.sig_status.emit(f"Debugging {Path(self.script_path).name}{self._one_rank()}: pausing at {where}…")
 
     def stop(self) -> None:
         """Stop the run (a debug run is stopped where it is paused; the worker is released)."""
@@ -298,19 +298,32 @@ class Session(QObject):
         self.run_kind = kind
         self.queued = []
         self.warning = ""
-        ddp = self.ddp
-        if kind == "run" and ddp and ddp.get("script") == self.script_path:  # a DDP script, per rank
+        ddp = self.torchrun_options()
+        if ddp:  # a run starts every rank under torchrun; debug and stepping one process (core.ddp)
             run_args["ddp"] = {"nproc": ddp["nproc"], "rank": ddp["rank"]}
         self.run_id = self.handle.run(self.script_path, device=self.device, timeout=self.timeout,
                                       load=self.load_options or None, **run_args)
         self._set_state({"run": "running", "debug": "debugging", "rerun": "starting"}[kind])
+
+    def torchrun_options(self) -> dict | None:
+        """The torchrun settings of the open script (None: it runs plainly)."""
+        ddp = self.ddp
+        return ddp if ddp and ddp.get("script") == self.script_path else None
+
+    def _one_rank(self) -> str:
+        """For the status of a debug run of a DDP script: it runs as one process, not under torchrun."""
+        ddp = self.torchrun_options()
+        if not ddp:
+            return ""
+        return (f" as one process, rank 0 of a world of 1 (as torchrun --nproc_per_node=1 starts it; "
+                f"Run starts all {ddp['nproc']} ranks)")
 
     def _start_rerun(self, call: CallInfo) -> None:
         self._reset_stepping()
         self._rerun_of = call
         seeds = self.trace.seeds if self.trace is not None else None
         self._start("rerun", debug={"pause_all": False, "skip_to": call.index}, seeds=seeds or None)
-        self.sig_status.emit(f"Re-running {Path(self.script_path).name} up to call #{call.index} ({call.api}, "
+        self.sig_status.emit(f"Re-running {Path(self.script_path).name}{self._one_rank()} up to call #{call.index} ({call.api}, "
                              f"line {call.line}) with the seeds of the traced run…")
 
     def _reset_stepping(self) -> None:

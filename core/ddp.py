@@ -6,6 +6,10 @@ trace of the rank the user picked (rank 0 by default) and sends every other rank
 before it (``rank_trace``), so the window can switch between them; each call's
 ``all_reduce`` option also holds every rank's local and reduced gradients.
 The ranks run in their own process group, ended on Stop, time-out or a dropped connection.
+
+Debug and stepping pause the script inside the worker itself, so a DDP script is debugged as
+``torchrun --nproc_per_node=1`` would start it: one process, rank 0 of a world of 1
+(``world_of_one``), whose all-reduce averages its own gradients with nothing else.
 """
 
 from __future__ import annotations
@@ -14,9 +18,11 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -31,6 +37,33 @@ def torchrun_argv(script: str, nproc: int, out: str, device: str, mode: str, loa
     extra = ["--load", json.dumps(load)] if load else []  # how the file is opened: --weights, input shapes
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
             "-m", "core.ddp_rank", "--out", out, "--device", device, "--mode", mode, *extra, script]
+
+
+#: What torchrun sets for rank 0 of a one-process world (MASTER_PORT, a free port, is added).
+ONE_PROCESS = {"RANK": "0", "LOCAL_RANK": "0", "GROUP_RANK": "0", "ROLE_RANK": "0", "WORLD_SIZE": "1",
+               "LOCAL_WORLD_SIZE": "1", "ROLE_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}
+
+
+@contextmanager
+def world_of_one():
+    """The environment of ``torchrun --nproc_per_node=1`` around a DDP script run in this process:
+    ``init_process_group()`` finds its rank and its one peer (itself) through env:// rendezvous.
+    Variables already set are left as they are; every one is back as it was afterwards."""
+    with socket.socket() as sock:  # a port nobody listens on, for the group's store
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+    wanted = {**ONE_PROCESS, "MASTER_PORT": port}
+    before = {key: os.environ.get(key) for key in wanted}
+    for key, value in wanted.items():
+        os.environ.setdefault(key, value)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def end_children() -> None:

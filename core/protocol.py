@@ -253,7 +253,8 @@ class Run(_Base):
     load: dict | None = None  # how to open the file: weights, input_shapes, trust_pickle (core.programs)
     # Behind a launcher the run also carries (in ``extra``): ``source`` and ``name`` (the script's
     # text and file name), ``folder`` (base64 tar.gz of the files beside it), ``remote_cwd``,
-    # ``compress`` (zlib, zstd or none); any run may carry ``ddp`` ({"nproc": N, "rank": R}).
+    # ``compress`` (zlib, zstd or none); any run may carry ``ddp`` ({"nproc": N, "rank": R}): a
+    # plain run then starts N ranks under torchrun, a debug or step run one process, rank 0 of 1.
 
 
 @_command("cancel")

@@ -228,8 +228,11 @@ class Worker(Stepping):
                 try:
                     self.script_cwd = cmd.get("cwd") or str(Path(cmd["path"]).resolve().parent)
                     with script_environment(cmd["path"], cmd.get("cwd")):
-                        if cmd.get("ddp"):  # torchrun on this host, one capture per rank
-                            trace = ddp.run_ranks(self, cmd)
+                        if cmd.get("ddp") and not (cmd.get("step") or cmd.get("debug")):
+                            trace = ddp.run_ranks(self, cmd)  # torchrun on this host, one capture per rank
+                        elif cmd.get("ddp"):  # paused here, in this process: a world of one
+                            with ddp.world_of_one():
+                                trace = capture.run()
                         else:
                             trace = capture.run()
                 finally:

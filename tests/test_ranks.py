@@ -99,10 +99,28 @@ def test_torchrun_dialog_and_switching_ranks(qtbot, window, tmp_path):
     with qtbot.waitSignal(picker.sig_rank, timeout=10_000):
         picker.show_rank(0)
     assert w.trace is rank0
-    # Debug runs the script as one process: its process group cannot start, and the status says why.
-    w.debug_script()
-    qtbot.waitUntil(lambda: "without torchrun" in w.state_label.text(), timeout=60_000)
-    assert "RANK expected" in w.last_error.message
+    # Debug pauses the script in the worker itself: it runs as one process, rank 0 of a world of 1,
+    # its process group starts, and the grads after Continue are rank 0's own.
+    said = []
+    w.session.sig_status.connect(said.append)
+    with qtbot.waitSignal(w.session.sig_paused, timeout=120_000):
+        w.debug_script()
+    assert any("ddp_linear.py as one process, rank 0 of a world of 1" in text and "Run starts all 2 ranks" in text
+               for text in said), said
+    w.session.continue_()
+    qtbot.waitUntil(lambda: w.session.state == "idle" and not w.handle.running and bool(w.trace.calls)
+                    and bool(w.trace.calls[0].leaf_grads), timeout=120_000)
+    assert w.trace.error is None, (w.trace.error, w.trace.output[-2000:])
+    (debugged,) = w.trace.calls
+    assert "all_reduce" not in debugged.options  # no other rank to average with
+    for name in ("module.weight", "module.bias"):
+        assert torch.allclose(torch.tensor(debugged.leaf_grads[name].data), local[0][name], atol=1e-6)
+    # Without torchrun set for it, a plain run of the DDP script fails in init_process_group: the
+    # status says what to do.
+    set_torchrun(w, None)
+    w.run_script()
+    qtbot.waitUntil(lambda: w.last_error is not None and "RANK expected" in w.last_error.message, timeout=120_000)
+    qtbot.waitUntil(lambda: "Run with torchrun" in w.state_label.text(), timeout=10_000)
     # A plain script afterwards: no torchrun, no picker.
     plain = tmp_path / "plain.py"
     plain.write_text("import torch\nx = torch.ones(2, requires_grad=True)\n(x * 3).sum().backward()\n")

@@ -2,10 +2,12 @@
 and wrong options are refused naming the option."""
 
 import json
+import os
 import shlex
 import sys
 
 import pytest
+import torch
 
 from app.cli import main
 from core.client import ROOT
@@ -74,3 +76,41 @@ def test_all_reduce_summary_lists_each_rank():
         "    fc.bias after all-reduce = [2, 2]",
     ]
     assert all_reduce_summary(None) == []
+
+
+def test_stepping_a_ddp_script_runs_it_as_one_process(tmp_path, capsys):
+    """Debug and step pause the script in the worker itself: a DDP script set for torchrun runs as
+    rank 0 of a world of 1 there, its process group starts, and every step and grad is rank 0's own;
+    the environment is back as it was afterwards."""
+    script = tmp_path / "ddp_linear.py"
+    script.write_text((
+        "import torch, torch.distributed as dist, torch.nn as nn\n"
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+        "dist.init_process_group('gloo')\nrank = dist.get_rank()\ntorch.manual_seed(0)\n"
+        "model = DDP(nn.Linear(3, 2))\ntorch.manual_seed(100 + rank)\nx = torch.randn(4, 3)\n"
+        "print('world', dist.get_world_size(), 'rank', rank)\n"
+        "loss = model(x).pow(2).mean()\nloss.backward()\ndist.destroy_process_group()\n"))
+    out_json = tmp_path / "steps.json"
+    assert main(["step", str(script), "--nproc", "2", "--json", str(out_json)]) == 0
+    err = capsys.readouterr().err
+    assert "as one process, rank 0 of a world of 1" in err and "'trace --nproc 2' captures every rank" in err
+    doc = json.loads(out_json.read_text())
+    assert doc["state"] == "finished" and [s["name"] for s in doc["steps"]] == [
+        "MeanBackward0", "PowBackward0", "AddmmBackward0", "AccumulateGrad", "TBackward0", "AccumulateGrad"]
+    torch.manual_seed(0)
+    ref = torch.nn.Linear(3, 2)
+    torch.manual_seed(100)
+    gw, gb = torch.autograd.grad(ref(torch.randn(4, 3)).pow(2).mean(), (ref.weight, ref.bias))
+    assert torch.allclose(torch.tensor(doc["leaf_grads"]["module.weight"]["data"]), gw.reshape(-1), atol=1e-6)
+    assert torch.allclose(torch.tensor(doc["leaf_grads"]["module.bias"]["data"]), gb.reshape(-1), atol=1e-6)
+    # The worker's own environment around the run, set and restored.
+    from core import ddp
+
+    os.environ["WORLD_SIZE"] = "7"  # already set: kept
+    try:
+        with ddp.world_of_one():
+            assert os.environ["RANK"] == "0" and os.environ["WORLD_SIZE"] == "7"
+            assert int(os.environ["MASTER_PORT"]) > 0 and os.environ["MASTER_ADDR"] == "127.0.0.1"
+        assert "RANK" not in os.environ and "MASTER_PORT" not in os.environ and os.environ["WORLD_SIZE"] == "7"
+    finally:
+        del os.environ["WORLD_SIZE"]
