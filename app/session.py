@@ -194,7 +194,7 @@ class Session(QObject):
                                     "skip_to": skip_to})
         where = f"call #{skip_to}" if skip_to is not None else (
             f"line {', '.join(map(str, self.breakpoints))}" if self.breakpoints else "every backward call")
-        self.sig_status.emit(f"Debugging {Path(self.script_path).name}{self._one_rank()}: pausing at {where}…")
+        self.sig_status.emit(f"Debugging {Path(self.script_path).name}{self.one_rank_note()}: pausing at {where}…")
 
     def stop(self) -> None:
         """Stop the run (a debug run is stopped where it is paused; the worker is released)."""
@@ -310,20 +310,19 @@ class Session(QObject):
         ddp = self.ddp
         return ddp if ddp and ddp.get("script") == self.script_path else None
 
-    def _one_rank(self) -> str:
+    def one_rank_note(self) -> str:
         """For the status of a debug run of a DDP script: it runs as one process, not under torchrun."""
         ddp = self.torchrun_options()
         if not ddp:
             return ""
-        return (f" as one process, rank 0 of a world of 1 (as torchrun --nproc_per_node=1 starts it; "
-                f"Run starts all {ddp['nproc']} ranks)")
+        return f" as one process, rank 0 of 1 (Run starts all {ddp['nproc']} ranks with torchrun)"
 
     def _start_rerun(self, call: CallInfo) -> None:
         self._reset_stepping()
         self._rerun_of = call
         seeds = self.trace.seeds if self.trace is not None else None
         self._start("rerun", debug={"pause_all": False, "skip_to": call.index}, seeds=seeds or None)
-        self.sig_status.emit(f"Re-running {Path(self.script_path).name}{self._one_rank()} up to call #{call.index} ({call.api}, "
+        self.sig_status.emit(f"Re-running {Path(self.script_path).name}{self.one_rank_note()} up to call #{call.index} ({call.api}, "
                              f"line {call.line}) with the seeds of the traced run…")
 
     def _reset_stepping(self) -> None:

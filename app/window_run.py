@@ -108,7 +108,9 @@ class RunWiring:
                 self._run_started = time.monotonic()
             if state != "running":
                 name = Path(self.script_path or "").name
-                self._busy_text = f"Debugging {name}" if state == "debugging" else f"Re-running {name} to the call"
+                note = self.session.one_rank_note()  # a DDP script: one process, not torchrun's ranks
+                self._busy_text = f"Debugging {name}{note}" if state == "debugging" else \
+                    f"Re-running {name}{note} to the call"
             self._elapsed_timer.start()
             self.busy.show()
             self._tick()

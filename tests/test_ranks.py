@@ -105,8 +105,13 @@ def test_torchrun_dialog_and_switching_ranks(qtbot, window, tmp_path):
     w.session.sig_status.connect(said.append)
     with qtbot.waitSignal(w.session.sig_paused, timeout=120_000):
         w.debug_script()
-    assert any("ddp_linear.py as one process, rank 0 of a world of 1" in text and "Run starts all 2 ranks" in text
-               for text in said), said
+        # While it starts, and on the ticking status after: the same words.
+        assert w.state_label.text().startswith("Debugging ddp_linear.py as one process, rank 0 of 1 (Run starts "
+                                               "all 2 ranks with torchrun)")
+        qtbot.waitUntil(lambda: w.state_label.text().startswith(
+            "Debugging ddp_linear.py as one process, rank 0 of 1 (Run starts all 2 ranks with torchrun)… ")
+            or w.session.state == "paused", timeout=60_000)
+    assert any("ddp_linear.py as one process, rank 0 of 1" in text for text in said), said
     w.session.continue_()
     qtbot.waitUntil(lambda: w.session.state == "idle" and not w.handle.running and bool(w.trace.calls)
                     and bool(w.trace.calls[0].leaf_grads), timeout=120_000)
