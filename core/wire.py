@@ -374,11 +374,11 @@ class StreamDecoder:
         if self._gc is None:
             self._gc = gc.isenabled()
             gc.disable()
-            quick_switch(True, "frame")  # the read-ahead thread drains the pipe while this one decodes
+            quick_switch(True, f"frame-{id(self)}")  # the read-ahead thread drains the pipe while this one decodes
 
     def _resume_gc(self) -> None:
         if self._gc is not None:
-            quick_switch(False, "frame")
+            quick_switch(False, f"frame-{id(self)}")  # one owner per stream: two workers may send at once
         if self._gc:
             gc.enable()
         self._gc = None
