@@ -322,8 +322,8 @@ class Session(QObject):
         self._rerun_of = call
         seeds = self.trace.seeds if self.trace is not None else None
         self._start("rerun", debug={"pause_all": False, "skip_to": call.index}, seeds=seeds or None)
-        self.sig_status.emit(f"Re-running {Path(self.script_path).name}{self.one_rank_note()} up to call #{call.index} ({call.api}, "
-                             f"line {call.line}) with the seeds of the traced run…")
+        self.sig_status.emit(f"Re-running {Path(self.script_path).name}{self.one_rank_note()} up to call "
+                             f"#{call.index} ({call.api}, line {call.line}) with the seeds of the traced run…")
 
     def _reset_stepping(self) -> None:
         self.step_call = None

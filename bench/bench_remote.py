@@ -46,7 +46,8 @@ RATE = 10 * 1024 * 1024
 
 def can_pin() -> bool:
     """Two CPUs and ``taskset``: the sender and the app can each be held to a core of its own."""
-    return hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) >= 2 and shutil.which("taskset") is not None
+    return (hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) >= 2
+            and shutil.which("taskset") is not None)
 
 
 def send_once(trace_file: Path, codec: str, throttle: bool, encoding: str = "columns",
