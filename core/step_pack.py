@@ -13,6 +13,18 @@ from __future__ import annotations
 GRAD_KEYS = ("grad_outputs", "grad_inputs")
 
 
+def _each_preview(record: dict, fn) -> None:
+    """Put ``fn(preview)`` in ``record`` (in place) for each of its gradient previews: the
+    lists under ``GRAD_KEYS`` and the values of ``leaf_grads``."""
+    for key in GRAD_KEYS:
+        grads = record.get(key)
+        if grads:
+            record[key] = [fn(g) for g in grads]
+    leaf = record.get("leaf_grads")
+    if leaf:
+        record["leaf_grads"] = {name: fn(v) for name, v in leaf.items()}
+
+
 def pack_records(records: list[dict]) -> tuple[list[dict], list]:
     """(records with previews replaced by their position in ``previews``, previews).
 
@@ -32,13 +44,7 @@ def pack_records(records: list[dict]) -> tuple[list[dict], list]:
     packed = []
     for record in records:
         out = dict(record)
-        for key in GRAD_KEYS:
-            grads = record.get(key)
-            if grads:
-                out[key] = [ref(g) for g in grads]
-        leaf = record.get("leaf_grads")
-        if leaf:
-            out["leaf_grads"] = {name: ref(v) for name, v in leaf.items()}
+        _each_preview(out, ref)
         packed.append(out)
     return packed, previews
 
@@ -59,13 +65,6 @@ def unpack_steps(msg: dict) -> dict:
         return v
 
     for record in msg.get("records") or ():
-        if not isinstance(record, dict):
-            continue
-        for key in GRAD_KEYS:
-            grads = record.get(key)
-            if grads:
-                record[key] = [value(g) for g in grads]
-        leaf = record.get("leaf_grads")
-        if leaf:
-            record["leaf_grads"] = {name: value(v) for name, v in leaf.items()}
+        if isinstance(record, dict):
+            _each_preview(record, value)
     return msg
