@@ -282,3 +282,13 @@ def transformer_call(blocks: int = 12, prefix: str = "transformer") -> CallInfo:
     order = {n.id: i for i, n in enumerate(nodes)}
     nodes.sort(key=lambda n: -order[n.id])  # consumers before their inputs, the loss first
     return call(nodes, tensors, [loss])
+
+
+def step_record(index: int, node: NodeInfo) -> dict:
+    """The record a worker sends when backward runs ``node`` as step ``index``: every gradient,
+    a leaf's too, the one number ``index``."""
+    record = {"index": index, "node": node.id, "name": node.name,
+              "grad_inputs": [{"numel": 1, "data": [float(index)]} for _ in node.next]}
+    if node.kind == "accumulate_grad":
+        record["leaf_grads"] = {node.label: {"numel": 1, "data": [float(index)]}}
+    return record

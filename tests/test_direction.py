@@ -8,17 +8,6 @@ from PySide6.QtCore import QRectF
 
 from tests.fixtures_graphs import mlp_call, residual_mlp_call, transformer_call
 from widgets.graph_direction import set_direction
-from widgets.graph_view import GraphView
-
-
-@pytest.fixture
-def view(qtbot):
-    v = GraphView()
-    v.resize(1000, 700)
-    qtbot.addWidget(v)
-    v.show()
-    qtbot.waitExposed(v)
-    return v
 
 
 def on_screen(view, item) -> QRectF:

@@ -9,7 +9,6 @@ import json
 import os
 import shlex
 import sys
-import textwrap
 import threading
 import uuid
 from pathlib import Path
@@ -21,24 +20,9 @@ from core import uploads
 from core.client import ROOT, run_capture
 from core.launchers import from_command, from_host
 from tests.test_launchers import assert_no_process, sshd  # noqa: F401  (the sshd fixture)
+from tests.test_model_files import NET_PY, traced_grads
 
 PY = sys.executable
-
-NET_PY = textwrap.dedent("""\
-    import torch
-
-    class Net(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.fc1 = torch.nn.Linear(4, 3)
-            self.fc2 = torch.nn.Linear(3, 2)
-
-        def forward(self, x):
-            return self.fc2(torch.tanh(self.fc1(x)))
-
-    model = Net()
-    example_input = torch.linspace(-1, 1, 8).reshape(2, 4)
-    """)
 
 
 @pytest.fixture(params=["local", "ssh"])
@@ -59,12 +43,6 @@ def host(request, tmp_path):
     assert_no_process(mark)
 
 
-def grads(trace) -> dict:
-    assert trace.error is None, trace.error
-    (call,) = trace.calls
-    return {name: v.data for name, v in call.leaf_grads.items()}
-
-
 def assert_empty(folder: Path) -> None:
     # torch keeps its own compile cache there (torchinductor_USER), as it does for any program.
     left = sorted(p.name for p in folder.iterdir() if not p.name.startswith("torchinductor_"))
@@ -82,8 +60,8 @@ def test_export_program_travels(host, tmp_path):
     from core.model_files import example_inputs
 
     model(example_inputs([([5, 4], "float32")])).sum().backward()
-    assert grads(remote.trace) == {name: p.grad.flatten().tolist() for name, p in model.named_parameters()}
-    assert sorted(grads(remote.trace)) == ["0.bias", "0.weight", "2.bias", "2.weight"]
+    assert traced_grads(remote.trace) == {name: p.grad.flatten().tolist() for name, p in model.named_parameters()}
+    assert sorted(traced_grads(remote.trace)) == ["0.bias", "0.weight", "2.bias", "2.weight"]
     assert remote.trace.script == str(path.resolve())
     assert f"open_export({str(path.resolve())!r})" in remote.trace.source  # the host's path mapped back
     assert_empty(remote_tmp)
@@ -104,7 +82,7 @@ def test_safetensors_weights_travel_with_their_script(host, tmp_path):
     load = {"weights": str(weights)}
     remote = run_capture(str(script), launcher=launcher, timeout=120, load=load)
     trained(ns["example_input"]).sum().backward()  # the run, here, with the trained weights
-    assert grads(remote.trace) == {name: p.grad.flatten().tolist() for name, p in trained.named_parameters()}
+    assert traced_grads(remote.trace) == {name: p.grad.flatten().tolist() for name, p in trained.named_parameters()}
     # Weights of another model: the error names the app's file, not the host's copy.
     other = tmp_path / "other.safetensors"
     save_file({"fc1.weight": torch.zeros(3, 4)}, str(other))
@@ -124,7 +102,7 @@ def test_notebook_and_model_folder_travel(tmp_path):
     nb = tmp_path / "cube.ipynb"
     nb.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
     trace = run_capture(str(nb), launcher=launcher, timeout=120).trace
-    assert grads(trace) == {"x": [27.0]} and trace.script == str(nb.resolve())
+    assert traced_grads(trace) == {"x": [27.0]} and trace.script == str(nb.resolve())
     assert_empty(remote_tmp)
     transformers = pytest.importorskip("transformers")
     config = transformers.BertConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2,

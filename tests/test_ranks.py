@@ -2,7 +2,6 @@
 switches the shown trace to rank 1, whose grads equal rank 0's after the all-reduce and whose
 parameters carry the all-reduce mark with rank 1's own local gradient."""
 
-import pytest
 import torch
 
 DDP_SCRIPT = (
@@ -13,17 +12,7 @@ DDP_SCRIPT = (
     "loss = model(x).pow(2).mean()\nloss.backward()\ndist.destroy_process_group()\n")
 
 
-@pytest.fixture
-def window(qtbot, tmp_path, monkeypatch):
-    monkeypatch.setenv("BACKPROP_STUDIO_SETTINGS", str(tmp_path / "settings.ini"))
-    from app.window import MainWindow
-
-    w = MainWindow(timeout=120)
-    qtbot.addWidget(w)
-    w.resize(1200, 800)
-    w.show()
-    yield w
-    w.handle.close()
+WINDOW_TIMEOUT = 120  # torchrun starts two ranks: the window's run time limit (the conftest window)
 
 
 def local_grads() -> dict:

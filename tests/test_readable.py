@@ -11,20 +11,9 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures_graphs import residual_mlp_call, transformer_call
-from widgets.graph_view import GraphView
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "resources" / "examples"
 BIG = {"50_big_residual_mlp.py": (800, "blocks"), "51_huge_residual_mlp.py": (8333, "blocks")}
-
-
-@pytest.fixture
-def view(qtbot):
-    v = GraphView()
-    v.resize(1000, 700)
-    qtbot.addWidget(v)
-    v.show()
-    qtbot.waitExposed(v)
-    return v
 
 
 def _calls(name: str):

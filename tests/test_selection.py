@@ -11,18 +11,12 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "resources" / "examples"
 
 
 @pytest.fixture
-def window(qtbot, tmp_path, monkeypatch):
-    monkeypatch.setenv("BACKPROP_STUDIO_SETTINGS", str(tmp_path / "settings.ini"))
-    from app.window import MainWindow
-
-    w = MainWindow(timeout=60)
-    qtbot.addWidget(w)
-    w.resize(1200, 800)
-    w.show()
+def window(window, qtbot):
+    """The conftest window, on 01_multiply.py."""
+    w = window
     with qtbot.waitSignal(w.sig_trace_shown, timeout=60_000):
         w.open_script(str(EXAMPLES / "01_multiply.py"))
-    yield w
-    w.handle.close()
+    return w
 
 
 def highlighted(window) -> list[str]:

@@ -4,8 +4,6 @@ current node is kept in view (folds around it open once stepping rests)."""
 import textwrap
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 
 # 12 blocks of Linear(2, 2) + tanh: 62 nodes, every gradient at most 4 values, so a preview made
@@ -20,19 +18,6 @@ CHAIN = textwrap.dedent("""\
     loss.backward()
     (blocks(x) * 3).sum().backward()
 """)
-
-
-@pytest.fixture
-def window(qtbot, tmp_path, monkeypatch):
-    monkeypatch.setenv("BACKPROP_STUDIO_SETTINGS", str(tmp_path / "settings.ini"))
-    from app.window import MainWindow
-
-    w = MainWindow(timeout=60)
-    qtbot.addWidget(w)
-    w.resize(1200, 800)
-    w.show()
-    yield w
-    w.handle.close()
 
 
 def _debug(qtbot, window, tmp_path):
@@ -165,7 +150,7 @@ def test_deltas_draw_what_a_full_redraw_draws_with_folded_modules(qtbot):
     """Step by step, the boxes, edges, legend and overview marks drawn from deltas are those a
     full redraw from every step gives, on open nodes and on folded groups alike."""
     from core.step_state import StepTracker, step_texts, step_view
-    from tests.fixtures_graphs import residual_mlp_call
+    from tests.fixtures_graphs import residual_mlp_call, step_record
     from widgets.graph_scene import overview_marks
     from widgets.graph_view import GraphView
 
@@ -181,10 +166,7 @@ def test_deltas_draw_what_a_full_redraw_draws_with_folded_modules(qtbot):
     assert {"group:layers.2", "group:layers.4.fc"} <= set(live.node_items)
     tracker, records = StepTracker(call), []
     for k, node in enumerate(call.nodes):  # preorder: every consumer before the node it feeds
-        record = {"index": k, "node": node.id, "name": node.name,
-                  "grad_inputs": [{"numel": 1, "data": [float(k)]} for _ in node.next]}
-        if node.kind == "accumulate_grad":
-            record["leaf_grads"] = {node.label: {"numel": 1, "data": [float(k)]}}
+        record = step_record(k, node)
         records.append(record)
         tracker.add(record)
         pending = {"node": call.nodes[k + 1].id} if k + 1 < len(call.nodes) else None

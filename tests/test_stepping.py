@@ -603,17 +603,13 @@ def test_step_tracker_matches_step_view():
     """The live, incremental view equals the view recomputed from all steps, at every step."""
     from core.capture import capture_script
     from core.step_state import StepTracker, step_texts, step_view
+    from tests.fixtures_graphs import step_record
 
     trace = capture_script(str(Path(__file__).resolve().parents[1] / "resources" / "examples" / "13_mlp_classifier.py"))
     call = trace.calls[0]
     root = call.nodes[0]
-    with_steps = []
-    for i, node in enumerate(call.nodes):  # preorder: every consumer before the node it feeds
-        record = {"index": i, "node": node.id, "name": node.name,
-                  "grad_inputs": [{"numel": 1, "data": [float(i)]} for _ in node.next]}
-        if node.kind == "accumulate_grad":
-            record["leaf_grads"] = {node.label: {"numel": 1, "data": [float(i)]}}
-        with_steps.append(record)
+    # preorder: every consumer before the node it feeds
+    with_steps = [step_record(i, node) for i, node in enumerate(call.nodes)]
     assert with_steps[0]["node"] == root.id
     tracker = StepTracker(call)
     for k, record in enumerate(with_steps):

@@ -546,27 +546,34 @@ def test_checkpoint_node_shows_and_opens_its_nested_backward(tmp_path, qtbot, mo
     assert "backward #1: 6 nodes" in svg and "3 × AccumulateGrad" in svg and "runs backward #1 inside" not in svg
 
 
+def _edge_shapes(view):
+    """The view's layout, each edge's line as a 2 px wide shape, and each edge's arrowhead."""
+    from PySide6.QtGui import QPainterPathStroker
+
+    from widgets.graph_items import edge_path
+    from widgets.graph_teaching import _head
+
+    lay = view.graph_layout()
+    curved, horizontal = lay.engine != "dot", lay.direction == "LR"
+    stroker = QPainterPathStroker()
+    stroker.setWidth(2.0)
+    lines = [stroker.createStroke(edge_path(e.points, curved, horizontal)) for e in lay.edges]
+    heads = [_head(e.points, curved, horizontal) for e in lay.edges]
+    return lay, lines, heads
+
+
 @pytest.mark.parametrize("direction", ["TB", "LR", "forward"])
 def test_cut_labels_cross_no_edge_and_edge_texts_hide_no_arrowhead(qtbot, direction):
     """02_polynomial with values: each cut label stays off every edge line, and no text (gradient
     on an edge, seed, cut label) covers an arrowhead."""
     from pathlib import Path
 
-    from PySide6.QtGui import QPainterPathStroker
-
     from widgets.export import offscreen_view
-    from widgets.graph_items import edge_path
-    from widgets.graph_teaching import _head
 
     example = Path(__file__).resolve().parent.parent / "resources" / "examples" / "02_polynomial.py"
     call = capture_script(str(example)).calls[0]
     with offscreen_view(call, values=True, direction=direction) as view:
-        lay = view.graph_layout()
-        curved, horizontal = lay.engine != "dot", lay.direction == "LR"
-        stroker = QPainterPathStroker()
-        stroker.setWidth(2.0)
-        lines = [stroker.createStroke(edge_path(e.points, curved, horizontal)) for e in lay.edges]
-        heads = [_head(e.points, curved, horizontal) for e in lay.edges]
+        lay, lines, heads = _edge_shapes(view)
         tips = [e.points[-1] for e in lay.edges]
         notes = [t for t in view.marks.tags if t.kind in ("cut", "grad", "value")]
         cuts = [t for t in notes if t.kind == "cut"]
@@ -600,21 +607,12 @@ def test_no_mark_covers_an_arrowhead_or_crosses_an_edge(qtbot, marked_calls, dir
     """Every mark (tags on nodes, device and broadcast marks on edges, cut stubs) is placed
     for the direction it is drawn in: beside its edge or node, never over an arrowhead, an edge's
     line, a box it does not belong to, or another mark."""
-    from PySide6.QtGui import QPainterPathStroker
-
     from widgets.export import offscreen_view
-    from widgets.graph_items import edge_path
-    from widgets.graph_teaching import _head
 
     kinds = set()
     for name, call in marked_calls.items():
         with offscreen_view(call, direction=direction) as view:
-            lay = view.graph_layout()
-            curved, horizontal = lay.engine != "dot", lay.direction == "LR"
-            stroker = QPainterPathStroker()
-            stroker.setWidth(2.0)
-            lines = [stroker.createStroke(edge_path(e.points, curved, horizontal)) for e in lay.edges]
-            heads = [_head(e.points, curved, horizontal) for e in lay.edges]
+            lay, lines, heads = _edge_shapes(view)
             boxes = {v: view.node_items[v].sceneBoundingRect().adjusted(1, 1, -1, -1) for v in lay.nodes}
             placed = []
             for t in view.marks.tags:

@@ -13,19 +13,6 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "resources" / "examples"
 
 
-@pytest.fixture
-def window(qtbot, tmp_path, monkeypatch):
-    monkeypatch.setenv("BACKPROP_STUDIO_SETTINGS", str(tmp_path / "settings.ini"))
-    from app.window import MainWindow
-
-    w = MainWindow(timeout=60)
-    qtbot.addWidget(w)
-    w.resize(1200, 800)
-    w.show()
-    yield w
-    w.handle.close()
-
-
 def _open(qtbot, window, path, timeout=60_000):
     with qtbot.waitSignal(window.sig_trace_shown, timeout=timeout):
         window.open_script(str(path))
