@@ -101,6 +101,7 @@ def _line(item: list) -> bytes:
 
 
 def _under(path: str, name: str) -> str:
+    """The path of field ``name`` of the table at ``path`` (the root's table has the path "")."""
     return f"{path}.{name}" if path else name
 
 
@@ -121,7 +122,7 @@ def _table(cls, objs: list, path: str, seen: dict) -> Iterator[list]:
     columns = list(zip(*map(itemgetter(*names), map(vars, objs)))) if len(names) > 7 else \
         [list(map(attrgetter(name), objs)) for name in names]
     for name, col in zip(names, columns):
-        p = f"{path}.{name}" if path else name
+        p = _under(path, name)
         how = nested.get(name)
         if how is None:
             if name in defaults and n and col.count(defaults[name]) == n \
@@ -328,7 +329,7 @@ class ColumnReader:
         checks = _CHECKS.get(cls, {})
         keys, cols = [], []  # in field order, as __init__ would fill __dict__
         for name in names:
-            p = f"{path}.{name}" if path else name
+            p = _under(path, name)
             how = nested.get(name)
             if how is None:
                 col = self.cols.get((p, "vals"))
