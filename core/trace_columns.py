@@ -8,9 +8,10 @@ devices, module paths) interned in a table with integer indices, fields equal to
 default left out, nested objects (a tensor's ``values``, a node's ``next`` edges) as tables
 of their own with row counts or presence masks, objects the worker shares between two tables
 (a leaf's gradient is its tensor's ``grad.values``) once, as row numbers in the second. Each
-column is a JSON line of its own (``[path, kind, payload]``), so the sender compresses and
-sends the first columns while it encodes the rest, and the reader parses each line as it
-arrives, overlapping the transfer.
+column is a JSON line of its own (``[path, kind, payload]``), and a call's big tables go in
+blocks of rows, so the sender compresses and sends the first columns while it encodes the
+rest, and the reader parses each line and builds each block as it arrives, overlapping the
+transfer at both ends.
 
 Reading checks each column in bulk (the set of value types, the range of counts and indices:
 C loops, not a Python call per value), then each row again only when a column is wrong, to
@@ -37,7 +38,14 @@ from core.column_pack import (bulk_ok, column_hint, dict_maker, ints_in, pack_co
 from core.trace_json import _CHECKS, _short, check_links
 
 MAGIC = "backprop-studio-columns"
-COLUMNS_VERSION = 2  # 2: leaf gradients as rows of their tensors' grads, float32 floats in 4 bytes
+COLUMNS_VERSION = 3  # 2: leaf gradients as rows of their tensors' grads, float32 floats in 4 bytes; 3: row blocks
+
+# A call's nodes, tensors and storages (and a trace's own tensors, storages, memory) travel in
+# blocks of this many rows, each block's columns followed by its ``done``: the reader builds
+# each block's objects while the next one is encoded and carried, instead of building 50,000
+# nodes after the last of their columns came, and the sender's first bytes leave after a
+# block's worth of work instead of a whole table's.
+BLOCK_ROWS = 4096
 
 # Fields holding other dataclasses: (how, class). "one": always an object; "opt": an object or None;
 # "list": a list of objects; "list?": a list of objects or None; "map": a dict of objects;
@@ -111,8 +119,11 @@ def _table(cls, objs: list, path: str, seen: dict) -> Iterator[list]:
     names, defaults, _ = _spec(cls)
     nested = NESTED.get(cls, {})
     n = len(objs)
-    if path.endswith(SHARED_SOURCES):
-        seen[path] = dict(zip(map(id, objs), range(n)))
+    if path.endswith(SHARED_SOURCES):  # rows numbered across the blocks of the table above
+        rows = seen.setdefault(path, {})
+        start = seen.get((path,), 0)
+        rows.update(zip(map(id, objs), range(start, start + n)))
+        seen[(path,)] = start + n
     if not n:
         return  # no rows: the reader needs no columns
     # Wide tables in one pass over the objects' dicts (a getter per field is 1.5x slower there, and
@@ -121,7 +132,9 @@ def _table(cls, objs: list, path: str, seen: dict) -> Iterator[list]:
     # and every step below read a tuple as they read a list.
     columns = list(zip(*map(itemgetter(*names), map(vars, objs)))) if len(names) > 7 else \
         [list(map(attrgetter(name), objs)) for name in names]
-    for name, col in zip(names, columns):
+    # Plain fields first, then nested tables: a call's options and the like travel (and are read)
+    # while its blocks of nodes and tensors are still being encoded, not after them.
+    for name, col in sorted(zip(names, columns), key=lambda item: item[0] in nested):
         p = _under(path, name)
         how = nested.get(name)
         if how is None:
@@ -145,8 +158,14 @@ def _table(cls, objs: list, path: str, seen: dict) -> Iterator[list]:
             if kind == "list?":
                 yield [p, "mask", pack_mask(flat)]
                 flat = list(filter(None, flat))
-            yield from _table(sub, flat, p, seen)
-            yield [p, "done", None]  # the reader may build these objects while the rest arrives
+            if not _blocked(kind, p, sub):
+                yield from _table(sub, flat, p, seen)
+                yield [p, "done", None]
+                continue
+            for at in range(0, len(flat), BLOCK_ROWS):  # the reader builds each block as it comes
+                block = flat[at:at + BLOCK_ROWS]
+                yield from _table(sub, block, p, seen)
+                yield [p, "done", len(block)]
         elif kind == "map":
             yield [p, "lens", pack_ints(list(map(len, col)))]
             yield pack_column(p + "#keys", list(chain.from_iterable(col)), "str")
@@ -168,6 +187,12 @@ def _table(cls, objs: list, path: str, seen: dict) -> Iterator[list]:
             yield from _table(sub, list(filter(None, flat)), p + "#items", seen)
 
 
+def _blocked(kind: str, path: str, cls) -> bool:
+    """A list table that travels in blocks of rows: a call's nodes, tensors, storages, and a
+    trace's own tensors, storages and memory samples (not the calls, which hold those)."""
+    return kind == "list" and path.count(".") <= 1 and cls is not CallInfo
+
+
 # -- reading --------------------------------------------------------------------------------
 
 
@@ -187,6 +212,8 @@ class ColumnReader:
         self._where: dict[str, tuple] = {}  # table path -> (parent path, how, running row counts, present rows)
         self._typed: dict[str, str] = {}  # column path -> what its packed kind guarantees (see column_pack.typed_ok)
         self.tables: dict[str, list] = {}  # the objects of each table of SHARED_SOURCES, by path
+        self._ids: dict[str, list] = {}  # a blocked table of nodes or tensors -> the ids of its rows
+        self._targets: dict[str, list] = {}  # a blocked table of nodes -> the node each of its edges names
 
     def fail(self, path: str, what: str):
         raise TraceFormatError(f"{self.source}: field '{path}': {what}")
@@ -218,7 +245,12 @@ class ColumnReader:
             self.done = True
             return
         if kind == "done":
-            self._build_early(path)
+            if payload is None:
+                self._build_early(path)
+            elif type(payload) is int and payload > 0:
+                self._build_block(path, payload)
+            else:
+                self.fail(path, f"expected a block's row count, got {_short(payload)}")
             return
         if kind == "strs":
             if not (isinstance(payload, list) and len(payload) == 2 and isinstance(payload[0], list)):
@@ -306,9 +338,9 @@ class ColumnReader:
                 if not 1 <= obj.version <= VERSION:
                     self.fail("version", f"trace version {obj.version} is not one this Backprop Studio reads")
                 for i, call in enumerate(obj.calls):
-                    self._check_links(call, f"calls[{i}]")
+                    self._check_links(call, f"calls[{i}]", "calls." if len(obj.calls) == 1 else None)
             else:
-                self._check_links(obj, "")
+                self._check_links(obj, "", "")
             return obj
 
     # building
@@ -390,6 +422,41 @@ class ColumnReader:
         for key in [key for key in self.cols if key[0].startswith(inner)]:
             del self.cols[key]
 
+    def _build_block(self, path: str, rows: int) -> None:
+        """Build the block of ``rows`` rows whose columns just came, after the blocks before it,
+        and free its columns. Anything wrong is named now, by the row's place in the whole table
+        (the block's own columns are gone once the next block comes)."""
+        cls, kind = ROOTS[self.root], None
+        for part in path.split("."):
+            kind, cls = NESTED.get(cls, {}).get(part, (None, None))
+            if cls is None:
+                break
+        if cls is None or not _blocked(kind, path, cls):
+            self.fail(path, "is not a table that travels in blocks")
+        built = self.built.setdefault(path, [])
+        table = path
+        while table:  # each list above, for naming a row: calls[1].tensors[3]
+            parent = table.rpartition(".")[0]
+            lens = self.cols.get((table, "lens"))
+            if lens is None:
+                self.fail(path, "a block came before its table's row counts")
+            self._where[table] = (parent, "list", list(accumulate(lens)), None)
+            table = parent
+        parent, how, ends, _ = self._where[path]
+        self._where[path] = (parent, how, ends, range(len(built), len(built) + rows))
+        inner = path + "."
+        shared = {key: objs for key, objs in self.tables.items() if key.startswith(inner)}
+        built.extend(self._build(cls, path, rows))
+        if cls is NodeInfo or cls is TensorInfo:  # for checking links without walking the objects again
+            self._ids.setdefault(path, []).extend(self.cols[(inner + "id", "vals")])
+            if cls is NodeInfo:
+                self._targets.setdefault(path, []).extend(self.cols.get((inner + "next.node", "vals"), ()))
+        for key, before in shared.items():  # a shared table's rows run on across the blocks
+            before.extend(self.tables[key])
+            self.tables[key] = before
+        for key in [key for key in self.cols if key[0].startswith(inner)]:
+            del self.cols[key]
+
     def _nested(self, how: tuple[str, type], p: str, n: int, required: bool, shared: str | None) -> list | None:
         """The objects of field ``p`` for ``n`` rows; ``shared``: the table (relative to the
         field's own table) whose objects its ``refs`` column names."""
@@ -414,6 +481,8 @@ class ColumnReader:
         early = self.built.get(p)  # kept: a failed build of the table above may need it again
         if early is not None and len(early) == total and kind == "list":
             return split(early, lens)
+        if early is not None and _blocked(kind, p, sub):  # its blocks' columns are gone
+            self.fail(p, f"expected {total} rows in its blocks, got {len(early)}")
         if kind == "list":
             return split(self._build(sub, p, total), lens)
         if kind == "list?":
@@ -477,7 +546,18 @@ class ColumnReader:
             table = parent
         return ".".join(reversed(parts))
 
-    def _check_links(self, call: CallInfo, where: str) -> None:
+    def _check_links(self, call: CallInfo, where: str, tables: str | None) -> None:
+        """``check_links`` of ``call``; first, where the call's columns are all there is in
+        ``tables`` (a call alone, or a trace's one call), from the id columns the blocks left:
+        sets of strings in one list each, not 50,000 objects and their edges walked again after
+        the last column came. The walk runs only to name what is wrong."""
+        if tables is not None:
+            ids, tensor_ids = self._ids.get(tables + "nodes"), self._ids.get(tables + "tensors", [])
+            if ids is not None and len(ids) == len(call.nodes) and len(tensor_ids) == len(call.tensors):
+                known = set(ids)
+                if len(known) == len(ids) and len(set(tensor_ids)) == len(tensor_ids) \
+                        and known.issuperset(call.roots) and known.issuperset(self._targets[tables + "nodes"]):
+                    return
         check_links(call, f"{where}." if where else "", self.fail)
 
 def decode(data: bytes, source: str = "trace") -> Trace | CallInfo:

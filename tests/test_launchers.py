@@ -19,7 +19,7 @@ import psutil
 import pytest
 import torch
 
-from core import launchers
+from core import launchers, wire
 from core.client import ROOT, WorkerClient, run_capture
 from core.launchers import LauncherError, from_command, from_host, resolve
 
@@ -147,7 +147,7 @@ def test_trace_and_step_through_launcher(launcher, tmp_path):
     steps = [e["record"]["name"] for e in events if e.get("type") == "step"]
     assert steps == ["SumBackward0", "MulBackward0", "AccumulateGrad", "AccumulateGrad"]
     hello = next(e for e in events if e.get("type") == "hello")
-    assert hello["protocol"] == 3 and "zlib" in hello["codecs"]
+    assert hello["protocol"] == wire.PROTOCOL_VERSION == 4 and "zlib" in hello["codecs"]
 
 
 def test_stop_ends_the_remote_process_group(launcher, tmp_path):
@@ -265,7 +265,7 @@ def test_protocol_version_mismatch_is_refused(tmp_path):
     result = run_capture(str(script), launcher=launcher, timeout=20, on_event=events.append)
     err = result.trace.error
     assert err.type == "ProtocolMismatch"
-    assert "the worker on old-box speaks protocol version 999, this app speaks version 3" in err.message
+    assert "the worker on old-box speaks protocol version 999, this app speaks version 4" in err.message
     assert any(e.get("type") == "refused" for e in events)
 
 
@@ -350,8 +350,6 @@ def test_host_records_and_bad_input():
 
 def test_frames_stream_in_chunks_and_report_progress():
     import json as _json
-
-    from core import wire
 
     msg = {"type": "trace", "trace": {"calls": [{"id": f"c{i}", "nodes": list(range(200))} for i in range(3000)]}}
     raw = _json.dumps(msg, separators=(",", ":")).encode()

@@ -514,3 +514,94 @@ def test_a_frame_is_sent_and_read_with_a_short_switch_interval(monkeypatch):
     assert sys.getswitchinterval() == before
     wire.StreamDecoder(lambda msg: during.append(sys.getswitchinterval())).feed(bytes(out))
     assert during == [before]  # restored before the message is handed on
+
+
+def test_big_tables_travel_in_blocks_each_built_as_it_comes(monkeypatch):
+    """A call's nodes, tensors and storages go in blocks of BLOCK_ROWS rows, each followed by its
+    row count; the reader has built every node (and freed their columns) before the tensors come."""
+    monkeypatch.setattr(tc, "BLOCK_ROWS", 50)
+    call = residual_mlp_call(blocks=30)  # 182 nodes: blocks of 50, 50, 50, 32
+    lines = tc.encode(call).splitlines()
+    done = [json.loads(line)[2] for line in lines if json.loads(line)[:2] == ["nodes", "done"]]
+    assert done == [50, 50, 50, 32]
+    reader = tc.ColumnReader("call")
+    first_tensor = next(i for i, line in enumerate(lines) if line.startswith(b'["tensors.'))
+    for line in lines[:first_tensor]:
+        reader.feed(line)
+    assert reader.built["nodes"] == call.nodes
+    assert not [key for key in reader.cols if key[0].startswith("nodes.")]
+    for line in lines[first_tensor:]:
+        reader.feed(line)
+    back = reader.result()
+    assert back == call and back.nodes == reader.built["nodes"]
+    trace = full_trace()
+    monkeypatch.setattr(tc, "BLOCK_ROWS", 3)  # blocks that run across the two calls
+    assert tc.decode(tc.encode(trace)).to_json() == trace.to_json()
+
+
+def test_a_wrong_value_in_a_later_block_is_named_by_its_row_in_the_whole_table(monkeypatch):
+    monkeypatch.setattr(tc, "BLOCK_ROWS", 3)
+    trace = full_trace()
+    first = len(trace.calls[0].tensors)  # 10: blocks of rows 0-2, 3-5, 6-8, 9-11 (the second call's 0-2)
+    items = _columns(tc.encode(trace))
+    shapes = [i for i in items if i[0] == "calls.tensors.shape"]
+    assert len(shapes) == 5
+    shapes[3][1], shapes[3][2] = "vals", [[1], [2, -3], [4]]  # rows 9, 10, 11
+    assert first == 10
+    with pytest.raises(TraceFormatError, match=r"field 'calls\[1\]\.tensors\[0\]\.shape': expected a list of "
+                                               r"non-negative integers"):
+        tc.decode(_join(items))
+
+
+def test_a_leafs_gradient_refers_to_its_row_across_blocks(monkeypatch):
+    monkeypatch.setattr(tc, "BLOCK_ROWS", 2)
+    call = _call_with_leaf_grads(True)
+    back = tc.decode(tc.encode(call), "call")
+    assert back == call
+    grads = {t.name: t.grad.values for t in back.tensors if t.grad is not None}
+    assert len(grads) > 2 and all(back.leaf_grads[name] is values for name, values in grads.items())
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda items: items.__setitem__(_where(items, "nodes", "done"), ["nodes", "done", 0]),
+     r"field 'nodes': expected a block's row count, got 0"),
+    (lambda items: items.__setitem__(_where(items, "nodes", "done"), ["nodes", "done", "50"]),
+     r"field 'nodes': expected a block's row count, got '50'"),
+    (lambda items: items.insert(_where(items, "nodes", "done"), ["nodes.next", "done", 3]),
+     r"field 'nodes.next': is not a table that travels in blocks"),
+    (lambda items: items.__setitem__(_where(items, "nodes", "done"), ["nodes", "done", 60]),
+     r"field 'nodes\[0\]\.id': expected 60 rows, got 50"),
+    (lambda items: items.pop(_where(items, "nodes", "done", last=True)),
+     r"field 'nodes': expected 182 rows in its blocks, got 150"),
+])
+def test_blocks_whose_row_counts_are_wrong_are_refused(monkeypatch, change, message):
+    monkeypatch.setattr(tc, "BLOCK_ROWS", 50)
+    items = _columns(tc.encode(residual_mlp_call(blocks=30)))
+    change(items)
+    with pytest.raises(TraceFormatError, match=message):
+        tc.decode(_join(items), "call")
+
+
+def _where(items: list, path: str, kind: str, last: bool = False) -> int:
+    at = [i for i, item in enumerate(items) if item[:2] == [path, kind]]
+    return at[-1] if last else at[0]
+
+
+def test_a_lone_calls_links_are_checked_from_its_id_columns_and_named_when_wrong():
+    call = residual_mlp_call(blocks=20)
+    assert tc.decode(tc.encode(call), "call") == call
+    items = _columns(tc.encode(call))
+    (targets,) = [i for i in items if i[0] == "nodes.next.node"]
+    names = targets[2].split("\n")
+    names[5] = "n_nowhere"
+    targets[1], targets[2] = "vals", names
+    owner = next(i for i, n in enumerate(call.nodes) if sum(map(len, (m.next for m in call.nodes[:i + 1]))) > 5)
+    with pytest.raises(TraceFormatError, match=rf"field 'nodes\[{owner}\]\.next\[\d\]': node 'n_nowhere' is not in"):
+        tc.decode(_join(items), "call")
+    items = _columns(tc.encode(call))
+    (ids,) = [i for i in items if i[0] == "nodes.id"]
+    names = ids[2].split("\n")
+    names[3] = names[2]
+    ids[1], ids[2] = "vals", names
+    with pytest.raises(TraceFormatError, match=rf"field 'nodes\[3\]\.id': node id '{names[2]}' appears twice"):
+        tc.decode(_join(items), "call")
