@@ -112,6 +112,10 @@ def build_toolbar(w) -> None:
     w.device_box = QComboBox(w)
     w.device_box.setToolTip("The device the script runs on (reported by the worker)")
     w.device_box.setMinimumContentsLength(12)
+    # A host's devices are longer ("gpu-box: cuda:0 (NVIDIA H100, 80 GB)"): the box grows to show
+    # the one picked, up to a width the toolbar keeps room for on a laptop; the list shows all.
+    w.device_box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+    w.device_box.setMaximumWidth(w.fontMetrics().horizontalAdvance("x") * 40)
     w.device_box.addItem("CPU", "cpu")
     bar.addWidget(w.device_box)
     bar.addAction(w.act_run)

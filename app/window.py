@@ -147,6 +147,11 @@ class MainWindow(RunWiring, SelectionWiring, WindowViews, QMainWindow):
             label = d["name"] if d["id"] == "cpu" else f"{d['id']} — {d['name']}"
             self.device_box.addItem(label, d["id"])
         index = self.device_box.findData(current)
+        if index < 0 and "::" in str(current):
+            # A saved host's device (app.host_devices) asked for before that host said hello: kept
+            # picked under its own name until the host's devices replace it.
+            self.device_box.addItem(str(current).replace("::", ": ", 1), current)
+            index = self.device_box.count() - 1
         self.device_box.setCurrentIndex(max(index, 0))
         self._update_actions()
 

@@ -160,7 +160,8 @@ class RunWiring:
         self.show_trace(trace)
         for error in result.bad_messages:  # kept in Problems with the trace they came with
             self._show_bad_message(error)
-        status = f"Finished in {result.elapsed:.1f} s on {trace.device}"
+        where = f"{self.handle.host}: {trace.device}" if self.handle.host else trace.device
+        status = f"Finished in {result.elapsed:.1f} s on {where}"
         if trace.error is not None:
             status = f"Failed after {result.elapsed:.1f} s: {trace.error.type}: {_first_line(trace.error.message)}"
             self._raise_problems()

@@ -67,6 +67,7 @@ class WorkerHandle(QObject):
         self.local = self.client  # the local worker; ``client`` is the one serving the current run
         self.hosts = None  # app.host_devices.HostWorkers: runs on "HOST::DEVICE" go to that host
         self.current_run: int | None = None
+        self.host: str | None = None  # the saved host the current run went to (None: this machine)
 
     # -- commands --------------------------------------------------------------------------------
     def run(self, path: str, device: str = "cpu", mode: str = "auto", timeout: float = 600.0,
@@ -83,6 +84,7 @@ class WorkerHandle(QObject):
         if client is not self.client and self.client.running:
             self.client.cancel()
         self.client = client or self.local
+        self.host = host if client is not None else None
         self.current_run = self.client.run(path, device=device, mode=mode, timeout=timeout, step=step,
                                            debug=debug, seeds=seeds, load=load, ddp=ddp)
         return self.current_run

@@ -158,7 +158,7 @@ def _table(cls, objs: list, path: str, seen: dict) -> Iterator[list]:
             if kind == "list?":
                 yield [p, "mask", pack_mask(flat)]
                 flat = list(filter(None, flat))
-            if not _blocked(kind, p, sub):
+            if not _blocked(kind, cls, sub):
                 yield from _table(sub, flat, p, seen)
                 yield [p, "done", None]
                 continue
@@ -187,10 +187,11 @@ def _table(cls, objs: list, path: str, seen: dict) -> Iterator[list]:
             yield from _table(sub, list(filter(None, flat)), p + "#items", seen)
 
 
-def _blocked(kind: str, path: str, cls) -> bool:
-    """A list table that travels in blocks of rows: a call's nodes, tensors, storages, and a
-    trace's own tensors, storages and memory samples (not the calls, which hold those)."""
-    return kind == "list" and path.count(".") <= 1 and cls is not CallInfo
+def _blocked(kind: str | None, parent, cls) -> bool:
+    """A list field of ``parent`` holding ``cls`` objects that travels in blocks of rows: a
+    call's nodes, tensors, storages, and a trace's own tensors, storages and memory samples
+    (not the calls, which hold those)."""
+    return kind == "list" and (parent is CallInfo or parent is Trace) and cls is not CallInfo
 
 
 # -- reading --------------------------------------------------------------------------------
@@ -381,7 +382,7 @@ class ColumnReader:
                             self.fail(self._name(p, i), problem)
             else:
                 col = self._nested(how, p, n, name in no_default or defaults.get(name, 0) is not None,
-                                   SHARED.get((cls, name)))
+                                   SHARED.get((cls, name)), cls)
                 if col is None:
                     col = repeat(defaults[name])
             keys.append(name)
@@ -399,15 +400,11 @@ class ColumnReader:
         return objs
 
     def _build_early(self, path: str) -> None:
-        """Build a top-level table (a call's nodes, tensors, storages) as soon as its columns are in,
-        while the next columns are still on their way. Anything wrong is left for ``result``,
-        which builds it again and names the field in full."""
-        cls, kind = ROOTS[self.root], None
-        for part in path.split("."):
-            kind, cls = NESTED.get(cls, {}).get(part, (None, None))
-            if cls is None:
-                return
-        if kind != "list" or path.count(".") > 1:
+        """Build a trace's calls as soon as their columns are in (their nodes, tensors and storages
+        came in blocks, built already), while the trace's own tables are still on their way.
+        Anything wrong is left for ``result``, which builds them again and names the field in full."""
+        parent, kind, cls = self._table_at(path)
+        if kind != "list" or not (parent is CallInfo or parent is Trace):
             return
         lens = self.cols.get((path, "lens"))
         if lens is None:
@@ -426,12 +423,8 @@ class ColumnReader:
         """Build the block of ``rows`` rows whose columns just came, after the blocks before it,
         and free its columns. Anything wrong is named now, by the row's place in the whole table
         (the block's own columns are gone once the next block comes)."""
-        cls, kind = ROOTS[self.root], None
-        for part in path.split("."):
-            kind, cls = NESTED.get(cls, {}).get(part, (None, None))
-            if cls is None:
-                break
-        if cls is None or not _blocked(kind, path, cls):
+        parent, kind, cls = self._table_at(path)
+        if not _blocked(kind, parent, cls):
             self.fail(path, "is not a table that travels in blocks")
         built = self.built.setdefault(path, [])
         table = path
@@ -443,6 +436,9 @@ class ColumnReader:
             self._where[table] = (parent, "list", list(accumulate(lens)), None)
             table = parent
         parent, how, ends, _ = self._where[path]
+        total = ends[-1] if ends else 0
+        if len(built) + rows > total:
+            self.fail(path, f"a block of {rows} rows after {len(built)} runs past the table's {total}")
         self._where[path] = (parent, how, ends, range(len(built), len(built) + rows))
         inner = path + "."
         shared = {key: objs for key, objs in self.tables.items() if key.startswith(inner)}
@@ -457,9 +453,21 @@ class ColumnReader:
         for key in [key for key in self.cols if key[0].startswith(inner)]:
             del self.cols[key]
 
-    def _nested(self, how: tuple[str, type], p: str, n: int, required: bool, shared: str | None) -> list | None:
-        """The objects of field ``p`` for ``n`` rows; ``shared``: the table (relative to the
-        field's own table) whose objects its ``refs`` column names."""
+    def _table_at(self, path: str) -> tuple:
+        """(class of the table holding it, how, class of its objects) of the table at ``path``;
+        None for each that ``path`` does not name."""
+        parent, kind, cls = None, None, ROOTS[self.root]
+        for part in path.split("."):
+            parent = cls
+            kind, cls = NESTED.get(cls, {}).get(part, (None, None))
+            if cls is None:
+                return None, None, None
+        return parent, kind, cls
+
+    def _nested(self, how: tuple[str, type], p: str, n: int, required: bool, shared: str | None,
+                parent) -> list | None:
+        """The objects of field ``p`` of a ``parent`` table, for ``n`` rows; ``shared``: the table
+        (relative to the field's own table) whose objects its ``refs`` column names."""
         kind, sub = how
         if kind == "one":
             self._where[p] = (p.rpartition(".")[0], "one", None, None)
@@ -481,7 +489,7 @@ class ColumnReader:
         early = self.built.get(p)  # kept: a failed build of the table above may need it again
         if early is not None and len(early) == total and kind == "list":
             return split(early, lens)
-        if early is not None and _blocked(kind, p, sub):  # its blocks' columns are gone
+        if early is not None and _blocked(kind, parent, sub):  # its blocks' columns are gone
             self.fail(p, f"expected {total} rows in its blocks, got {len(early)}")
         if kind == "list":
             return split(self._build(sub, p, total), lens)

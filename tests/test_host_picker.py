@@ -52,6 +52,22 @@ def test_host_devices_listed_and_used(qtbot, hosts_window, tmp_path):
     assert w.trace.script == str((EXAMPLES / "01_multiply.py").resolve())
     assert w.handle.client is w.handle.hosts.client_for("lab")  # the run went through the host
     assert w.call is not None and w.call.api == "Tensor.backward"
+    assert w.state_label.text().endswith(" s on lab: cpu")
+
+
+def test_a_host_device_picked_before_its_host_said_hello_stays_picked(qtbot, hosts_window):
+    """``--device lab::cpu`` on the command line: the local worker's devices come first and must
+    not take the pick back to the local CPU; the host's own entry replaces it when it comes."""
+    w = hosts_window
+    box = w.device_box
+    if box.findData("lab::cpu") < 0:
+        box.addItem("lab::cpu", "lab::cpu")
+    box.setCurrentIndex(box.findData("lab::cpu"))
+    w.handle.sig_devices.emit([{"id": "cpu", "name": "CPU", "kind": "cpu"}])  # the local worker's hello
+    assert box.currentData() == "lab::cpu" and box.currentText() in ("lab: cpu", "lab: cpu (CPU)")
+    assert box.itemData(0) == "cpu"
+    qtbot.waitUntil(lambda: box.currentText() == "lab: cpu (CPU)", timeout=60_000)
+    assert box.currentData() == "lab::cpu" and box.findData("lab::cpu") == box.currentIndex()
 
 
 def test_all_reduce_is_marked_on_the_parameters(qtbot):

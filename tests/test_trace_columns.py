@@ -24,7 +24,7 @@ from core import wire
 from core.client import ROOT, run_capture
 from core.launchers import from_command
 from core.worker_channel import Channel
-from core.trace import (ErrorInfo, GradInfo, MemorySample, StorageInfo, Trace, TraceFormatError, Values,
+from core.trace import (ErrorInfo, GradInfo, MemorySample, Saved, StorageInfo, Trace, TraceFormatError, Values,
                         call_from_dict, call_to_dict, trace_from_dict)
 from tests.fixtures_graphs import mlp_call, mul_call, residual_mlp_call
 
@@ -539,6 +539,22 @@ def test_big_tables_travel_in_blocks_each_built_as_it_comes(monkeypatch):
     assert tc.decode(tc.encode(trace)).to_json() == trace.to_json()
 
 
+def test_a_streamed_calls_nested_tables_travel_inside_its_blocks(monkeypatch):
+    """Only the call's own lists go in blocks: each node's saved values and edges travel inside
+    its node's block, however many there are (a call_trace message, as Debug streams it)."""
+    monkeypatch.setattr(tc, "BLOCK_ROWS", 50)
+    call = residual_mlp_call(blocks=30)
+    call = replace(call, nodes=[replace(n, saved=[Saved(name="self", tensor=call.tensors[0].id), Saved(name="dim",
+                                                                                                  value=[i, 2])])
+                                for i, n in enumerate(call.nodes)])  # 364 saved rows, 50 nodes a block
+    lines = [json.loads(line) for line in tc.encode(call).splitlines()]
+    blocks = [p for p, kind, rows in lines if kind == "done" and rows]
+    assert blocks == ["nodes"] * 4 + ["tensors"] * -(-len(call.tensors) // 50)
+    assert [rows for p, kind, rows in lines if p == "nodes.saved" and kind == "done"] == [None] * 4
+    got, _ = _stream(call, "zlib")
+    assert got[1]["call"] == call
+
+
 def test_a_wrong_value_in_a_later_block_is_named_by_its_row_in_the_whole_table(monkeypatch):
     monkeypatch.setattr(tc, "BLOCK_ROWS", 3)
     trace = full_trace()
@@ -571,6 +587,8 @@ def test_a_leafs_gradient_refers_to_its_row_across_blocks(monkeypatch):
      r"field 'nodes.next': is not a table that travels in blocks"),
     (lambda items: items.__setitem__(_where(items, "nodes", "done"), ["nodes", "done", 60]),
      r"field 'nodes\[0\]\.id': expected 60 rows, got 50"),
+    (lambda items: items.__setitem__(_where(items, "nodes", "done"), ["nodes", "done", 10 ** 9]),
+     r"field 'nodes': a block of 1000000000 rows after 0 runs past the table's 182"),
     (lambda items: items.pop(_where(items, "nodes", "done", last=True)),
      r"field 'nodes': expected 182 rows in its blocks, got 150"),
 ])
