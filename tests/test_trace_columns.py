@@ -161,9 +161,12 @@ def test_missing_cut_short_and_foreign_columns_are_refused():
         tc.decode(data[:200] + b"{oops\n" + data[200:])
 
 
-def test_whatever_the_columns_accept_the_json_reader_accepts_too():
+@pytest.mark.parametrize("block_rows", [tc.BLOCK_ROWS, 3])
+def test_whatever_the_columns_accept_the_json_reader_accepts_too(block_rows, monkeypatch):
     """Seeded mutations of single column values: each is refused with a TraceFormatError, or read
-    into a trace that the trace file's own reader also accepts, field for field."""
+    into a trace that the trace file's own reader also accepts, field for field; also where the
+    tables come in blocks of three rows, each read (and checked) as it arrives."""
+    monkeypatch.setattr(tc, "BLOCK_ROWS", block_rows)
     base = _columns(tc.encode(full_trace()))
     rng = random.Random(16)
     odd = [None, True, 0, -1, 2 ** 70, 1.5, float("inf"), "", "x", [], [1], [-1], ["a"], [None], {}, {"a": 1}]
