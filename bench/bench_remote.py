@@ -11,7 +11,10 @@ Run: python bench/bench_remote.py [--repeat N] [--traces DIR]. Each example is c
   starting to encode to the app holding the decoded Trace (median of N runs); "wire" is what
   the compressed bytes alone take at 10 MiB/s, and "x wire" the ratio of the two. "pv, pinned"
   holds the sender and pv to one CPU and the app to another, as on two machines with a core
-  each (where taskset is installed): both ends no longer take turns on the same cores.
+  each (where taskset is installed): both ends no longer take turns on the same cores;
+- one more transfer through pv per codec, timed along the way: when the sender had its first
+  batch of columns and its last column line, when the app had read the last and when it held the trace
+  (what is left to the app once the worker is done).
 """
 
 from __future__ import annotations
@@ -51,14 +54,15 @@ def can_pin() -> bool:
 
 
 def send_once(trace_file: Path, codec: str, throttle: bool, encoding: str = "columns",
-              script: Path = EXAMPLES[0][1], pinned: bool = False) -> tuple[float, int, int]:
+              script: Path = EXAMPLES[0][1], pinned: bool = False, extra: str = "") -> tuple[float, int, int]:
     """One transfer; ``script`` is what the app asks to run (its text travels; the stand-in sends the trace).
     ``pinned``: the sender (and pv) on the first CPU, this process on the second, as on two
-    machines with one core each, instead of both ends sharing every core."""
+    machines with one core each, instead of both ends sharing every core. ``extra``: more
+    arguments for the stand-in (see bench/send_trace.py)."""
     cpus = sorted(os.sched_getaffinity(0)) if pinned else []
     on = f"taskset -c {cpus[0]} " if pinned else ""
     sender = f"{on}{shlex.quote(sys.executable)} {shlex.quote(str(ROOT / 'bench/send_trace.py'))} " \
-             f"{shlex.quote(str(trace_file))} {codec} {encoding}"
+             f"{shlex.quote(str(trace_file))} {codec} {encoding} {extra}"
     if throttle:
         sender += f" | {on}pv -q -L 10m"
     launcher = from_command(f"sh -c {shlex.quote(sender)}", name="bench", compress=codec)
@@ -89,10 +93,39 @@ def send_once(trace_file: Path, codec: str, throttle: bool, encoding: str = "col
     # A big frame freezes the heap when it ends (core.wire); the app unfreezes and collects when
     # the next trace opens (app.session.settle_heap): so does each run here, after its timing.
     took, sent, raw = box["t1"] - box["t0"], box["bytes"], box["raw"]
+    send_once.started = box["t0"]
     box.clear()
     gc.unfreeze()
     gc.collect()
     return took, sent, raw
+
+
+def timeline(trace_file: Path, codec: str, script: Path) -> dict:
+    """One transfer through ``pv -L 10m``, in seconds from the sender starting to encode: when
+    its first batch of columns was whole (it leaves for the link) and its last column line
+    encoded, when this app had read the last one
+    (the frame's end: the reader starts its final assembly) and when it held the trace."""
+    marks: dict = {}
+    result = ColumnReader.result
+
+    def timed(self):
+        marks["read"] = time.time()
+        try:
+            return result(self)
+        finally:
+            marks["held"] = time.time()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        stamps = Path(tmp) / "stamps.json"
+        ColumnReader.result = timed
+        try:
+            send_once(trace_file, codec, True, "columns", script, extra=f"timeline={shlex.quote(str(stamps))}")
+        finally:
+            ColumnReader.result = result
+        sender = json.loads(stamps.read_text())
+    t0 = send_once.started
+    return {"first": sender["first"] - t0, "last": sender["last"] - t0, "read": marks["read"] - t0,
+            "held": marks["held"] - t0}
 
 
 def compress(data: bytes, codec: str) -> tuple[bytes, float, float]:
@@ -189,6 +222,13 @@ def main() -> None:
                 ratio = f"{seconds / (sent / RATE):.2f}x" if throttle else ""
                 print(f"  {link:<11}{encoding:<9}{codec:<6}{sent:>12,}{seconds:>8.2f}s{sent / RATE:>7.2f}s{ratio:>8}")
                 sys.stdout.flush()
+        if pv:
+            print(f"\n{label}, one transfer through pv -L 10m, ms after the sender starts encoding:")
+            for codec in codecs:
+                t = {k: 1000 * v for k, v in timeline(trace_file, codec, script).items()}
+                print(f"  {codec}: the worker's first batch {t['first']:.0f}, its last column {t['last']:.0f}; "
+                      f"the app read the last at {t['read']:.0f} and held the trace at {t['held']:.0f} "
+                      f"({t['held'] - t['last']:.0f} after the worker's last line)")
     shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -1,7 +1,9 @@
 """Stand-in for a worker that has just finished a run: says hello, then sends one saved trace
 through the worker's own Channel (compressed in frames when asked, as a worker behind a
 launcher does; bench_remote.py starts it behind one). The time it starts encoding travels in
-the ``started`` message."""
+the ``started`` message. With ``timeline=FILE`` among its arguments it writes there, as JSON,
+when it had encoded its first batch of columns (what goes first onto the link) and its last
+column line."""
 
 import json
 import os
@@ -37,7 +39,28 @@ def main() -> None:
     channel.send({"type": "started", "run": cmd["run"], "t": time.time()})
     channel.codec = pick_codec(codec)
     channel.columns = "columns" in (cmd.get("encodings") or ()) and "json" not in sys.argv[3:]
+    timeline = next((a.partition("=")[2] for a in sys.argv[3:] if a.startswith("timeline=")), None)
+    stamps: dict = {}
+    if timeline:
+        from core import wire
+
+        encode_lines = wire.encode_lines
+
+        def stamped(obj):
+            size = 0
+            for line in encode_lines(obj):
+                size += len(line)
+                now = time.time()  # the line is encoded: the next step hands it on
+                if size >= wire.COLUMNS_FIRST:
+                    stamps.setdefault("first", now)  # the first batch is whole: it leaves for the link
+                stamps["last"] = now
+                yield line
+
+        wire.encode_lines = stamped
     channel.send(protocol.TraceDone(trace=trace, run=cmd["run"]).to_dict())
+    if timeline:
+        stamps.setdefault("first", stamps["last"])
+        Path(timeline).write_text(json.dumps(stamps))
     sys.stdin.readline()
 
 
