@@ -102,14 +102,18 @@ def fill_picker(box, hosts: HostWorkers | None) -> None:
             item.setEnabled(False)
             box.setItemData(box.count() - 1, hosts.failed[name], Qt.ItemDataRole.ToolTipRole)
     index = box.findData(current)
-    host = str(current).partition(SEP)[0] if SEP in str(current) else None
+    host = split_device(str(current))[0]
     if index < 0 and host and hosts is not None and host in hosts.clients and host not in hosts.failed:
-        # Picked (``--device HOST::DEVICE``) before the host's worker said hello: stays picked,
-        # under its own name, until the host's devices come.
-        box.addItem(str(current).replace(SEP, ": ", 1), current)
-        index = box.count() - 1
+        index = keep_picked(box, current)
     if index >= 0:
         box.setCurrentIndex(index)
+
+
+def keep_picked(box, device: str) -> int:
+    """Add ``device`` (``HOST::DEVICE``), picked (``--device``) before its host's worker said
+    hello, under its own name until the host's devices replace it; its index in ``box``."""
+    box.addItem(device.replace(SEP, ": ", 1), device)
+    return box.count() - 1
 
 
 def install(window) -> None:

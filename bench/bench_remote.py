@@ -54,11 +54,12 @@ def can_pin() -> bool:
 
 
 def send_once(trace_file: Path, codec: str, throttle: bool, encoding: str = "columns",
-              script: Path = EXAMPLES[0][1], pinned: bool = False, extra: str = "") -> tuple[float, int, int]:
+              script: Path = EXAMPLES[0][1], pinned: bool = False, extra: str = "",
+              marks: dict | None = None) -> tuple[float, int, int]:
     """One transfer; ``script`` is what the app asks to run (its text travels; the stand-in sends the trace).
     ``pinned``: the sender (and pv) on the first CPU, this process on the second, as on two
     machines with one core each, instead of both ends sharing every core. ``extra``: more
-    arguments for the stand-in (see bench/send_trace.py)."""
+    arguments for the stand-in (see bench/send_trace.py); ``marks`` gets the time it started."""
     cpus = sorted(os.sched_getaffinity(0)) if pinned else []
     on = f"taskset -c {cpus[0]} " if pinned else ""
     sender = f"{on}{shlex.quote(sys.executable)} {shlex.quote(str(ROOT / 'bench/send_trace.py'))} " \
@@ -93,7 +94,8 @@ def send_once(trace_file: Path, codec: str, throttle: bool, encoding: str = "col
     # A big frame freezes the heap when it ends (core.wire); the app unfreezes and collects when
     # the next trace opens (app.session.settle_heap): so does each run here, after its timing.
     took, sent, raw = box["t1"] - box["t0"], box["bytes"], box["raw"]
-    send_once.started = box["t0"]
+    if marks is not None:
+        marks["started"] = box["t0"]
     box.clear()
     gc.unfreeze()
     gc.collect()
@@ -119,11 +121,12 @@ def timeline(trace_file: Path, codec: str, script: Path) -> dict:
         stamps = Path(tmp) / "stamps.json"
         ColumnReader.result = timed
         try:
-            send_once(trace_file, codec, True, "columns", script, extra=f"timeline={shlex.quote(str(stamps))}")
+            send_once(trace_file, codec, True, "columns", script, extra=f"timeline={shlex.quote(str(stamps))}",
+                      marks=marks)
         finally:
             ColumnReader.result = result
         sender = json.loads(stamps.read_text())
-    t0 = send_once.started
+    t0 = marks["started"]
     return {"first": sender["first"] - t0, "last": sender["last"] - t0, "read": marks["read"] - t0,
             "held": marks["held"] - t0}
 

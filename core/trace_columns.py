@@ -187,11 +187,16 @@ def _table(cls, objs: list, path: str, seen: dict) -> Iterator[list]:
             yield from _table(sub, list(filter(None, flat)), p + "#items", seen)
 
 
+def _top_list(kind: str | None, parent) -> bool:
+    """A list field of a trace or a call: the tables the reader builds as soon as they are in."""
+    return kind == "list" and (parent is CallInfo or parent is Trace)
+
+
 def _blocked(kind: str | None, parent, cls) -> bool:
     """A list field of ``parent`` holding ``cls`` objects that travels in blocks of rows: a
     call's nodes, tensors, storages, and a trace's own tensors, storages and memory samples
     (not the calls, which hold those)."""
-    return kind == "list" and (parent is CallInfo or parent is Trace) and cls is not CallInfo
+    return _top_list(kind, parent) and cls is not CallInfo
 
 
 # -- reading --------------------------------------------------------------------------------
@@ -404,7 +409,7 @@ class ColumnReader:
         came in blocks, built already), while the trace's own tables are still on their way.
         Anything wrong is left for ``result``, which builds them again and names the field in full."""
         parent, kind, cls = self._table_at(path)
-        if kind != "list" or not (parent is CallInfo or parent is Trace):
+        if not _top_list(kind, parent):
             return
         lens = self.cols.get((path, "lens"))
         if lens is None:
@@ -414,10 +419,7 @@ class ColumnReader:
         except TraceFormatError:
             self.built.pop(path, None)
             return
-        # Its columns are in the objects now: free them while the next columns travel, not at the end.
-        inner = path + "."
-        for key in [key for key in self.cols if key[0].startswith(inner)]:
-            del self.cols[key]
+        self._free_columns(path)
 
     def _build_block(self, path: str, rows: int) -> None:
         """Build the block of ``rows`` rows whose columns just came, after the blocks before it,
@@ -450,6 +452,12 @@ class ColumnReader:
         for key, before in shared.items():  # a shared table's rows run on across the blocks
             before.extend(self.tables[key])
             self.tables[key] = before
+        self._free_columns(path)
+
+    def _free_columns(self, path: str) -> None:
+        """The columns under the table at ``path`` are in its objects now: freed while the next
+        columns travel, not at the end."""
+        inner = path + "."
         for key in [key for key in self.cols if key[0].startswith(inner)]:
             del self.cols[key]
 

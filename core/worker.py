@@ -46,6 +46,7 @@ import socket
 import sys
 import threading
 import time
+from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 
@@ -230,11 +231,9 @@ class Worker(Stepping):
                     with script_environment(cmd["path"], cmd.get("cwd")):
                         if cmd.get("ddp") and not (cmd.get("step") or cmd.get("debug")):
                             trace = ddp.run_ranks(self, cmd)  # torchrun on this host, one capture per rank
-                        elif cmd.get("ddp"):  # paused here, in this process: a world of one
-                            with ddp.world_of_one():
+                        else:  # a DDP script paused here, in this process, runs in a world of one
+                            with ddp.world_of_one() if cmd.get("ddp") else nullcontext():
                                 trace = capture.run()
-                        else:
-                            trace = capture.run()
                 finally:
                     if sampler is not None:
                         remove_marks()

@@ -30,12 +30,12 @@ def window(request, qtbot, tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def view(qtbot):
-    """A graph view of 1000 x 700, shown."""
+def view(request, qtbot):
+    """A graph view, shown at 1000 x 700, or at a test module's ``VIEW_SIZE``."""
     from widgets.graph_view import GraphView
 
     v = GraphView()
-    v.resize(1000, 700)
+    v.resize(*getattr(request.module, "VIEW_SIZE", (1000, 700)))
     qtbot.addWidget(v)
     v.show()
     qtbot.waitExposed(v)

@@ -20,6 +20,8 @@ from widgets.graph_scene import tooltip
 from widgets.graph_view import GraphView
 from widgets.theme import THEMES
 
+VIEW_SIZE = (1000, 750)  # the shared ``view`` fixture (tests/conftest.py) at this size
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "resources" / "examples"
 
 SQUARE = """\
@@ -55,16 +57,6 @@ def traces(tmp_path_factory):
         path.write_text(textwrap.dedent(source))
         out[name] = capture_script(str(path))
     return out
-
-
-@pytest.fixture
-def view(qtbot):
-    v = GraphView()
-    v.resize(1000, 750)
-    qtbot.addWidget(v)
-    v.show()
-    qtbot.waitExposed(v)
-    return v
 
 
 def by_name(call, name: str):

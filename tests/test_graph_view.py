@@ -16,15 +16,7 @@ from core.layout import group_info
 from widgets.graph_view import OVERVIEW_LOD, GraphView
 from widgets.theme import THEMES
 
-
-@pytest.fixture
-def view(qtbot):
-    v = GraphView()
-    v.resize(900, 700)
-    qtbot.addWidget(v)
-    v.show()
-    qtbot.waitExposed(v)
-    return v
+VIEW_SIZE = (900, 700)  # the shared ``view`` fixture (tests/conftest.py) at this size
 
 
 def centre_of(view: GraphView, node_id: str) -> QPoint:
