@@ -108,6 +108,7 @@ def worker_options(args) -> dict:
 def add_hosts_parser(sub) -> None:
     p = sub.add_parser("hosts", help="list, add or remove the hosts workers can run on")
     hs = p.add_subparsers(dest="action")
+    hs.add_parser("list", help="list the saved hosts and their worker commands (also what 'hosts' alone does)")
     a = hs.add_parser("add", help="save a host: an ssh destination, or --command for any other launcher")
     a.add_argument("name")
     a.add_argument("dest", nargs="?", help="ssh destination (default: NAME)")

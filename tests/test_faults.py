@@ -68,14 +68,19 @@ def _run(tmp_path, source: str, *, limit: float, timeout: float = 60, name: str 
         time.sleep(0.1)
     assert _group(pids[0]) == [], "a process of the run outlived it"
     assert list(Path(tempfile.gettempdir()).iterdir()) == []
-    assert [t for t in threading.enumerate() if isinstance(t, threading.Timer)] == []  # time limit cancelled
 
     def ours() -> list[str]:
         return [t.name for t in threading.enumerate() if t.name.startswith(("worker-", "close-worker-"))]
 
-    deadline = time.monotonic() + 5  # the pipe readers end once the last bytes are read, under load a moment later
-    while ours() and time.monotonic() < deadline:
+    def timers() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if isinstance(t, threading.Timer)]
+
+    # The pipe readers end once the last bytes are read, and a cancelled timer's thread once it
+    # wakes: under load a moment later (a timer left running would live for the run's time limit).
+    deadline = time.monotonic() + 5
+    while (ours() or timers()) and time.monotonic() < deadline:
         time.sleep(0.05)
+    assert timers() == []  # time limit cancelled
     assert ours() == []
     return result
 

@@ -148,7 +148,10 @@ def test_cpu_sampler_records_phases_around_forward_and_backward():
     assert after.saved_bytes == 0 and samples[-1].saved_bytes == 0
     assert all(s.saved_bytes == 16000 for s in samples if s.phase == "backward")
     assert sampler.calls == [{"index": 0, "t": call_t}]
-    assert start.t == pytest.approx(call_t, abs=0.05)  # the event dates the mark (or the sample just before)
+    # The event dates the mark, or the sample just before when the sampler thread recorded one
+    # between the event and the mark (the series stays in time order).
+    before = samples[next(i for i, s in enumerate(samples) if s is start) - 1]
+    assert start.t == max(call_t, before.t)
     assert sampler.overhead()["samples"] >= 3
 
 
@@ -180,7 +183,9 @@ def test_marks_survive_thinning_and_failures_do_not_stop_sampling():
         time.sleep(0.01)
     sampler.stop()
     samples = sampler.samples
-    assert len(samples) <= 32
+    # Each thinning drops every other unmarked sample of the older half, so with the 10 marks
+    # kept the series never holds more than 4 * 10 + 3 samples, however the ticks fall.
+    assert len(samples) <= 43
     phases = ["start"] + [s.phase for s in samples]
     starts = [i for i in range(len(samples)) if phases[i + 1] == "backward" and phases[i] != "backward"]
     assert len(starts) == 5 and [c["index"] for c in sampler.calls] == list(range(5))

@@ -23,12 +23,12 @@ def test_a_long_line_is_cut_into_blocks_and_shown_fast(qtbot):
     qtbot.addWidget(panel)
     panel.resize(600, 400)
     panel.show()
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: other processes on the machine do not count
     for _ in range(80):  # 5 MB on one line, in 64 KB chunks as the worker reads them
         panel.append("x" * 65536)
         panel.flush()
         qtbot.wait(0)
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     assert elapsed < 5, f"{elapsed:.1f} s for 5 MB on one line"
     doc = panel.view.document()
     longest = max(doc.findBlockByNumber(i).length() - 1 for i in range(doc.blockCount()))

@@ -176,9 +176,13 @@ def test_the_layout_thread_prepares_the_next_fold_once_the_scene_is_shown(view, 
     c = residual_mlp_call(400, "blocks")  # 2,402 nodes: "blocks" opens into 7 runs
     info = group_info(c)
     runs = info.children["blocks"]
+    # Read when the scene is built: the preparing starts 150 ms after the layout is done, so a
+    # build slower than that lets it start inside wait_ready.
+    prepared = []
+    view.sig_scene_ready.connect(lambda _id: prepared.append(set(info._maps)))
     view.set_call(c, collapsed=frozenset({"blocks"}))  # laid out on the layout thread
     assert view.wait_ready()
-    assert not set(runs) & set(info._maps)  # nothing prepared while the scene was built
+    assert len(prepared) == 1 and not set(runs) & prepared[0]  # nothing prepared while the scene was built
     qtbot.waitUntil(lambda: set(runs) <= set(info.lines), timeout=5000)
     assert set(runs) <= set(info._maps)
     view.toggle_group("blocks")

@@ -31,6 +31,8 @@ def test_hosts_add_list_remove(capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("gpu-box (") and out[0].endswith("me@gpu-box '/opt/venv/bin/python -m core.worker')")
     assert out[1].startswith("lab (sh -c ")
+    assert main(["hosts", "list"]) == 0
+    assert capsys.readouterr().out.splitlines() == out
     assert main(["hosts", "remove", "gpu-box"]) == 0
     assert main(["hosts", "remove", "gpu-box"]) == 2
     assert "no saved host is named 'gpu-box'" in capsys.readouterr().out

@@ -111,11 +111,11 @@ def test_block_coverage_of_a_big_storage():
 
 def test_block_coverage_summarises_huge_tensors_fast():
     n = 1_000_000_000  # a (10000, 100000) storage: never enumerated
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: other processes on the machine do not count
     dense = block_coverage([10_000, 100_000], [100_000, 1], 0, n, 1024)
     upper = block_coverage([5_000, 100_000], [100_000, 1], 0, n, 1024)
     transposed = block_coverage([100_000, 10_000], [1, 100_000], 0, n, 1024)
-    assert time.perf_counter() - start < 5
+    assert time.process_time() - start < 5
     assert dense == pytest.approx([1.0] * len(dense))
     assert sum(upper) == pytest.approx(len(upper) / 2, abs=1)
     assert transposed[1:-1] == pytest.approx([1.0] * (len(transposed) - 2), rel=1e-3)
