@@ -1,7 +1,5 @@
 """Every way a script can fail leaves the parent alive with a structured error and the right line."""
 
-import textwrap
-
 import pytest
 
 from core.client import WorkerClient, run_capture
