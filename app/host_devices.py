@@ -102,17 +102,20 @@ def fill_picker(box, hosts: HostWorkers | None) -> None:
             item.setEnabled(False)
             box.setItemData(box.count() - 1, hosts.failed[name], Qt.ItemDataRole.ToolTipRole)
     index = box.findData(current)
-    host = split_device(str(current))[0]
-    if index < 0 and host and hosts is not None and host in hosts.clients and host not in hosts.failed:
-        index = keep_picked(box, current)
+    if index < 0:
+        index = keep_picked(box, current, hosts)
     if index >= 0:
         box.setCurrentIndex(index)
 
 
-def keep_picked(box, device: str) -> int:
+def keep_picked(box, device, hosts: HostWorkers | None) -> int:
     """Add ``device`` (``HOST::DEVICE``), picked (``--device``) before its host's worker said
-    hello, under its own name until the host's devices replace it; its index in ``box``."""
-    box.addItem(device.replace(SEP, ": ", 1), device)
+    hello, under its own name until the host's devices replace it; its index in ``box``, or -1
+    where it is not a device of a saved host whose worker is starting."""
+    host = split_device(str(device))[0]
+    if not host or hosts is None or host not in hosts.clients or host in hosts.failed:
+        return -1
+    box.addItem(str(device).replace(SEP, ": ", 1), device)
     return box.count() - 1
 
 

@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QMainWindow, QMessageBox
 
 from app.actions import build_actions, build_menus, build_toolbar
 from app.export_dialog import add_export_action
-from app.host_devices import keep_picked, split_device
+from app.host_devices import keep_picked
 from app.open_trace import add_open_trace_action
 from app.resources import icon
 from app.screen_fit import fit_window
@@ -148,8 +148,8 @@ class MainWindow(RunWiring, SelectionWiring, WindowViews, QMainWindow):
             label = d["name"] if d["id"] == "cpu" else f"{d['id']} — {d['name']}"
             self.device_box.addItem(label, d["id"])
         index = self.device_box.findData(current)
-        if index < 0 and split_device(str(current))[0]:  # a saved host's device: its host fills the rest
-            index = keep_picked(self.device_box, current)
+        if index < 0:  # a saved host's device: its host fills the rest
+            index = keep_picked(self.device_box, current, self.handle.hosts)
         self.device_box.setCurrentIndex(max(index, 0))
         self._update_actions()
 

@@ -576,6 +576,7 @@ class ColumnReader:
                     return
         check_links(call, f"{where}." if where else "", self.fail)
 
+
 def decode(data: bytes, source: str = "trace") -> Trace | CallInfo:
     reader = ColumnReader(source)
     for line in data.splitlines():
