@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_right
-from collections import deque
 from dataclasses import MISSING, fields
 from itertools import accumulate, chain, compress, repeat
 from operator import attrgetter, itemgetter
@@ -32,8 +31,8 @@ from typing import Any, Iterator
 
 from core.trace import (FORMAT, VERSION, CallInfo, Edge, ErrorInfo, GradInfo, MemorySample, NodeInfo, Saved,
                         Stale, StorageInfo, TensorInfo, Trace, TraceFormatError, Values, paused_gc)
-from core.column_pack import (bulk_ok, column_hint, dict_maker, ints_in, pack_column, pack_ints,  # noqa: I001
-                              pack_mask, packed_unsigned, split, spread, typed_ok, unpack_floats, unpack_ints,
+from core.column_pack import (bulk_ok, column_hint, ints_in, pack_column, pack_ints, pack_mask,  # noqa: I001
+                              packed_unsigned, row_maker, split, spread, typed_ok, unpack_floats, unpack_ints,
                               unpack_mask)
 from core.trace_json import _CHECKS, _short, check_links
 
@@ -69,7 +68,6 @@ SHARED = {(CallInfo, "leaf_grads"): "tensors.grad.values"}
 SHARED_SOURCES = tuple(SHARED.values())
 
 _NONE = type(None)
-_set_dict = object.__setattr__
 _SPECS: dict[type, tuple] = {}
 
 
@@ -392,14 +390,7 @@ class ColumnReader:
                     col = repeat(defaults[name])
             keys.append(name)
             cols.append(col)
-        # Each object's __dict__ from a generated dict display (one C-level BUILD_MAP per row, the
-        # constant columns as locals), set in place: frozen dataclasses' __init__ sets field by
-        # field through object.__setattr__, 4x slower.
-        varying = tuple(isinstance(c, list) for c in cols)
-        dicts = dict_maker(tuple(keys), varying)([c for c, v in zip(cols, varying) if v],
-                                                  [next(c) for c, v in zip(cols, varying) if not v], n)
-        objs = list(map(cls.__new__, repeat(cls, n)))
-        deque(map(_set_dict, objs, repeat("__dict__"), dicts), maxlen=0)  # run in C, nothing kept
+        objs = row_maker(cls, tuple(keys))(cols, n)  # keys in field order, as __init__ would set them
         if path.endswith(SHARED_SOURCES):
             self.tables[path] = objs
         return objs

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 import zlib
-from dataclasses import replace
+from dataclasses import FrozenInstanceError, fields, replace
 
 import pytest
 
@@ -80,6 +80,28 @@ def test_every_record_comes_back_equal_and_typed():
     # The objects are complete dataclasses: every field set, the derived maps work.
     node = back.calls[0].nodes[0]
     assert back.calls[0].node(node.id) is node and node.__dict__.keys() == trace.calls[0].nodes[0].__dict__.keys()
+
+
+def test_rows_are_built_as_the_frozen_dataclasses_themselves():
+    trace = full_trace()
+    back = tc.decode(tc.encode(trace))
+    node, tensor = back.calls[0].nodes[0], back.calls[0].tensors[2]
+    assert type(node) is type(trace.calls[0].nodes[0]) and type(tensor.grad) is GradInfo
+    assert type(tensor.values) is Values and type(back.calls[0].storages[0]) is StorageInfo
+    # Still frozen, hashable and equal field by field; replace and vars see every field in order.
+    with pytest.raises(FrozenInstanceError):
+        node.label = "changed"
+    assert list(vars(node)) == [f.name for f in fields(node)] and vars(node) == vars(trace.calls[0].nodes[0])
+    assert replace(node, label="x") == replace(trace.calls[0].nodes[0], label="x")
+    # Fields every row shares (a constant column) are set on each row, from one value.
+    assert [n.kind for n in back.calls[0].nodes] == [n.kind for n in trace.calls[0].nodes]
+    made = column_pack.row_maker(Saved, ("name", "tensor", "value", "freed"))(
+        [["a", "b"], iter([None]), [1, [2, 3]], iter([False])], 2)
+    assert made == [Saved(name="a", tensor=None, value=1, freed=False),
+                    Saved(name="b", tensor=None, value=[2, 3], freed=False)]
+    assert hash(made[0]) == hash(Saved(name="a", value=1)) and {made[0]} == {Saved(name="a", value=1)}
+    empty = [[], iter([None]), [], iter([False])]
+    assert column_pack.row_maker(Saved, ("name", "tensor", "value", "freed"))(empty, 0) == []
 
 
 def test_a_big_call_round_trips_bit_for_bit_and_is_smaller_than_json():
