@@ -96,6 +96,9 @@ class Session(QObject):
         self.steps: list[dict] = []
         self.tracker: StepTracker | None = None
         self.pending: dict | None = None
+        # While a finished debug run's trace is being shown: the index of the call last stepped,
+        # the one the window opens the trace on (``show_trace``), instead of its first call.
+        self.opens_on: int | None = None
         self.paused_line: int | None = None
         self.live_calls: list[CallInfo] = []
         self.queued: list[tuple[str, dict]] = []
@@ -434,13 +437,13 @@ class Session(QObject):
                 reached = trace.error.message if trace.error else "the script ended before reaching that call"
                 self.sig_status.emit(f"Stepping ended: {reached}")
             return
-        # A debug run that ran to its end: its trace is the one stepped; show it on the call last stepped.
-        stepped = self.step_call
-        self.sig_result.emit(result)
-        if stepped is not None and self.trace is trace:
-            same = next((c for c in trace.calls if c.index == stepped.index), None)
-            if same is not None and same.snapshot == "full":
-                self.set_call(same)
+        # A debug run that ran to its end: its trace is the one stepped, opened on the call last
+        # stepped (not on its first call and then on that one: two graphs drawn, one flashed).
+        self.opens_on = self.step_call.index if self.step_call is not None else None
+        try:
+            self.sig_result.emit(result)
+        finally:
+            self.opens_on = None
 
 
 #: A trace with at least this many nodes settles the heap when it arrives (see ``settle_heap``).

@@ -17,7 +17,8 @@ class SelectionWiring:
     """Shows the session's trace and current call, and keeps every view on the one selection."""
 
     def show_trace(self, trace: Trace) -> None:
-        """Show a trace: calls list, problems, memory, and the first call's graph."""
+        """Show a trace: calls list, problems, memory, and the first call's graph (the call last
+        stepped, for the trace of a debug run that ran to its end)."""
         self.inspector.cells = trace.cells
         if trace.source and (trace.cells or trace.mode == "model"):
             # What ran: a notebook's cells, or the script that opened a saved model.
@@ -31,7 +32,8 @@ class SelectionWiring:
             self.problems.show_error(trace.error)
         nodes = sum(c.node_count for c in trace.calls)
         self.counts_label.setText(f"{len(trace.calls)} graph(s), {trace.call_count} backward call(s), {nodes} nodes")
-        first = next((c for c in trace.calls if c.snapshot == "full" and c.nodes), None)
+        shown = [c for c in trace.calls if c.snapshot == "full" and c.nodes]
+        first = next((c for c in shown if c.index == self.session.opens_on), shown[0] if shown else None)
         if first is None:
             self.session.set_call(None)
             named = [t for t in trace.tensors if t.name]

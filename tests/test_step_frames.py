@@ -4,6 +4,8 @@ current node is kept in view (folds around it open once stepping rests)."""
 import textwrap
 from pathlib import Path
 
+from widgets.calls_panel import CALL_ID_ROLE
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # 12 blocks of Linear(2, 2) + tanh: 62 nodes, every gradient at most 4 values, so a preview made
@@ -186,3 +188,20 @@ def test_deltas_draw_what_a_full_redraw_draws_with_folded_modules(qtbot):
     # the folded block ran whole: its box reads executed; its edges carry gradients
     assert live.node_items["group:layers.2"].state == "executed"
     assert sum(bool(e.value_text) for e in live.edge_items) >= len(live.edge_items) - 2
+
+
+def test_a_debug_run_that_ends_opens_its_trace_on_the_call_last_stepped(qtbot, window, tmp_path):
+    session = _debug(qtbot, window, tmp_path)
+    with qtbot.waitSignal(session.sig_paused, timeout=30_000):
+        window.act_continue.trigger()  # call 0's backward ends; the script pauses before call 1's
+    assert session.step_call.index == 1
+    shown = []
+    session.sig_call.connect(lambda call: shown.append(call))
+    window.act_continue.trigger()
+    qtbot.waitUntil(lambda: not window.handle.running and session.state == "idle", timeout=30_000)
+    # One graph drawn: the stepped call of the finished trace, not the trace's first call before it.
+    assert [(c.index, c.snapshot) for c in shown] == [(1, "full")]
+    assert shown[0] is window.call and shown[0] in session.trace.calls
+    grads = shown[0].leaf_grads
+    assert len(grads) == 24 and all(v.data for v in grads.values())
+    assert window.calls.list.currentItem().data(CALL_ID_ROLE) == shown[0].id  # the calls list says so too
