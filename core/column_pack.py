@@ -333,17 +333,17 @@ def row_maker(cls, keys: tuple[str, ...]):
     maker = _MAKERS.get((cls, keys))
     if maker is None:
         assert all(k.isidentifier() for k in keys) and "__slots__" not in vars(cls)
-        args = ", ".join(f"v{i}" for i in range(len(keys)))
+        args = "".join(f", v{i}" for i in range(len(keys)))
         body = "".join(f"        row.{k} = v{i}\n" for i, k in enumerate(keys)) or "        pass\n"
         scope: dict = {}
-        exec(f"class Row:\n    def __init__(row, {args}):\n{body}" if keys else  # noqa: S102  (field names)
-             "class Row:\n    pass\n", scope)
+        exec(f"class Row:\n    def __init__(row{args}):\n{body}", scope)  # noqa: S102  (field names)
         twin = scope["Row"]
         twin.__qualname__ = twin.__name__ = f"{cls.__name__}Row"
 
         def maker(columns: list, n: int) -> list:
-            objs = list(map(twin, *[c if isinstance(c, list) else repeat(next(c), n) for c in columns])) \
-                if columns else list(map(twin.__new__, repeat(twin, n)))
+            if not n:  # (the only case with no columns: a table without rows whose fields are all required)
+                return []
+            objs = list(map(twin, *[c if isinstance(c, list) else repeat(next(c), n) for c in columns]))
             deque(map(_set_attr, objs, repeat("__class__"), repeat(cls, n)), maxlen=0)  # run in C, nothing kept
             return objs
 
