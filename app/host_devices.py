@@ -5,7 +5,7 @@ worker's hello (the host's devices) arrives while the user reads the first graph
 worker then serves the first run on the host. A picked host device has the data
 ``HOST::DEVICE``; ``WorkerHandle.run`` sends such a run to the host's client. A host that
 cannot start a worker (ssh refused, another protocol version) is listed greyed out with the
-reason as its tooltip.
+reason as its tooltip, and one whose worker has not said hello yet as "gpu-box: connecting…".
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import logging
 
 from PySide6.QtCore import QObject, Qt, Signal
 
-from app.hosts import load_hosts
+from app.hosts import device_label, load_hosts  # noqa: F401  (device_label: the picker's)
 from core import protocol
 from core.client import WorkerClient
 from core.launchers import LauncherError, from_host
@@ -28,14 +28,6 @@ def split_device(device: str) -> tuple[str | None, str]:
     """``("gpu-box", "cuda:0")`` for ``"gpu-box::cuda:0"``; ``(None, device)`` for a local device."""
     host, sep, dev = device.partition(SEP)
     return (host, dev) if sep else (None, device)
-
-
-def device_label(host: str, d: dict) -> str:
-    """The picker's text for device ``d`` of ``host``."""
-    detail = d.get("name", "")
-    if d.get("total_memory"):
-        detail = f"{detail}, {d['total_memory'] / 2**30:.0f} GB"  # GiB, as nvidia-smi rounds them
-    return f"{host}: {d['id']} ({detail})" if d["id"] != "cpu" else f"{host}: cpu ({detail or 'CPU'})"
 
 
 class HostWorkers(QObject):
@@ -87,7 +79,8 @@ class HostWorkers(QObject):
 
 
 def fill_picker(box, hosts: HostWorkers | None) -> None:
-    """Append every host's devices (or its failure) to the device picker, after the local ones."""
+    """Append every host's devices (or its failure, or that it is connecting) to the device
+    picker, after the local ones."""
     current = box.currentData()
     for i in range(box.count() - 1, -1, -1):
         if SEP in str(box.itemData(i)):
@@ -97,15 +90,22 @@ def fill_picker(box, hosts: HostWorkers | None) -> None:
         for d in hosts.devices.get(name, []):
             box.addItem(device_label(name, d), f"{name}{SEP}{d['id']}")
         if name in hosts.failed:
-            box.addItem(f"{name}: unavailable", f"{name}{SEP}")
-            item = box.model().item(box.count() - 1)
-            item.setEnabled(False)
-            box.setItemData(box.count() - 1, hosts.failed[name], Qt.ItemDataRole.ToolTipRole)
+            _add_note(box, f"{name}: unavailable", name, hosts.failed[name])
+        elif name not in hosts.devices:  # its worker has not said hello yet
+            client = hosts.clients[name]
+            _add_note(box, f"{name}: connecting…", name, f"Starting a worker: {client.launcher.describe()}")
     index = box.findData(current)
     if index < 0:
         index = keep_picked(box, current, hosts)
     if index >= 0:
         box.setCurrentIndex(index)
+
+
+def _add_note(box, text: str, host: str, tooltip: str) -> None:
+    """A line of the picker that says how a host is doing rather than naming a device: not pickable."""
+    box.addItem(text, f"{host}{SEP}")
+    box.model().item(box.count() - 1).setEnabled(False)
+    box.setItemData(box.count() - 1, tooltip, Qt.ItemDataRole.ToolTipRole)
 
 
 def keep_picked(box, device, hosts: HostWorkers | None) -> int:

@@ -4,7 +4,9 @@ Every headless command takes ``--host NAME|DEST`` (a saved host, or any ssh dest
 ``user@host`` or a ``~/.ssh/config`` alias) or ``--worker-command "CMD"`` (any command whose
 stdin/stdout are the worker's: ``srun``, ``docker exec -i``, ``kubectl exec -i``), plus
 ``--remote-cwd``, ``--send-folder``, ``--compress`` and, for DDP scripts, ``--nproc N`` and
-``--rank R``. ``python main.py hosts`` lists, adds and removes saved hosts.
+``--rank R``. ``python main.py hosts`` lists, adds and removes saved hosts, and ``hosts check``
+starts a worker on each to show what it reports (its machine, Python, torch, devices) or why
+it does not start.
 """
 
 from __future__ import annotations
@@ -12,6 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
+import sys
+import time
 from typing import TYPE_CHECKING
 
 from core.launchers import CODECS, Launcher, LauncherError, from_command, from_host, resolve
@@ -65,6 +70,30 @@ def remove_host(name: str) -> bool:
 
 
 # -- command-line options --------------------------------------------------------------------------
+def device_label(host: str, d: dict) -> str:
+    """The picker's text for device ``d`` of ``host``: "gpu-box: cuda:0 (H100, 80 GB)"."""
+    detail = d.get("name", "")
+    if d.get("total_memory"):
+        detail = f"{detail}, {d['total_memory'] / 2**30:.0f} GB"  # GiB, as nvidia-smi rounds them
+    return f"{host}: {d['id']} ({detail})" if d["id"] != "cpu" else f"{host}: cpu ({detail or 'CPU'})"
+
+
+def check_report(name: str, hello, seconds: float) -> list[str]:
+    """What a checked host's worker said of itself (a ``protocol.Hello``), as lines: the first
+    one its machine and versions, then each device as the picker lists it (and any device
+    that could not be used, with why)."""
+    on = f"on {hello.host}, " if hello.host and hello.host != name else ""
+    codecs = " or ".join(hello.codecs) if hello.codecs else "zlib"
+    lines = [f"{name}: ready in {seconds:.1f} s: {on}Python {hello.python or '?'}, torch {hello.torch or '?'}, "
+             f"protocol {hello.protocol}, compresses traces with {codecs}"]
+    for d in hello.devices:
+        if d.get("kind") == "error":
+            lines.append(f"  {name}: {d.get('name') or d.get('id')}")
+        else:
+            lines.append(f"  {device_label(name, d)}")
+    return lines
+
+
 def add_worker_args(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("where the worker runs")
     g.add_argument("--host", metavar="NAME|DEST", help="run on a saved host, or on any ssh destination "
@@ -106,7 +135,7 @@ def worker_options(args) -> dict:
 
 
 def add_hosts_parser(sub) -> None:
-    p = sub.add_parser("hosts", help="list, add or remove the hosts workers can run on")
+    p = sub.add_parser("hosts", help="list, add, remove or check the hosts workers can run on")
     hs = p.add_subparsers(dest="action")
     hs.add_parser("list", help="list the saved hosts and their worker commands (also what 'hosts' alone does)")
     a = hs.add_parser("add", help="save a host: an ssh destination, or --command for any other launcher")
@@ -118,9 +147,43 @@ def add_hosts_parser(sub) -> None:
     a.add_argument("--send-folder", action="store_true", help="send the files beside each script")
     r = hs.add_parser("remove", help="forget a saved host")
     r.add_argument("name")
+    c = hs.add_parser("check", help="start a worker on each host and show what it reports (its Python, torch, "
+                                    "devices) or why it does not start")
+    c.add_argument("names", nargs="*", metavar="NAME|DEST", help="saved hosts or ssh destinations (default: every saved host)")
+    c.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="seconds each worker has to answer (default 30)")
+
+
+def check_hosts(names: list[str], timeout: float | None = None) -> int:
+    """``hosts check``: 0 when every host's worker came up, 1 when one did not, 2 for a bad name."""
+    from core.client import CHECK_TIMEOUT, CheckFailed, check_worker
+
+    saved = load_hosts()
+    try:
+        launchers = [resolve(n, saved) for n in names] if names else [from_host(h) for h in saved]
+    except LauncherError as exc:
+        print(f"backprop-studio: hosts check: {exc}", file=sys.stderr)
+        return 2
+    if not launchers:
+        print("no saved hosts to check (add one: python main.py hosts add NAME user@host --python /path/to/python)")
+        return 2
+    failed = 0
+    for launcher in launchers:
+        print(f"{launcher.name}: starting {shlex.join(launcher.argv)}", flush=True)
+        started = time.monotonic()
+        try:
+            hello = check_worker(launcher, CHECK_TIMEOUT if timeout is None else timeout)
+        except CheckFailed as exc:
+            failed += 1
+            print(f"{launcher.name}: failed after {time.monotonic() - started:.1f} s: {exc}", flush=True)
+            continue
+        print("\n".join(check_report(launcher.name, hello, time.monotonic() - started)), flush=True)
+    return 1 if failed else 0
 
 
 def hosts_main(args) -> int:
+    if args.action == "check":
+        return check_hosts(args.names, args.timeout)
     if args.action == "add":
         host = {"name": args.name, "remote_cwd": args.remote_cwd or None, "send_folder": args.send_folder}
         if args.worker_command:

@@ -1,15 +1,21 @@
 """Run > Hosts…: the saved hosts as a table the user edits (name, ssh destination or worker
 command, the host's Python, a remote folder). Saving checks every row and names the first bad
-field; the picker then lists the new hosts' devices as their workers say hello."""
+field; the picker then lists the new hosts' devices as their workers say hello. Test starts a
+worker on the selected row's host, on a thread, and shows what it reports (its machine,
+Python, torch, devices) or why it did not start, as ``hosts check`` prints it."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+import threading
+import time
+
+from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (QAbstractItemView, QDialog, QDialogButtonBox, QHBoxLayout, QHeaderView, QLabel,
                                QPushButton, QTableWidget, QTableWidgetItem, QVBoxLayout)
 
-from app.hosts import load_hosts, save_hosts
+from app.hosts import check_report, load_hosts, save_hosts
+from core.client import CheckFailed, check_worker
 from core.launchers import LauncherError, from_host
 
 COLUMNS = ("Name", "ssh destination", "or worker command", "Python on the host", "Remote folder", "Send folder")
@@ -37,6 +43,11 @@ def host_to_row(host: dict) -> list[str]:
     return [host.get("name", ""), host.get("dest", ""), "", host.get("python", ""), host.get("remote_cwd") or ""]
 
 
+class _CheckDone(QObject):
+    """Carries a check's result from its thread to the dialog: (row's host name, text, ok)."""
+    done = Signal(str, str, bool)
+
+
 class HostsDialog(QDialog):
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -57,10 +68,21 @@ class HostsDialog(QDialog):
         add, remove = QPushButton("Add", self), QPushButton("Remove", self)
         add.clicked.connect(lambda: self.add_row(["", "", "", "python3", ""]))
         remove.clicked.connect(lambda: self.table.removeRow(self.table.currentRow()))
+        self.test = QPushButton("Test", self)
+        self.test.setToolTip("Start a worker on the selected row's host and show what it reports (Ctrl+T)")
+        self.test.setShortcut("Ctrl+T")
+        self.test.clicked.connect(self.check_selected)
         buttons.addWidget(add)
         buttons.addWidget(remove)
+        buttons.addWidget(self.test)
         buttons.addStretch(1)
         layout.addLayout(buttons)
+        self.report = QLabel("", self)  # what the last Test found
+        self.report.setWordWrap(True)
+        self.report.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        layout.addWidget(self.report)
+        self._checks = _CheckDone(self)
+        self._checks.done.connect(self._checked)
         self.error = QLabel("", self)
         self.error.setStyleSheet("color: #b00020")
         layout.addWidget(self.error)
@@ -79,6 +101,54 @@ class HostsDialog(QDialog):
         check.setCheckState(Qt.CheckState.Checked if send_folder else Qt.CheckState.Unchecked)
         self.table.setItem(r, SEND, check)
 
+    def row_host(self, r: int) -> dict:
+        values = [(self.table.item(r, c).text() if self.table.item(r, c) else "") for c in range(SEND)]
+        check = self.table.item(r, SEND)
+        return row_to_host(values, check is not None and check.checkState() == Qt.CheckState.Checked)
+
+    def check_selected(self) -> None:
+        """Test: start a worker on the selected row's host (on a thread; the dialog stays usable)."""
+        r = self.table.currentRow()
+        if r < 0:
+            r = 0 if self.table.rowCount() == 1 else -1
+        if r < 0:
+            self._show_report("Select a host to test.", False)
+            return
+        try:
+            launcher = from_host(self.row_host(r))
+        except LauncherError as exc:
+            self._show_report(f"row {r + 1}: {exc}", False)
+            return
+        self.test.setEnabled(False)
+        self.test.setText("Testing…")
+        self.report.setStyleSheet("")
+        self.report.setText(f"Starting a worker on {launcher.name}: {launcher.describe()}…")
+        signal = self._checks.done
+
+        def check() -> None:
+            started = time.monotonic()
+            try:
+                hello = check_worker(launcher)
+                text, ok = "\n".join(line.strip() for line in check_report(launcher.name, hello,
+                                                                              time.monotonic() - started)), True
+            except CheckFailed as exc:
+                text, ok = f"{launcher.name}: failed after {time.monotonic() - started:.1f} s: {exc}", False
+            try:
+                signal.emit(launcher.name, text, ok)
+            except RuntimeError:  # the dialog was closed meanwhile
+                pass
+
+        threading.Thread(target=check, name=f"check-{launcher.name}", daemon=True).start()
+
+    def _checked(self, name: str, text: str, ok: bool) -> None:
+        self.test.setEnabled(True)
+        self.test.setText("Test")
+        self._show_report(text, ok)
+
+    def _show_report(self, text: str, ok: bool) -> None:
+        self.report.setStyleSheet("color: #1b5e20" if ok else "color: #b00020")
+        self.report.setText(text)
+
     def hosts(self) -> list[dict]:
         """Every row as a host record; LauncherError naming the row and field of the first bad one."""
         out, names = [], set()
@@ -86,8 +156,7 @@ class HostsDialog(QDialog):
             values = [(self.table.item(r, c).text() if self.table.item(r, c) else "") for c in range(SEND)]
             if not any(v.strip() for v in values):
                 continue
-            check = self.table.item(r, SEND)
-            host = row_to_host(values, check is not None and check.checkState() == Qt.CheckState.Checked)
+            host = self.row_host(r)
             try:
                 from_host(host)
             except LauncherError as exc:

@@ -17,7 +17,7 @@ commands:
   trace     run a script in a worker and summarise every autograd graph it builds
   step      step through one backward call node by node and print every step
   export    export a graph (PNG, SVG, PDF, DOT, JSON, frames, GIF) or, with --memory, the memory chart
-  hosts     list, add or remove the hosts workers can run on
+  hosts     list, add, remove or check the hosts workers can run on
 
 Run "backprop-studio COMMAND --help" for a command's options.
 """

@@ -405,3 +405,36 @@ def capture_run(path: str, memory_rate: float | None = None, launcher=None, **ru
         yield box["result"]
     finally:
         client.close()
+
+
+class CheckFailed(RuntimeError):
+    """A worker that did not come up when checked: why, in words."""
+
+
+CHECK_TIMEOUT = 30.0  # seconds a checked worker has to say hello (ssh, then Python and torch importing)
+
+
+def check_worker(launcher, timeout: float = CHECK_TIMEOUT) -> protocol.Hello:
+    """Start one worker behind ``launcher``, wait for its hello and end it: what the worker said
+    of itself (its machine, Python, torch, protocol version, codecs, devices). CheckFailed says
+    why it did not come up: the launcher's last words (ssh refused, no such command), another
+    protocol version, or no hello within ``timeout`` seconds. Nothing is left running either way."""
+    answer = threading.Event()
+    box: list = []
+
+    def on_event(event: protocol._Base) -> None:
+        if isinstance(event, (protocol.Hello, protocol.Refused, protocol.SpareFailed)) and not box:
+            box.append(event)
+            answer.set()
+
+    client = WorkerClient(on_event, prestart=True, launcher=launcher)
+    try:
+        if not answer.wait(timeout):
+            raise CheckFailed(f"no answer from the worker within {timeout:g} s (is the host reachable, "
+                              f"and does the command start 'python -m core.worker'?)")
+    finally:
+        client.close()
+    event = box[0]
+    if not isinstance(event, protocol.Hello):
+        raise CheckFailed(event.message)
+    return event

@@ -55,6 +55,29 @@ def test_host_devices_listed_and_used(qtbot, hosts_window, tmp_path):
     assert w.state_label.text().endswith(" s on lab: cpu")
 
 
+def test_a_host_still_connecting_is_listed_as_such_and_left_running_nowhere(qtbot, tmp_path, monkeypatch):
+    import psutil
+
+    monkeypatch.setenv("BACKPROP_STUDIO_SETTINGS", str(tmp_path / "settings.ini"))
+    save_hosts([{"name": "slow", "kind": "command", "command": "sh -c 'exec sleep 613.37'"}])
+    from app.window import MainWindow
+
+    w = MainWindow(timeout=60)
+    qtbot.addWidget(w)
+    box = w.device_box
+    slow = box.findText("slow: connecting…")
+    assert slow > 0 and box.itemData(slow) == "slow::" and not box.model().item(slow).isEnabled()
+    assert box.itemData(slow, 3) == "Starting a worker: slow (sh -c 'exec sleep 613.37')"
+    assert box.itemData(0) == "cpu" and box.currentData() == "cpu"  # the local CPU stays picked
+
+    def sleeping():
+        return [p for p in psutil.process_iter(["cmdline"]) if "613.37" in (p.info["cmdline"] or [])]
+
+    qtbot.waitUntil(lambda: bool(sleeping()), timeout=10_000)
+    w.handle.close()
+    qtbot.waitUntil(lambda: not sleeping(), timeout=10_000)  # closing the window ends the host's command
+
+
 def test_a_host_device_picked_before_its_host_said_hello_stays_picked(qtbot, hosts_window):
     """``--device lab::cpu`` on the command line: the local worker's devices come first and must
     not take the pick back to the local CPU; the host's own entry replaces it when it comes."""
@@ -119,6 +142,32 @@ def test_hosts_dialog_checks_saves_and_restarts(qtbot, hosts_window, tmp_path):
     assert set(w.handle.hosts.clients) == {"lab", "gpu-box"}
     box = w.device_box
     assert not any(str(box.itemData(i)).startswith("gone::") for i in range(box.count()))
+
+
+def test_hosts_dialog_tests_the_selected_host(qtbot, hosts_window, tmp_path):
+    from app.hosts_dialog import HostsDialog
+
+    dialog = HostsDialog(hosts_window)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    dialog.table.selectRow(0)  # lab
+    dialog.test.click()
+    assert not dialog.test.isEnabled() and dialog.report.text().startswith("Starting a worker on lab: lab (sh -c ")
+    qtbot.waitUntil(dialog.test.isEnabled, timeout=60_000)
+    lines = dialog.report.text().splitlines()
+    assert lines[0].startswith("lab: ready in ") and "protocol 4" in lines[0]
+    assert "lab: cpu (CPU)" in lines[1:] and "#1b5e20" in dialog.report.styleSheet()
+    dialog.grab().save(str(tmp_path / "hosts-test.png"))
+    dialog.table.selectRow(1)  # gone
+    dialog.test.click()
+    qtbot.waitUntil(dialog.test.isEnabled, timeout=60_000)
+    assert dialog.report.text().startswith("gone: failed after ") and "no route to gone" in dialog.report.text()
+    assert "#b00020" in dialog.report.styleSheet()
+    dialog.add_row(["bad", "me@bad host", "", "python3", ""])
+    dialog.table.selectRow(2)
+    dialog.test.click()  # a row that cannot start anything says which field, at once
+    assert dialog.test.isEnabled()
+    assert dialog.report.text() == "row 3: host 'bad': 'dest' 'me@bad host' is not an ssh destination (user@host or an alias)"
 
 
 def test_transfer_progress_in_the_status_bar(hosts_window):

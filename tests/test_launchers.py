@@ -269,6 +269,41 @@ def test_protocol_version_mismatch_is_refused(tmp_path):
     assert any(e.get("type") == "refused" for e in events)
 
 
+def test_checking_a_host_reports_what_its_worker_says(launcher):
+    from core.client import check_worker
+
+    launcher, mark = launcher
+    hello = check_worker(launcher, timeout=60)
+    assert hello.protocol == wire.PROTOCOL_VERSION and hello.torch == torch.__version__
+    assert hello.python == sys.version.split()[0] and hello.host == socket.gethostname()
+    assert {"id": "cpu", "name": "CPU", "kind": "cpu"} in [{k: d.get(k) for k in ("id", "name", "kind")}
+                                                          for d in hello.devices]
+    assert "zlib" in hello.codecs
+    assert_no_process(mark)
+
+
+def test_checking_a_host_that_does_not_come_up_says_why():
+    from core.client import CheckFailed, check_worker
+
+    mark = uuid.uuid4().hex
+    gone = from_command("sh -c 'echo ssh: connect to host gone port 22: No route to host >&2; exit 255'",
+                        name="gone")
+    with pytest.raises(CheckFailed, match="the worker on gone did not start: .*code 255: "
+                                          "ssh: connect to host gone port 22: No route to host"):
+        check_worker(gone, timeout=60)
+    fake = '{"type": "hello", "protocol": 999, "torch": "9.9", "python": "3.99", "devices": []}'
+    old = from_command(f"sh -c {shlex.quote(f'echo {shlex.quote(fake)}; exec cat >/dev/null')}", name="old-box")
+    with pytest.raises(CheckFailed, match="the worker on old-box speaks protocol version 999, this app speaks "
+                                          f"version {wire.PROTOCOL_VERSION}"):
+        check_worker(old, timeout=60)
+    silent = from_command("sh -c 'exec sleep 60'", name="silent", env={"BPS_TEST_MARK": mark})
+    started = time.monotonic()
+    with pytest.raises(CheckFailed, match="no answer from the worker within 1 s"):
+        check_worker(silent, timeout=1)
+    assert time.monotonic() - started < 15
+    assert_no_process(mark)  # the silent command is ended, not left sleeping
+
+
 def test_script_folder_and_remote_cwd_travel(tmp_path):
     mark = uuid.uuid4().hex
     (tmp_path / "helper.py").write_text("SCALE = 3.0\n")

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from app.cli import main
+from core import wire
 from core.client import ROOT
 
 PY = sys.executable
@@ -36,6 +37,28 @@ def test_hosts_add_list_remove(capsys):
     assert main(["hosts", "remove", "gpu-box"]) == 0
     assert main(["hosts", "remove", "gpu-box"]) == 2
     assert "no saved host is named 'gpu-box'" in capsys.readouterr().out
+
+
+def test_hosts_check_reports_each_worker_or_why_not(capsys):
+    assert main(["hosts", "check"]) == 2
+    assert "no saved hosts to check" in capsys.readouterr().out
+    assert main(["hosts", "add", "lab", "--worker-command", WORKER]) == 0
+    assert main(["hosts", "add", "gone", "--worker-command", "sh -c 'echo no route to gone >&2; exit 255'"]) == 0
+    capsys.readouterr()
+    assert main(["hosts", "check", "lab"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"lab: starting {WORKER}"
+    assert out[1].startswith("lab: ready in ") and out[1].endswith(
+        f"Python {sys.version.split()[0]}, torch {torch.__version__}, protocol 4, compresses traces with "
+        + " or ".join(wire.available_codecs()))
+    assert "  lab: cpu (CPU)" in out[2:]
+    assert main(["hosts", "check"]) == 1  # every saved host: lab comes up, gone does not
+    out = capsys.readouterr().out
+    assert "lab: ready in " in out
+    assert "gone: failed after " in out
+    assert out.rstrip().endswith("s: the worker on gone did not start: sh exited with code 255: no route to gone")
+    assert main(["hosts", "check", "two words"]) == 2
+    assert "hosts check: --host 'two words': no saved host has that name" in capsys.readouterr().err
 
 
 def test_trace_on_a_saved_host(tmp_path, capsys):
