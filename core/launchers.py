@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 WORKER_MODULE = "core.worker"
 DEFAULT_PYTHON = "python3"
 CODECS = ("zlib", "zstd", "none")
+SSH_CONNECT_TIMEOUT = 20  # seconds ssh may take to reach a host
 
 
 class LauncherError(ValueError):
@@ -58,10 +59,12 @@ def worker_command(python: str = DEFAULT_PYTHON) -> str:
 
 def ssh_argv(dest: str, python: str = DEFAULT_PYTHON, ssh: str | None = None,
              options: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """``ssh`` with no terminal, no password prompt and a keep-alive, running the worker on ``dest``."""
+    """``ssh`` with no terminal, no password prompt, a keep-alive and a limit on connecting
+    (an unreachable host says so in 20 s, not after the system's two minutes), running the
+    worker on ``dest``."""
     exe = ssh or shutil.which("ssh") or "ssh"
-    return (exe, "-T", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=15", *options, "--", dest,
-            worker_command(python))
+    return (exe, "-T", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=15", "-o",
+            f"ConnectTimeout={SSH_CONNECT_TIMEOUT}", *options, "--", dest, worker_command(python))
 
 
 _DEST = re.compile(r"^(?:[A-Za-z0-9._-]+@)?[A-Za-z0-9._:\[\]-]+$")

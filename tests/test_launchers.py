@@ -367,7 +367,7 @@ def test_host_records_and_bad_input():
     host = {"name": "gpu-box", "kind": "ssh", "dest": "me@gpu-box", "python": "/opt/venv/bin/python"}
     l = from_host(host)
     assert l.argv[-2:] == ("me@gpu-box", "/opt/venv/bin/python -m core.worker")
-    assert "BatchMode=yes" in l.argv
+    assert "BatchMode=yes" in l.argv and "ConnectTimeout=20" in l.argv
     assert resolve("gpu-box", [host]).argv == l.argv
     direct = resolve("alice@10.0.0.7")
     assert direct.name == "alice@10.0.0.7" and direct.argv[-2] == "alice@10.0.0.7"
