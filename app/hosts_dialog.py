@@ -178,7 +178,8 @@ class HostsDialog(QDialog):
 
 
 def add_menu_action(window, restart) -> QAction:
-    """Run > Hosts…; ``restart()`` starts the saved hosts' workers again after a save."""
+    """Run > Hosts… and Run > Reconnect Hosts; ``restart()`` starts the saved hosts' workers
+    again (after a save, or when a host that was unreachable may be back: a VPN came up)."""
     run_menu = next((a.menu() for a in window.menuBar().actions() if a.text() == "&Run"), None)
     act = QAction("&Hosts…", window)
     act.setToolTip("Hosts the worker can run on (ssh, Slurm, Docker, Kubernetes)")
@@ -188,8 +189,13 @@ def add_menu_action(window, restart) -> QAction:
             restart()
 
     act.triggered.connect(open_dialog)
+    again = QAction("Rec&onnect Hosts", window)
+    again.setToolTip("Start the saved hosts' workers again: a host listed as unavailable may be reachable now")
+    again.triggered.connect(lambda: restart())
     if run_menu is not None:
         run_menu.addSeparator()
         run_menu.addAction(act)
+        run_menu.addAction(again)
     window.act_hosts = act
+    window.act_reconnect_hosts = again
     return act

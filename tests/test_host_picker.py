@@ -170,6 +170,23 @@ def test_hosts_dialog_tests_the_selected_host(qtbot, hosts_window, tmp_path):
     assert dialog.report.text() == "row 3: host 'bad': 'dest' 'me@bad host' is not an ssh destination (user@host or an alias)"
 
 
+def test_reconnect_hosts_starts_their_workers_again(qtbot, hosts_window, tmp_path):
+    w = hosts_window
+    box = w.device_box
+    qtbot.waitUntil(lambda: box.findText("gone: unavailable") > 0 and box.findData("lab::cpu") > 0, timeout=60_000)
+    before = w.handle.hosts
+    # The route to 'gone' is back: its command now starts a worker.
+    worker = f"sh -c 'cd {shlex.quote(str(ROOT))} && exec {shlex.quote(PY)} -m core.worker'"
+    save_hosts([{"name": "lab", "kind": "command", "command": worker},
+                {"name": "gone", "kind": "command", "command": worker}])
+    assert w.act_reconnect_hosts.text() == "Rec&onnect Hosts"
+    w.act_reconnect_hosts.trigger()
+    assert w.handle.hosts is not before and set(w.handle.hosts.clients) == {"lab", "gone"}
+    assert box.findText("gone: connecting…") > 0 and box.findText("gone: unavailable") < 0
+    qtbot.waitUntil(lambda: box.findData("gone::cpu") > 0, timeout=60_000)
+    assert box.itemText(box.findData("gone::cpu")) == "gone: cpu (CPU)"
+
+
 def test_transfer_progress_in_the_status_bar(hosts_window):
     from app.host_devices import end_transfer, show_transfer
     from core.protocol import Transfer
