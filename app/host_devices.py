@@ -14,7 +14,7 @@ import logging
 
 from PySide6.QtCore import QObject, Qt, Signal
 
-from app.hosts import device_label, load_hosts  # noqa: F401  (device_label: the picker's)
+from app.hosts import device_label, load_hosts
 from core import protocol
 from core.client import WorkerClient
 from core.launchers import LauncherError, from_host

@@ -69,7 +69,7 @@ def remove_host(name: str) -> bool:
     return len(kept) != len(hosts)
 
 
-# -- command-line options --------------------------------------------------------------------------
+# -- what a host's worker says of itself ---------------------------------------------------------
 def device_label(host: str, d: dict) -> str:
     """The picker's text for device ``d`` of ``host``: "gpu-box: cuda:0 (H100, 80 GB)"."""
     detail = d.get("name", "")
@@ -94,6 +94,7 @@ def check_report(name: str, hello, seconds: float) -> list[str]:
     return lines
 
 
+# -- command-line options --------------------------------------------------------------------------
 def add_worker_args(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("where the worker runs")
     g.add_argument("--host", metavar="NAME|DEST", help="run on a saved host, or on any ssh destination "

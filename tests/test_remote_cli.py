@@ -61,6 +61,21 @@ def test_hosts_check_reports_each_worker_or_why_not(capsys):
     assert "hosts check: --host 'two words': no saved host has that name" in capsys.readouterr().err
 
 
+def test_check_report_names_devices_that_cannot_be_used():
+    from app.hosts import check_report
+    from core.protocol import Hello
+
+    hello = Hello(host="gpu01", python="3.12.3", torch="2.13.0", protocol=4, codecs=["zlib"], devices=[
+        {"id": "cuda", "name": "CUDA unavailable: the driver is too old", "kind": "error"},
+        {"id": "cuda:0", "name": "NVIDIA H100", "kind": "cuda", "total_memory": 80 * 2**30},
+        {"id": "cpu", "name": "CPU", "kind": "cpu"}])
+    assert check_report("gpu-box", hello, 2.34) == [
+        "gpu-box: ready in 2.3 s: on gpu01, Python 3.12.3, torch 2.13.0, protocol 4, compresses traces with zlib",
+        "  gpu-box: CUDA unavailable: the driver is too old",
+        "  gpu-box: cuda:0 (NVIDIA H100, 80 GB)",
+        "  gpu-box: cpu (CPU)"]
+
+
 def test_trace_on_a_saved_host(tmp_path, capsys):
     script = tmp_path / "square.py"
     script.write_text("import torch\nx = torch.tensor(3.0, requires_grad=True)\ny = x * x\ny.backward()\n")
