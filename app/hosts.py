@@ -95,6 +95,19 @@ def check_report(name: str, hello, seconds: float) -> list[str]:
 
 
 # -- command-line options --------------------------------------------------------------------------
+def check_host(launcher: Launcher, timeout: float | None = None) -> tuple[bool, list[str]]:
+    """Start a worker behind ``launcher`` and end it (``core.client.check_worker``): whether it
+    came up, and the lines saying what it reported (``check_report``) or why it did not."""
+    from core.client import CHECK_TIMEOUT, CheckFailed, check_worker
+
+    started = time.monotonic()
+    try:
+        hello = check_worker(launcher, CHECK_TIMEOUT if timeout is None else timeout)
+    except CheckFailed as exc:
+        return False, [f"{launcher.name}: failed after {time.monotonic() - started:.1f} s: {exc}"]
+    return True, check_report(launcher.name, hello, time.monotonic() - started)
+
+
 def add_worker_args(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("where the worker runs")
     g.add_argument("--host", metavar="NAME|DEST", help="run on a saved host, or on any ssh destination "
@@ -157,8 +170,6 @@ def add_hosts_parser(sub) -> None:
 
 def check_hosts(names: list[str], timeout: float | None = None) -> int:
     """``hosts check``: 0 when every host's worker came up, 1 when one did not, 2 for a bad name."""
-    from core.client import CHECK_TIMEOUT, CheckFailed, check_worker
-
     saved = load_hosts()
     try:
         launchers = [resolve(n, saved) for n in names] if names else [from_host(h) for h in saved]
@@ -171,14 +182,9 @@ def check_hosts(names: list[str], timeout: float | None = None) -> int:
     failed = 0
     for launcher in launchers:
         print(f"{launcher.name}: starting {shlex.join(launcher.argv)}", flush=True)
-        started = time.monotonic()
-        try:
-            hello = check_worker(launcher, CHECK_TIMEOUT if timeout is None else timeout)
-        except CheckFailed as exc:
-            failed += 1
-            print(f"{launcher.name}: failed after {time.monotonic() - started:.1f} s: {exc}", flush=True)
-            continue
-        print("\n".join(check_report(launcher.name, hello, time.monotonic() - started)), flush=True)
+        ok, lines = check_host(launcher, timeout)
+        failed += not ok
+        print("\n".join(lines), flush=True)
     return 1 if failed else 0
 
 

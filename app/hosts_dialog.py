@@ -7,15 +7,13 @@ Python, torch, devices) or why it did not start, as ``hosts check`` prints it.""
 from __future__ import annotations
 
 import threading
-import time
 
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (QAbstractItemView, QDialog, QDialogButtonBox, QHBoxLayout, QHeaderView, QLabel,
                                QPushButton, QTableWidget, QTableWidgetItem, QVBoxLayout)
 
-from app.hosts import check_report, load_hosts, save_hosts
-from core.client import CheckFailed, check_worker
+from app.hosts import check_host, load_hosts, save_hosts
 from core.launchers import LauncherError, from_host
 
 COLUMNS = ("Name", "ssh destination", "or worker command", "Python on the host", "Remote folder", "Send folder")
@@ -44,8 +42,8 @@ def host_to_row(host: dict) -> list[str]:
 
 
 class _CheckDone(QObject):
-    """Carries a check's result from its thread to the dialog: (row's host name, text, ok)."""
-    done = Signal(str, str, bool)
+    """Carries a check's result from its thread to the dialog: (text, whether the worker came up)."""
+    done = Signal(str, bool)
 
 
 class HostsDialog(QDialog):
@@ -126,21 +124,15 @@ class HostsDialog(QDialog):
         signal = self._checks.done
 
         def check() -> None:
-            started = time.monotonic()
+            ok, lines = check_host(launcher)
             try:
-                hello = check_worker(launcher)
-                text, ok = "\n".join(line.strip() for line in check_report(launcher.name, hello,
-                                                                              time.monotonic() - started)), True
-            except CheckFailed as exc:
-                text, ok = f"{launcher.name}: failed after {time.monotonic() - started:.1f} s: {exc}", False
-            try:
-                signal.emit(launcher.name, text, ok)
+                signal.emit("\n".join(line.strip() for line in lines), ok)
             except RuntimeError:  # the dialog was closed meanwhile
                 pass
 
         threading.Thread(target=check, name=f"check-{launcher.name}", daemon=True).start()
 
-    def _checked(self, name: str, text: str, ok: bool) -> None:
+    def _checked(self, text: str, ok: bool) -> None:
         self.test.setEnabled(True)
         self.test.setText("Test")
         self._show_report(text, ok)
