@@ -20,6 +20,7 @@ from core.launchers import LauncherError
 from core.model_files import is_huggingface_folder
 from core.step_state import short_values
 from core.summary import trace_summary
+from core.trace import Trace, TraceFormatError
 
 
 def _trace(args) -> int:
@@ -32,20 +33,51 @@ def _trace(args) -> int:
         print(f"backprop-studio: {script} is a saved trace, not a script: open it with "
               f"'python main.py view {script}'", file=sys.stderr)
         return 2
+    ranks: dict[int, dict] = {}  # a DDP run's other ranks (protocol.RankTrace), by rank
+
+    def on_event(event: protocol._Base) -> None:
+        if isinstance(event, protocol.RankTrace):
+            ranks[int(event.rank)] = event.trace
+
     result = run_capture(str(script), device=args.device, mode=args.mode, timeout=args.timeout,
-                         load=load_options(args), **worker_options(args))
+                         load=load_options(args), on_event=on_event, **worker_options(args))
     trace = result.trace
     _say_bad_messages(result)
+    written = [args.json] if args.json else []
     if args.json:
         trace.save(args.json)
+        written += _save_other_ranks(Path(args.json), ranks)
     if result.output and not args.quiet:
         print("--- script output ---")
         print(result.output.rstrip())
         print("---")
     print(trace_summary(trace))
-    if args.json:
+    if len(written) > 1:
+        print(f"traces of {len(written)} ranks written: {', '.join(map(str, written))}")
+    elif written:
         print(f"trace written to {args.json}")
     return 1 if trace.error else 0
+
+
+def rank_path(out: Path, rank: int) -> Path:
+    """Where ``trace --nproc N --json OUT`` writes another rank's trace: beside OUT, named for the
+    rank (``run.json`` -> ``run.rank1.json``); OUT itself holds the picked rank's."""
+    return out.with_name(f"{out.stem}.rank{rank}{out.suffix or '.json'}")
+
+
+def _save_other_ranks(out: Path, ranks: dict[int, dict]) -> list[Path]:
+    """Write each other rank's trace (as the worker sent it, in the trace format) beside ``out``."""
+    written = []
+    for rank, data in sorted(ranks.items()):
+        path = rank_path(out, rank)
+        try:
+            Trace.from_dict(data).save(path)
+        except TraceFormatError as exc:
+            print(f"backprop-studio: rank {rank}'s trace could not be read, not written to {path}: {exc}",
+                  file=sys.stderr)
+            continue
+        written.append(path)
+    return written
 
 
 def _step(args) -> int:
@@ -151,7 +183,8 @@ def main(argv: list[str]) -> int:
     p = sub.add_parser("trace", help="run a script in a worker and summarise every autograd graph it builds")
     p.add_argument("script")
     p.add_argument("--device", default="cpu", help="cpu, cuda:N or mps (default cpu)")
-    p.add_argument("--json", metavar="OUT", help="write the trace as JSON")
+    p.add_argument("--json", metavar="OUT", help="write the trace as JSON (with --nproc: the picked rank's; "
+                   "each other rank's beside it, OUT's name with .rankN)")
     p.add_argument("--mode", choices=("auto", "script", "model"), default="auto")
     p.add_argument("--timeout", type=float, default=600.0, help="time limit in seconds (default 600)")
     p.add_argument("--quiet", action="store_true", help="do not echo the script's output")

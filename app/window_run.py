@@ -173,8 +173,6 @@ class RunWiring:
         self.state_label.setText(f"The worker sent a message the app cannot read: {error}")
 
     def _show_bad_message(self, error: str) -> None:
-        from core.trace import ErrorInfo
-
         self.problems.show_error(ErrorInfo(type="ProtocolError", message=error, kind="protocol"),
                                  title="The worker sent a message the app cannot read")
 
@@ -239,8 +237,6 @@ class RunWiring:
             self.activateWindow()
 
     def _show_problem(self, message: str) -> None:
-        from core.trace import ErrorInfo
-
         self.problems.show_error(ErrorInfo(type="OpenError", message=message, kind="load"))
         self._raise_problems()
         self.state_label.setText(message)

@@ -14,6 +14,10 @@ import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # for the annotation only: the worker hands its channel in
+    from core.worker_channel import Channel
 
 ROOT = Path(__file__).resolve().parents[1]
 APP_PACKAGES = ("core", "app", "widgets")

@@ -118,6 +118,45 @@ def test_all_reduce_summary_lists_each_rank():
     assert all_reduce_summary(None) == []
 
 
+DDP_LINEAR = (
+    "import torch, torch.distributed as dist, torch.nn as nn\n"
+    "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+    "dist.init_process_group('gloo')\nrank = dist.get_rank()\ntorch.manual_seed(0)\n"
+    "model = DDP(nn.Linear(3, 2))\ntorch.manual_seed(100 + rank)\nx = torch.randn(4, 3)\n"
+    "loss = model(x).pow(2).mean()\nloss.backward()\ndist.destroy_process_group()\n")
+
+
+def test_trace_json_of_a_ddp_run_writes_every_rank(tmp_path, capsys):
+    """``trace --nproc 2 --rank 1 --json OUT``: OUT holds rank 1's trace, ``OUT.rank0.json`` rank 0's,
+    each with its own local gradients and the same reduced ones."""
+    script = tmp_path / "ddp_linear.py"
+    script.write_text(DDP_LINEAR)
+    out = tmp_path / "run.json"
+    assert main(["trace", str(script), "--nproc", "2", "--rank", "1", "--json", str(out), "--quiet"]) == 0
+    other = tmp_path / "run.rank0.json"
+    assert f"traces of 2 ranks written: {out}, {other}" in capsys.readouterr().out
+    from core.trace import Trace
+
+    by_rank = {}
+    for path in (out, other):
+        (call,) = Trace.load(path).calls
+        by_rank[call.options["all_reduce"]["rank"]] = call
+    assert sorted(by_rank) == [0, 1]
+    torch.manual_seed(0)
+    ref = torch.nn.Linear(3, 2)
+    local = []
+    for r in (0, 1):
+        torch.manual_seed(100 + r)
+        local.append(torch.autograd.grad(ref(torch.randn(4, 3)).pow(2).mean(), ref.bias)[0])
+    for r, call in by_rank.items():
+        ar = call.options["all_reduce"]
+        got = torch.tensor(ar["ranks"][str(r)]["module.bias"]["local"]["data"])
+        assert torch.allclose(got, local[r], atol=1e-6)  # each file is its own rank's
+        assert torch.allclose(torch.tensor(call.leaf_grads["module.bias"].data), (local[0] + local[1]) / 2,
+                              atol=1e-6)
+    assert by_rank[0].leaf_grads["module.bias"].data == by_rank[1].leaf_grads["module.bias"].data
+
+
 def test_stepping_a_ddp_script_runs_it_as_one_process(tmp_path, capsys):
     """Debug and step pause the script in the worker itself: a DDP script set for torchrun runs as
     rank 0 of a world of 1 there, its process group starts, and every step and grad is rank 0's own;
