@@ -397,6 +397,32 @@ def test_inspector_shows_formula_causes_hooks_and_decoded_values(tmp_path, qtbot
     assert "accumulates into a.grad" in panel.text()
 
 
+def test_a_long_formula_breaks_after_an_operator_instead_of_widening_the_inspector(tmp_path, qtbot):
+    from widgets.inspector import InspectorPanel, breakable_formula
+
+    nbsp = "\u00a0"
+    assert breakable_formula("grad_self (a) = grad · result · (1 − result)") == (
+        f"grad_self{nbsp}(a){nbsp}= grad{nbsp}· result{nbsp}· (1{nbsp}−{nbsp}result)")
+    path = tmp_path / "sig.py"
+    path.write_text("import torch\na = torch.tensor([0.5, 1.0, 2.0], requires_grad=True)\n"
+                    "result = torch.sigmoid(a)\nresult.sum().backward()\n")
+    call = capture_script(str(path)).calls[0]
+    panel = InspectorPanel()
+    qtbot.addWidget(panel)
+    panel.resize(330, 700)
+    panel.show()
+    sig = next(n for n in call.nodes if n.name == "SigmoidBackward0")
+    panel.show_node(call, sig.id)
+    assert "grad_self (a) = grad_result · result · (1 − result)" in panel.text()
+    assert panel.browser.horizontalScrollBar().maximum() == 0  # no sideways scrolling to read it
+    doc = panel.browser.document()
+    block = doc.findBlock(doc.toPlainText().index("grad_self (a)"))
+    layout = block.layout()
+    lines = [block.text()[layout.lineAt(i).textStart():][:layout.lineAt(i).textLength()].strip()
+             for i in range(layout.lineCount())]
+    assert len(lines) == 2 and lines[1].replace(nbsp, " ") == "(1 − result)"  # the bracket moves whole
+
+
 def test_multi_output_nodes_are_labelled_with_every_output_and_edges_with_next_functions(tmp_path, qtbot):
     from widgets.export import offscreen_view
 

@@ -158,6 +158,27 @@ def breakable(name: str) -> str:
     "BinaryCrossEntropyWithLogitsBackward0" wraps after "Logits", never inside "Backward0"."""
     return "\u200b".join(html.escape(part) for part in _WORD_START.split(name))
 
+BREAK_AFTER = frozenset("=·+−-/×")
+
+
+def breakable_formula(line: str) -> str:
+    """``line`` with a narrow panel allowed to break it only after a top-level operator: every
+    other space (inside brackets, between a name and its ``(a)``) becomes a no-break space, so
+    ``(1 − result)`` moves to the next line whole instead of being split after its ``−``."""
+    out, depth, last = [], 0, ""
+    for ch in line:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth = max(0, depth - 1)
+        if ch == " " and not (depth == 0 and last in BREAK_AFTER):
+            ch = "\u00a0"
+        elif ch != " ":
+            last = ch
+        out.append(ch)
+    return "".join(out)
+
+
 class InspectorPanel(QWidget):
     """Shows one node or tensor of a call; names of other nodes and tensors are links."""
 
@@ -268,9 +289,12 @@ class InspectorPanel(QWidget):
         return f"<table cellspacing='0' cellpadding='2' style='margin-top: 4px'>{cells}</table>"
 
     @staticmethod
-    def _code(text: str) -> str:
+    def _code(text: str, wrap: bool = False) -> str:
+        """``text`` in a code box; ``wrap``: long lines break at spaces (formulas) instead of
+        widening the panel (a tensor's rows keep their columns aligned)."""
+        style = " style='white-space: pre-wrap'" if wrap else ""
         return (f"<table class='code' width='100%' cellspacing='0' cellpadding='6' style='margin-top: 4px'>"
-                f"<tr><td><pre>{html.escape(text)}</pre></td></tr></table>")
+                f"<tr><td><pre{style}>{html.escape(text)}</pre></td></tr></table>")
 
     @staticmethod
     def _section(title: str, hint: str = "") -> str:
@@ -347,7 +371,7 @@ class InspectorPanel(QWidget):
             formula = formula_for(node.name)
             parts.append(self._section("Local derivative", "what this node computes from the gradient it gets "
                                        "(grad) and what forward saved"))
-            parts.append(self._code("\n".join(lines)))
+            parts.append(self._code("\n".join(map(breakable_formula, lines)), wrap=True))
             if formula.note:
                 parts.append(f"<p class='hint' style='margin-top: 2px'>{html.escape(formula.note)}</p>")
 
