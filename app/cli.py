@@ -1,4 +1,4 @@
-"""Headless commands: ``trace``, ``step`` and ``export``, run through the same worker.
+"""Headless commands: ``trace``, ``step``, ``export`` and ``hosts``, run through the same worker.
 
 ``step`` steps a call in the same run that captures it: its steps, leaf grads and captured call agree.
 """

@@ -22,7 +22,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="backprop-studio",
         description="See PyTorch's autograd: open a script, watch its graphs. "
-        "Headless commands: 'trace SCRIPT' (see 'trace --help').",
+        "Headless commands: view, trace, step, export, hosts (see 'backprop-studio --help').",
     )
     parser.add_argument("script", nargs="?", help="a PyTorch script, notebook, saved model, Hugging Face model "
                         "folder, or a saved trace (.json) to open without running anything (default: a bundled "

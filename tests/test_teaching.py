@@ -397,12 +397,14 @@ def test_inspector_shows_formula_causes_hooks_and_decoded_values(tmp_path, qtbot
     assert "accumulates into a.grad" in panel.text()
 
 
-def test_a_long_formula_breaks_after_an_operator_instead_of_widening_the_inspector(tmp_path, qtbot):
+def test_a_long_formula_wraps_outside_brackets_instead_of_widening_the_inspector(tmp_path, qtbot):
     from widgets.inspector import InspectorPanel, breakable_formula
 
     nbsp = "\u00a0"
     assert breakable_formula("grad_self (a) = grad · result · (1 − result)") == (
-        f"grad_self{nbsp}(a){nbsp}= grad{nbsp}· result{nbsp}· (1{nbsp}−{nbsp}result)")
+        f"grad_self{nbsp}(a) = grad · result · (1{nbsp}−{nbsp}result)")
+    assert breakable_formula("g = −grad · w[labels] / total at [i, t_i], 0 elsewhere") == (
+        f"g = −grad · w[labels] / total at{nbsp}[i,{nbsp}t_i], 0 elsewhere")
     path = tmp_path / "sig.py"
     path.write_text("import torch\na = torch.tensor([0.5, 1.0, 2.0], requires_grad=True)\n"
                     "result = torch.sigmoid(a)\nresult.sum().backward()\n")

@@ -158,23 +158,19 @@ def breakable(name: str) -> str:
     "BinaryCrossEntropyWithLogitsBackward0" wraps after "Logits", never inside "Backward0"."""
     return "\u200b".join(html.escape(part) for part in _WORD_START.split(name))
 
-BREAK_AFTER = frozenset("=·+−-/×")
-
-
 def breakable_formula(line: str) -> str:
-    """``line`` with a narrow panel allowed to break it only after a top-level operator: every
-    other space (inside brackets, between a name and its ``(a)``) becomes a no-break space, so
-    ``(1 − result)`` moves to the next line whole instead of being split after its ``−``."""
-    out, depth, last = [], 0, ""
-    for ch in line:
+    """``line`` with a narrow panel allowed to break it only at a space outside brackets that
+    does not join a name to its ``(a)``: the other spaces become no-break spaces, so
+    ``(1 − result)`` and ``grad_self (a)`` move to the next line whole instead of being split."""
+    out, depth = [], 0
+    for i, ch in enumerate(line):
         if ch in "([{":
             depth += 1
         elif ch in ")]}":
             depth = max(0, depth - 1)
-        if ch == " " and not (depth == 0 and last in BREAK_AFTER):
+        elif ch == " " and (depth or (line[i + 1:i + 2] in ("(", "[") and 0 < i
+                                      and (line[i - 1].isalnum() or line[i - 1] == "_"))):
             ch = "\u00a0"
-        elif ch != " ":
-            last = ch
         out.append(ch)
     return "".join(out)
 
