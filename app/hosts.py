@@ -1,7 +1,7 @@
 """Named worker hosts, kept in the app's settings, and the command-line options that pick one.
 
 Every headless command takes ``--host NAME|DEST`` (a saved host, or any ssh destination:
-``user@host`` or a ``~/.ssh/config`` alias) or ``--worker-command "CMD"`` (any command whose
+``user@host``, ``ssh://user@host:port`` or a ``~/.ssh/config`` alias) or ``--worker-command "CMD"`` (any command whose
 stdin/stdout are the worker's: ``srun``, ``docker exec -i``, ``kubectl exec -i``), plus
 ``--remote-cwd``, ``--send-folder``, ``--compress`` and, for DDP scripts, ``--nproc N`` and
 ``--rank R``. ``python main.py hosts`` lists, adds and removes saved hosts, and ``hosts check``
@@ -111,7 +111,7 @@ def check_host(launcher: Launcher, timeout: float | None = None) -> tuple[bool, 
 def add_worker_args(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("where the worker runs")
     g.add_argument("--host", metavar="NAME|DEST", help="run on a saved host, or on any ssh destination "
-                   "(user@host, a ~/.ssh/config alias)")
+                   "(user@host, ssh://user@host:port, a ~/.ssh/config alias)")
     g.add_argument("--worker-command", metavar="CMD", help="run the worker behind this command, e.g. "
                    "\"docker exec -i box python -m core.worker\"")
     g.add_argument("--remote-cwd", metavar="DIR", help="run the script in this folder on the host")

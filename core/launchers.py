@@ -67,7 +67,11 @@ def ssh_argv(dest: str, python: str = DEFAULT_PYTHON, ssh: str | None = None,
             f"ConnectTimeout={SSH_CONNECT_TIMEOUT}", *options, "--", dest, worker_command(python))
 
 
-_DEST = re.compile(r"^(?:[A-Za-z0-9._-]+@)?[A-Za-z0-9._:\[\]-]+$")
+# What ssh(1) takes as its destination: [user@]host (a ~/.ssh/config alias, a name, an IPv4 or
+# IPv6 address) or the URI ssh://[user@]host[:port], where a host off port 22 is named.
+_DEST = re.compile(r"^(?:(?:[A-Za-z0-9._-]+@)?[A-Za-z0-9._:\[\]-]+"
+                   r"|ssh://(?:[A-Za-z0-9._-]+@)?(?:[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?)$")
+DEST_FORMS = "user@host, ssh://user@host:port or a ~/.ssh/config alias"
 
 
 def from_host(host: dict) -> Launcher:
@@ -84,7 +88,7 @@ def from_host(host: dict) -> Launcher:
     if kind == "ssh":
         dest = str(host.get("dest") or name)
         if not _DEST.match(dest):
-            raise LauncherError(f"host '{name}': 'dest' {dest!r} is not an ssh destination (user@host or an alias)")
+            raise LauncherError(f"host '{name}': 'dest' {dest!r} is not an ssh destination ({DEST_FORMS})")
         options = tuple(shlex.split(host.get("ssh_options", "")))
         return Launcher(argv=ssh_argv(dest, host.get("python") or DEFAULT_PYTHON, options=options), kind="ssh",
                         **common)
@@ -120,7 +124,7 @@ def resolve(spec: str, hosts: list[dict] | None = None, **options) -> Launcher:
     else:
         if not spec or not _DEST.match(spec):
             raise LauncherError(f"--host {spec!r}: no saved host has that name, and it is not an ssh "
-                                f"destination (user@host or a ~/.ssh/config alias)")
+                                f"destination ({DEST_FORMS})")
         launcher = from_host({"name": spec, "kind": "ssh", "dest": spec})
     return replace_options(launcher, **options)
 

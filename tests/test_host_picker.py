@@ -167,7 +167,7 @@ def test_hosts_dialog_tests_the_selected_host(qtbot, hosts_window, tmp_path):
     dialog.table.selectRow(2)
     dialog.test.click()  # a row that cannot start anything says which field, at once
     assert dialog.test.isEnabled()
-    assert dialog.report.text() == "row 3: host 'bad': 'dest' 'me@bad host' is not an ssh destination (user@host or an alias)"
+    assert dialog.report.text() == "row 3: host 'bad': 'dest' 'me@bad host' is not an ssh destination (user@host, ssh://user@host:port or a ~/.ssh/config alias)"
 
 
 def test_reconnect_hosts_starts_their_workers_again(qtbot, hosts_window, tmp_path):

@@ -282,6 +282,23 @@ def test_checking_a_host_reports_what_its_worker_says(launcher):
     assert_no_process(mark)
 
 
+def test_an_ssh_uri_reaches_a_host_off_port_22(sshd):
+    """``ssh://host:PORT`` as the destination: the port travels in it, not in the ssh options."""
+    from core.client import check_worker
+
+    args = shlex.split(sshd)
+    at = args.index("-p")
+    port, options = args[at + 1], shlex.join(args[:at] + args[at + 2:])
+    mark = uuid.uuid4().hex
+    python = f"cd {shlex.quote(str(ROOT))} && BPS_TEST_MARK={mark} {shlex.quote(PY)}"
+    uri = from_host({"name": "uri", "kind": "ssh", "dest": f"ssh://127.0.0.1:{port}", "python": python,
+                     "ssh_options": options})
+    assert "-p" not in uri.argv and uri.argv[-2] == f"ssh://127.0.0.1:{port}"
+    hello = check_worker(uri, timeout=60)
+    assert hello.protocol == wire.PROTOCOL_VERSION and hello.host == socket.gethostname()
+    assert_no_process(mark)
+
+
 def test_checking_a_host_that_does_not_come_up_says_why():
     from core.client import CheckFailed, check_worker
 
@@ -371,6 +388,11 @@ def test_host_records_and_bad_input():
     assert resolve("gpu-box", [host]).argv == l.argv
     direct = resolve("alice@10.0.0.7")
     assert direct.name == "alice@10.0.0.7" and direct.argv[-2] == "alice@10.0.0.7"
+    for uri in ("ssh://alice@gpu-box:2222", "ssh://gpu-box", "ssh://bob@[fe80::1]:22"):
+        assert resolve(uri).argv[-3:-1] == ("--", uri)  # a host off port 22, as ssh(1) takes it
+    for bad in ("ssh://alice@gpu-box:port", "ssh://alice@gpu box", "sftp://gpu-box"):
+        with pytest.raises(LauncherError, match=r"not an ssh destination \(user@host, ssh://user@host:port or"):
+            resolve(bad)
     docker = from_command("docker exec -i box python -m core.worker")
     assert docker.argv[:3] == ("docker", "exec", "-i") and docker.name == "docker"
     with pytest.raises(LauncherError, match="'compress' must be one of"):
