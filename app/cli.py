@@ -18,6 +18,7 @@ from core import protocol
 from core.client import run_capture, script_problem
 from core.launchers import LauncherError
 from core.model_files import is_huggingface_folder
+from core.rank_files import save_ranks
 from core.step_state import short_values
 from core.summary import trace_summary
 from core.trace import Trace, TraceFormatError
@@ -43,10 +44,7 @@ def _trace(args) -> int:
                          load=load_options(args), on_event=on_event, **worker_options(args))
     trace = result.trace
     _say_bad_messages(result)
-    written = [args.json] if args.json else []
-    if args.json:
-        trace.save(args.json)
-        written += _save_other_ranks(Path(args.json), ranks)
+    written = save_ranks(Path(args.json), trace, _other_ranks(ranks)) if args.json else []
     if result.output and not args.quiet:
         print("--- script output ---")
         print(result.output.rstrip())
@@ -59,25 +57,15 @@ def _trace(args) -> int:
     return 1 if trace.error else 0
 
 
-def rank_path(out: Path, rank: int) -> Path:
-    """Where ``trace --nproc N --json OUT`` writes another rank's trace: beside OUT, named for the
-    rank (``run.json`` -> ``run.rank1.json``); OUT itself holds the picked rank's."""
-    return out.with_name(f"{out.stem}.rank{rank}{out.suffix or '.json'}")
-
-
-def _save_other_ranks(out: Path, ranks: dict[int, dict]) -> list[Path]:
-    """Write each other rank's trace (as the worker sent it, in the trace format) beside ``out``."""
-    written = []
+def _other_ranks(ranks: dict[int, dict]) -> dict[int, Trace]:
+    """The other ranks' traces as the worker sent them (trace format); one that cannot be read is named."""
+    traces = {}
     for rank, data in sorted(ranks.items()):
-        path = rank_path(out, rank)
         try:
-            Trace.from_dict(data).save(path)
+            traces[rank] = Trace.from_dict(data)
         except TraceFormatError as exc:
-            print(f"backprop-studio: rank {rank}'s trace could not be read, not written to {path}: {exc}",
-                  file=sys.stderr)
-            continue
-        written.append(path)
-    return written
+            print(f"backprop-studio: rank {rank}'s trace could not be read: {exc}", file=sys.stderr)
+    return traces
 
 
 def _step(args) -> int:

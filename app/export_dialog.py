@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.actions import make_action
+from core.rank_files import save_ranks
 from widgets import export
 
 log = logging.getLogger(__name__)
@@ -235,9 +236,12 @@ def run_export(window, *, path, fmt=None, region="all", theme="print", title=Non
     try:
         if fmt == "json":
             trace = getattr(window, "trace", None)
+            ranks = getattr(window, "ranks", None)
+            others = ranks.others() if ranks is not None and trace is not None and not only_call else {}
             if trace is not None and only_call:
                 trace = export.strip_call(trace, call)
-            written = [export.save_json(call, path, trace)]
+            # A DDP run: every rank's trace, the shown one at ``path``, to open together again.
+            written = save_ranks(path, trace, others) if others else [export.save_json(call, path, trace)]
         elif fmt == "dot":
             written = [export.render(view, path, "dot", title=title, theme=theme)]
         elif direction != "TB" or page is not None:

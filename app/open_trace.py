@@ -2,7 +2,8 @@
 
 File > Open Trace… (Ctrl+Shift+O), ``main.py view TRACE.json``, a ``.json`` given as SCRIPT
 and a ``.json`` dropped on the window all end in ``open_trace``: a teacher shares a trace
-file, students open it and explore the graphs, tensors, memory and errors it recorded.
+file, students open it and explore the graphs, tensors, memory and errors it recorded. A DDP
+run's rank opens with the other ranks saved beside it (``core.rank_files``) in the rank picker.
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ def open_trace(window, path: str) -> bool:
     where = f" of {Path(trace.script).name}" if trace.script else ""
     version = f", torch {trace.torch_version}" if trace.torch_version else ""
     window.state_label.setText(f"Opened the saved trace {name}{where} (recorded on {trace.device}{version})")
+    ranks = getattr(window, "ranks", None)
+    if ranks is not None:  # a DDP run's rank: its other ranks' files come back in the picker
+        ranks.opened(path, trace)
     log.info("opened trace %s", path)
     return True
 

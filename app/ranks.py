@@ -11,12 +11,14 @@ parameters carry its all-reduce mark (its local gradient and the reduced one).
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, QFormLayout, QHBoxLayout, QLabel,
                                QSpinBox, QWidget)
 
+from core.rank_files import rank_of, sibling_ranks
 from core.trace import Trace, TraceFormatError
 
 log = logging.getLogger(__name__)
@@ -104,25 +106,41 @@ class RankPicker(QObject):
     def _on_result(self, result) -> None:
         others = self._arriving if self._arriving_run == result.run_id else {}
         self._arriving, self._arriving_run = {}, None
-        picked = _rank_of(result.trace)
+        picked = rank_of(result.trace)
         self._explain_single_process(result.trace)
-        if picked is None or not others:
+        self.set_ranks({**others, picked: result.trace} if picked is not None and others else {}, picked)
+
+    def opened(self, path: str, trace: Trace) -> None:
+        """A saved trace is on screen: with the other ranks' files of its DDP run beside it
+        (``core.rank_files``), the picker switches between them; else it goes away."""
+        ranks = sibling_ranks(Path(path), trace)
+        self.set_ranks(ranks, rank_of(trace))
+        if ranks:
+            self.window.state_label.setText(f"{self.window.state_label.text()}: rank {rank_of(trace)} of "
+                                            f"{len(ranks)}, the other ranks' files beside it (pick one above "
+                                            f"the Calls list)")
+
+    def set_ranks(self, traces: dict[int, Trace], shown: int | None) -> None:
+        """The ranks the picker offers, ``shown``'s trace being the one on screen; none: hidden."""
+        if not traces or shown not in traces:
             self.traces, self.shown = {}, None
             self.row.hide()
             return
-        self.traces = {**others, picked: result.trace}
-        self.shown = picked
-        nproc = len(self.traces)
+        self.traces, self.shown = dict(traces), shown
         self.combo.clear()
         for r in sorted(self.traces):
-            self.combo.addItem(f"Rank {r} of {nproc}", r)
-        self.combo.setCurrentIndex(self.combo.findData(picked))
+            self.combo.addItem(f"Rank {r} of {len(self.traces)}", r)
+        self.combo.setCurrentIndex(self.combo.findData(shown))
         self.row.show()
+
+    def others(self) -> dict[int, Trace]:
+        """Every rank's trace but the one on screen (what File > Export > JSON writes beside it)."""
+        return {r: t for r, t in self.traces.items() if r != self.shown}
 
     def _explain_single_process(self, trace: Trace) -> None:
         """A DDP script run plainly, not set to run with torchrun, fails in init_process_group: say what to do."""
         err = trace.error
-        if err is None or self.window.session.torchrun_options() or _rank_of(trace) is not None:
+        if err is None or self.window.session.torchrun_options() or rank_of(trace) is not None:
             return
         if any(word in err.message for word in ("RANK", "MASTER_ADDR", "WORLD_SIZE")):
             self.window.state_label.setText(
@@ -145,15 +163,6 @@ class RankPicker(QObject):
             w.show_call(same.id)
         w.state_label.setText(f"Showing rank {rank} of {len(self.traces)}")
         self.sig_rank.emit(rank)
-
-
-def _rank_of(trace: Trace) -> int | None:
-    """The rank a trace was captured on, from its all-reduce records (None: not a DDP run)."""
-    for call in trace.calls:
-        ar = call.options.get("all_reduce")
-        if ar and "rank" in ar:
-            return int(ar["rank"])
-    return None
 
 
 def run_with_torchrun(window) -> None:

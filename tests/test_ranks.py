@@ -122,3 +122,61 @@ def test_torchrun_dialog_and_switching_ranks(qtbot, window, tmp_path):
     qtbot.waitUntil(lambda: w.trace.script == str(plain.resolve()) and w.session.state == "idle", timeout=120_000)
     assert w.trace.calls[0].leaf_grads["x"].data == [3.0, 3.0]
     assert not picker.row.isVisible()
+
+
+def test_saved_ranks_open_together_and_export_together(qtbot, window, tmp_path, capsys):
+    """``trace --nproc 2 --json run.json`` writes run.json (rank 0) and run.rank1.json; opening
+    either brings back the picker over both ranks (a stray or broken file beside them left out);
+    Export > JSON writes every rank again; a plain saved trace then hides the picker."""
+    from app.cli import main
+    from app.export_dialog import run_export
+    from app.open_trace import open_trace
+    from core.rank_files import rank_of, rank_path, sibling_ranks
+    from core.trace import Trace
+
+    script = tmp_path / "ddp_linear.py"
+    script.write_text(DDP_SCRIPT)
+    out = tmp_path / "run.json"
+    assert main(["trace", str(script), "--nproc", "2", "--json", str(out), "--quiet"]) == 0
+    assert rank_path(out, 1) == tmp_path / "run.rank1.json" and rank_path(out, 1).is_file()
+    plain = tmp_path / "plain.py"
+    plain.write_text("import torch\nx = torch.ones(2, requires_grad=True)\n(x * 3).sum().backward()\n")
+    assert main(["trace", str(plain), "--json", str(tmp_path / "run.rank7.json"), "--quiet"]) == 0  # no rank
+    (tmp_path / "run.rank5.json").write_text("{not json")
+    capsys.readouterr()
+
+    w = window
+    picker = w.ranks
+    assert open_trace(w, str(tmp_path / "run.rank1.json"))
+    assert picker.row.isVisible() and picker.combo.currentData() == 1
+    assert [picker.combo.itemText(i) for i in range(picker.combo.count())] == ["Rank 0 of 2", "Rank 1 of 2"]
+    assert rank_of(w.trace) == 1
+    assert w.state_label.text() == (
+        "Opened the saved trace run.rank1.json of ddp_linear.py (recorded on cpu, torch "
+        f"{torch.__version__}): rank 1 of 2, the other ranks' files beside it (pick one above the Calls list)")
+    rank1 = w.trace.calls[0]
+    with qtbot.waitSignal(picker.sig_rank, timeout=10_000):
+        picker.combo.activated.emit(0)
+    rank0 = w.trace.calls[0]
+    assert rank_of(w.trace) == 0 and w.call is rank0
+    local = local_grads()
+    for name in ("module.weight", "module.bias"):
+        assert rank0.leaf_grads[name].data == rank1.leaf_grads[name].data  # equal after the all-reduce
+        assert torch.allclose(torch.tensor(rank0.options["all_reduce"]["params"][name]["local"]["data"]),
+                              local[0][name], atol=1e-6)
+        assert torch.allclose(torch.tensor(rank1.options["all_reduce"]["params"][name]["local"]["data"]),
+                              local[1][name], atol=1e-6)
+
+    again = tmp_path / "export" / "again.json"
+    written = run_export(w, path=str(again))
+    assert written == [again, again.with_name("again.rank1.json")]
+    by_rank = {rank_of(Trace.load(p)): Trace.load(p) for p in written}
+    assert sorted(by_rank) == [0, 1] and rank_of(Trace.load(again)) == 0  # the shown rank at the path
+    assert by_rank[1].calls[0].leaf_grads == rank1.leaf_grads
+    assert sorted(sibling_ranks(again, by_rank[0])) == [0, 1]
+    only = tmp_path / "export" / "only.json"
+    assert run_export(w, path=str(only), only_call=True) == [only]  # one call of one rank: one file
+
+    assert open_trace(w, str(tmp_path / "run.rank7.json"))  # not a DDP run: no picker
+    assert not picker.row.isVisible() and picker.traces == {}
+    assert w.trace.calls[0].leaf_grads["x"].data == [3.0, 3.0]
