@@ -147,9 +147,15 @@ def install(window) -> None:
     start()
 
 
+LOCAL_BAR_MIN = 4_000_000  # raw bytes of a local worker's trace below which no bar flashes by
+
+
 def show_transfer(window, event: protocol.Transfer) -> None:
-    """The status bar's progress bar follows a trace arriving, or a model file leaving, over a slow link."""
+    """The status bar's progress bar follows a trace arriving, or a model file leaving, over a slow
+    link; and a big trace from the local worker (uncompressed columns) while the app reads it."""
     raw = max(int(event.raw or 0), 1)
+    if event.codec == "raw" and raw < LOCAL_BAR_MIN:
+        return  # read in a blink: no bar
     bar = window.busy
     if event.of == "upload":  # a saved model or its weights on the way to the host (core.uploads)
         name = str(event.name or "").rsplit("/", 1)[-1]
@@ -168,7 +174,8 @@ def show_transfer(window, event: protocol.Transfer) -> None:
     bar.setValue(int(1000 * min(event.decoded, raw) / raw))
     bar.setFormat("trace %p%")
     bar.setTextVisible(True)
-    bar.setToolTip(f"Receiving the trace: {event.received / 1e6:.1f} MB received ({event.codec}), "
+    codec = "uncompressed" if event.codec in (None, "raw") else event.codec
+    bar.setToolTip(f"Receiving the trace: {event.received / 1e6:.1f} MB received ({codec}), "
                    f"{event.decoded / 1e6:.1f} of {raw / 1e6:.1f} MB decoded")
     bar.show()
 

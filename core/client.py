@@ -196,7 +196,11 @@ class WorkerClient:
                            load=extra.get("load"))
         if extra.get("ddp"):
             cmd.extra["ddp"] = extra["ddp"]
-        if self.launcher is not None:
+        if self.launcher is None:  # traces in columns, uncompressed, through the local pipe
+            from core.wire import ENCODINGS, RAW
+
+            cmd.extra.update({"compress": RAW, "encodings": ENCODINGS})
+        else:
             from core.launchers import run_payload, send_run_files
 
             try:

@@ -11,6 +11,8 @@ compression overlaps the transfer; the reader decompresses each chunk as it arri
 reports bytes received and decoded against M, so the window can show a progress bar. zstd is used where the ``zstandard`` module (or
 Python 3.14's ``compression.zstd``) is installed on both sides, zlib otherwise: the worker's
 hello lists its codecs, the app asks for one it reads, and a worker without zstd answers in zlib.
+The local worker is asked for ``raw`` frames: chunks as they are, no compression on a pipe in
+memory, so that its traces too travel in columns.
 
 A message carrying a Trace or CallInfo (``trace``, ``call_trace``) travels in the columnar
 encoding of ``core.trace_columns`` when the app's run command lists ``columns`` in its
@@ -60,6 +62,23 @@ def check_hello(hello: dict, where: str = "the worker") -> None:
 
 
 ENCODINGS = ["columns"]  # what the app reads besides JSON; sent with each run command
+# The local worker's frames: its pipe is in memory, so compressing would only cost CPU, but a
+# trace in columns is encoded and read 4-5x faster than its JSON (2 s each way at 50,000 nodes).
+RAW = "raw"
+
+
+class _Raw:
+    """The ``raw`` codec's compressor and decompressor: the bytes as they are."""
+
+    @staticmethod
+    def compress(data: bytes, *_) -> bytes:
+        return bytes(data)
+
+    decompress = compress
+
+    @staticmethod
+    def flush(*_) -> bytes:
+        return b""
 
 
 def _zstd():
@@ -87,11 +106,13 @@ def pick_codec(asked: str | None) -> str | None:
         return None
     if asked == "zstd" and _zstd() is None:
         return "zlib"
-    return asked if asked in ("zstd", "zlib") else "zlib"
+    return asked if asked in ("zstd", "zlib", RAW) else "zlib"
 
 
 def compressor(codec: str):
-    """An object with ``compress(bytes)`` and ``flush()`` for ``codec`` (zlib or zstd)."""
+    """An object with ``compress(bytes)`` and ``flush()`` for ``codec`` (zlib, zstd or raw)."""
+    if codec == RAW:
+        return _Raw()
     if codec == "zstd":
         z = _zstd()
         return z.ZstdCompressor(level=1).compressobj() if z.__name__ == "zstandard" else z.ZstdCompressor(level=1)
@@ -107,6 +128,8 @@ def decompressor(codec: str | None):
         return z.ZstdDecompressor().decompressobj() if z.__name__ == "zstandard" else z.ZstdDecompressor()
     if codec == "zlib":
         return zlib.decompressobj()
+    if codec == RAW:
+        return _Raw()
     raise ProtocolMismatch(f"the worker sent a frame in an unknown codec {codec!r}")
 
 

@@ -45,14 +45,17 @@ class Channel:
         if os.getpid() != self.pid:
             return
         key = wire.object_key(msg)  # a Trace or CallInfo: as columns where the app reads them
-        if key is not None and self.codec and self.columns:
+        if key is not None and self.codec and self.columns and not self.broken \
+                and _identity(self.fd) == self._identity:
             # Encoded here, compressed on the writer thread: the two overlap on two cores.
             self._send_chunks(wire.columns_parts(msg, key, self.codec), wire.chunk_packer(self.codec))
-            return
+            if not self.broken:
+                return
+            # The script closed or replaced the pipe on the way: the fallback file gets it as JSON.
         with paused_gc():
             msg = wire.plain_message(msg)
             data = (json.dumps(msg, separators=(",", ":")) + "\n").encode("utf-8")
-        if self.codec and len(data) > wire.FRAME_MIN_BYTES:
+        if self.codec not in (None, wire.RAW) and len(data) > wire.FRAME_MIN_BYTES and not self.broken:
             self._send_frame(data, msg.get("type", ""))
             return
         with self._lock:

@@ -198,6 +198,13 @@ def test_transfer_progress_in_the_status_bar(hosts_window):
     assert w.busy.toolTip() == "Receiving the trace: 2.0 MB received (zlib), 12.5 of 50.0 MB decoded"
     end_transfer(w)
     assert w.busy.maximum() == 0 and not w.busy.isTextVisible()
+    # The local worker's traces come in raw columns: a small one flashes no bar, a big one has its bar.
+    show_transfer(w, Transfer(received=1_000_004, decoded=1_000_000, raw=3_000_000, codec="raw"))
+    assert w.busy.maximum() == 0 and not w.busy.isTextVisible()
+    show_transfer(w, Transfer(received=6_000_012, decoded=6_000_000, raw=12_000_000, codec="raw"))
+    assert (w.busy.maximum(), w.busy.value(), w.busy.text()) == (1000, 500, "trace 50%")
+    assert w.busy.toolTip() == "Receiving the trace: 6.0 MB received (uncompressed), 6.0 of 12.0 MB decoded"
+    end_transfer(w)
 
 
 def test_device_labels():

@@ -221,7 +221,7 @@ def _stream(obj, codec: str, piece: int = 997) -> tuple[list, list]:
     return got, progress
 
 
-@pytest.mark.parametrize("codec", ["zlib", "zstd"])
+@pytest.mark.parametrize("codec", ["zlib", "zstd", "raw"])
 def test_a_columnar_frame_is_decoded_as_it_streams_in(codec, monkeypatch):
     if codec == "zstd" and wire._zstd() is None:
         pytest.skip("zstandard is not installed")
@@ -235,7 +235,10 @@ def test_a_columnar_frame_is_decoded_as_it_streams_in(codec, monkeypatch):
     assert msg["call"] == call and call_from_dict(msg["call"]) is msg["call"]
     header, received, decoded = progress[-1]
     assert header["codec"] == codec and header["enc"] == "columns" and decoded == header["raw"]
-    assert received * 3 < decoded  # compressed on the way
+    if codec == "raw":  # as they are: each chunk's bytes and its 4-byte length
+        assert decoded < received < decoded + 4 * (len(progress) + 1)
+    else:
+        assert received * 3 < decoded  # compressed on the way
     assert len(got) == 3 and len(progress) > 5  # reported chunk by chunk, not only at the end
     assert [d for _, _, d in progress] == sorted(d for _, _, d in progress)
     with pytest.raises(TraceFormatError, match="the call_trace from the worker: a column is not readable JSON"):
@@ -316,6 +319,22 @@ def test_the_trace_travels_in_zstd_where_both_ends_have_it_else_zlib(tmp_path, w
     assert transfers[-1]["received"] < transfers[-1]["decoded"] == transfers[-1]["raw"]
     call = result.trace.calls[0]
     assert call.node_count == 702 and call.leaf_grads["x"].data == [1.0, 1.0, 1.0]
+
+
+def test_a_local_worker_sends_its_trace_in_uncompressed_columns(tmp_path):
+    """No launcher: the run command asks for raw frames, so the call and the trace travel in
+    columns through the pipe, uncompressed, and come back with the same grads."""
+    script = tmp_path / "chain.py"
+    script.write_text(SCRIPT)
+    events = []
+    result = run_capture(str(script), timeout=120, on_event=events.append)
+    assert result.trace.error is None, (result.trace.error, result.output)
+    transfers = [e for e in events if e.get("type") == "transfer"]
+    assert {e["of"] for e in transfers} == {"call_trace", "trace"} and {e["codec"] for e in transfers} == {"raw"}
+    call = [e for e in transfers if e["of"] == "call_trace"][-1]
+    assert call["decoded"] == call["raw"] < call["received"]  # each chunk as it is, after its length
+    (captured,) = result.trace.calls
+    assert captured.node_count == 702 and captured.leaf_grads["x"].data == [1.0, 1.0, 1.0]
 
 
 def _kinds(data: bytes) -> dict:
