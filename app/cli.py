@@ -18,7 +18,7 @@ from core import protocol
 from core.client import run_capture, script_problem
 from core.launchers import LauncherError
 from core.model_files import is_huggingface_folder
-from core.rank_files import save_ranks
+from core.rank_files import received_trace, save_ranks
 from core.step_state import short_values
 from core.summary import trace_summary
 from core.trace import Trace, TraceFormatError
@@ -34,7 +34,7 @@ def _trace(args) -> int:
         print(f"backprop-studio: {script} is a saved trace, not a script: open it with "
               f"'python main.py view {script}'", file=sys.stderr)
         return 2
-    ranks: dict[int, dict] = {}  # a DDP run's other ranks (protocol.RankTrace), by rank
+    ranks: dict[int, object] = {}  # a DDP run's other ranks (protocol.RankTrace), by rank
 
     def on_event(event: protocol._Base) -> None:
         if isinstance(event, protocol.RankTrace):
@@ -57,12 +57,12 @@ def _trace(args) -> int:
     return 1 if trace.error else 0
 
 
-def _other_ranks(ranks: dict[int, dict]) -> dict[int, Trace]:
-    """The other ranks' traces as the worker sent them (trace format); one that cannot be read is named."""
+def _other_ranks(ranks: dict[int, object]) -> dict[int, Trace]:
+    """The other ranks' traces as the worker sent them; one that cannot be read is named."""
     traces = {}
     for rank, data in sorted(ranks.items()):
         try:
-            traces[rank] = Trace.from_dict(data)
+            traces[rank] = received_trace(data)
         except TraceFormatError as exc:
             print(f"backprop-studio: rank {rank}'s trace could not be read: {exc}", file=sys.stderr)
     return traces

@@ -18,7 +18,7 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, QFormLayout, QHBoxLayout, QLabel,
                                QSpinBox, QWidget)
 
-from core.rank_files import rank_of, sibling_ranks
+from core.rank_files import rank_of, received_trace, sibling_ranks
 from core.trace import Trace, TraceFormatError
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ class RankPicker(QObject):
         if run != self._arriving_run:
             self._arriving, self._arriving_run = {}, run
         try:
-            self._arriving[int(event.rank)] = Trace.from_dict(event.trace or {})
+            self._arriving[int(event.rank)] = received_trace(event.trace)
         except (TraceFormatError, ValueError, TypeError) as exc:
             log.warning("rank %s's trace could not be read: %s", event.rank, exc)
 

@@ -134,7 +134,7 @@ def send_other_ranks(worker, cmd: dict, traces: dict, picked: int, nproc: int) -
         trace = replace(with_all_ranks(trace, traces), device=cmd.get("device") or "cpu")
         if getattr(worker, "finish", None) is not None:  # run on another machine: the app's paths
             trace = worker.finish(trace)
-        worker.channel.send(protocol.RankTrace(rank=r, nproc=nproc, trace=trace.to_dict(),
+        worker.channel.send(protocol.RankTrace(rank=r, nproc=nproc, trace=trace,  # the channel encodes it
                                                run=cmd.get("run")).to_dict())
 
 

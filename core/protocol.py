@@ -203,7 +203,9 @@ class RankTrace(_Base):
     window can switch between the ranks."""
     rank: int = 0
     nproc: int = 1
-    trace: dict = field(default_factory=dict)  # in the trace format, all-reduce records included
+    # In the trace format, all-reduce records included; sent in columns (core.wire) it arrives
+    # read: a Trace, or the TraceFormatError reading it raised.
+    trace: dict | Trace | TraceFormatError = field(default_factory=dict)
     run: Any = None
 
 

@@ -37,6 +37,16 @@ def world_of(trace: Trace) -> int | None:
     return None
 
 
+def received_trace(data) -> Trace:
+    """A ``rank_trace`` message's trace as it arrived: read already (columns), the error reading
+    it raised, or the trace format's dict; TraceFormatError when it cannot be read."""
+    if isinstance(data, Trace):
+        return data
+    if isinstance(data, TraceFormatError):
+        raise data
+    return Trace.from_dict(data or {})
+
+
 def rank_path(out: Path, rank: int) -> Path:
     """Where another rank's trace goes beside ``out``: ``run.json`` -> ``run.rank1.json``."""
     out = Path(out)

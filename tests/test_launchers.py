@@ -22,6 +22,7 @@ import torch
 from core import launchers, wire
 from core.client import ROOT, WorkerClient, run_capture
 from core.launchers import LauncherError, from_command, from_host, resolve
+from core.trace import Trace
 
 PY = sys.executable
 
@@ -349,10 +350,15 @@ def test_ddp_two_ranks_on_gloo(tmp_path):
         "dist.init_process_group('gloo')\nrank = dist.get_rank()\ntorch.manual_seed(0)\n"
         "model = DDP(nn.Linear(3, 2))\ntorch.manual_seed(100 + rank)\nx = torch.randn(4, 3)\n"
         "loss = model(x).pow(2).mean()\nloss.backward()\ndist.destroy_process_group()\n"))
-    result = run_capture(str(script), timeout=120, ddp={"nproc": 2, "rank": 1})
+    events = []
+    result = run_capture(str(script), timeout=120, ddp={"nproc": 2, "rank": 1}, on_event=events.append)
     trace = result.trace
     assert trace.error is None, (trace.error, result.output[-2000:])
     (call,) = trace.calls
+    (other,) = [e for e in events if e.get("type") == "rank_trace"]
+    assert other.rank == 0 and isinstance(other.trace, Trace)  # sent in columns, read on arrival
+    assert other.trace.calls[0].options["all_reduce"]["rank"] == 0
+    assert other.trace.calls[0].leaf_grads == call.leaf_grads  # equal on every rank after the all-reduce
     ar = call.options["all_reduce"]
     assert ar["rank"] == 1 and ar["world_size"] == 2 and ar["backend"] == "gloo"
     assert sorted(ar["ranks"]) == ["0", "1"]  # both ranks captured
