@@ -201,12 +201,14 @@ def run_payload(launcher: Launcher, path: str, load: dict | None = None) -> dict
     from pathlib import Path
 
     from core.uploads import is_text_script, plan
-    from core.wire import ENCODINGS, available_codecs
+    from core.wire import ENCODINGS, RAW, available_codecs
     from core.worker_remote import pack_folder
 
     p = Path(path)
     # zstd only where this side can read it; the worker falls back to zlib where it has none.
-    codec = launcher.compress if launcher.compress in available_codecs() + ["none"] else "zlib"
+    # "none": the columns as they are (raw frames; a worker that knows no raw sends zlib).
+    codec = launcher.compress if launcher.compress in available_codecs() else \
+        RAW if launcher.compress == "none" else "zlib"
     payload = {"name": p.name, "compress": codec, "encodings": ENCODINGS}
     if is_text_script(p):
         payload["source"] = p.read_text(encoding="utf-8")

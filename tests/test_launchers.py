@@ -334,9 +334,12 @@ def test_script_folder_and_remote_cwd_travel(tmp_path):
         "y = SCALE * x * x\ny.backward()\n"))
     launcher = launchers.replace_options(local_launcher(mark), send_folder=True, remote_cwd=str(data),
                                          compress="none")
-    result = run_capture(str(script), launcher=launcher, timeout=60)
+    events = []
+    result = run_capture(str(script), launcher=launcher, timeout=60, on_event=events.append)
     assert result.trace.error is None, result.trace.error
     assert result.trace.calls[0].leaf_grads["x"].data == [30.0]
+    # Uncompressed, as asked, and still in columns: the trace arrives read, in raw frames.
+    assert {e["codec"] for e in events if e.get("type") == "transfer"} == {"raw"}
     missing = launchers.replace_options(launcher, remote_cwd=str(tmp_path / "nowhere"))
     err = run_capture(str(script), launcher=missing, timeout=60).trace.error
     assert err is not None and "nowhere: no such folder" in err.message
