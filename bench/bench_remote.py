@@ -6,13 +6,15 @@ Run: python bench/bench_remote.py [--repeat N] [--traces DIR]. Each example is c
 - in one process, the CPU time to encode the trace, compress it and decode it, as the JSON of
   the trace format (what travelled before) and in the columnar encoding (core.trace_columns);
 - end to end, its trace sent by a stand-in worker (bench/send_trace.py, the worker's own
-  Channel) behind a local launcher, straight through a pipe and through ``pv -L 10m`` (a
-  10 MiB/s link) where pv is installed, in each encoding and codec. Times run from the sender
+  Channel) behind a local launcher, straight through a pipe and through a 10 MiB/s link
+  (bench/slow_link.py: ``pv -L`` lends a slow sender credit for its idle time, so it never held
+  these transfers back), in each encoding and codec, and in columns uncompressed
+  (``raw``, as ``--compress none`` and the local worker send them). Times run from the sender
   starting to encode to the app holding the decoded Trace (median of N runs); "wire" is what
-  the compressed bytes alone take at 10 MiB/s, and "x wire" the ratio of the two. "pv, pinned"
-  holds the sender and pv to one CPU and the app to another, as on two machines with a core
+  the compressed bytes alone take at 10 MiB/s, and "x wire" the ratio of the two. "link, pinned"
+  holds the sender and the link to one CPU and the app to another, as on two machines with a core
   each (where taskset is installed): both ends no longer take turns on the same cores;
-- one more transfer through pv per codec, timed along the way: when the sender had its first
+- one more transfer through the link per codec, timed along the way: when the sender had its first
   batch of columns and its last column line, when the app had read the last and when it held the trace
   (what is left to the app once the worker is done).
 """
@@ -57,7 +59,7 @@ def send_once(trace_file: Path, codec: str, throttle: bool, encoding: str = "col
               script: Path = EXAMPLES[0][1], pinned: bool = False, extra: str = "",
               marks: dict | None = None) -> tuple[float, int, int]:
     """One transfer; ``script`` is what the app asks to run (its text travels; the stand-in sends the trace).
-    ``pinned``: the sender (and pv) on the first CPU, this process on the second, as on two
+    ``pinned``: the sender (and the link) on the first CPU, this process on the second, as on two
     machines with one core each, instead of both ends sharing every core. ``extra``: more
     arguments for the stand-in (see bench/send_trace.py); ``marks`` gets the time it started."""
     cpus = sorted(os.sched_getaffinity(0)) if pinned else []
@@ -65,8 +67,8 @@ def send_once(trace_file: Path, codec: str, throttle: bool, encoding: str = "col
     sender = f"{on}{shlex.quote(sys.executable)} {shlex.quote(str(ROOT / 'bench/send_trace.py'))} " \
              f"{shlex.quote(str(trace_file))} {codec} {encoding} {extra}"
     if throttle:
-        sender += f" | {on}pv -q -L 10m"
-    launcher = from_command(f"sh -c {shlex.quote(sender)}", name="bench", compress=codec)
+        sender += f" | {on}{shlex.quote(sys.executable)} {shlex.quote(str(ROOT / 'bench/slow_link.py'))} {RATE}"
+    launcher = from_command(f"sh -c {shlex.quote(sender)}", name="bench", compress="none" if codec == "raw" else codec)
     done = threading.Event()
     box: dict = {"bytes": 0, "raw": 0}
 
@@ -103,7 +105,7 @@ def send_once(trace_file: Path, codec: str, throttle: bool, encoding: str = "col
 
 
 def timeline(trace_file: Path, codec: str, script: Path) -> dict:
-    """One transfer through ``pv -L 10m``, in seconds from the sender starting to encode: when
+    """One transfer through the 10 MiB/s link, in seconds from the sender starting to encode: when
     its first batch of columns was whole (it leaves for the link) and its last column line
     encoded, when this app had read the last one
     (the frame's end: the reader starts its final assembly) and when it held the trace."""
@@ -179,7 +181,6 @@ def main() -> None:
     ap.add_argument("--only", choices=["4802", "50000"], help="one example")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp())
-    pv = shutil.which("pv") is not None
     codecs = wire.available_codecs()
     for label, script in EXAMPLES:
         if args.only and args.only != label.split()[0].replace(",", ""):
@@ -212,27 +213,27 @@ def main() -> None:
                   f"writer thread), the app's {unpacks:.2f} s decompressing + {col['decode']:.2f} s decoding, "
                   f"against {size / RATE:.2f} s on the link")
         print(f"\n{label}, end to end (median of {args.repeat}):")
-        print(f"  {'link':<11}{'encoding':<9}{'codec':<6}{'bytes sent':>12}{'seconds':>9}{'wire':>8}{'x wire':>8}")
-        links = [(False, False)] + ([(True, False)] if pv else []) + ([(True, True)] if pv and can_pin() else [])
+        print(f"  {'link':<13}{'encoding':<9}{'codec':<6}{'bytes sent':>12}{'seconds':>9}{'wire':>8}{'x wire':>8}")
+        links = [(False, False), (True, False)] + ([(True, True)] if can_pin() else [])
         for throttle, pinned in links:
-            cases = [("json", "zlib"), ("columns", "zlib")] + ([("columns", "zstd")] if "zstd" in codecs else [])
+            cases = [("json", "zlib"), ("columns", "zlib")] + ([("columns", "zstd")] if "zstd" in codecs else []) \
+                + [("columns", "raw")]  # uncompressed: what --compress none and the local worker send
             if pinned:
-                cases = cases[1:]
+                cases = cases[1:-1]
             for encoding, codec in cases:
                 runs = [send_once(trace_file, codec, throttle, encoding, script, pinned) for _ in range(args.repeat)]
                 seconds = statistics.median(r[0] for r in runs)
                 sent = runs[0][1]
-                link = ("pv, pinned" if pinned else "pv -L 10m") if throttle else "pipe"
+                link = ("link, pinned" if pinned else "10 MiB/s") if throttle else "pipe"
                 ratio = f"{seconds / (sent / RATE):.2f}x" if throttle else ""
-                print(f"  {link:<11}{encoding:<9}{codec:<6}{sent:>12,}{seconds:>8.2f}s{sent / RATE:>7.2f}s{ratio:>8}")
+                print(f"  {link:<13}{encoding:<9}{codec:<6}{sent:>12,}{seconds:>8.2f}s{sent / RATE:>7.2f}s{ratio:>8}")
                 sys.stdout.flush()
-        if pv:
-            print(f"\n{label}, one transfer through pv -L 10m, ms after the sender starts encoding:")
-            for codec in codecs:
-                t = {k: 1000 * v for k, v in timeline(trace_file, codec, script).items()}
-                print(f"  {codec}: the worker's first batch {t['first']:.0f}, its last column {t['last']:.0f}; "
-                      f"the app read the last at {t['read']:.0f} and held the trace at {t['held']:.0f} "
-                      f"({t['held'] - t['last']:.0f} after the worker's last line)")
+        print(f"\n{label}, one transfer through the 10 MiB/s link, ms after the sender starts encoding:")
+        for codec in codecs:
+            t = {k: 1000 * v for k, v in timeline(trace_file, codec, script).items()}
+            print(f"  {codec}: the worker's first batch {t['first']:.0f}, its last column {t['last']:.0f}; "
+                  f"the app read the last at {t['read']:.0f} and held the trace at {t['held']:.0f} "
+                  f"({t['held'] - t['last']:.0f} after the worker's last line)")
     shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -1,7 +1,9 @@
 """Saved models sent to a worker behind a launcher: the whole run of a model script with a
 ``--weights`` safetensors file through a local ``sh -c`` launcher (the file travels in pieces)
 against the same run with a local worker (which reads the file in place), with zlib and
-uncompressed pieces, and through a pipe limited to 10 MB/s with ``pv`` where installed.
+uncompressed pieces, and through a pipe limited to 10 MiB/s (bench/slow_link.py; ``pv -L``
+would lend the app credit for the second the worker takes to start, and let that much through
+at full speed).
 
     python bench/bench_upload.py [--mb 64] [--repeat 3]
 
@@ -93,9 +95,9 @@ def main() -> None:
     base = from_command(f"sh -c 'cd {shlex.quote(str(ROOT))} && exec {py} -m core.worker'", name="local")
     cases = {"local worker (no transfer)": None, "launcher, zlib pieces": base,
              "launcher, uncompressed": replace_options(base, compress="none")}
-    if shutil.which("pv"):
-        cases["launcher through pv -L 10m, zlib"] = from_command(
-            f"sh -c 'cd {shlex.quote(str(ROOT))} && pv -q -L 10m | {py} -m core.worker'", name="pv")
+    link = f"{py} {shlex.quote(str(ROOT / 'bench/slow_link.py'))} {10 * 1024 * 1024}"
+    cases["launcher through a 10 MiB/s link, zlib"] = from_command(
+        f"sh -c {shlex.quote(f'cd {shlex.quote(str(ROOT))} && {link} | {py} -m core.worker')}", name="link")
     print(f"weights: {weights.stat().st_size / 1e6:.1f} MB of random float32, {args.repeat} runs each")
     raw = encode_rate(weights, None, args.repeat)
     for label, codec, give_up in (("pieces, zlib (gives up on weights)", "zlib", None),
