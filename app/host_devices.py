@@ -22,6 +22,7 @@ from core.launchers import LauncherError, from_host
 log = logging.getLogger(__name__)
 
 SEP = "::"
+LOCAL_BAR_MIN = 4_000_000  # raw bytes of a local worker's trace below which no bar flashes by
 
 
 def split_device(device: str) -> tuple[str | None, str]:
@@ -145,9 +146,6 @@ def install(window) -> None:
     add_menu_action(window, start)
     window.restart_hosts = start
     start()
-
-
-LOCAL_BAR_MIN = 4_000_000  # raw bytes of a local worker's trace below which no bar flashes by
 
 
 def show_transfer(window, event: protocol.Transfer) -> None:

@@ -1,8 +1,9 @@
 """Named worker hosts, kept in the app's settings, and the command-line options that pick one.
 
 Every headless command takes ``--host NAME|DEST`` (a saved host, or any ssh destination:
-``user@host``, ``ssh://user@host:port`` or a ``~/.ssh/config`` alias) or ``--worker-command "CMD"`` (any command whose
-stdin/stdout are the worker's: ``srun``, ``docker exec -i``, ``kubectl exec -i``), plus
+``user@host``, ``ssh://user@host:port`` or a ``~/.ssh/config`` alias) or ``--worker-command
+"CMD"`` (any command whose stdin/stdout are the worker's: ``srun``, ``docker exec -i``,
+``kubectl exec -i``), plus
 ``--remote-cwd``, ``--send-folder``, ``--compress`` and, for DDP scripts, ``--nproc N`` and
 ``--rank R``. ``python main.py hosts`` lists, adds and removes saved hosts, and ``hosts check``
 starts a worker on each to show what it reports (its machine, Python, torch, devices) or why

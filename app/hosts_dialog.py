@@ -19,8 +19,8 @@ from core.launchers import LauncherError, from_host
 COLUMNS = ("Name", "ssh destination", "or worker command", "Python on the host", "Remote folder", "Send folder")
 SEND = len(COLUMNS) - 1  # a check box: send the files beside each script
 HELP = ("A host runs the worker where the GPU is. Give an ssh destination (user@host, "
-        "ssh://user@host:port or a ~/.ssh/config alias; your keys and agent are used, no password is stored) and the host's "
-        "Python with torch and Backprop Studio installed, or a whole worker command such as "
+        "ssh://user@host:port or a ~/.ssh/config alias; your keys and agent are used, no password "
+        "is stored) and the host's Python with torch and Backprop Studio installed, or a whole worker command such as "
         "<code>srun -p gpu python -m core.worker</code>, <code>docker exec -i box python -m core.worker</code> "
         "or <code>kubectl exec -i pod -- python -m core.worker</code>.")
 

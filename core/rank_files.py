@@ -21,19 +21,19 @@ _RANK_NAME = re.compile(r"^(?P<stem>.+)\.rank(?P<rank>[0-9]+)$")
 
 def rank_of(trace: Trace) -> int | None:
     """The rank a trace was captured on, from its all-reduce records (None: not a DDP run)."""
-    for call in trace.calls:
-        ar = call.options.get("all_reduce")
-        if ar and "rank" in ar:
-            return int(ar["rank"])
-    return None
+    return _all_reduce(trace, "rank")
 
 
 def world_of(trace: Trace) -> int | None:
     """The number of ranks of the run a trace comes from (None: not a DDP run)."""
+    return _all_reduce(trace, "world_size")
+
+
+def _all_reduce(trace: Trace, key: str) -> int | None:
     for call in trace.calls:
         ar = call.options.get("all_reduce")
-        if ar and "world_size" in ar:
-            return int(ar["world_size"])
+        if ar and key in ar:
+            return int(ar[key])
     return None
 
 

@@ -44,18 +44,18 @@ class Channel:
     def send(self, msg: dict) -> None:
         if os.getpid() != self.pid:
             return
+        intact = not self.broken and _identity(self.fd) == self._identity
         key = wire.object_key(msg)  # a Trace or CallInfo: as columns where the app reads them
-        if key is not None and self.codec and self.columns and not self.broken \
-                and _identity(self.fd) == self._identity:
+        if key is not None and self.codec and self.columns and intact:
             # Encoded here, compressed on the writer thread: the two overlap on two cores.
             self._send_chunks(wire.columns_parts(msg, key, self.codec), wire.chunk_packer(self.codec))
             if not self.broken:
                 return
-            # The script closed or replaced the pipe on the way: the fallback file gets it as JSON.
+            intact = False  # the script closed or replaced the pipe on the way: the fallback file gets it
         with paused_gc():
             msg = wire.plain_message(msg)
             data = (json.dumps(msg, separators=(",", ":")) + "\n").encode("utf-8")
-        if self.codec not in (None, wire.RAW) and len(data) > wire.FRAME_MIN_BYTES and not self.broken:
+        if intact and self.codec not in (None, wire.RAW) and len(data) > wire.FRAME_MIN_BYTES:
             self._send_frame(data, msg.get("type", ""))
             return
         with self._lock:

@@ -158,6 +158,7 @@ def breakable(name: str) -> str:
     "BinaryCrossEntropyWithLogitsBackward0" wraps after "Logits", never inside "Backward0"."""
     return "\u200b".join(html.escape(part) for part in _WORD_START.split(name))
 
+
 def breakable_formula(line: str) -> str:
     """``line`` with a narrow panel allowed to break it only at a space outside brackets that
     does not join a name to its ``(a)``: the other spaces become no-break spaces, so
