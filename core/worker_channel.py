@@ -44,18 +44,17 @@ class Channel:
     def send(self, msg: dict) -> None:
         if os.getpid() != self.pid:
             return
-        intact = not self.broken and _identity(self.fd) == self._identity
         key = wire.object_key(msg)  # a Trace or CallInfo: as columns where the app reads them
-        if key is not None and self.codec and self.columns and intact:
+        if key is not None and self.codec and self.columns and self._intact():
             # Encoded here, compressed on the writer thread: the two overlap on two cores.
             self._send_chunks(wire.columns_parts(msg, key, self.codec), wire.chunk_packer(self.codec))
             if not self.broken:
                 return
-            intact = False  # the script closed or replaced the pipe on the way: the fallback file gets it
+            # The script closed or replaced the pipe on the way: the fallback file gets it as JSON.
         with paused_gc():
             msg = wire.plain_message(msg)
             data = (json.dumps(msg, separators=(",", ":")) + "\n").encode("utf-8")
-        if intact and self.codec not in (None, wire.RAW) and len(data) > wire.FRAME_MIN_BYTES:
+        if self.codec not in (None, wire.RAW) and len(data) > wire.FRAME_MIN_BYTES and self._intact():
             self._send_frame(data, msg.get("type", ""))
             return
         with self._lock:
@@ -69,6 +68,11 @@ class Channel:
                     pass
             self.broken = True
             self._send_fallback(data)
+
+    def _intact(self) -> bool:
+        """The descriptor is still the pipe the channel opened (a frame is not written into a file
+        the script put in its place); asked only before a frame, small messages check it as they write."""
+        return not self.broken and _identity(self.fd) == self._identity
 
     def _send_frame(self, data: bytes, kind: str) -> None:
         """A big message as compressed chunks; a thread writes while the next chunk is compressed."""

@@ -118,19 +118,13 @@ def test_all_reduce_summary_lists_each_rank():
     assert all_reduce_summary(None) == []
 
 
-DDP_LINEAR = (
-    "import torch, torch.distributed as dist, torch.nn as nn\n"
-    "from torch.nn.parallel import DistributedDataParallel as DDP\n"
-    "dist.init_process_group('gloo')\nrank = dist.get_rank()\ntorch.manual_seed(0)\n"
-    "model = DDP(nn.Linear(3, 2))\ntorch.manual_seed(100 + rank)\nx = torch.randn(4, 3)\n"
-    "loss = model(x).pow(2).mean()\nloss.backward()\ndist.destroy_process_group()\n")
-
-
 def test_trace_json_of_a_ddp_run_writes_every_rank(tmp_path, capsys):
     """``trace --nproc 2 --rank 1 --json OUT``: OUT holds rank 1's trace, ``OUT.rank0.json`` rank 0's,
     each with its own local gradients and the same reduced ones."""
+    from tests.test_ranks import DDP_SCRIPT, local_grads
+
     script = tmp_path / "ddp_linear.py"
-    script.write_text(DDP_LINEAR)
+    script.write_text(DDP_SCRIPT)
     out = tmp_path / "run.json"
     assert main(["trace", str(script), "--nproc", "2", "--rank", "1", "--json", str(out), "--quiet"]) == 0
     other = tmp_path / "run.rank0.json"
@@ -142,12 +136,7 @@ def test_trace_json_of_a_ddp_run_writes_every_rank(tmp_path, capsys):
         (call,) = Trace.load(path).calls
         by_rank[call.options["all_reduce"]["rank"]] = call
     assert sorted(by_rank) == [0, 1]
-    torch.manual_seed(0)
-    ref = torch.nn.Linear(3, 2)
-    local = []
-    for r in (0, 1):
-        torch.manual_seed(100 + r)
-        local.append(torch.autograd.grad(ref(torch.randn(4, 3)).pow(2).mean(), ref.bias)[0])
+    local = {r: grads["module.bias"] for r, grads in local_grads().items()}
     for r, call in by_rank.items():
         ar = call.options["all_reduce"]
         got = torch.tensor(ar["ranks"][str(r)]["module.bias"]["local"]["data"])
