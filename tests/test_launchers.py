@@ -347,12 +347,9 @@ def test_script_folder_and_remote_cwd_travel(tmp_path):
 
 
 def test_ddp_two_ranks_on_gloo(tmp_path):
-    script = write(tmp_path, "ddp_linear.py", (
-        "import torch, torch.distributed as dist, torch.nn as nn\n"
-        "from torch.nn.parallel import DistributedDataParallel as DDP\n"
-        "dist.init_process_group('gloo')\nrank = dist.get_rank()\ntorch.manual_seed(0)\n"
-        "model = DDP(nn.Linear(3, 2))\ntorch.manual_seed(100 + rank)\nx = torch.randn(4, 3)\n"
-        "loss = model(x).pow(2).mean()\nloss.backward()\ndist.destroy_process_group()\n"))
+    from tests.test_ranks import DDP_SCRIPT, local_grads
+
+    script = write(tmp_path, "ddp_linear.py", DDP_SCRIPT)
     events = []
     result = run_capture(str(script), timeout=120, ddp={"nproc": 2, "rank": 1}, on_event=events.append)
     trace = result.trace
@@ -365,24 +362,16 @@ def test_ddp_two_ranks_on_gloo(tmp_path):
     ar = call.options["all_reduce"]
     assert ar["rank"] == 1 and ar["world_size"] == 2 and ar["backend"] == "gloo"
     assert sorted(ar["ranks"]) == ["0", "1"]  # both ranks captured
-    # The reference: each rank's local gradient computed here, then averaged.
-    torch.manual_seed(0)
-    ref = torch.nn.Linear(3, 2)
-    local = {}
-    for r in (0, 1):
-        torch.manual_seed(100 + r)
-        x = torch.randn(4, 3)
-        gw, gb = torch.autograd.grad(ref(x).pow(2).mean(), (ref.weight, ref.bias))
-        local[r] = {"module.weight": gw, "module.bias": gb}
+    local = local_grads()  # each rank's local gradient computed here
     for name in ("module.weight", "module.bias"):
         for r in ("0", "1"):
             got_local = torch.tensor(ar["ranks"][r][name]["local"]["data"])
-            assert torch.allclose(got_local, local[int(r)][name].reshape(-1), atol=1e-6)
+            assert torch.allclose(got_local, local[int(r)][name], atol=1e-6)
         reduced0 = ar["ranks"]["0"][name]["reduced"]["data"]
         reduced1 = ar["ranks"]["1"][name]["reduced"]["data"]
         assert reduced0 == reduced1  # equal on every rank after the all-reduce
         mean = (local[0][name] + local[1][name]) / 2
-        assert torch.allclose(torch.tensor(reduced1), mean.reshape(-1), atol=1e-6)
+        assert torch.allclose(torch.tensor(reduced1), mean, atol=1e-6)
         assert call.leaf_grads[name].data == reduced1
     # The all-reduce is marked on the AccumulateGrad nodes of both parameters.
     marked = {n.id for n in call.nodes if n.kind == "accumulate_grad"}
