@@ -423,6 +423,21 @@ def test_a_long_formula_wraps_outside_brackets_instead_of_widening_the_inspector
     lines = [block.text()[layout.lineAt(i).textStart():][:layout.lineAt(i).textLength()].strip()
              for i in range(layout.lineCount())]
     assert len(lines) == 2 and lines[1].replace(nbsp, " ") == "(1 − result)"  # the bracket moves whole
+    # A long bracketed group breaks at its own spaces in a narrow panel, never inside a word.
+    text = "grad_self (x) = grad copied to every element (expand to self_sym_sizes)"
+    assert breakable_formula(text) == text.replace(" (x)", f"{nbsp}(x)")
+    path.write_text("import torch\nx = torch.ones(3, requires_grad=True)\nx.sum().backward()\n")
+    call = capture_script(str(path)).calls[0]
+    panel.resize(200, 700)
+    total = next(n for n in call.nodes if n.name == "SumBackward0")
+    panel.show_node(call, total.id)
+    doc = panel.browser.document()
+    block = doc.findBlock(doc.toPlainText().index("grad_self (x) = grad"))
+    layout = block.layout()
+    lines = [block.text()[layout.lineAt(i).textStart():][:layout.lineAt(i).textLength()].strip()
+             for i in range(layout.lineCount())]
+    assert len(lines) >= 3 and " ".join(lines).replace(nbsp, " ") == text, lines  # each break at a space
+    assert panel.browser.horizontalScrollBar().maximum() == 0
 
 
 def test_multi_output_nodes_are_labelled_with_every_output_and_edges_with_next_functions(tmp_path, qtbot):

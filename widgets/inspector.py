@@ -159,18 +159,32 @@ def breakable(name: str) -> str:
     return "\u200b".join(html.escape(part) for part in _WORD_START.split(name))
 
 
+WHOLE_GROUP = 16  # a bracketed group up to this many characters moves to the next line whole
+
+
 def breakable_formula(line: str) -> str:
-    """``line`` with a narrow panel allowed to break it only at a space outside brackets that
-    does not join a name to its ``(a)``: the other spaces become no-break spaces, so
-    ``(1 − result)`` and ``grad_self (a)`` move to the next line whole instead of being split."""
-    out, depth = [], 0
+    """``line`` with a narrow panel allowed to break it only at a space outside short brackets
+    that does not join a name to its ``(a)``: the other spaces become no-break spaces, so
+    ``(1 − result)`` and ``grad_self (a)`` move to the next line whole instead of being split.
+    A longer bracketed group (``(expand to self_sym_sizes)``) may break at its own spaces: kept
+    whole, it would not fit a narrow panel and be cut in the middle of a word."""
+    length: dict[int, int] = {}  # each opening bracket's position: its group's length
+    opened: list[int] = []
     for i, ch in enumerate(line):
         if ch in "([{":
-            depth += 1
+            opened.append(i)
+        elif ch in ")]}" and opened:
+            start = opened.pop()
+            length[start] = i - start + 1
+    out, whole = [], []  # whole: for each open group, whether it is kept on one line
+    for i, ch in enumerate(line):
+        if ch in "([{":
+            whole.append(length.get(i, len(line) - i) <= WHOLE_GROUP)
         elif ch in ")]}":
-            depth = max(0, depth - 1)
-        elif ch == " " and (depth or (line[i + 1:i + 2] in ("(", "[") and 0 < i
-                                      and (line[i - 1].isalnum() or line[i - 1] == "_"))):
+            if whole:
+                whole.pop()
+        elif ch == " " and (any(whole) or (line[i + 1:i + 2] in ("(", "[") and length.get(i + 1, 0) <= WHOLE_GROUP
+                                           and 0 < i and (line[i - 1].isalnum() or line[i - 1] == "_"))):
             ch = "\u00a0"
         out.append(ch)
     return "".join(out)
