@@ -347,6 +347,8 @@ class WorkerClient:
         else:
             err = death_error(code if code is not None else -9, worker.fault_text(), worker.exiting, run["path"],
                               reason)
+        if worker.cut_off:  # the stream ended in the middle of a message: say which, and that it is lost
+            err = replace(err, message=f"{err.message}; {worker.cut_off}")
         calls = self._streamed_calls(run)
         trace = Trace(calls=calls, error=err, script=run["path"], device=run["device"], source=_source(run["path"]),
                       call_count=max([c.index + 1 for c in calls], default=0))

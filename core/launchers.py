@@ -30,6 +30,7 @@ WORKER_MODULE = "core.worker"
 DEFAULT_PYTHON = "python3"
 CODECS = ("zlib", "zstd", "none")
 SSH_CONNECT_TIMEOUT = 20  # seconds ssh may take to reach a host
+SSH_FAILED = 255  # ssh's exit code for its own errors (a remote command's code is passed on)
 
 
 class LauncherError(ValueError):
@@ -187,8 +188,36 @@ def launcher_error(worker, code: int | None, script: str, reason: str):
     if worker.hello is None and code is not None and not reason:
         return ErrorInfo(type="LauncherError", message=start_failure(worker.launcher, code, said), kind="load")
     fault = worker.fault_text()
+    lost = connection_lost(worker.launcher, code, said, worker.hung_up) \
+        if worker.exiting is None and not reason else None
+    if lost:
+        return ErrorInfo(type="ConnectionLost", message=lost, kind="disconnected", file=script)
     code = remote_exit_code(code if code is not None else -9, fault)
     return death_error(code, fault, worker.exiting, script, reason)
+
+
+# ssh's own words when the connection, not the remote command, ended (OpenSSH client messages).
+SSH_DROPPED = re.compile(r"^(Connection to \S+ closed|Connection reset|client_loop: |packet_write_wait: "
+                         r"|Timeout, server \S+ not responding|ssh_dispatch_run_fatal: |Write failed: |Broken pipe)")
+
+
+def connection_lost(launcher: Launcher, code: int | None, output: str, hung_up: bool = False) -> str | None:
+    """Why a run behind ``launcher`` ended, when its connection dropped after the worker had said
+    hello: the worker's messages stopped while the command still ran (``hung_up``: the app
+    ended it), or ssh exited with 255 and its last line is one of its own about the
+    connection. (ssh also exits with 255 when the remote worker dies of a signal, the
+    out-of-memory killer's included: those keep the worker's own error.)"""
+    if hung_up:
+        return (f"the worker's messages from {launcher.name} stopped before the run finished, while "
+                f"{os.path.basename(launcher.argv[0])} still ran (the link dropped, or the script closed the "
+                f"worker's pipe); the app ended it")
+    if launcher.kind != "ssh" or code != SSH_FAILED:
+        return None
+    lines = [ln.strip() for ln in output.strip().splitlines() if ln.strip()]
+    if not lines or not SSH_DROPPED.match(lines[-1]):
+        return None
+    return (f"the connection to {launcher.name} closed before the run finished (ssh exited with code "
+            f"{SSH_FAILED}: {lines[-1]}); the worker there is ended with it")
 
 
 def run_payload(launcher: Launcher, path: str, load: dict | None = None) -> dict:
@@ -263,7 +292,7 @@ def start_failure(launcher: Launcher, code: int, output: str) -> str:
     lines = [ln.strip() for ln in output.strip().splitlines() if ln.strip()]
     said = f": {lines[-1]}" if lines else ""
     hint = ""
-    if launcher.kind == "ssh" and code == 255:
+    if launcher.kind == "ssh" and code == SSH_FAILED:
         hint = " (check that 'ssh' to it works without a password prompt: keys or an agent)"
     elif code == 127 or "No module named" in output:
         hint = " (is Python with torch and Backprop Studio installed there? set the host's python)"

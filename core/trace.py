@@ -33,7 +33,7 @@ class ErrorInfo:
     line: int | None = None
     traceback: str = ""
     # "exception" (the script raised), "exit" (sys.exit / os._exit), "crash" (signal),
-    # "timeout", "cancelled", "syntax", "load" (bad file).
+    # "timeout", "cancelled", "syntax", "load" (bad file), "disconnected" (the link to a remote worker).
     kind: str = "exception"
     file: str | None = None
     fault: str = ""

@@ -34,6 +34,7 @@ import zlib
 from typing import Callable, Iterable, Iterator
 
 # Imported now, not when first needed: while a script runs, the worker hides the app's modules.
+from core.held_memory import format_bytes
 from core.switch_interval import quick_switch
 from core.trace import CallInfo, Trace, TraceFormatError, call_to_dict, paused_gc
 from core.trace_columns import ColumnReader, encode_lines
@@ -418,3 +419,19 @@ class StreamDecoder:
     def partial(self) -> bool:
         """A frame was cut off (the connection closed in the middle of one)."""
         return self._frame is not None
+
+    def cut_off(self) -> str:
+        """What the stream ended in the middle of, in words ("" when it ended between messages)."""
+        return cut_words(self._frame, self._got, self._decoded) if self._frame is not None else ""
+
+
+_FRAME_WORDS = {"call_trace": "a captured call", "trace": "the trace", "rank_trace": "another rank's trace"}
+
+
+def cut_words(header: dict, received: int, decoded: int) -> str:
+    """A frame the stream ended in: which message, how much of it came (its raw size is the
+    sender's estimate)."""
+    what = _FRAME_WORDS.get(header.get("of") or "", f"a {header.get('of') or 'message'} message")
+    raw = int(header.get("raw") or 0)
+    share = f" (about {min(99, 100 * decoded // raw)}%)" if raw > 0 and decoded else ""
+    return f"{what} was cut off: {format_bytes(received)} of it had arrived{share}, and it is lost"

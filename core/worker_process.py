@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUT_TAIL = 64 * 1024
+# How long a worker behind a launcher may keep running once its messages have stopped (its
+# stdout closed): then it is ended, since it has no other way to send the result.
+HANG_UP_GRACE = 3.0
 
 
 class WorkerProcess:
@@ -60,6 +63,8 @@ class WorkerProcess:
         self.output_tail = bytearray()
         self.output_bytes = 0
         self.exiting: protocol.Exiting | None = None
+        self.cut_off = ""  # what the stream ended in the middle of, in words (core.wire.cut_words)
+        self.hung_up = False  # its messages stopped while the launcher still ran: the app ended it
         self._lock = threading.Lock()
         self.finished = threading.Event()
         self._output_done = threading.Event()
@@ -279,7 +284,14 @@ class WorkerProcess:
         decoder = StreamDecoder(self._handle_line, transfer_progress(self._deliver))
         for chunk in read_ahead(self._chunks(self.proc.stdout.fileno())):
             decoder.feed(chunk)
+        self.cut_off = decoder.cut_off()
         decoder.close()
+        if self.launcher is not None and not self._exited.wait(HANG_UP_GRACE):
+            # The link's end of the stream closed (a dropped connection, a pipe cut on the way)
+            # while the command runs on: behind a launcher there is no fallback file, so nothing
+            # more can arrive. End it now rather than at the run's time limit.
+            self.hung_up = True
+            self.kill()
         self._exited.wait()
         code = self.proc.wait()
         # Messages the worker could not send on its channel (the script closed it).

@@ -235,3 +235,30 @@ def test_upload_progress_in_the_status_bar(qtbot):
     assert bar.toolTip() == "Sending model.safetensors to the host: 30.0 of 120.0 MB (zlib)"
     show_transfer(window, replace(event, sent=120_000_000))  # all sent: busy again while the run starts
     assert bar.maximum() == 0 and not bar.isTextVisible()
+
+
+def test_a_host_run_whose_messages_stop_says_so_and_the_host_runs_again(qtbot, hosts_window, tmp_path):
+    """The script closes the worker's pipe on a host: the run ends within seconds (not at the
+    time limit), the Problems panel says the connection closed and keeps the streamed call, and
+    the next run on that host starts a worker again."""
+    w = hosts_window
+    box = w.device_box
+    qtbot.waitUntil(lambda: ("lab: cpu (CPU)", "lab::cpu") in _items(box), timeout=60_000)
+    box.setCurrentIndex(box.findData("lab::cpu"))
+    closer = tmp_path / "closer.py"
+    closer.write_text("import os, time, torch\nx = torch.ones(2, requires_grad=True)\n(x * 3).sum().backward()\n"
+                      "os.closerange(3, 65536)\nos.close(1)\ntime.sleep(120)\n")
+    with qtbot.waitSignal(w.sig_trace_shown, timeout=40_000):  # the window's time limit is 60 s
+        w.open_script(str(closer))
+    err = w.last_error
+    assert (err.type, err.kind) == ("ConnectionLost", "disconnected")
+    assert err.message.startswith("the worker's messages from lab stopped before the run finished, while sh still ran")
+    problem = w.problems.problems()[0]
+    assert problem.summary.startswith("ConnectionLost: the worker's messages from lab stopped")
+    assert "The connection to the worker&#x27;s host closed" in problem.details
+    assert w.call is not None and w.call.leaf_grads["x"].data == [3.0, 3.0]  # the streamed call is kept
+    w.grab().save(str(tmp_path / "hung-up.png"))
+    with qtbot.waitSignal(w.sig_trace_shown, timeout=60_000):
+        w.open_script(str(EXAMPLES / "01_multiply.py"))
+    assert w.last_error is None and {n.name for n in w.call.nodes} == {"MulBackward0", "AccumulateGrad"}
+    assert w.state_label.text().endswith(" s on lab: cpu")

@@ -5,6 +5,7 @@ traces, steps, stops, reports a crash and a time-out, and leaves no process behi
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -21,6 +22,7 @@ import torch
 
 from core import launchers, wire
 from core.client import ROOT, WorkerClient, run_capture
+from core.held_memory import format_bytes
 from core.launchers import LauncherError, from_command, from_host, resolve
 from core.trace import Trace
 
@@ -207,6 +209,102 @@ def test_time_limit_names_the_line(launcher, tmp_path):
     assert err.kind == "timeout", err
     assert "time limit of 4 s" in err.message
     assert err.line in (3, 4)
+
+
+# A link process that starts the worker (its stdin and stderr are the link's), passes its
+# messages on until a captured call's frame has begun, then that frame's header, first chunk
+# and 100 bytes more, and exits: a connection that drops in the middle of a transfer.
+CUT_LINK = ("import os, subprocess, sys\n"
+            "worker = subprocess.Popen([sys.executable, '-m', 'core.worker'], stdout=subprocess.PIPE)\n"
+            "buf, sent, end = b'', 0, None\n"
+            "while True:\n"
+            "    d = os.read(worker.stdout.fileno(), 65536)\n"
+            "    if not d: break\n"
+            "    buf += d\n"
+            "    at = buf.find(b'\"of\": \"call_trace\"')\n"
+            "    nl = buf.find(b'\\n', at) if at >= 0 else -1\n"
+            "    if nl >= 0 and len(buf) >= nl + 5:\n"
+            "        end = nl + 5 + int.from_bytes(buf[nl + 1:nl + 5], 'big') + 100\n"
+            "    if end is not None and len(buf) >= end:\n"
+            "        os.write(1, buf[sent:end]); break\n"
+            "    if at < 0:\n"
+            "        os.write(1, buf[sent:]); sent = len(buf)\n"
+            "os._exit(0)\n")
+
+
+def test_a_link_cut_in_the_middle_of_a_trace_says_what_was_lost(tmp_path):
+    """The link closes while a captured call travels: the error says which message was cut off,
+    how much of it had come, and that it is lost; nothing is left running."""
+    mark = uuid.uuid4().hex
+    link = write(tmp_path, "cut_link.py", CUT_LINK)
+    launcher = from_command(f"{shlex.quote(PY)} {shlex.quote(str(link))}", name="cut", compress="zlib",
+                            env={"BPS_TEST_MARK": mark})
+    script = write(tmp_path, "chain.py", (
+        "import torch\nx = torch.randn(64, requires_grad=True)\ny = x\n"
+        "for _ in range(300):\n    y = torch.tanh(y) * 1.01\ny.sum().backward()\nprint('done', flush=True)\n"))
+    result = run_capture(str(script), launcher=launcher, timeout=60)
+    err = result.trace.error
+    assert result.trace.calls == []  # the one call was in the frame cut off
+    assert re.fullmatch(r"the worker exited with code 0 before the run finished; a captured call was cut off: "
+                        r"\d+(\.\d)? (B|KB) of it had arrived \(about \d+%\), and it is lost", err.message), err
+    assert_no_process(mark)
+
+
+def test_a_worker_whose_messages_stop_is_ended_at_once(tmp_path):
+    """The script closes the worker's pipe and runs on: nothing more can come back (there is no
+    fallback file behind a launcher), so the app ends the run within seconds instead of at its
+    time limit, says why, and keeps the call streamed before. (Through ssh the stream does not
+    end there: ssh keeps its stdout open until the session ends, so such a run ends at its
+    time limit, as before.)"""
+    mark = uuid.uuid4().hex
+    launcher = local_launcher(mark)
+    script = write(tmp_path, "closer.py", (
+        "import os, time, torch\nx = torch.ones(2, requires_grad=True)\n(x * 3).sum().backward()\n"
+        "print('closing', flush=True)\nos.closerange(3, 65536)\nos.close(1)\ntime.sleep(120)\n"))
+    result = run_capture(str(script), launcher=launcher, timeout=100)
+    err = result.trace.error
+    assert (err.type, err.kind) == ("ConnectionLost", "disconnected"), (err, result.elapsed)
+    assert err.message == ("the worker's messages from local stopped before the run finished, while sh still ran "
+                           "(the link dropped, or the script closed the worker's pipe); the app ended it")
+    assert result.elapsed < 60  # not the time limit of 100 s
+    (call,) = result.trace.calls
+    assert call.leaf_grads["x"].data == [3.0, 3.0]  # d(sum(3x))/dx, streamed before the pipe closed
+    assert_no_process(mark)
+
+
+def test_a_dropped_ssh_connection_is_named_as_such(sshd, tmp_path):
+    """sshd's side of the session is killed mid-run: ssh says so (code 255), and the error is the
+    connection's, with ssh's own words, not "the worker exited"; the worker there is ended."""
+    mark = uuid.uuid4().hex
+    launcher = ssh_launcher(sshd, mark)
+    script = write(tmp_path, "slow.py", "import time\nprint('waiting', flush=True)\ntime.sleep(120)\n")
+    box, done = {}, threading.Event()
+
+    def on_event(e):
+        if e.get("type") == "output" and "waiting" in e.get("text", ""):
+            box["waiting"] = True
+        if e.get("type") == "finished":
+            box["result"] = e["result"]
+            done.set()
+
+    client = WorkerClient(on_event, prestart=False, launcher=launcher)
+    try:
+        client.run(str(script), timeout=90)
+        deadline = time.monotonic() + 60
+        while "waiting" not in box and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "waiting" in box, "the script never started"
+        (worker,) = [p for p in marked_processes(mark) if "core.worker" in " ".join(p.cmdline())]
+        session = next(p for p in worker.parents() if p.name().startswith("sshd") and "-D" not in p.cmdline())
+        session.kill()  # the host's end of the connection goes away
+        assert done.wait(30)
+    finally:
+        client.close()
+    err = box["result"].trace.error
+    assert (err.type, err.kind) == ("ConnectionLost", "disconnected"), err
+    assert err.message == ("the connection to localhost closed before the run finished (ssh exited with code 255: "
+                           "Connection to 127.0.0.1 closed by remote host.); the worker there is ended with it")
+    assert_no_process(mark)
 
 
 def installed_copy(target: Path) -> Path | None:
@@ -419,9 +517,15 @@ def test_frames_stream_in_chunks_and_report_progress():
             decoder.feed(stream[at:at + 7777])
         assert lines == [b'{"type":"call","index":0}', raw, b'{"type":"bye"}']
         assert len(seen) >= 2 and seen[-1] == ("trace", len(body), len(raw))  # progress to the end
-        cut = wire.StreamDecoder(lines.append)
-        cut.feed(header + body[: len(body) // 2])
-        assert cut.partial  # a connection closed mid-frame is noticed
+        assert decoder.cut_off() == ""  # it ended between messages
+        last = []
+        cut = wire.StreamDecoder(lines.append, lambda h, got, dec: last.append((got, dec)))
+        cut.feed(header + body[:-6])  # the last chunk and the end mark missing
+        assert cut.partial  # a connection closed mid-frame is noticed, and said in words
+        got, dec = last[-1] if last else (0, 0)
+        share = f" (about {100 * dec // len(raw)}%)" if dec else ""  # none decoded: no share to tell
+        assert dec < len(raw) and got > 0
+        assert cut.cut_off() == f"the trace was cut off: {format_bytes(got)} of it had arrived{share}, and it is lost"
     with pytest.raises(wire.ProtocolMismatch, match="unknown codec 'lz4'"):
         wire.StreamDecoder(print).feed(b'{"type": "frame", "codec": "lz4", "raw": 1}\n')
 

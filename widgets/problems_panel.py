@@ -25,6 +25,7 @@ KIND_HEADINGS = {
     "exception": "The script raised an exception",
     "exit": "The script exited early",
     "crash": "The worker process crashed",
+    "disconnected": "The connection to the worker's host closed",
     "timeout": "The run timed out",
     "cancelled": "The run was stopped",
     "syntax": "The script has a syntax error",
