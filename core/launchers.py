@@ -192,6 +192,12 @@ def launcher_error(worker, code: int | None, script: str, reason: str):
         if worker.exiting is None and not reason else None
     if lost:
         return ErrorInfo(type="ConnectionLost", message=lost, kind="disconnected", file=script)
+    if worker.launcher.kind == "ssh" and code == SSH_FAILED and not fault and worker.exiting is None and not reason:
+        # No words from ssh about the connection, no dump from the worker: the remote process died of
+        # a signal that leaves none (SIGKILL), which ssh reports as 255 without naming it.
+        return ErrorInfo(type="WorkerDied", kind="crash", file=script, message=(
+            f"the worker on {worker.launcher.name} ended without a word: ssh exited with code {SSH_FAILED}, as it "
+            f"does when the remote process is killed by a signal (the out-of-memory killer's SIGKILL, for one)"))
     code = remote_exit_code(code if code is not None else -9, fault)
     return death_error(code, fault, worker.exiting, script, reason)
 
@@ -205,8 +211,8 @@ def connection_lost(launcher: Launcher, code: int | None, output: str, hung_up: 
     """Why a run behind ``launcher`` ended, when its connection dropped after the worker had said
     hello: the worker's messages stopped while the command still ran (``hung_up``: the app
     ended it), or ssh exited with 255 and its last line is one of its own about the
-    connection. (ssh also exits with 255 when the remote worker dies of a signal, the
-    out-of-memory killer's included: those keep the worker's own error.)"""
+    connection. (ssh also exits with 255, saying nothing, when the remote worker dies of a
+    signal: ``launcher_error`` names that a crash.)"""
     if hung_up:
         return (f"the worker's messages from {launcher.name} stopped before the run finished, while "
                 f"{os.path.basename(launcher.argv[0])} still ran (the link dropped, or the script closed the "

@@ -272,9 +272,8 @@ def test_a_worker_whose_messages_stop_is_ended_at_once(tmp_path):
     assert_no_process(mark)
 
 
-def test_a_dropped_ssh_connection_is_named_as_such(sshd, tmp_path):
-    """sshd's side of the session is killed mid-run: ssh says so (code 255), and the error is the
-    connection's, with ssh's own words, not "the worker exited"; the worker there is ended."""
+def end_mid_run(sshd, tmp_path, end) -> tuple:
+    """A script waiting on the ssh host, and ``end(worker)`` called once it runs: (error, mark)."""
     mark = uuid.uuid4().hex
     launcher = ssh_launcher(sshd, mark)
     script = write(tmp_path, "slow.py", "import time\nprint('waiting', flush=True)\ntime.sleep(120)\n")
@@ -295,15 +294,33 @@ def test_a_dropped_ssh_connection_is_named_as_such(sshd, tmp_path):
             time.sleep(0.05)
         assert "waiting" in box, "the script never started"
         (worker,) = [p for p in marked_processes(mark) if "core.worker" in " ".join(p.cmdline())]
-        session = next(p for p in worker.parents() if p.name().startswith("sshd") and "-D" not in p.cmdline())
-        session.kill()  # the host's end of the connection goes away
+        end(worker)
         assert done.wait(30)
     finally:
         client.close()
-    err = box["result"].trace.error
+    return box["result"].trace.error, mark
+
+
+def test_a_dropped_ssh_connection_is_named_as_such(sshd, tmp_path):
+    """sshd's side of the session is killed mid-run: ssh says so (code 255), and the error is the
+    connection's, with ssh's own words, not "the worker exited"; the worker there is ended."""
+    def drop(worker):  # the host's end of the connection goes away
+        next(p for p in worker.parents() if p.name().startswith("sshd") and "-D" not in p.cmdline()).kill()
+
+    err, mark = end_mid_run(sshd, tmp_path, drop)
     assert (err.type, err.kind) == ("ConnectionLost", "disconnected"), err
     assert err.message == ("the connection to localhost closed before the run finished (ssh exited with code 255: "
                            "Connection to 127.0.0.1 closed by remote host.); the worker there is ended with it")
+    assert_no_process(mark)
+
+
+def test_a_remote_worker_killed_without_a_word_is_named_a_crash(sshd, tmp_path):
+    """The remote worker is SIGKILLed (as the out-of-memory killer does): ssh reports 255 and
+    says nothing; the error is a crash that names the likely cause, not "the worker exited"."""
+    err, mark = end_mid_run(sshd, tmp_path, lambda worker: worker.kill())
+    assert (err.type, err.kind) == ("WorkerDied", "crash"), err
+    assert err.message == ("the worker on localhost ended without a word: ssh exited with code 255, as it does when "
+                           "the remote process is killed by a signal (the out-of-memory killer's SIGKILL, for one)")
     assert_no_process(mark)
 
 
