@@ -1,6 +1,6 @@
 """Trace transfer from a worker behind a launcher: the 4,802- and 50,000-node examples.
 
-Run: python bench/bench_remote.py [--repeat N] [--traces DIR]. Each example is captured once
+Run: python bench/bench_remote.py [--repeat N] [--traces DIR] [--whole-run]. Each example is captured once
 (or read from DIR/<example>.json), then:
 
 - in one process, the CPU time to encode the trace, compress it and decode it, as the JSON of
@@ -17,6 +17,10 @@ Run: python bench/bench_remote.py [--repeat N] [--traces DIR]. Each example is c
 - one more transfer through the link per codec, timed along the way: when the sender had its first
   batch of columns and its last column line, when the app had read the last and when it held the trace
   (what is left to the app once the worker is done).
+
+With ``--whole-run``: whole runs of the 50,000-node example instead (capture, encoding, transfer
+and reading, as the app waits for them), in the local worker, in a real worker behind a local
+launcher, and behind it through the 10 MiB/s link, taking turns: what the link adds to a run.
 """
 
 from __future__ import annotations
@@ -133,6 +137,27 @@ def timeline(trace_file: Path, codec: str, script: Path) -> dict:
             "held": marks["held"] - t0}
 
 
+def whole_run(script: Path, codec: str, how: str) -> float:
+    """Wall seconds of one whole run of ``script`` (capture, encoding, transfer, reading), as
+    the app waits for it: in the local worker (``how`` "local"), or in a real worker behind a
+    local launcher, straight through a pipe ("pipe") or through the 10 MiB/s link ("link")."""
+    launcher = None
+    if how != "local":
+        worker = f"{shlex.quote(sys.executable)} -m core.worker"
+        if how == "link":
+            worker += f" | {shlex.quote(sys.executable)} {shlex.quote(str(ROOT / 'bench/slow_link.py'))} {RATE}"
+        launcher = from_command(f"sh -c {shlex.quote(f'cd {shlex.quote(str(ROOT))} && {worker}')}", name="bench",
+                                compress=codec)
+    t0 = time.perf_counter()
+    result = run_capture(str(script), timeout=900, launcher=launcher, memory_rate=0)
+    took = time.perf_counter() - t0
+    assert result.trace.error is None and result.trace.calls, result.trace.error
+    del result
+    gc.unfreeze()
+    gc.collect()
+    return took
+
+
 def compress(data: bytes, codec: str) -> tuple[bytes, float, float]:
     """The data compressed in chunks as a frame is, with the CPU seconds to compress and to decompress it."""
     t0 = time.process_time()
@@ -179,7 +204,23 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="end-to-end runs per case (median)")
     ap.add_argument("--traces", help="a folder with the examples' traces saved as <stem>.json (skips capture)")
     ap.add_argument("--only", choices=["4802", "50000"], help="one example")
+    ap.add_argument("--whole-run", action="store_true",
+                    help="only whole runs of the 50,000-node example: local, behind a launcher, through the link")
     args = ap.parse_args()
+    if args.whole_run:
+        codec = "zstd" if "zstd" in wire.available_codecs() else "zlib"
+        print(f"50,000 nodes, whole runs (wall seconds, median of {args.repeat}, cases taking turns; {codec}):")
+        cases = ["local", "pipe", "link"]
+        times: dict = {c: [] for c in cases}
+        for _ in range(args.repeat):
+            for case in cases:
+                times[case].append(whole_run(EXAMPLES[1][1], codec, case))
+        for case, label in zip(cases, ("local worker", "launcher, pipe", "launcher, 10 MiB/s link")):
+            ts = times[case]
+            print(f"  {label:<26}{statistics.median(ts):>7.2f} s  (runs: {', '.join(f'{t:.2f}' for t in ts)})")
+        link, pipe = statistics.median(times["link"]), statistics.median(times["pipe"])
+        print(f"  the link adds {link - pipe:+.2f} s to a whole run over the pipe")
+        return
     tmp = Path(tempfile.mkdtemp())
     codecs = wire.available_codecs()
     for label, script in EXAMPLES:
