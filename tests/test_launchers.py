@@ -165,29 +165,12 @@ def test_stop_ends_the_remote_process_group(launcher, tmp_path):
         "        time.sleep(0.05)\n"
         "    except KeyboardInterrupt:\n"
         "        pass\n"))
-    done = threading.Event()
-    box = {}
 
-    def on_event(e):
-        if e.get("type") == "output" and "child" in e.get("text", ""):
-            box["child"] = True
-        if e.get("type") == "finished":
-            box["result"] = e["result"]
-            done.set()
-
-    client = WorkerClient(on_event, prestart=False, launcher=launcher)
-    try:
-        client.run(str(script), timeout=60)
-        deadline = time.monotonic() + 60
-        while "child" not in box and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert "child" in box, "the script never started"
+    def stop(client):
         assert len(marked_processes(mark)) >= 2  # the worker and its `sleep` child
         client.cancel()
-        assert done.wait(30)
-    finally:
-        client.close()
-    err = box["result"].trace.error
+
+    err = run_then(launcher, script, "child", stop)
     assert err.kind == "cancelled" and err.message == "stopped by you at line 6"  # the loop's sleep
 
 
@@ -272,33 +255,42 @@ def test_a_worker_whose_messages_stop_is_ended_at_once(tmp_path):
     assert_no_process(mark)
 
 
-def end_mid_run(sshd, tmp_path, end) -> tuple:
-    """A script waiting on the ssh host, and ``end(worker)`` called once it runs: (error, mark)."""
-    mark = uuid.uuid4().hex
-    launcher = ssh_launcher(sshd, mark)
-    script = write(tmp_path, "slow.py", "import time\nprint('waiting', flush=True)\ntime.sleep(120)\n")
+def run_then(launcher, script: Path, word: str, act, timeout: float = 90):
+    """Run ``script`` behind ``launcher``, call ``act(client)`` once it printed ``word``, and
+    wait for the run to end: its error."""
     box, done = {}, threading.Event()
 
     def on_event(e):
-        if e.get("type") == "output" and "waiting" in e.get("text", ""):
-            box["waiting"] = True
+        if e.get("type") == "output" and word in e.get("text", ""):
+            box["said"] = True
         if e.get("type") == "finished":
             box["result"] = e["result"]
             done.set()
 
     client = WorkerClient(on_event, prestart=False, launcher=launcher)
     try:
-        client.run(str(script), timeout=90)
+        client.run(str(script), timeout=timeout)
         deadline = time.monotonic() + 60
-        while "waiting" not in box and time.monotonic() < deadline:
+        while "said" not in box and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert "waiting" in box, "the script never started"
-        (worker,) = [p for p in marked_processes(mark) if "core.worker" in " ".join(p.cmdline())]
-        end(worker)
+        assert "said" in box, "the script never started"
+        act(client)
         assert done.wait(30)
     finally:
         client.close()
-    return box["result"].trace.error, mark
+    return box["result"].trace.error
+
+
+def end_mid_run(sshd, tmp_path, end) -> tuple:
+    """A script waiting on the ssh host, and ``end(worker)`` called once it runs: (error, mark)."""
+    mark = uuid.uuid4().hex
+    script = write(tmp_path, "slow.py", "import time\nprint('waiting', flush=True)\ntime.sleep(120)\n")
+
+    def act(client):
+        (worker,) = [p for p in marked_processes(mark) if "core.worker" in " ".join(p.cmdline())]
+        end(worker)
+
+    return run_then(ssh_launcher(sshd, mark), script, "waiting", act), mark
 
 
 def test_a_dropped_ssh_connection_is_named_as_such(sshd, tmp_path):
