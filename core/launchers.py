@@ -178,6 +178,7 @@ def transfer_progress(deliver):
 
 def launcher_error(worker, code: int | None, script: str, reason: str):
     """The error for a run whose worker behind a launcher vanished (or never started)."""
+    from core import protocol
     from core.client import death_error
     from core.trace import ErrorInfo
 
@@ -188,6 +189,10 @@ def launcher_error(worker, code: int | None, script: str, reason: str):
     if worker.hello is None and code is not None and not reason:
         return ErrorInfo(type="LauncherError", message=start_failure(worker.launcher, code, said), kind="load")
     fault = worker.fault_text()
+    if protocol.PIPE_CLOSED in said[-4096:] and not reason:
+        return ErrorInfo(type="PipeClosed", kind="disconnected", file=script, message=(
+            f"the script closed the worker's pipe to the app, so nothing more could come back from "
+            f"{worker.launcher.name}: the worker ended the run"))
     lost = connection_lost(worker.launcher, code, said, worker.hung_up) \
         if worker.exiting is None and not reason else None
     if lost:

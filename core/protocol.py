@@ -36,6 +36,10 @@ _TYPES.update({"Trace": (Trace,), "CallInfo": (CallInfo,), "TraceFormatError": (
 MESSAGES: dict[str, type] = {}
 COMMANDS: dict[str, type] = {}
 
+# Written on stderr (not the pipe, which is gone) by a worker behind a launcher whose script
+# closed or replaced its pipe to the app, just before it ends the run (core.worker_remote).
+PIPE_CLOSED = "backprop-studio worker: the script closed the worker's pipe to the app"
+
 
 def _message(kind: str):
     def wrap(cls):

@@ -33,7 +33,8 @@ class ErrorInfo:
     line: int | None = None
     traceback: str = ""
     # "exception" (the script raised), "exit" (sys.exit / os._exit), "crash" (signal),
-    # "timeout", "cancelled", "syntax", "load" (bad file), "disconnected" (the link to a remote worker).
+    # "timeout", "cancelled", "syntax", "load" (bad file), "disconnected" (the pipe to a remote worker
+    # closed: the link dropped, or the script closed it).
     kind: str = "exception"
     file: str | None = None
     fault: str = ""

@@ -282,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
 
     # stdout -> protocol and stdin -> commands at the boundary; private high fds inside.
     channel = Channel(_private_fd(1), fallback=args.fallback_file)
+    if args.fallback_file is None:  # behind a launcher: a pipe the script closes ends the run
+        channel.on_lost = worker_remote.pipe_closed
     command_fd = _private_fd(0)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)

@@ -15,6 +15,7 @@ import os
 import queue
 import threading
 from itertools import chain
+from typing import Callable
 
 from core import wire
 from core.switch_interval import quick_switch
@@ -40,6 +41,9 @@ class Channel:
         self.broken = False  # the script closed or replaced the descriptor
         self.codec: str | None = None  # compress big messages (behind a launcher): see core.wire
         self.columns = False  # the app reads traces and calls in columns (core.trace_columns)
+        # Called once, from the sending thread, when the descriptor is gone and there is no
+        # fallback file (a worker behind a launcher): nothing can reach the app any more.
+        self.on_lost: Callable[[], None] | None = None
 
     def send(self, msg: dict) -> None:
         if os.getpid() != self.pid:
@@ -56,6 +60,8 @@ class Channel:
             data = (json.dumps(msg, separators=(",", ":")) + "\n").encode("utf-8")
         if self.codec not in (None, wire.RAW) and len(data) > wire.FRAME_MIN_BYTES and self._intact():
             self._send_frame(data, msg.get("type", ""))
+            if self.broken:
+                self._lost()
             return
         with self._lock:
             if _identity(self.fd) == self._identity:
@@ -68,6 +74,12 @@ class Channel:
                     pass
             self.broken = True
             self._send_fallback(data)
+        self._lost()
+
+    def _lost(self) -> None:
+        if not self.fallback and self.on_lost is not None:
+            lost, self.on_lost = self.on_lost, None
+            lost()
 
     def _intact(self) -> bool:
         """The descriptor is still the pipe the channel opened (a frame is not written into a file

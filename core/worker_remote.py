@@ -10,7 +10,9 @@ A remote worker cannot read the app's files or receive its signals, so:
   message before a run that passed its time limit is ended;
 - the worker leads its own process group, and when its stdin closes while a script runs
   (the ssh connection dropped, the app was killed) it ends that whole group, so nothing it
-  started (DDP ranks, data loader workers) is left running on the host.
+  started (DDP ranks, data loader workers) is left running on the host; so it does when the
+  script closed or replaced its pipe to the app (``pipe_closed``), after a line on stderr that
+  tells the app why.
 """
 
 from __future__ import annotations
@@ -55,6 +57,17 @@ def end_group() -> None:
     if hasattr(os, "killpg") and os.getpgrp() == os.getpid():
         os.killpg(os.getpgrp(), signal.SIGKILL)
     os._exit(1)
+
+
+def pipe_closed() -> None:
+    """The script closed or replaced the pipe to the app, and behind a launcher there is no
+    fallback file: nothing can reach the app any more, so the run ends now (with everything it
+    started) instead of running on, unheard, to its time limit."""
+    try:
+        os.write(2, f"\n{protocol.PIPE_CLOSED}; nothing more could be sent, so the run was ended\n".encode())
+    except OSError:
+        pass
+    end_group()
 
 
 def dump_stacks() -> str:

@@ -237,10 +237,10 @@ def test_upload_progress_in_the_status_bar(qtbot):
     assert bar.maximum() == 0 and not bar.isTextVisible()
 
 
-def test_a_host_run_whose_messages_stop_says_so_and_the_host_runs_again(qtbot, hosts_window, tmp_path):
+def test_a_host_run_whose_script_closes_the_pipe_says_so_and_the_host_runs_again(qtbot, hosts_window, tmp_path):
     """The script closes the worker's pipe on a host: the run ends within seconds (not at the
-    time limit), the Problems panel says the connection closed and keeps the streamed call, and
-    the next run on that host starts a worker again."""
+    time limit), the Problems panel says why and the streamed call stays, and the next run on
+    that host starts a worker again."""
     w = hosts_window
     box = w.device_box
     qtbot.waitUntil(lambda: ("lab: cpu (CPU)", "lab::cpu") in _items(box), timeout=60_000)
@@ -251,10 +251,11 @@ def test_a_host_run_whose_messages_stop_says_so_and_the_host_runs_again(qtbot, h
     with qtbot.waitSignal(w.sig_trace_shown, timeout=40_000):  # the window's time limit is 60 s
         w.open_script(str(closer))
     err = w.last_error
-    assert (err.type, err.kind) == ("ConnectionLost", "disconnected")
-    assert err.message.startswith("the worker's messages from lab stopped before the run finished, while sh still ran")
+    assert (err.type, err.kind) == ("PipeClosed", "disconnected")
+    assert err.message == ("the script closed the worker's pipe to the app, so nothing more could come back from "
+                           "lab: the worker ended the run")
     problem = w.problems.problems()[0]
-    assert problem.summary.startswith("ConnectionLost: the worker's messages from lab stopped")
+    assert problem.summary == f"PipeClosed: {err.message}"
     assert "The connection to the worker&#x27;s host closed" in problem.details
     assert w.call is not None and w.call.leaf_grads["x"].data == [3.0, 3.0]  # the streamed call is kept
     w.grab().save(str(tmp_path / "hung-up.png"))

@@ -196,8 +196,9 @@ def test_time_limit_names_the_line(launcher, tmp_path):
 
 # A link process that starts the worker (its stdin and stderr are the link's), passes its
 # messages on until a captured call's frame has begun, then that frame's header, first chunk
-# and 100 bytes more, and exits: a connection that drops in the middle of a transfer.
-CUT_LINK = ("import os, subprocess, sys\n"
+# and 100 bytes more, and then carries nothing more, still running: a connection that went dead
+# in the middle of a transfer.
+CUT_LINK = ("import os, subprocess, sys, time\n"
             "worker = subprocess.Popen([sys.executable, '-m', 'core.worker'], stdout=subprocess.PIPE)\n"
             "buf, sent, end = b'', 0, None\n"
             "while True:\n"
@@ -212,12 +213,15 @@ CUT_LINK = ("import os, subprocess, sys\n"
             "        os.write(1, buf[sent:end]); break\n"
             "    if at < 0:\n"
             "        os.write(1, buf[sent:]); sent = len(buf)\n"
-            "os._exit(0)\n")
+            "os.close(1)\n"
+            "time.sleep(300)\n")
 
 
 def test_a_link_cut_in_the_middle_of_a_trace_says_what_was_lost(tmp_path):
-    """The link closes while a captured call travels: the error says which message was cut off,
-    how much of it had come, and that it is lost; nothing is left running."""
+    """The link goes dead while a captured call travels, its command still running: the app ends
+    it within seconds instead of at the time limit, and the error says the worker's messages
+    stopped, which message was cut off, how much of it had come, and that it is lost; nothing
+    is left running."""
     mark = uuid.uuid4().hex
     link = write(tmp_path, "cut_link.py", CUT_LINK)
     launcher = from_command(f"{shlex.quote(PY)} {shlex.quote(str(link))}", name="cut", compress="zlib",
@@ -225,34 +229,35 @@ def test_a_link_cut_in_the_middle_of_a_trace_says_what_was_lost(tmp_path):
     script = write(tmp_path, "chain.py", (
         "import torch\nx = torch.randn(64, requires_grad=True)\ny = x\n"
         "for _ in range(300):\n    y = torch.tanh(y) * 1.01\ny.sum().backward()\nprint('done', flush=True)\n"))
-    result = run_capture(str(script), launcher=launcher, timeout=60)
+    result = run_capture(str(script), launcher=launcher, timeout=100)
     err = result.trace.error
     assert result.trace.calls == []  # the one call was in the frame cut off
-    assert re.fullmatch(r"the worker exited with code 0 before the run finished; a captured call was cut off: "
-                        r"\d+(\.\d)? (B|KB) of it had arrived \(about \d+%\), and it is lost", err.message), err
+    assert (err.type, err.kind) == ("ConnectionLost", "disconnected"), err
+    assert re.fullmatch(rf"the worker's messages from cut stopped before the run finished, while "
+                        rf"{re.escape(os.path.basename(PY))} still ran \(the link dropped, or the script closed the "
+                        r"worker's pipe\); the app ended it; a captured call was cut off: \d+(\.\d)? (B|KB) of it "
+                        r"had arrived \(about \d+%\), and it is lost", err.message), err
+    assert result.elapsed < 60  # not the time limit of 100 s
     assert_no_process(mark)
 
 
-def test_a_worker_whose_messages_stop_is_ended_at_once(tmp_path):
-    """The script closes the worker's pipe and runs on: nothing more can come back (there is no
-    fallback file behind a launcher), so the app ends the run within seconds instead of at its
-    time limit, says why, and keeps the call streamed before. (Through ssh the stream does not
-    end there: ssh keeps its stdout open until the session ends, so such a run ends at its
-    time limit, as before.)"""
-    mark = uuid.uuid4().hex
-    launcher = local_launcher(mark)
+def test_a_script_that_closes_the_workers_pipe_ends_its_run(launcher, tmp_path):
+    """The script closes the worker's pipe and runs on: behind a launcher nothing more could come
+    back (there is no fallback file there), so the worker ends the run at its next message, with
+    a line on stderr the app reads: within seconds, not at the time limit, keeping the call
+    streamed before; nothing is left running, over ssh too."""
+    launcher, mark = launcher
     script = write(tmp_path, "closer.py", (
         "import os, time, torch\nx = torch.ones(2, requires_grad=True)\n(x * 3).sum().backward()\n"
         "print('closing', flush=True)\nos.closerange(3, 65536)\nos.close(1)\ntime.sleep(120)\n"))
     result = run_capture(str(script), launcher=launcher, timeout=100)
     err = result.trace.error
-    assert (err.type, err.kind) == ("ConnectionLost", "disconnected"), (err, result.elapsed)
-    assert err.message == ("the worker's messages from local stopped before the run finished, while sh still ran "
-                           "(the link dropped, or the script closed the worker's pipe); the app ended it")
+    assert (err.type, err.kind) == ("PipeClosed", "disconnected"), (err, result.elapsed)
+    assert err.message == ("the script closed the worker's pipe to the app, so nothing more could come back from "
+                           f"{launcher.name}: the worker ended the run")
     assert result.elapsed < 60  # not the time limit of 100 s
     (call,) = result.trace.calls
     assert call.leaf_grads["x"].data == [3.0, 3.0]  # d(sum(3x))/dx, streamed before the pipe closed
-    assert_no_process(mark)
 
 
 def run_then(launcher, script: Path, word: str, act, timeout: float = 90):

@@ -432,6 +432,32 @@ def test_the_worker_channel_compresses_columns_on_its_writer_thread():
     assert out.count(b'"enc": "columns"') == 1 and len(out) < len(trace.to_json()) / 3
 
 
+def test_a_channel_without_a_fallback_says_once_that_its_pipe_is_gone(tmp_path):
+    """Behind a launcher (no fallback file) a pipe the script closed calls ``on_lost`` once, on
+    the first message that cannot go, small or framed; with a fallback file the message goes
+    there and nothing is called."""
+    lost = []
+    read_fd, write_fd = os.pipe()
+    channel = Channel(write_fd)
+    channel.codec, channel.on_lost = "zlib", lambda: lost.append(1)
+    channel.send({"type": "call", "index": 0})
+    assert os.read(read_fd, 100) == b'{"type":"call","index":0}\n' and lost == []
+    os.close(write_fd)  # what the script did
+    channel.send({"type": "memory", "samples": []})
+    channel.send({"type": "trace", "trace": full_trace(), "run": 1})  # a frame, after the pipe is gone
+    assert channel.broken and lost == [1]
+    os.close(read_fd)
+    fallback = tmp_path / "result.jsonl"
+    fallback.write_bytes(b"")
+    read_fd, write_fd = os.pipe()
+    kept = Channel(write_fd, fallback=str(fallback))
+    kept.on_lost = lambda: lost.append(2)
+    os.close(write_fd)
+    kept.send({"type": "bye"})
+    assert lost == [1] and fallback.read_bytes() == b'{"type":"bye"}\n'
+    os.close(read_fd)
+
+
 def test_read_ahead_keeps_reading_while_the_caller_decodes():
     """The pipe is drained on a thread of its own: every piece arrives in order, the source runs
     ahead of a slow consumer, and an error in the source reaches the consumer."""
