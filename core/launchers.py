@@ -193,6 +193,10 @@ def launcher_error(worker, code: int | None, script: str, reason: str):
         return ErrorInfo(type="PipeClosed", kind="disconnected", file=script, message=(
             f"the script closed the worker's pipe to the app, so nothing more could come back from "
             f"{worker.launcher.name}: the worker ended the run"))
+    if protocol.PIPE_BROKEN in said[-4096:] and not reason:
+        return ErrorInfo(type="ConnectionLost", kind="disconnected", file=script, message=(
+            f"the link from {worker.launcher.name} closed its end of the worker's pipe before the run finished, "
+            f"so nothing more could come back: the worker ended the run"))
     lost = connection_lost(worker.launcher, code, said, worker.hung_up) \
         if worker.exiting is None and not reason else None
     if lost:

@@ -36,9 +36,11 @@ _TYPES.update({"Trace": (Trace,), "CallInfo": (CallInfo,), "TraceFormatError": (
 MESSAGES: dict[str, type] = {}
 COMMANDS: dict[str, type] = {}
 
-# Written on stderr (not the pipe, which is gone) by a worker behind a launcher whose script
-# closed or replaced its pipe to the app, just before it ends the run (core.worker_remote).
+# Written on stderr (not the pipe, which is gone) by a worker behind a launcher just before it
+# ends the run because nothing can reach the app any more (core.worker_remote): the script
+# closed or replaced its pipe to the app, or the far end of that pipe closed (a link on the way).
 PIPE_CLOSED = "backprop-studio worker: the script closed the worker's pipe to the app"
+PIPE_BROKEN = "backprop-studio worker: the far end of the worker's pipe to the app closed"
 
 
 def _message(kind: str):

@@ -41,9 +41,10 @@ class Channel:
         self.broken = False  # the script closed or replaced the descriptor
         self.codec: str | None = None  # compress big messages (behind a launcher): see core.wire
         self.columns = False  # the app reads traces and calls in columns (core.trace_columns)
-        # Called once, from the sending thread, when the descriptor is gone and there is no
-        # fallback file (a worker behind a launcher): nothing can reach the app any more.
-        self.on_lost: Callable[[], None] | None = None
+        # Called once, from the sending thread, when nothing can reach the app any more and there
+        # is no fallback file (a worker behind a launcher), with True when the script closed or
+        # replaced the descriptor, False when its far end closed (the reader went away).
+        self.on_lost: Callable[[bool], None] | None = None
 
     def send(self, msg: dict) -> None:
         if os.getpid() != self.pid:
@@ -79,7 +80,7 @@ class Channel:
     def _lost(self) -> None:
         if not self.fallback and self.on_lost is not None:
             lost, self.on_lost = self.on_lost, None
-            lost()
+            lost(_identity(self.fd) != self._identity)  # still our pipe: its reader went away
 
     def _intact(self) -> bool:
         """The descriptor is still the pipe the channel opened (a frame is not written into a file

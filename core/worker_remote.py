@@ -10,9 +10,9 @@ A remote worker cannot read the app's files or receive its signals, so:
   message before a run that passed its time limit is ended;
 - the worker leads its own process group, and when its stdin closes while a script runs
   (the ssh connection dropped, the app was killed) it ends that whole group, so nothing it
-  started (DDP ranks, data loader workers) is left running on the host; so it does when the
-  script closed or replaced its pipe to the app (``pipe_closed``), after a line on stderr that
-  tells the app why.
+  started (DDP ranks, data loader workers) is left running on the host; so it does when
+  nothing can reach the app any more (``pipe_closed``: the script closed its pipe to the app, or
+  a link on the way closed its end), after a line on stderr that tells the app which.
 """
 
 from __future__ import annotations
@@ -59,12 +59,14 @@ def end_group() -> None:
     os._exit(1)
 
 
-def pipe_closed() -> None:
-    """The script closed or replaced the pipe to the app, and behind a launcher there is no
-    fallback file: nothing can reach the app any more, so the run ends now (with everything it
-    started) instead of running on, unheard, to its time limit."""
+def pipe_closed(by_script: bool) -> None:
+    """Nothing can reach the app any more, and behind a launcher there is no fallback file: the
+    script closed or replaced the pipe to the app (``by_script``), or the pipe's far end closed
+    (a link on the way went down). The run ends now, with everything it started, after a line
+    on stderr that tells the app which, instead of running on, unheard, to its time limit."""
+    line = protocol.PIPE_CLOSED if by_script else protocol.PIPE_BROKEN
     try:
-        os.write(2, f"\n{protocol.PIPE_CLOSED}; nothing more could be sent, so the run was ended\n".encode())
+        os.write(2, f"\n{line}; nothing more could be sent, so the run was ended\n".encode())
     except OSError:
         pass
     end_group()

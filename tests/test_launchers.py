@@ -194,27 +194,34 @@ def test_time_limit_names_the_line(launcher, tmp_path):
     assert err.line in (3, 4)
 
 
-# A link process that starts the worker (its stdin and stderr are the link's), passes its
-# messages on until a captured call's frame has begun, then that frame's header, first chunk
-# and 100 bytes more, and then carries nothing more, still running: a connection that went dead
-# in the middle of a transfer.
-CUT_LINK = ("import os, subprocess, sys, time\n"
+def cut_link(spawn: bool) -> str:
+    """A link process that passes the worker's messages on until a captured call's frame has
+    begun, then that frame's header, first chunk and 100 bytes more. ``spawn``: it starts the
+    worker itself (stdin and stderr are the link's), then carries nothing more while it keeps
+    running: a connection gone dead. Otherwise it reads the worker's stdout on its stdin and
+    exits: a link that closed its end."""
+    head = ("import os, subprocess, sys, time\n"
             "worker = subprocess.Popen([sys.executable, '-m', 'core.worker'], stdout=subprocess.PIPE)\n"
-            "buf, sent, end = b'', 0, None\n"
-            "while True:\n"
-            "    d = os.read(worker.stdout.fileno(), 65536)\n"
-            "    if not d: break\n"
-            "    buf += d\n"
-            "    at = buf.find(b'\"of\": \"call_trace\"')\n"
-            "    nl = buf.find(b'\\n', at) if at >= 0 else -1\n"
-            "    if nl >= 0 and len(buf) >= nl + 5:\n"
-            "        end = nl + 5 + int.from_bytes(buf[nl + 1:nl + 5], 'big') + 100\n"
-            "    if end is not None and len(buf) >= end:\n"
-            "        os.write(1, buf[sent:end]); break\n"
-            "    if at < 0:\n"
-            "        os.write(1, buf[sent:]); sent = len(buf)\n"
-            "os.close(1)\n"
-            "time.sleep(300)\n")
+            "src = worker.stdout.fileno()\n") if spawn else "import os\nsrc = 0\n"
+    return head + ("buf, sent, end = b'', 0, None\n"
+                   "while True:\n"
+                   "    d = os.read(src, 65536)\n"
+                   "    if not d: break\n"
+                   "    buf += d\n"
+                   "    at = buf.find(b'\"of\": \"call_trace\"')\n"
+                   "    nl = buf.find(b'\\n', at) if at >= 0 else -1\n"
+                   "    if nl >= 0 and len(buf) >= nl + 5:\n"
+                   "        end = nl + 5 + int.from_bytes(buf[nl + 1:nl + 5], 'big') + 100\n"
+                   "    if end is not None and len(buf) >= end:\n"
+                   "        os.write(1, buf[sent:end]); break\n"
+                   "    if at < 0:\n"
+                   "        os.write(1, buf[sent:]); sent = len(buf)\n") + \
+        ("os.close(1)\ntime.sleep(300)\n" if spawn else "os._exit(0)\n")
+
+
+CHAIN = ("import torch\nx = torch.randn(64, requires_grad=True)\ny = x\n"
+         "for _ in range(300):\n    y = torch.tanh(y) * 1.01\ny.sum().backward()\nprint('done', flush=True)\n")
+CUT_CALL = r"; a captured call was cut off: \d+(\.\d)? (B|KB) of it had arrived \(about \d+%\), and it is lost"
 
 
 def test_a_link_cut_in_the_middle_of_a_trace_says_what_was_lost(tmp_path):
@@ -223,21 +230,35 @@ def test_a_link_cut_in_the_middle_of_a_trace_says_what_was_lost(tmp_path):
     stopped, which message was cut off, how much of it had come, and that it is lost; nothing
     is left running."""
     mark = uuid.uuid4().hex
-    link = write(tmp_path, "cut_link.py", CUT_LINK)
+    link = write(tmp_path, "cut_link.py", cut_link(spawn=True))
     launcher = from_command(f"{shlex.quote(PY)} {shlex.quote(str(link))}", name="cut", compress="zlib",
                             env={"BPS_TEST_MARK": mark})
-    script = write(tmp_path, "chain.py", (
-        "import torch\nx = torch.randn(64, requires_grad=True)\ny = x\n"
-        "for _ in range(300):\n    y = torch.tanh(y) * 1.01\ny.sum().backward()\nprint('done', flush=True)\n"))
-    result = run_capture(str(script), launcher=launcher, timeout=100)
+    result = run_capture(str(write(tmp_path, "chain.py", CHAIN)), launcher=launcher, timeout=100)
     err = result.trace.error
     assert result.trace.calls == []  # the one call was in the frame cut off
     assert (err.type, err.kind) == ("ConnectionLost", "disconnected"), err
     assert re.fullmatch(rf"the worker's messages from cut stopped before the run finished, while "
                         rf"{re.escape(os.path.basename(PY))} still ran \(the link dropped, or the script closed the "
-                        r"worker's pipe\); the app ended it; a captured call was cut off: \d+(\.\d)? (B|KB) of it "
-                        r"had arrived \(about \d+%\), and it is lost", err.message), err
+                        rf"worker's pipe\); the app ended it{CUT_CALL}", err.message), err
     assert result.elapsed < 60  # not the time limit of 100 s
+    assert_no_process(mark)
+
+
+def test_a_link_that_closes_its_end_midway_ends_the_run_and_says_so(tmp_path):
+    """The link on the way exits in the middle of a captured call: the worker's next message finds
+    its pipe's far end closed, so the worker ends the run and says which end closed (not that the
+    script closed it); the app names the call cut off; nothing is left running."""
+    mark = uuid.uuid4().hex
+    link = write(tmp_path, "cut_link.py", cut_link(spawn=False))
+    cmd = f"sh -c '{shlex.quote(PY)} -m core.worker | {shlex.quote(PY)} {shlex.quote(str(link))}'"
+    launcher = from_command(cmd, name="cut", compress="zlib", env={"BPS_TEST_MARK": mark})
+    result = run_capture(str(write(tmp_path, "chain.py", CHAIN)), launcher=launcher, timeout=100)
+    err = result.trace.error
+    assert result.trace.calls == []
+    assert (err.type, err.kind) == ("ConnectionLost", "disconnected"), err
+    assert re.fullmatch(r"the link from cut closed its end of the worker's pipe before the run finished, so nothing "
+                        rf"more could come back: the worker ended the run{CUT_CALL}", err.message), err
+    assert result.elapsed < 60
     assert_no_process(mark)
 
 

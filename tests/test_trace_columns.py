@@ -433,28 +433,36 @@ def test_the_worker_channel_compresses_columns_on_its_writer_thread():
 
 
 def test_a_channel_without_a_fallback_says_once_that_its_pipe_is_gone(tmp_path):
-    """Behind a launcher (no fallback file) a pipe the script closed calls ``on_lost`` once, on
-    the first message that cannot go, small or framed; with a fallback file the message goes
-    there and nothing is called."""
+    """Behind a launcher (no fallback file) a pipe the script closed calls ``on_lost(True)`` once,
+    on the first message that cannot go, small or framed; a pipe whose reader went away calls
+    ``on_lost(False)``; with a fallback file the message goes there and nothing is called."""
     lost = []
     read_fd, write_fd = os.pipe()
     channel = Channel(write_fd)
-    channel.codec, channel.on_lost = "zlib", lambda: lost.append(1)
+    channel.codec, channel.on_lost = "zlib", lambda by_script: lost.append(("script", by_script))
     channel.send({"type": "call", "index": 0})
     assert os.read(read_fd, 100) == b'{"type":"call","index":0}\n' and lost == []
     os.close(write_fd)  # what the script did
     channel.send({"type": "memory", "samples": []})
     channel.send({"type": "trace", "trace": full_trace(), "run": 1})  # a frame, after the pipe is gone
-    assert channel.broken and lost == [1]
+    assert channel.broken and lost == [("script", True)]
     os.close(read_fd)
+    read_fd, write_fd = os.pipe()  # the reader goes away: the descriptor is still the channel's pipe
+    gone = Channel(write_fd)
+    gone.on_lost = lambda by_script: lost.append(("reader", by_script))
+    os.close(read_fd)
+    gone.send({"type": "memory", "samples": []})
+    assert gone.broken and lost[1:] == [("reader", False)]
+    os.close(write_fd)
+    lost.clear()
     fallback = tmp_path / "result.jsonl"
     fallback.write_bytes(b"")
     read_fd, write_fd = os.pipe()
     kept = Channel(write_fd, fallback=str(fallback))
-    kept.on_lost = lambda: lost.append(2)
+    kept.on_lost = lambda by_script: lost.append(("kept", by_script))
     os.close(write_fd)
     kept.send({"type": "bye"})
-    assert lost == [1] and fallback.read_bytes() == b'{"type":"bye"}\n'
+    assert lost == [] and fallback.read_bytes() == b'{"type":"bye"}\n'
     os.close(read_fd)
 
 
