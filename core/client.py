@@ -107,8 +107,13 @@ class WorkerClient:
             # needs the lock, and waiting for it while holding the lock froze the caller for 5 s.
             self._finish_dead_run(run=old, reason="the run was cancelled: a new run started")
         with self._lock:
-            worker = self._spare or self._new_worker()
-            self._spare = None
+            worker, self._spare = self._spare, None
+            if worker is not None and not worker.alive:
+                # The spare died while it waited (a connection that dropped, the out-of-memory
+                # killer): its exit reached no run. This run gets a fresh worker, not a dead one.
+                self._retire(worker)
+                worker = None
+            worker = worker or self._new_worker()
             run_id = next(self._run_ids)
             self._active = worker
             self._run = {"id": run_id, "path": str(path), "device": device, "start": time.monotonic(),
@@ -215,7 +220,9 @@ class WorkerClient:
             if files and not send_run_files(worker, files, lambda e: self.on_event(typed(e)), lambda: self._run is run):
                 return  # replaced meanwhile, or the worker is gone (its exit reports why)
         if not worker.send(cmd.to_dict()):
-            return  # the exit message reports the death
+            if worker.finished.is_set():  # its exit came before the run was its own: report it here
+                self._finish_dead_run(run=run)
+            return  # otherwise the exit message reports the death
         if self.prestart:
             with self._lock:
                 if self._spare is None and self.state != "closed":
@@ -306,12 +313,15 @@ class WorkerClient:
         worker.drain_output()  # what the script printed last travels on another pipe than the trace
         with worker._lock:
             output = worker.output_tail.decode("utf-8", errors="replace")
-        # The worker has served its run: it is closed off the caller's thread; close() waits for it.
+        self._retire(worker)  # it has served its run
+        self._complete(run, trace, output, worker.output_bytes)
+
+    def _retire(self, worker: WorkerProcess) -> None:
+        """Close ``worker`` off the caller's thread; ``close()`` waits for it."""
         closer = threading.Thread(target=worker.close, name=f"close-worker-{worker.id}", daemon=True)
         closer.start()
         with self._lock:
             self._retired = [t for t in self._retired if t.is_alive()] + [closer]
-        self._complete(run, trace, output, worker.output_bytes)
 
     @staticmethod
     def _streamed_calls(run: dict) -> list:

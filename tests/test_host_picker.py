@@ -263,3 +263,21 @@ def test_a_host_run_whose_script_closes_the_pipe_says_so_and_the_host_runs_again
         w.open_script(str(EXAMPLES / "01_multiply.py"))
     assert w.last_error is None and {n.name for n in w.call.nodes} == {"MulBackward0", "AccumulateGrad"}
     assert w.state_label.text().endswith(" s on lab: cpu")
+
+
+def test_a_host_whose_waiting_worker_died_runs_the_next_script_on_a_fresh_one(qtbot, hosts_window):
+    """The host's worker, started with the window, dies while it waits (a dropped connection):
+    the next run on that host starts a fresh worker instead of waiting on the dead one."""
+    import psutil
+
+    w = hosts_window
+    box = w.device_box
+    qtbot.waitUntil(lambda: ("lab: cpu (CPU)", "lab::cpu") in _items(box), timeout=60_000)
+    (lab,) = [p for p in psutil.Process().children(recursive=True) if p.cmdline()[-2:] == ["-m", "core.worker"]]
+    lab.kill()  # the local worker, started with --fallback-file, is left alone
+    qtbot.waitUntil(lambda: not w.handle.hosts.client_for("lab")._spare.alive, timeout=10_000)
+    box.setCurrentIndex(box.findData("lab::cpu"))
+    with qtbot.waitSignal(w.sig_trace_shown, timeout=60_000):
+        w.open_script(str(EXAMPLES / "01_multiply.py"))
+    assert w.last_error is None and {n.name for n in w.call.nodes} == {"MulBackward0", "AccumulateGrad"}
+    assert w.state_label.text().endswith(" s on lab: cpu")

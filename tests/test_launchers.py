@@ -153,6 +153,42 @@ def test_trace_and_step_through_launcher(launcher, tmp_path):
     assert hello["protocol"] == wire.PROTOCOL_VERSION == 4 and "zlib" in hello["codecs"]
 
 
+def test_a_spare_worker_that_died_while_waiting_is_replaced(launcher, tmp_path):
+    """The worker started ahead of the first run dies while it waits (the connection dropped, the
+    out-of-memory killer): the run does not go to it and hang, it gets a fresh worker, with the
+    right gradients."""
+    launcher, mark = launcher
+    script = write(tmp_path, "product.py", PRODUCT)
+    done, box = threading.Event(), {}
+
+    def on_event(e):
+        if e.get("type") == "finished":
+            box["result"] = e["result"]
+            done.set()
+
+    client = WorkerClient(on_event, prestart=True, launcher=launcher)
+    try:
+        deadline = time.monotonic() + 60
+        while client.state != "ready" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert client.state == "ready"
+        (spare,) = [p for p in marked_processes(mark) if "core.worker" in " ".join(p.cmdline())]
+        spare.kill()
+        while client._spare.alive and time.monotonic() < deadline:
+            time.sleep(0.05)
+        client.run(str(script), timeout=60)
+        assert done.wait(60), "the run went to the dead worker"
+    finally:
+        client.close()
+    trace = box["result"].trace
+    assert trace.error is None, trace.error
+    a = torch.tensor([2.0, 3.0], requires_grad=True)
+    b = torch.tensor([4.0, -1.0], requires_grad=True)
+    ga, gb = torch.autograd.grad((a * b).sum(), (a, b))
+    (call,) = trace.calls
+    assert call.leaf_grads["a"].data == ga.tolist() and call.leaf_grads["b"].data == gb.tolist()
+
+
 def test_stop_ends_the_remote_process_group(launcher, tmp_path):
     """A script that ignores Stop and started a child: the connection is cut, the host cleans up."""
     launcher, mark = launcher
