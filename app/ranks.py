@@ -113,10 +113,10 @@ class RankPicker(QObject):
     def opened(self, path: str, trace: Trace) -> None:
         """A saved trace is on screen: with the other ranks' files of its DDP run beside it
         (``core.rank_files``), the picker switches between them; else it goes away."""
-        ranks = sibling_ranks(Path(path), trace)
-        self.set_ranks(ranks, rank_of(trace))
+        ranks, rank = sibling_ranks(Path(path), trace), rank_of(trace)
+        self.set_ranks(ranks, rank)
         if ranks:
-            self.window.state_label.setText(f"{self.window.state_label.text()}: rank {rank_of(trace)} of "
+            self.window.state_label.setText(f"{self.window.state_label.text()}: rank {rank} of "
                                             f"{len(ranks)}, the other ranks' files beside it (pick one above "
                                             f"the Calls list)")
 

@@ -178,7 +178,6 @@ def transfer_progress(deliver):
 
 def launcher_error(worker, code: int | None, script: str, reason: str):
     """The error for a run whose worker behind a launcher vanished (or never started)."""
-    from core import protocol
     from core.client import death_error
     from core.trace import ErrorInfo
 
@@ -189,24 +188,10 @@ def launcher_error(worker, code: int | None, script: str, reason: str):
     if worker.hello is None and code is not None and not reason:
         return ErrorInfo(type="LauncherError", message=start_failure(worker.launcher, code, said), kind="load")
     fault = worker.fault_text()
-    if protocol.PIPE_CLOSED in said[-4096:] and not reason:
-        return ErrorInfo(type="PipeClosed", kind="disconnected", file=script, message=(
-            f"the script closed the worker's pipe to the app, so nothing more could come back from "
-            f"{worker.launcher.name}: the worker ended the run"))
-    if protocol.PIPE_BROKEN in said[-4096:] and not reason:
-        return ErrorInfo(type="ConnectionLost", kind="disconnected", file=script, message=(
-            f"the link from {worker.launcher.name} closed its end of the worker's pipe before the run finished, "
-            f"so nothing more could come back: the worker ended the run"))
-    lost = connection_lost(worker.launcher, code, said, worker.hung_up) \
-        if worker.exiting is None and not reason else None
-    if lost:
-        return ErrorInfo(type="ConnectionLost", message=lost, kind="disconnected", file=script)
-    if worker.launcher.kind == "ssh" and code == SSH_FAILED and not fault and worker.exiting is None and not reason:
-        # No words from ssh about the connection, no dump from the worker: the remote process died of
-        # a signal that leaves none (SIGKILL), which ssh reports as 255 without naming it.
-        return ErrorInfo(type="WorkerDied", kind="crash", file=script, message=(
-            f"the worker on {worker.launcher.name} ended without a word: ssh exited with code {SSH_FAILED}, as it "
-            f"does when the remote process is killed by a signal (the out-of-memory killer's SIGKILL, for one)"))
+    ended = None if reason or worker.exiting is not None else _ended_on_the_way(worker, code, said, fault)
+    if ended is not None:
+        etype, kind, message = ended
+        return ErrorInfo(type=etype, kind=kind, message=message, file=script)
     code = remote_exit_code(code if code is not None else -9, fault)
     return death_error(code, fault, worker.exiting, script, reason)
 
@@ -216,23 +201,49 @@ SSH_DROPPED = re.compile(r"^(Connection to \S+ closed|Connection reset|client_lo
                          r"|Timeout, server \S+ not responding|ssh_dispatch_run_fatal: |Write failed: |Broken pipe)")
 
 
-def connection_lost(launcher: Launcher, code: int | None, output: str, hung_up: bool = False) -> str | None:
-    """Why a run behind ``launcher`` ended, when its connection dropped after the worker had said
-    hello: the worker's messages stopped while the command still ran (``hung_up``: the app
-    ended it), or ssh exited with 255 and its last line is one of its own about the
-    connection. (ssh also exits with 255, saying nothing, when the remote worker dies of a
-    signal: ``launcher_error`` names that a crash.)"""
-    if hung_up:
-        return (f"the worker's messages from {launcher.name} stopped before the run finished, while "
-                f"{os.path.basename(launcher.argv[0])} still ran (the link dropped, or the script closed the "
-                f"worker's pipe); the app ended it")
+def _ended_on_the_way(worker, code: int | None, said: str, fault: str) -> tuple[str, str, str] | None:
+    """(error type, kind, message) for a run behind a launcher that ended, after the worker's
+    hello, through its pipe or its connection rather than its script; None otherwise:
+
+    - the worker's own line on stderr (``core.worker_remote.pipe_closed``): the script closed
+      the pipe to the app, or the pipe's far end closed;
+    - its messages stopped while the command still ran (``hung_up``): the app ended it;
+    - ssh exited with 255 after a line of its own about the connection;
+    - ssh exited with 255 saying nothing, and the worker left no dump: the remote process died
+      of a signal that leaves none (SIGKILL), which ssh does not name."""
+    from core import protocol
+
+    launcher, name = worker.launcher, worker.launcher.name
+    if protocol.PIPE_CLOSED in said[-4096:]:
+        return "PipeClosed", "disconnected", (f"the script closed the worker's pipe to the app, so nothing more "
+                                              f"could come back from {name}: the worker ended the run")
+    if protocol.PIPE_BROKEN in said[-4096:]:
+        return "ConnectionLost", "disconnected", (
+            f"the link from {name} closed its end of the worker's pipe before the run finished, so nothing more "
+            f"could come back: the worker ended the run")
+    if worker.hung_up:
+        return "ConnectionLost", "disconnected", (
+            f"the worker's messages from {name} stopped before the run finished, while "
+            f"{os.path.basename(launcher.argv[0])} still ran (the link dropped, or the script closed the worker's "
+            f"pipe); the app ended it")
     if launcher.kind != "ssh" or code != SSH_FAILED:
         return None
-    lines = [ln.strip() for ln in output.strip().splitlines() if ln.strip()]
-    if not lines or not SSH_DROPPED.match(lines[-1]):
-        return None
-    return (f"the connection to {launcher.name} closed before the run finished (ssh exited with code "
-            f"{SSH_FAILED}: {lines[-1]}); the worker there is ended with it")
+    last = last_line(said)
+    if SSH_DROPPED.match(last):
+        return "ConnectionLost", "disconnected", (
+            f"the connection to {name} closed before the run finished (ssh exited with code {SSH_FAILED}: "
+            f"{last}); the worker there is ended with it")
+    if not fault:
+        return "WorkerDied", "crash", (
+            f"the worker on {name} ended without a word: ssh exited with code {SSH_FAILED}, as it does when the "
+            f"remote process is killed by a signal (the out-of-memory killer's SIGKILL, for one)")
+    return None
+
+
+def last_line(output: str) -> str:
+    """The last line of ``output`` that is not blank, stripped ("" when there is none)."""
+    lines = output.strip().splitlines()
+    return lines[-1].strip() if lines else ""
 
 
 def run_payload(launcher: Launcher, path: str, load: dict | None = None) -> dict:
@@ -304,8 +315,8 @@ def remote_exit_code(code: int, fault: str) -> int:
 
 def start_failure(launcher: Launcher, code: int, output: str) -> str:
     """Why a worker behind ``launcher`` never said hello, with the launcher's last words."""
-    lines = [ln.strip() for ln in output.strip().splitlines() if ln.strip()]
-    said = f": {lines[-1]}" if lines else ""
+    last = last_line(output)
+    said = f": {last}" if last else ""
     hint = ""
     if launcher.kind == "ssh" and code == SSH_FAILED:
         hint = " (check that 'ssh' to it works without a password prompt: keys or an agent)"
