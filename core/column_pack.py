@@ -15,6 +15,7 @@ import sys
 from array import array
 from collections import deque
 from itertools import accumulate, chain, compress, repeat
+from operator import is_not
 from typing import Any
 
 import core.trace  # noqa: F401  (first: it loads core.trace_json, which needs it)
@@ -105,6 +106,28 @@ def unpack_mask(text: Any) -> list | None:
     """The flags of ``pack_mask``; None unless every byte is 0 or 1."""
     raw = unb64(text)
     return None if raw is None or raw.translate(None, b"\x00\x01") else list(raw)
+
+
+_BOOLS = (False, True)
+
+
+def unpack_bools(text: Any) -> list | None:
+    """The booleans of a ``bool`` column (a byte each, as ``pack_mask`` writes flags)."""
+    flags = unpack_mask(text)
+    return None if flags is None else list(map(_BOOLS.__getitem__, flags))
+
+
+def present(col: list) -> list:
+    """1 for each row that is not None, 0 for None: the flags of a column with gaps."""
+    return list(map(is_not, col, repeat(None)))
+
+
+def unpack_present(flags: list | None, values: list | None) -> list | None:
+    """The rows of a column with gaps: ``values`` at the rows ``flags`` (``unpack_mask``'s) marks,
+    None elsewhere; None unless there is one value per mark."""
+    if flags is None or values is None or len(values) != sum(flags):
+        return None
+    return spread(values, list(compress(range(len(flags)), flags)), len(flags))
 
 
 def unpack_floats(text: Any, count: int | None) -> list | None:
@@ -217,6 +240,9 @@ _BULK = _make_bulk()
 _TYPED = {
     "str": {tj._t_str, tj._t_opt_str},
     "str?": {tj._t_opt_str},
+    "strlists": {tj._t_strs},
+    "bool": {tj._t_bool},
+    "int?": {tj._t_opt_int, tj._t_opt_num},
     "num": {tj._t_num, tj._t_opt_num},
     "num?": {tj._t_opt_num},
     "floats": {tj._t_elements},
@@ -246,11 +272,15 @@ def bulk_ok(check, col: list) -> bool:
 
 def pack_column(path: str, col: list, hint: str | None) -> list:
     """A column as ``[path, kind, payload]``: ``strs`` ([table, indices]) when its strings repeat,
-    ``text`` (the strings joined by newlines) when they do not,
+    ``text`` (the strings joined by newlines) when they do not, ``text?`` ([presence flags,
+    text]) when some rows are None (ids of the tensor a node made, of a view's base),
+    ``texts`` ([lengths, text]) for lists of strings (a storage's tensors),
     ``f64`` ([None or presence flags, base64 of the doubles]) for floats (or None), ``f64s``
     ([lengths, -1 for None, base64]) for lists of floats, ``i64`` (packed integers) for integers,
-    ``i64s`` ([lengths, packed integers]) for lists of integers (shapes, strides), else ``vals``
-    (the values as they are: JSON writes a list of 40,000 shapes 3x slower than it packs).
+    ``i64?`` ([presence flags, packed integers]) for integers or None (source lines),
+    ``i64s`` ([lengths, packed integers]) for lists of integers (shapes, strides), ``bool``
+    (a byte a row) for booleans, else ``vals`` (the values as they are: JSON writes a list of
+    40,000 shapes 3x slower than it packs, and 40,000 ids 4x slower than it joins them).
     ``hint`` (from the field's check) says which to try, so most columns are never scanned."""
     if len(col) < INTERN_MIN_ROWS or hint is None:
         return [path, "vals", col]
@@ -265,17 +295,35 @@ def pack_column(path: str, col: list, hint: str | None) -> list:
             if len(index) * 2 <= len(col):
                 index = dict(zip(index, range(len(index))))
                 return [path, "strs", [list(index), pack_ints(list(map(index.__getitem__, col)), len(index))]]
-        if set(map(type, col)) == {str}:
+        types = set(map(type, col))
+        if types == {str}:
             text = "\n".join(col)  # ids and names that do not repeat: one string, split by the reader
             if text.count("\n") == len(col) - 1:
                 return [path, "text", text]
+        elif types == {str, _NONE}:
+            flags = present(col)
+            text = "\n".join(compress(col, flags))
+            if text.count("\n") == sum(flags) - 1:
+                return [path, "text?", [b64(bytes(flags)), text]]
         return [path, "vals", col]
     types = set(map(type, col))
-    if hint == "int" and types == {int}:
+    if hint == "int" and types <= {int, _NONE}:
         try:
-            return [path, "i64", pack_ints(col)]
+            if _NONE not in types:
+                return [path, "i64", pack_ints(col)]
+            flags = present(col)
+            return [path, "i64?", [b64(bytes(flags)), pack_ints(list(compress(col, flags)))]]
         except OverflowError:  # beyond 64 bits: as JSON
             return [path, "vals", col]
+    if hint == "bool" and types == {bool}:
+        return [path, "bool", b64(bytes(col))]
+    if hint == "strlists" and types == {list}:
+        flat = list(chain.from_iterable(col))
+        if set(map(type, flat)) <= {str}:
+            text = "\n".join(flat)
+            if text.count("\n") == len(flat) - 1:
+                return [path, "texts", [pack_ints(list(map(len, col))), text]]
+        return [path, "vals", col]
     if hint == "ints" and types == {list}:
         flat = list(chain.from_iterable(col))
         if not flat or set(map(type, flat)) == {int}:
@@ -306,7 +354,7 @@ def column_hint(cls, name: str) -> str | None:
         check = tj._CHECKS.get(cls, {}).get(name)
         _HINTS[key] = {tj._t_str: "str", tj._t_opt_str: "str", tj._t_num: "num", tj._t_opt_num: "num",
                        tj._t_elements: "floats", tj._t_int: "int", tj._t_count: "int", tj._t_opt_int: "int",
-                       tj._t_shape: "ints", tj._t_ints: "ints"}.get(check)
+                       tj._t_shape: "ints", tj._t_ints: "ints", tj._t_bool: "bool", tj._t_strs: "strlists"}.get(check)
     return _HINTS[key]
 
 

@@ -32,12 +32,13 @@ from typing import Any, Iterator
 from core.trace import (FORMAT, VERSION, CallInfo, Edge, ErrorInfo, GradInfo, MemorySample, NodeInfo, Saved,
                         Stale, StorageInfo, TensorInfo, Trace, TraceFormatError, Values, paused_gc)
 from core.column_pack import (bulk_ok, column_hint, ints_in, pack_column, pack_ints, pack_mask,  # noqa: I001
-                              packed_unsigned, row_maker, split, spread, typed_ok, unpack_floats, unpack_ints,
-                              unpack_mask)
+                              packed_unsigned, row_maker, split, spread, typed_ok, unpack_bools, unpack_floats,
+                              unpack_ints, unpack_mask, unpack_present)
 from core.trace_json import _CHECKS, _short, check_links
 
 MAGIC = "backprop-studio-columns"
-COLUMNS_VERSION = 3  # 2: leaf gradients as rows of their tensors' grads, float32 floats in 4 bytes; 3: row blocks
+COLUMNS_VERSION = 4  # 2: leaf gradients as rows of their tensors' grads, float32 floats in 4 bytes; 3: row blocks;
+# 4: strings and integers with gaps, lists of strings and booleans packed
 
 # A call's nodes, tensors and storages (and a trace's own tensors, storages, memory) travel in
 # blocks of this many rows, each block's columns followed by its ``done``: the reader builds
@@ -299,6 +300,35 @@ class ColumnReader:
                 self.fail(path, "expected the column's strings as one text")
             payload, kind = payload.split("\n"), "vals"
             self._typed[path] = "str"
+        elif kind == "text?":
+            if not (isinstance(payload, list) and len(payload) == 2 and isinstance(payload[1], str)):
+                self.fail(path, "expected [flags, text]")
+            payload = unpack_present(unpack_mask(payload[0]), payload[1].split("\n"))
+            if payload is None:
+                self.fail(path, "the strings do not match their flags")
+            kind = "vals"
+            self._typed[path] = "str?"
+        elif kind == "texts":
+            if not (isinstance(payload, list) and len(payload) == 2 and isinstance(payload[1], str)):
+                self.fail(path, "expected [lengths, text]")
+            lens = unpack_ints(payload[0])
+            if not ints_in(lens, None, packed_unsigned(payload[0])) or sum(lens) != payload[1].count("\n") + 1:
+                self.fail(path, "the strings do not match their lengths")
+            payload, kind = split(payload[1].split("\n"), lens), "vals"
+            self._typed[path] = "strlists"
+        elif kind == "bool":
+            payload, kind = unpack_bools(payload), "vals"
+            if payload is None:
+                self.fail(path, "expected a byte of 0 or 1 a row")
+            self._typed[path] = "bool"
+        elif kind == "i64?":
+            if not (isinstance(payload, list) and len(payload) == 2):
+                self.fail(path, "expected [flags, integers]")
+            payload = unpack_present(unpack_mask(payload[0]), unpack_ints(payload[1]))
+            if payload is None:
+                self.fail(path, "the packed integers do not match their flags")
+            kind = "vals"
+            self._typed[path] = "int?"
         elif kind == "i64":
             unsigned, payload = packed_unsigned(payload), unpack_ints(payload)
             if payload is None:

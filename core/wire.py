@@ -39,7 +39,7 @@ from core.switch_interval import quick_switch
 from core.trace import CallInfo, Trace, TraceFormatError, call_to_dict, paused_gc
 from core.trace_columns import ColumnReader, encode_lines
 
-PROTOCOL_VERSION = 4  # bumped whenever a message changes meaning; both ends must agree
+PROTOCOL_VERSION = 5  # bumped whenever a message changes meaning; both ends must agree
 CHUNK = 1 << 20  # raw bytes compressed at a time
 FRAME_MIN_BYTES = 64 * 1024  # smaller messages travel as plain JSON lines
 COLUMNS_FIRST = 64 * 1024  # raw bytes of a columnar frame's first batch, then of each next one:

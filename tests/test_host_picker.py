@@ -155,7 +155,7 @@ def test_hosts_dialog_tests_the_selected_host(qtbot, hosts_window, tmp_path):
     assert not dialog.test.isEnabled() and dialog.report.text().startswith("Starting a worker on lab: lab (sh -c ")
     qtbot.waitUntil(dialog.test.isEnabled, timeout=60_000)
     lines = dialog.report.text().splitlines()
-    assert lines[0].startswith("lab: ready in ") and "protocol 4" in lines[0]
+    assert lines[0].startswith("lab: ready in ") and "protocol 5" in lines[0]
     assert "lab: cpu (CPU)" in lines[1:] and "#1b5e20" in dialog.report.styleSheet()
     dialog.grab().save(str(tmp_path / "hosts-test.png"))
     dialog.table.selectRow(1)  # gone

@@ -150,7 +150,7 @@ def test_trace_and_step_through_launcher(launcher, tmp_path):
     steps = [e["record"]["name"] for e in events if e.get("type") == "step"]
     assert steps == ["SumBackward0", "MulBackward0", "AccumulateGrad", "AccumulateGrad"]
     hello = next(e for e in events if e.get("type") == "hello")
-    assert hello["protocol"] == wire.PROTOCOL_VERSION == 4 and "zlib" in hello["codecs"]
+    assert hello["protocol"] == wire.PROTOCOL_VERSION == 5 and "zlib" in hello["codecs"]
 
 
 def test_a_spare_worker_that_died_while_waiting_is_replaced(launcher, tmp_path):
@@ -435,7 +435,7 @@ def test_protocol_version_mismatch_is_refused(tmp_path):
     result = run_capture(str(script), launcher=launcher, timeout=20, on_event=events.append)
     err = result.trace.error
     assert err.type == "ProtocolMismatch"
-    assert "the worker on old-box speaks protocol version 999, this app speaks version 4" in err.message
+    assert "the worker on old-box speaks protocol version 999, this app speaks version 5" in err.message
     assert any(e.get("type") == "refused" for e in events)
 
 

@@ -49,7 +49,7 @@ def test_hosts_check_reports_each_worker_or_why_not(capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"lab: starting {WORKER}"
     assert out[1].startswith("lab: ready in ") and out[1].endswith(
-        f"Python {sys.version.split()[0]}, torch {torch.__version__}, protocol 4, compresses traces with "
+        f"Python {sys.version.split()[0]}, torch {torch.__version__}, protocol 5, compresses traces with "
         + " or ".join(wire.available_codecs()))
     assert "  lab: cpu (CPU)" in out[2:]
     assert main(["hosts", "check"]) == 1  # every saved host: lab comes up, gone does not

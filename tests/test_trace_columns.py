@@ -345,8 +345,13 @@ def test_each_column_is_packed_by_what_it_holds():
     call = residual_mlp_call(blocks=300)
     names = [t.name for t in call.tensors]
     names[5] = "two\nlines"  # a newline inside: that column cannot be joined by newlines
-    call = replace(call, tensors=[replace(t, name=n, nbytes=2 ** 70 if i == 0 else t.nbytes)
+    made = [n.id for n in call.nodes if n.kind == "backward"]  # every other tensor made by a node
+    call = replace(call, tensors=[replace(t, name=n, nbytes=2 ** 70 if i == 0 else t.nbytes,
+                                          grad_fn=made[i] if i % 2 and i < len(made) else None)
                                   for i, (t, n) in enumerate(zip(call.tensors, names))])
+    ids = [t.id for t in call.tensors]
+    call = replace(call, storages=[StorageInfo(id=f"s{i}", nbytes=64, device="cpu", tensors=ids[i:i + i % 3])
+                                   for i in range(len(ids))])
     data = tc.encode(call)
     kinds = _kinds(data)
     assert kinds["nodes.id"][0] == "text" and kinds["nodes.id"][1].split("\n") == [n.id for n in call.nodes]
@@ -354,7 +359,18 @@ def test_each_column_is_packed_by_what_it_holds():
     assert kind == "strs" and at.startswith("B:") and sorted(table) == sorted({n.name for n in call.nodes})
     assert kinds["tensors.shape"][0] == "i64s" and kinds["tensors.stride"][0] == "i64s"
     assert kinds["tensors.version"][0] == "i64" or "tensors.version" not in kinds
-    assert kinds["nodes.next.input_nr"][0] == "i64" and kinds["nodes.line"][0] == "vals"  # None among the lines
+    assert kinds["nodes.next.input_nr"][0] == "i64"
+    kind, (flags, lines) = kinds["nodes.line"]  # None among the lines: flags, then the lines there are
+    assert kind == "i64?" and column_pack.unpack_mask(flags) == [n.line is not None for n in call.nodes]
+    assert column_pack.unpack_ints(lines) == [n.line for n in call.nodes if n.line is not None]
+    kind, (flags, text) = kinds["tensors.grad_fn"]  # the ids of the nodes that made them, None for leaves
+    assert kind == "text?" and text.split("\n") == [t.grad_fn for t in call.tensors if t.grad_fn is not None]
+    assert column_pack.unpack_mask(flags) == [t.grad_fn is not None for t in call.tensors]
+    assert kinds["tensors.is_leaf"][0] == "bool"
+    assert column_pack.unpack_bools(kinds["tensors.is_leaf"][1]) == [t.is_leaf for t in call.tensors]
+    kind, (lens, text) = kinds["storages.tensors"]  # lists of tensor ids
+    assert kind == "texts" and column_pack.unpack_ints(lens) == [len(s.tensors) for s in call.storages]
+    assert text.split("\n") == [tid for s in call.storages for tid in s.tensors]
     assert kinds["tensors.nbytes"][0] == "vals"  # 2 ** 70 does not fit 64 bits: as JSON
     assert kinds["tensors.name"][0] == "vals"
     back = tc.decode(data, "call")
@@ -378,6 +394,13 @@ def test_integers_pack_in_the_narrowest_type(values, prefix):
     ("tensors.shape", "i64s", ["B:AQ==", "B:AQID"], "the packed integers do not match their lengths"),
     ("tensors.shape", "i64s", "B:AQ==", r"expected \[lengths, integers\]"),
     ("nodes.id", "text", ["n0"], "expected the column's strings as one text"),
+    ("nodes.line", "i64?", ["AQE=", "B:Fg=="], "the packed integers do not match their flags"),  # two flags, one line
+    ("nodes.line", "i64?", "B:Fg==", r"expected \[flags, integers\]"),
+    ("tensors.name", "text?", ["AQAB", "x"], "the strings do not match their flags"),
+    ("tensors.name", "text?", ["AgAB", "x\ny"], "the strings do not match their flags"),  # a flag of 2
+    ("roots", "texts", ["B:AQ==", "n0\nn1"], "the strings do not match their lengths"),
+    ("roots", "texts", ["b:/wM=", "n0\nn1"], "the strings do not match their lengths"),  # -1 and 3
+    ("tensors.is_leaf", "bool", "AQI=", "expected a byte of 0 or 1 a row"),
     ("nodes.next", "mask", "AgEB", "expected a list of 0 / 1 flags"),
     ("nodes.next", "lens", "b:/w==", "expected a list of counts"),
 ])
