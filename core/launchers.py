@@ -193,7 +193,11 @@ def launcher_error(worker, code: int | None, script: str, reason: str):
         etype, kind, message = ended
         return ErrorInfo(type=etype, kind=kind, message=message, file=script)
     code = remote_exit_code(code if code is not None else -9, fault)
-    return death_error(code, fault, worker.exiting, script, reason)
+    # The code is the launcher's: the worker's own where the launcher passes it on (sh -c 'exec
+    # …', ssh), its own where it failed (a kubectl that lost its pod, a link that ended).
+    exited = (f"the worker on {worker.launcher.name} ended before the run finished: "
+              f"{os.path.basename(worker.launcher.argv[0])} exited with code {code}")
+    return death_error(code, fault, worker.exiting, script, reason, exited)
 
 
 # ssh's own words when the connection, not the remote command, ended (OpenSSH client messages).

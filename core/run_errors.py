@@ -41,8 +41,10 @@ def script_problem(path: str | os.PathLike) -> str | None:
 
 
 def death_error(code: int, fault: str, exiting: protocol.Exiting | None, script: str | None,
-                reason: str = "") -> ErrorInfo:
-    """The structured error for a worker that vanished mid-run."""
+                reason: str = "", exited: str = "") -> ErrorInfo:
+    """The structured error for a worker that vanished mid-run. ``exited``: what ended with
+    ``code`` when that is not the worker itself (a launcher: "the worker on gpu-box ended
+    before the run finished: kubectl exited with code 1")."""
     line = None
     if exiting is not None:
         line = exiting.line
@@ -56,7 +58,7 @@ def death_error(code: int, fault: str, exiting: protocol.Exiting | None, script:
         message = f"the worker died with signal {-code} ({name})"
         kind, etype = "crash", "WorkerDied"
     else:
-        message = f"the worker exited with code {code} before the run finished"
+        message = exited or f"the worker exited with code {code} before the run finished"
         kind, etype = "exit", "WorkerExited"
     if line is None and script:
         line = script_line_in_fault(fault, script)

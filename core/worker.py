@@ -298,8 +298,10 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(signal, "SIGUSR1"):
             # The parent sends SIGUSR1 (and a dump command) before killing a run: the dump names the line.
             faulthandler.register(signal.SIGUSR1, file=fault, all_threads=True, chain=False)
-    else:  # behind a launcher: a hard crash's dump travels back with the output
-        faulthandler.enable(file=sys.stderr, all_threads=True)
+    else:  # behind a launcher: a hard crash's dump travels back with the output, through a
+        # private copy of stderr, so a script that silences fd 2 (or closes it) does not lose it
+        worker_remote.REPORT_FD = _private_fd(2)
+        faulthandler.enable(file=worker_remote.REPORT_FD, all_threads=True)
     _patch_exit(channel)
     os.environ["BACKPROP_STUDIO_WORKER"] = "1"  # show() inside a traced script leaves the capture to us
     try:

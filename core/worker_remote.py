@@ -35,6 +35,10 @@ from core import ddp, protocol, uploads
 from core.trace import ErrorInfo, Trace
 
 FOLDER_LIMIT = 64 * 1024 * 1024  # bytes of a script's folder sent with it, before compression
+# Where the worker's own words for the app go behind a launcher (a crash's dump, ``pipe_closed``'s
+# line): a private copy of stderr (core.worker), which a script that points its fd 2 at
+# /dev/null, or closes it, does not reach.
+REPORT_FD = 2
 
 
 def become_group_leader() -> None:
@@ -65,10 +69,12 @@ def pipe_closed(by_script: bool) -> None:
     (a link on the way went down). The run ends now, with everything it started, after a line
     on stderr that tells the app which, instead of running on, unheard, to its time limit."""
     line = protocol.PIPE_CLOSED if by_script else protocol.PIPE_BROKEN
-    try:
-        os.write(2, f"\n{line}; nothing more could be sent, so the run was ended\n".encode())
-    except OSError:
-        pass
+    for fd in dict.fromkeys((REPORT_FD, 2)):  # stderr itself where the script closed the private copy too
+        try:
+            os.write(fd, f"\n{line}; nothing more could be sent, so the run was ended\n".encode())
+            break
+        except OSError:
+            pass
     end_group()
 
 

@@ -210,14 +210,33 @@ def test_stop_ends_the_remote_process_group(launcher, tmp_path):
     assert err.kind == "cancelled" and err.message == "stopped by you at line 6"  # the loop's sleep
 
 
-def test_fault_names_the_line(launcher, tmp_path):
+@pytest.mark.parametrize("silenced", [False, True])
+def test_fault_names_the_line(launcher, tmp_path, silenced):
+    """A crash's dump comes back with the output and names the signal and the line, also when the
+    script pointed its stderr at /dev/null first (as scripts do to quiet a library's logging)."""
     launcher, _ = launcher
-    script = write(tmp_path, "crash.py", "import ctypes\nx = 1\nctypes.string_at(0)\n")
+    quiet = "import os\nos.dup2(os.open(os.devnull, os.O_WRONLY), 2)\n" if silenced else "x = 0\nx = 1\n"
+    script = write(tmp_path, "crash.py", f"import ctypes\n{quiet}ctypes.string_at(0)\n")
     result = run_capture(str(script), launcher=launcher, timeout=60)
     err = result.trace.error
     assert err.kind == "crash", err
     assert "SIGSEGV" in err.message
-    assert err.line == 3
+    assert err.line == 4
+
+
+def test_a_worker_that_exits_without_a_word_names_its_launchers_code(launcher, tmp_path):
+    """The code a launcher run ends with is the launcher's (the worker's own where the launcher passes
+    it on): the message names the program it came from, not "the worker"."""
+    launcher, _ = launcher
+    script = write(tmp_path, "quits.py", PRODUCT + "import ctypes\nctypes.CDLL(None)._exit(7)\n")
+    result = run_capture(str(script), launcher=launcher, timeout=60)
+    err = result.trace.error
+    program = os.path.basename(launcher.argv[0])
+    assert program in ("sh", "ssh")
+    assert (err.type, err.kind) == ("WorkerExited", "exit"), err
+    assert err.message == f"the worker on {launcher.name} ended before the run finished: {program} exited with code 7"
+    (call,) = result.trace.calls  # streamed before the end
+    assert call.leaf_grads["a"].data == [4.0, -1.0] and call.leaf_grads["b"].data == [2.0, 3.0]
 
 
 def test_time_limit_names_the_line(launcher, tmp_path):
