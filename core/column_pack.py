@@ -334,7 +334,8 @@ def pack_column(path: str, col: list, hint: str | None) -> list:
         return [path, "vals", col]
     if hint == "num" and float in types and types <= {float, _NONE}:
         if _NONE in types:
-            return [path, "f64", [b64(bytes([v is not None for v in col])), pack_floats([v for v in col if v is not None])]]
+            flags = present(col)
+            return [path, "f64", [b64(bytes(flags)), pack_floats(list(compress(col, flags)))]]
         return [path, "f64", [None, pack_floats(col)]]
     if hint == "floats" and types <= {list, _NONE} and list in types:
         lists = [v for v in col if v is not None] if _NONE in types else col
