@@ -153,7 +153,7 @@ def add_hosts_parser(sub) -> None:
     p = sub.add_parser("hosts", help="list, add, remove or check the hosts workers can run on")
     hs = p.add_subparsers(dest="action")
     hs.add_parser("list", help="list the saved hosts and their worker commands (also what 'hosts' alone does)")
-    a = hs.add_parser("add", help="save a host: an ssh destination, or --command for any other launcher")
+    a = hs.add_parser("add", help="save a host: an ssh destination, or --worker-command for any other launcher")
     a.add_argument("name")
     a.add_argument("dest", nargs="?", help="ssh destination (default: NAME)")
     a.add_argument("--python", default="python3", help="the host's Python with torch and this app installed")

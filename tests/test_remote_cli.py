@@ -182,3 +182,25 @@ def test_stepping_a_ddp_script_runs_it_as_one_process(tmp_path, capsys):
         assert "RANK" not in os.environ and "MASTER_PORT" not in os.environ and os.environ["WORLD_SIZE"] == "7"
     finally:
         del os.environ["WORLD_SIZE"]
+
+
+def test_every_option_a_help_text_names_exists(capsys):
+    """The help of each command names options (``hosts``: "--worker-command for any other
+    launcher"); each one it names is an option some command has."""
+    import re
+
+    paths = [[], ["trace"], ["step"], ["export"], ["hosts"], ["hosts", "add"], ["hosts", "check"], ["hosts", "list"],
+             ["hosts", "remove"]]
+    texts = {}
+    for path in paths:
+        with pytest.raises(SystemExit) as done:
+            main(path + ["--help"])
+        assert done.value.code == 0
+        texts[" ".join(path)] = capsys.readouterr().out
+    defined = set()
+    for text in texts.values():  # an option's own line in the list: "  --name VALUE  what it does"
+        defined.update(re.findall(r"^\s+(?:-\w(?: \S+)?, )?(--[a-z][a-z-]*)", text, re.M))
+    assert {"--worker-command", "--remote-cwd", "--timeout", "--json"} <= defined
+    for where, text in texts.items():
+        named = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", text))
+        assert named <= defined, (where, named - defined)
