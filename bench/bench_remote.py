@@ -1,6 +1,6 @@
 """Trace transfer from a worker behind a launcher: the 4,802- and 50,000-node examples.
 
-Run: python bench/bench_remote.py [--repeat N] [--traces DIR] [--whole-run]. Each example is captured once
+Run: python bench/bench_remote.py [--repeat N] [--traces DIR] [--whole-run | --loop]. Each example is captured once
 (or read from DIR/<example>.json), then:
 
 - in one process, the CPU time to encode the trace, compress it and decode it, as the JSON of
@@ -21,6 +21,8 @@ Run: python bench/bench_remote.py [--repeat N] [--traces DIR] [--whole-run]. Eac
 With ``--whole-run``: whole runs of the 50,000-node example instead (capture, encoding, transfer
 and reading, as the app waits for them), in the local worker, in a real worker behind a local
 launcher, and behind it through the 10 MiB/s link, taking turns: what the link adds to a run.
+With ``--loop``: whole runs of a 20-step training loop of the 4,802-node example behind a
+launcher, through a pipe and through a 1 MiB/s link: what a loop's calls cost on a slow link.
 """
 
 from __future__ import annotations
@@ -137,15 +139,16 @@ def timeline(trace_file: Path, codec: str, script: Path) -> dict:
             "held": marks["held"] - t0}
 
 
-def whole_run(script: Path, codec: str, how: str) -> float:
+def whole_run(script: Path, codec: str, how: str, rate: float = RATE) -> float:
     """Wall seconds of one whole run of ``script`` (capture, encoding, transfer, reading), as
     the app waits for it: in the local worker (``how`` "local"), or in a real worker behind a
-    local launcher, straight through a pipe ("pipe") or through the 10 MiB/s link ("link")."""
+    local launcher, straight through a pipe ("pipe") or through a link of ``rate`` bytes a
+    second ("link")."""
     launcher = None
     if how != "local":
         worker = f"{shlex.quote(sys.executable)} -m core.worker"
         if how == "link":
-            worker += f" | {shlex.quote(sys.executable)} {shlex.quote(str(ROOT / 'bench/slow_link.py'))} {RATE}"
+            worker += f" | {shlex.quote(sys.executable)} {shlex.quote(str(ROOT / 'bench/slow_link.py'))} {rate}"
         launcher = from_command(f"sh -c {shlex.quote(f'cd {shlex.quote(str(ROOT))} && {worker}')}", name="bench",
                                 compress=codec)
     t0 = time.perf_counter()
@@ -156,6 +159,19 @@ def whole_run(script: Path, codec: str, how: str) -> float:
     gc.unfreeze()
     gc.collect()
     return took
+
+
+LOOP_STEPS = 20
+SLOW_RATE = 1024 * 1024  # a VPN to a cluster, say
+
+
+def loop_script(folder: Path) -> Path:
+    """The 4,802-node example as a training loop: LOOP_STEPS steps of SGD, one backward call each."""
+    text = EXAMPLES[0][1].read_text().split("start = time.perf_counter()")[0]
+    path = folder / "loop_4802.py"
+    path.write_text(text + f"opt = torch.optim.SGD(model.parameters(), lr=0.01)\nfor step in range({LOOP_STEPS}):\n"
+                    "    opt.zero_grad()\n    model(inputs).pow(2).mean().backward()\n    opt.step()\n")
+    return path
 
 
 def compress(data: bytes, codec: str) -> tuple[bytes, float, float]:
@@ -206,7 +222,25 @@ def main() -> None:
     ap.add_argument("--only", choices=["4802", "50000"], help="one example")
     ap.add_argument("--whole-run", action="store_true",
                     help="only whole runs of the 50,000-node example: local, behind a launcher, through the link")
+    ap.add_argument("--loop", action="store_true",
+                    help=f"only whole runs of a {LOOP_STEPS}-step training loop of the 4,802-node example, behind a "
+                         f"launcher, through a pipe and a 1 MiB/s link")
     args = ap.parse_args()
+    if args.loop:
+        codec = "zstd" if "zstd" in wire.available_codecs() else "zlib"
+        script = loop_script(Path(tempfile.mkdtemp()))
+        print(f"{LOOP_STEPS} steps of the 4,802-node example, whole runs (wall seconds, median of {args.repeat}, "
+              f"cases taking turns; {codec}):")
+        times = {"pipe": [], "link": []}
+        for _ in range(args.repeat):
+            for case in times:
+                times[case].append(whole_run(script, codec, case, SLOW_RATE))
+        for case, label in (("pipe", "launcher, pipe"), ("link", "launcher, 1 MiB/s link")):
+            ts = times[case]
+            print(f"  {label:<26}{statistics.median(ts):>7.2f} s  (runs: {', '.join(f'{t:.2f}' for t in ts)})")
+        link, pipe = statistics.median(times["link"]), statistics.median(times["pipe"])
+        print(f"  the link adds {link - pipe:+.2f} s to a whole run over the pipe")
+        return
     if args.whole_run:
         codec = "zstd" if "zstd" in wire.available_codecs() else "zlib"
         print(f"50,000 nodes, whole runs (wall seconds, median of {args.repeat}, cases taking turns; {codec}):")

@@ -235,6 +235,13 @@ class CallRecording:
         self.on_event({"type": "call_done", "index": index, "error": error is not None,
                        "t": time.perf_counter() - self.started})
 
+    def streamable(self, index: int) -> CallInfo:
+        """Stored call ``index`` as it is streamed now: a loop's repeated call beyond the first
+        few is kept in full only while it is the last (``_pending``), so it goes as its summary,
+        and in full with the trace if it stays the last; the others as they are."""
+        call = self.calls[index]
+        return summary_of(call) if index == self._pending else call
+
     def _store(self, call: CallInfo) -> None:
         first = self._structures.get(call.structure)
         if first is None:

@@ -305,7 +305,7 @@ class WorkerClient:
     def _finish_with_trace(self, worker: WorkerProcess, run: dict, msg: protocol.TraceDone) -> None:
         try:
             trace = Trace.from_dict(msg.trace)
-            streamed = self._streamed_calls(run)
+            streamed = self._streamed_calls(run, msg.streamed)
             if streamed:
                 trace = replace(trace, calls=streamed + list(trace.calls))
         except TraceFormatError as exc:
@@ -324,10 +324,14 @@ class WorkerClient:
             self._retired = [t for t in self._retired if t.is_alive()] + [closer]
 
     @staticmethod
-    def _streamed_calls(run: dict) -> list:
-        """The calls the worker streamed as it captured them, in order (unreadable ones skipped)."""
+    def _streamed_calls(run: dict, before: int | None = None) -> list:
+        """The calls the worker streamed as it captured them, in order (unreadable ones skipped);
+        ``before``: only those before this position (the trace brings the rest, a loop's last call
+        in full where it was streamed as its summary)."""
         calls = []
         for position in sorted(run.get("calls", {})):
+            if before is not None and position >= before:
+                break
             try:
                 calls.append(call_from_dict(run["calls"][position], f"call {position}"))
             except TraceFormatError as exc:

@@ -199,7 +199,7 @@ class TraceDone(_Base):
     # Without the calls already streamed; in columns it arrives read: a Trace, or the TraceFormatError.
     trace: dict | Trace | TraceFormatError = field(default_factory=dict)
     run: Any = None
-    streamed: int = 0  # how many calls came before as ``call_trace``: they go first in ``calls``
+    streamed: int = 0  # the calls before this position came as ``call_trace``: they go first in ``calls``
 
 
 @_message("rank_trace")

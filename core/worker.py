@@ -18,9 +18,11 @@ project with its own ``core`` package imports its own.
 
 Messages sent: ``hello`` (pid, torch version, devices), ``started``, ``call`` and
 ``call_done`` (progress), ``call_trace`` (each captured call as soon as it is complete, so a
-crash keeps it), ``call_summary`` (an earlier streamed call was reduced to a summary),
-``exiting`` (the script called ``os._exit``), ``trace`` (the result, in the trace format,
-without the calls already streamed) and ``bye``; while stepping ``step_begin``,
+crash keeps it; a loop's repeated call past the first few as its summary, since the capture
+keeps it in full only while it is the last), ``call_summary`` (an earlier streamed call was
+reduced to a summary), ``exiting`` (the script called ``os._exit``), ``trace`` (the result,
+in the trace format, without the calls already streamed, but with a loop's last call in full
+where it went as its summary) and ``bye``; while stepping ``step_begin``,
 ``step_paused``, ``step``, ``step_memory`` and ``step_end``. Every kind is a dataclass in
 ``core.protocol``.
 
@@ -79,7 +81,8 @@ class Worker(Stepping):
         self.sampler = None
         self._memory_due = None
         self._early: list[dict] = []  # step commands that arrived before the stepped call began
-        self._summarised: set[int] = set()
+        self._summarised: set[int] = set()  # streamed calls the app was told are summaries
+        self._short: set[int] = set()  # streamed as summaries while the capture still held them in full
         self.debug: DebugPlan | None = None
         self._steps: list[dict] = []  # finished nodes not sent yet
         self._steps_since = 0.0
@@ -184,6 +187,8 @@ class Worker(Stepping):
         self.channel.send(protocol.Started(run=run_id, t=time.time(), seeds=seeds).to_dict())
         problem = check_device(device)
         streamed = 0
+        self._summarised.clear()
+        self._short.clear()
         if problem:
             err = ErrorInfo(type="DeviceError", message=problem, kind="device")
             trace = Trace(calls=[], error=err, script=cmd.get("path", ""), device=device)
@@ -254,7 +259,10 @@ class Worker(Stepping):
         trace = replace(trace, seeds=seeds)
         if self.finish is not None:  # a travelling script: paths back to the app's own
             trace = self.finish(trace)
-        # Calls already streamed are not sent again; the parent puts them first.
+        # Calls already streamed are not sent again; the parent puts them first. A loop's last
+        # call, streamed as its summary while a later one could still replace it, goes in full.
+        streamed = min([i for i in self._short if i < len(trace.calls) and trace.calls[i].snapshot != "summary"]
+                       + [streamed])
         data = replace(trace, calls=trace.calls[streamed:])  # the channel encodes it (core.wire)
         self.channel.send(protocol.TraceDone(trace=data, run=run_id, streamed=streamed).to_dict())
 
@@ -266,8 +274,11 @@ class Worker(Stepping):
                 self._summarised.add(i)
                 self.channel.send(protocol.CallSummary(position=i, run=run_id).to_dict())
         while streamed < len(calls):
-            self.channel.send(protocol.CallTrace(position=streamed, call=calls[streamed],
-                                                 run=run_id).to_dict())
+            call = capture.streamable(streamed)
+            if call is not calls[streamed]:  # its summary: the full call may follow with the trace
+                self._summarised.add(streamed)
+                self._short.add(streamed)
+            self.channel.send(protocol.CallTrace(position=streamed, call=call, run=run_id).to_dict())
             streamed += 1
         return streamed
 

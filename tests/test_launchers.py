@@ -239,6 +239,62 @@ def test_a_worker_that_exits_without_a_word_names_its_launchers_code(launcher, t
     assert call.leaf_grads["a"].data == [4.0, -1.0] and call.leaf_grads["b"].data == [2.0, 3.0]
 
 
+LOOP = """import torch
+from torch import nn
+torch.manual_seed(0)
+blocks = nn.ModuleList(nn.Linear(8, 8) for _ in range(100))
+x = torch.randn(4, 8)
+for step in range(6):
+    h = x
+    for block in blocks:
+        h = h + torch.relu(block(h))
+    h.pow(2).mean().backward()
+"""
+
+
+def _loop_grad() -> list:
+    """blocks.0's weight gradient after LOOP's six calls (each adds the same one), by torch.autograd.grad."""
+    scope: dict = {}
+    exec(LOOP.split("for step")[0], scope)  # the same seed, blocks and input
+    h = scope["x"]
+    for block in scope["blocks"]:
+        h = h + torch.relu(block(h))
+    (g,) = torch.autograd.grad(h.pow(2).mean(), scope["blocks"][0].weight)
+    return (6 * g).reshape(-1).tolist()
+
+
+@pytest.mark.parametrize("crash", [False, True])
+def test_a_loops_repeated_calls_travel_as_summaries(tmp_path, crash):
+    """A loop's calls past the first three are kept as summaries, but the last is kept in full:
+    it is streamed as its summary (the full call would be dropped as soon as another came), and
+    comes in full with the trace at the end. Over a slow link that is four graphs sent instead
+    of one per step; a crash after the loop keeps the summary."""
+    ending = "import ctypes\nctypes.string_at(0)\n" if crash else ""
+    events = []
+    result = run_capture(str(write(tmp_path, "loop.py", LOOP + ending)), timeout=120, on_event=events.append)
+    # The end of each frame, and of those the whole graphs (150 KB each; a summary is 24 KB).
+    ends = [e for e in events if e.get("type") == "transfer" and e["decoded"] == e["raw"]]
+    assert [e["of"] for e in ends if e["raw"] > 100_000] == ["call_trace"] * 3 + ([] if crash else ["trace"])
+    assert [e["of"] for e in ends if e["raw"] < 50_000] == ["call_trace"] * 3  # the summaries
+    calls = result.trace.calls
+    assert [c.snapshot for c in calls] == ["full"] * 3 + ["summary"] * (3 if crash else 2) + ([] if crash else ["full"])
+    assert all(c.node_count == 602 and c.same_as == "c0" for c in calls[1:])
+    last = calls[5]
+    want = _loop_grad()
+    assert len(last.leaf_grads) == 200
+
+    def matches(values) -> bool:  # a preview: the first 8 of the 64 values, and their extremes
+        return values.sample == pytest.approx(want[:8], rel=1e-5, abs=1e-9) and values.numel == 64 and \
+            (values.min, values.max) == pytest.approx((min(want), max(want)), rel=1e-5)
+
+    assert matches(last.leaf_grads["blocks.0.weight"])
+    if crash:
+        assert (result.trace.error.kind, result.trace.error.line) == ("crash", 12)
+    else:
+        assert result.trace.error is None and len(last.nodes) == 602
+        assert matches(next(t for t in last.tensors if t.name == "blocks.0.weight").grad.values)
+
+
 def test_time_limit_names_the_line(launcher, tmp_path):
     launcher, _ = launcher
     script = write(tmp_path, "spin.py", "import time\nn = 0\nwhile True:\n    n += 1\n")
