@@ -223,6 +223,11 @@ class ColumnReader:
     def fail(self, path: str, what: str):
         raise TraceFormatError(f"{self.source}: field '{path}': {what}")
 
+    def _pair(self, path: str, payload, first: str, second: str, at: int | None = None, kind: type = object):
+        """A packed column's payload is ``[first, second]`` (its item ``at`` of type ``kind``)."""
+        if not (isinstance(payload, list) and len(payload) == 2 and (at is None or isinstance(payload[at], kind))):
+            self.fail(path, f"expected [{first}, {second}]")
+
     def feed(self, line: bytes | str) -> None:
         with paused_gc():  # a column is tens of thousands of new objects, none of them cyclic
             self._feed(line)
@@ -258,8 +263,7 @@ class ColumnReader:
                 self.fail(path, f"expected a block's row count, got {_short(payload)}")
             return
         if kind == "strs":
-            if not (isinstance(payload, list) and len(payload) == 2 and isinstance(payload[0], list)):
-                self.fail(path, "expected [strings, indices]")
+            self._pair(path, payload, "strings", "indices", 0, list)
             table, at = payload
             unsigned, at = packed_unsigned(at), unpack_ints(at)
             if not isinstance(table, list) or not ints_in(at, len(table), unsigned):
@@ -269,24 +273,18 @@ class ColumnReader:
             if kinds <= {str, _NONE}:  # then the rows need no check of their own
                 self._typed[path] = "str" if _NONE not in kinds else "str?"
         elif kind == "f64":
-            if not (isinstance(payload, list) and len(payload) == 2):
-                self.fail(path, "expected [flags, doubles]")
+            self._pair(path, payload, "flags", "doubles")
             flags, packed = payload
             if flags is None:
                 values = unpack_floats(packed, None)
-            elif (flags := unpack_mask(flags)) is not None:
-                values = unpack_floats(packed, sum(flags))
-                if values is not None:
-                    values = spread(values, list(compress(range(len(flags)), flags)), len(flags))
             else:
-                values = None
+                values = unpack_present(unpack_mask(flags), unpack_floats(packed, None))
             if values is None:
                 self.fail(path, "the packed numbers do not match their count")
             payload, kind = values, "vals"
             self._typed[path] = "num?" if flags is not None else "num"
         elif kind == "f64s":
-            if not (isinstance(payload, list) and len(payload) == 2):
-                self.fail(path, "expected [lengths, doubles]")
+            self._pair(path, payload, "lengths", "doubles")
             lens, packed = unpack_ints(payload[0]), payload[1]
             values = None
             if lens is not None and (not lens or min(lens) >= -1):
@@ -301,16 +299,14 @@ class ColumnReader:
             payload, kind = payload.split("\n"), "vals"
             self._typed[path] = "str"
         elif kind == "text?":
-            if not (isinstance(payload, list) and len(payload) == 2 and isinstance(payload[1], str)):
-                self.fail(path, "expected [flags, text]")
+            self._pair(path, payload, "flags", "text", 1, str)
             payload = unpack_present(unpack_mask(payload[0]), payload[1].split("\n"))
             if payload is None:
                 self.fail(path, "the strings do not match their flags")
             kind = "vals"
             self._typed[path] = "str?"
         elif kind == "texts":
-            if not (isinstance(payload, list) and len(payload) == 2 and isinstance(payload[1], str)):
-                self.fail(path, "expected [lengths, text]")
+            self._pair(path, payload, "lengths", "text", 1, str)
             lens = unpack_ints(payload[0])
             if not ints_in(lens, None, packed_unsigned(payload[0])) or sum(lens) != payload[1].count("\n") + 1:
                 self.fail(path, "the strings do not match their lengths")
@@ -322,8 +318,7 @@ class ColumnReader:
                 self.fail(path, "expected a byte of 0 or 1 a row")
             self._typed[path] = "bool"
         elif kind == "i64?":
-            if not (isinstance(payload, list) and len(payload) == 2):
-                self.fail(path, "expected [flags, integers]")
+            self._pair(path, payload, "flags", "integers")
             payload = unpack_present(unpack_mask(payload[0]), unpack_ints(payload[1]))
             if payload is None:
                 self.fail(path, "the packed integers do not match their flags")
@@ -336,8 +331,7 @@ class ColumnReader:
             kind = "vals"
             self._typed[path] = "uint" if unsigned else "int"
         elif kind == "i64s":
-            if not (isinstance(payload, list) and len(payload) == 2):
-                self.fail(path, "expected [lengths, integers]")
+            self._pair(path, payload, "lengths", "integers")
             unsigned, flat = packed_unsigned(payload[1]), unpack_ints(payload[1])
             lens = unpack_ints(payload[0])
             if flat is None or not ints_in(lens, None, packed_unsigned(payload[0])) or sum(lens) != len(flat):
