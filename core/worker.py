@@ -22,7 +22,8 @@ crash keeps it; a loop's repeated call past the first few as its summary, since 
 keeps it in full only while it is the last), ``call_summary`` (an earlier streamed call was
 reduced to a summary), ``exiting`` (the script called ``os._exit``), ``trace`` (the result,
 in the trace format, without the calls already streamed, but with a loop's last call in full
-where it went as its summary) and ``bye``; while stepping ``step_begin``,
+where it went as its summary; a run the app ends gets that call whole when it asks for the
+stacks) and ``bye``; while stepping ``step_begin``,
 ``step_paused``, ``step``, ``step_memory`` and ``step_end``. Every kind is a dataclass in
 ``core.protocol``.
 
@@ -83,6 +84,7 @@ class Worker(Stepping):
         self._early: list[dict] = []  # step commands that arrived before the stepped call began
         self._summarised: set[int] = set()  # streamed calls the app was told are summaries
         self._short: set[int] = set()  # streamed as summaries while the capture still held them in full
+        self._live = None  # (capture, run id) while a script runs
         self.debug: DebugPlan | None = None
         self._steps: list[dict] = []  # finished nodes not sent yet
         self._steps_since = 0.0
@@ -111,7 +113,8 @@ class Worker(Stepping):
                 if self.running:
                     _thread.interrupt_main()
                 continue
-            if cmd.get("cmd") == "dump":
+            if cmd.get("cmd") == "dump":  # the app is about to end the run
+                self._send_short_calls()
                 self.dump_stacks()
                 if self.fault is None:  # behind a launcher: the stacks travel back as a message
                     self.channel.send({"type": "fault", "text": worker_remote.dump_stacks()})
@@ -213,6 +216,7 @@ class Worker(Stepping):
                 apply_device(device)
                 capture = Capture(cmd["path"], device=device, mode=cmd.get("mode", "auto"), on_event=on_event,
                                   load=cmd.get("load"))
+                self._live = (capture, run_id)
                 self._stepped = False
                 if cmd.get("debug") is not None:
                     d = cmd["debug"]
@@ -250,6 +254,7 @@ class Worker(Stepping):
                 trace = Trace(calls=[], error=err, script=cmd.get("path", ""), device=device)
             finally:
                 self.running = False
+                self._live = None
                 self.debug = None
                 self._early.clear()
             if self.cancelled and trace.error is not None and trace.error.kind == "cancelled":
@@ -265,6 +270,21 @@ class Worker(Stepping):
                        + [streamed])
         data = replace(trace, calls=trace.calls[streamed:])  # the channel encodes it (core.wire)
         self.channel.send(protocol.TraceDone(trace=data, run=run_id, streamed=streamed).to_dict())
+
+    def _send_short_calls(self) -> None:
+        """Whole, the calls streamed as summaries that the capture still holds in full (a loop's
+        last call): sent on this thread when the app asks for the stacks of a run it is about to
+        end (its time limit, a Stop the script ignored), since that run sends no trace."""
+        live = self._live
+        if live is None:
+            return
+        capture, run_id = live
+        for i in sorted(self._short):
+            call = capture.calls[i] if i < len(capture.calls) else None
+            if call is not None and call.snapshot != "summary":
+                self._short.discard(i)
+                self._summarised.discard(i)  # a later call still makes it a summary, and says so
+                self.channel.send(protocol.CallTrace(position=i, call=call, run=run_id).to_dict())
 
     def _stream_calls(self, capture, run_id, streamed: int) -> int:
         """Send each call the capture has stored since the last time, and earlier calls it summarised."""

@@ -263,18 +263,22 @@ def _loop_grad() -> list:
     return (6 * g).reshape(-1).tolist()
 
 
-@pytest.mark.parametrize("crash", [False, True])
-def test_a_loops_repeated_calls_travel_as_summaries(tmp_path, crash):
+@pytest.mark.parametrize("ending", ["", "crash", "spin"])
+def test_a_loops_repeated_calls_travel_as_summaries(tmp_path, ending):
     """A loop's calls past the first three are kept as summaries, but the last is kept in full:
     it is streamed as its summary (the full call would be dropped as soon as another came), and
     comes in full with the trace at the end. Over a slow link that is four graphs sent instead
-    of one per step; a crash after the loop keeps the summary."""
-    ending = "import ctypes\nctypes.string_at(0)\n" if crash else ""
+    of one per step. A crash after the loop keeps the summary; a run the app ends at its time
+    limit gets the last call whole when the app asks for the stacks."""
+    crash = ending == "crash"
+    text = LOOP + {"": "", "crash": "import ctypes\nctypes.string_at(0)\n", "spin": "while True:\n    pass\n"}[ending]
     events = []
-    result = run_capture(str(write(tmp_path, "loop.py", LOOP + ending)), timeout=120, on_event=events.append)
+    result = run_capture(str(write(tmp_path, "loop.py", text)), timeout=15 if ending == "spin" else 120,
+                         on_event=events.append)
     # The end of each frame, and of those the whole graphs (150 KB each; a summary is 24 KB).
     ends = [e for e in events if e.get("type") == "transfer" and e["decoded"] == e["raw"]]
-    assert [e["of"] for e in ends if e["raw"] > 100_000] == ["call_trace"] * 3 + ([] if crash else ["trace"])
+    whole = {"": ["call_trace"] * 3 + ["trace"], "crash": ["call_trace"] * 3, "spin": ["call_trace"] * 4}[ending]
+    assert [e["of"] for e in ends if e["raw"] > 100_000] == whole
     assert [e["of"] for e in ends if e["raw"] < 50_000] == ["call_trace"] * 3  # the summaries
     calls = result.trace.calls
     assert [c.snapshot for c in calls] == ["full"] * 3 + ["summary"] * (3 if crash else 2) + ([] if crash else ["full"])
@@ -291,7 +295,8 @@ def test_a_loops_repeated_calls_travel_as_summaries(tmp_path, crash):
     if crash:
         assert (result.trace.error.kind, result.trace.error.line) == ("crash", 12)
     else:
-        assert result.trace.error is None and len(last.nodes) == 602
+        kind = result.trace.error.kind if ending else None
+        assert kind == ("timeout" if ending else None) and len(last.nodes) == 602, result.trace.error
         assert matches(next(t for t in last.tensors if t.name == "blocks.0.weight").grad.values)
 
 
