@@ -114,10 +114,10 @@ class Worker(Stepping):
                     _thread.interrupt_main()
                 continue
             if cmd.get("cmd") == "dump":  # the app is about to end the run
-                self._send_short_calls()
                 self.dump_stacks()
                 if self.fault is None:  # behind a launcher: the stacks travel back as a message
                     self.channel.send({"type": "fault", "text": worker_remote.dump_stacks()})
+                self._send_short_calls()  # after the stacks, which name the line whatever the link
                 continue
             if cmd.get("cmd") in self.STEP_COMMANDS:
                 self.control_step(cmd)
@@ -273,8 +273,9 @@ class Worker(Stepping):
 
     def _send_short_calls(self) -> None:
         """Whole, the calls streamed as summaries that the capture still holds in full (a loop's
-        last call): sent on this thread when the app asks for the stacks of a run it is about to
-        end (its time limit, a Stop the script ignored), since that run sends no trace."""
+        last call): sent on this thread after the stacks of a run the app is about to end (its
+        time limit, a Stop the script ignored), since that run sends no trace; the app waits
+        while they arrive (``WorkerProcess.dump_and_wait``)."""
         live = self._live
         if live is None:
             return

@@ -33,6 +33,10 @@ OUTPUT_TAIL = 64 * 1024
 # How long a worker behind a launcher may keep running once its messages have stopped (its
 # stdout closed): then it is ended, since it has no other way to send the result.
 HANG_UP_GRACE = 3.0
+# Before a run is ended from here, after its stacks: how long a call the worker still sends has
+# to begin arriving, and how long it may take in all (core.worker._send_short_calls).
+FRAME_START = 0.3
+FRAME_CAP = 10.0
 
 
 class WorkerProcess:
@@ -56,6 +60,8 @@ class WorkerProcess:
         self.fallback_path = _private_temp("result", ".jsonl") if launcher is None else None
         self.refused = ""  # why the worker's hello was refused (another protocol version)
         self.remote_fault = ""  # stacks a remote worker sent back in answer to ``dump``
+        self.frame_at = 0.0  # when the last chunk of a frame (a trace, a captured call) arrived
+        self._decoder = None  # the protocol stream's reader, while it reads
         self.placed = ("", "")  # (path on the worker's host, the app's path) of a travelling script
         self.proc: subprocess.Popen | None = None
         self.hello: protocol.Hello | None = None
@@ -150,13 +156,28 @@ class WorkerProcess:
             deadline = time.monotonic() + limit
             while not self.remote_fault and self.alive and time.monotonic() < deadline:
                 time.sleep(0.05)
-            return
-        before = self._fault_size()
-        self.dump_stacks(signal_too=False)
-        first = min(0.6, limit / 2)
-        if not self._wait_for_dump(before, first):
-            self._signal_dump()
-            self._wait_for_dump(before, limit - first)
+        else:
+            before = self._fault_size()
+            self.dump_stacks(signal_too=False)
+            first = min(0.6, limit / 2)
+            if not self._wait_for_dump(before, first):
+                self._signal_dump()
+                self._wait_for_dump(before, limit - first)
+        self._let_frames_arrive()
+
+    def _let_frames_arrive(self, start: float = FRAME_START, cap: float = FRAME_CAP) -> None:
+        """After its stacks the worker sends a loop's last call whole, if it streamed it as its
+        summary (``Worker._send_short_calls``): wait up to ``start`` s for it to begin, then while
+        it arrives, ``cap`` s at most, so that a slow link does not cut it off."""
+        began = time.monotonic()
+        while self.alive:
+            now = time.monotonic()
+            decoder = self._decoder
+            if now - began >= cap:
+                return
+            if not (decoder is not None and decoder.partial) and (now - began >= start or self.frame_at > began):
+                return  # no frame on its way: none came, or the one that came is whole
+            time.sleep(0.05)
 
     def _wait_for_dump(self, before: int, limit: float) -> bool:
         """Wait until the fault file has grown past ``before`` and stopped growing."""
@@ -281,7 +302,13 @@ class WorkerProcess:
         from core.wire import StreamDecoder, read_ahead
 
         # Lines, and compressed frames from a worker behind a launcher (core.wire).
-        decoder = StreamDecoder(self._handle_line, transfer_progress(self._deliver))
+        report = transfer_progress(self._deliver)
+
+        def progress(header: dict, got: int, decoded: int) -> None:
+            self.frame_at = time.monotonic()
+            report(header, got, decoded)
+
+        decoder = self._decoder = StreamDecoder(self._handle_line, progress)
         for chunk in read_ahead(self._chunks(self.proc.stdout.fileno())):
             decoder.feed(chunk)
         self.cut_off = decoder.cut_off()
