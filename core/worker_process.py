@@ -146,7 +146,8 @@ class WorkerProcess:
                 pass
 
     def dump_and_wait(self, limit: float = 2.0) -> None:
-        """Ask for a stack dump and wait (up to ``limit`` s) until the fault file stops growing.
+        """Ask for a stack dump and wait (up to ``limit`` s) until the fault file stops growing,
+        then while a call the worker sends after it arrives (``_let_frames_arrive``).
 
         The command goes first and the signal only if no dump came of it: two dumps written at
         once interleave their lines in the file, and the script's line could not be read back.
@@ -312,6 +313,7 @@ class WorkerProcess:
         for chunk in read_ahead(self._chunks(self.proc.stdout.fileno())):
             decoder.feed(chunk)
         self.cut_off = decoder.cut_off()
+        self._decoder = None  # nothing more arrives: a frame cut off here is not on its way
         decoder.close()
         if self.launcher is not None and not self._exited.wait(HANG_UP_GRACE):
             # The link's end of the stream closed (a dropped connection, a pipe cut on the way)
