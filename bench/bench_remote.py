@@ -161,6 +161,23 @@ def whole_run(script: Path, codec: str, how: str, rate: float = RATE) -> float:
     return took
 
 
+def compare_whole_runs(title: str, script: Path, cases: dict[str, str], repeat: int, codec: str,
+                       rate: float = RATE) -> None:
+    """Whole runs of ``script`` in each of ``cases`` (``whole_run``'s "local", "pipe", "link",
+    each with its label), taking turns ``repeat`` times: each case's median, and what the link
+    adds over the pipe."""
+    print(f"{title}, whole runs (wall seconds, median of {repeat}, cases taking turns; {codec}):")
+    times: dict = {case: [] for case in cases}
+    for _ in range(repeat):
+        for case in cases:
+            times[case].append(whole_run(script, codec, case, rate))
+    for case, label in cases.items():
+        ts = times[case]
+        print(f"  {label:<26}{statistics.median(ts):>7.2f} s  (runs: {', '.join(f'{t:.2f}' for t in ts)})")
+    link, pipe = statistics.median(times["link"]), statistics.median(times["pipe"])
+    print(f"  the link adds {link - pipe:+.2f} s to a whole run over the pipe")
+
+
 LOOP_STEPS = 20
 SLOW_RATE = 1024 * 1024  # a VPN to a cluster, say
 
@@ -226,34 +243,15 @@ def main() -> None:
                     help=f"only whole runs of a {LOOP_STEPS}-step training loop of the 4,802-node example, behind a "
                          f"launcher, through a pipe and a 1 MiB/s link")
     args = ap.parse_args()
+    codec = "zstd" if "zstd" in wire.available_codecs() else "zlib"
     if args.loop:
-        codec = "zstd" if "zstd" in wire.available_codecs() else "zlib"
-        script = loop_script(Path(tempfile.mkdtemp()))
-        print(f"{LOOP_STEPS} steps of the 4,802-node example, whole runs (wall seconds, median of {args.repeat}, "
-              f"cases taking turns; {codec}):")
-        times = {"pipe": [], "link": []}
-        for _ in range(args.repeat):
-            for case in times:
-                times[case].append(whole_run(script, codec, case, SLOW_RATE))
-        for case, label in (("pipe", "launcher, pipe"), ("link", "launcher, 1 MiB/s link")):
-            ts = times[case]
-            print(f"  {label:<26}{statistics.median(ts):>7.2f} s  (runs: {', '.join(f'{t:.2f}' for t in ts)})")
-        link, pipe = statistics.median(times["link"]), statistics.median(times["pipe"])
-        print(f"  the link adds {link - pipe:+.2f} s to a whole run over the pipe")
+        compare_whole_runs(f"{LOOP_STEPS} steps of the 4,802-node example", loop_script(Path(tempfile.mkdtemp())),
+                           {"pipe": "launcher, pipe", "link": "launcher, 1 MiB/s link"}, args.repeat, codec,
+                           SLOW_RATE)
         return
     if args.whole_run:
-        codec = "zstd" if "zstd" in wire.available_codecs() else "zlib"
-        print(f"50,000 nodes, whole runs (wall seconds, median of {args.repeat}, cases taking turns; {codec}):")
-        cases = ["local", "pipe", "link"]
-        times: dict = {c: [] for c in cases}
-        for _ in range(args.repeat):
-            for case in cases:
-                times[case].append(whole_run(EXAMPLES[1][1], codec, case))
-        for case, label in zip(cases, ("local worker", "launcher, pipe", "launcher, 10 MiB/s link")):
-            ts = times[case]
-            print(f"  {label:<26}{statistics.median(ts):>7.2f} s  (runs: {', '.join(f'{t:.2f}' for t in ts)})")
-        link, pipe = statistics.median(times["link"]), statistics.median(times["pipe"])
-        print(f"  the link adds {link - pipe:+.2f} s to a whole run over the pipe")
+        compare_whole_runs("50,000 nodes", EXAMPLES[1][1], {"local": "local worker", "pipe": "launcher, pipe",
+                                                            "link": "launcher, 10 MiB/s link"}, args.repeat, codec)
         return
     tmp = Path(tempfile.mkdtemp())
     codecs = wire.available_codecs()

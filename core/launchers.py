@@ -52,6 +52,11 @@ class Launcher:
     def describe(self) -> str:
         return f"{self.name} ({shlex.join(self.argv)})"
 
+    @property
+    def program(self) -> str:
+        """The command's program, as messages name it: "ssh", "kubectl", "sh"."""
+        return os.path.basename(self.argv[0])
+
 
 def worker_command(python: str = DEFAULT_PYTHON) -> str:
     """The remote shell command that starts a worker with ``python``."""
@@ -196,7 +201,7 @@ def launcher_error(worker, code: int | None, script: str, reason: str):
     # The code is the launcher's: the worker's own where the launcher passes it on (sh -c 'exec
     # …', ssh), its own where it failed (a kubectl that lost its pod, a link that ended).
     exited = (f"the worker on {worker.launcher.name} ended before the run finished: "
-              f"{os.path.basename(worker.launcher.argv[0])} exited with code {code}")
+              f"{worker.launcher.program} exited with code {code}")
     return death_error(code, fault, worker.exiting, script, reason, exited)
 
 
@@ -228,7 +233,7 @@ def _ended_on_the_way(worker, code: int | None, said: str, fault: str) -> tuple[
     if worker.hung_up:
         return "ConnectionLost", "disconnected", (
             f"the worker's messages from {name} stopped before the run finished, while "
-            f"{os.path.basename(launcher.argv[0])} still ran (the link dropped, or the script closed the worker's "
+            f"{launcher.program} still ran (the link dropped, or the script closed the worker's "
             f"pipe); the app ended it")
     if launcher.kind != "ssh" or code != SSH_FAILED:
         return None
@@ -326,5 +331,5 @@ def start_failure(launcher: Launcher, code: int, output: str) -> str:
         hint = " (check that 'ssh' to it works without a password prompt: keys or an agent)"
     elif code == 127 or "No module named" in output:
         hint = " (is Python with torch and Backprop Studio installed there? set the host's python)"
-    return (f"the worker on {launcher.name} did not start: {os.path.basename(launcher.argv[0])} exited with "
+    return (f"the worker on {launcher.name} did not start: {launcher.program} exited with "
             f"code {code}{said}{hint}")

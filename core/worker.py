@@ -266,8 +266,7 @@ class Worker(Stepping):
             trace = self.finish(trace)
         # Calls already streamed are not sent again; the parent puts them first. A loop's last
         # call, streamed as its summary while a later one could still replace it, goes in full.
-        streamed = min([i for i in self._short if i < len(trace.calls) and trace.calls[i].snapshot != "summary"]
-                       + [streamed])
+        streamed = min(self._still_whole(trace.calls) + [streamed])
         data = replace(trace, calls=trace.calls[streamed:])  # the channel encodes it (core.wire)
         self.channel.send(protocol.TraceDone(trace=data, run=run_id, streamed=streamed).to_dict())
 
@@ -280,12 +279,17 @@ class Worker(Stepping):
         if live is None:
             return
         capture, run_id = live
-        for i in sorted(self._short):
-            call = capture.calls[i] if i < len(capture.calls) else None
-            if call is not None and call.snapshot != "summary":
-                self._short.discard(i)
-                self._summarised.discard(i)  # a later call still makes it a summary, and says so
-                self.channel.send(protocol.CallTrace(position=i, call=call, run=run_id).to_dict())
+        calls = capture.calls
+        for i in self._still_whole(calls):
+            self._short.discard(i)
+            self._summarised.discard(i)  # a later call still makes it a summary, and says so
+            self.channel.send(protocol.CallTrace(position=i, call=calls[i], run=run_id).to_dict())
+
+    def _still_whole(self, calls: list) -> list[int]:
+        """The positions of the calls streamed as summaries that ``calls`` still holds whole (a
+        loop's last call), in order. ``list`` copies the set in one step: the script's thread
+        may add to it meanwhile."""
+        return sorted(i for i in list(self._short) if i < len(calls) and calls[i].snapshot != "summary")
 
     def _stream_calls(self, capture, run_id, streamed: int) -> int:
         """Send each call the capture has stored since the last time, and earlier calls it summarised."""

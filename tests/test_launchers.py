@@ -263,11 +263,12 @@ def _loop_grad() -> list:
     return (6 * g).reshape(-1).tolist()
 
 
-def _slow_launcher(mark: str, rate: int) -> launchers.Launcher:
-    """A worker whose messages pass a link of ``rate`` bytes a second (bench/slow_link.py)."""
-    link = f"{shlex.quote(PY)} {shlex.quote(str(ROOT / 'bench/slow_link.py'))} {rate}"
-    cmd = f"sh -c {shlex.quote(f'cd {shlex.quote(str(ROOT))} && {shlex.quote(PY)} -m core.worker | {link}')}"
-    return from_command(cmd, name="slow", compress="zlib", env={"BPS_TEST_MARK": mark})
+def through_link(link: Path, args: str, name: str, mark: str) -> launchers.Launcher:
+    """A worker whose messages pass the Python program ``link`` (run with ``args``) on their way
+    to the app: ``sh -c 'worker | link'``."""
+    worker = f"cd {shlex.quote(str(ROOT))} && {shlex.quote(PY)} -m core.worker | " \
+             f"{shlex.quote(PY)} {shlex.quote(str(link))} {args}"
+    return from_command(f"sh -c {shlex.quote(worker)}", name=name, compress="zlib", env={"BPS_TEST_MARK": mark})
 
 
 @pytest.mark.parametrize("ending", ["", "crash", "spin", "spin behind a launcher", "spin behind a slow link"])
@@ -281,7 +282,8 @@ def test_a_loops_repeated_calls_travel_as_summaries(tmp_path, ending):
     text = LOOP + ("import ctypes\nctypes.string_at(0)\n" if crash else "while True:\n    pass\n" if spin else "")
     mark = uuid.uuid4().hex
     events = []
-    launcher = local_launcher(mark) if "launcher" in ending else _slow_launcher(mark, 100_000) if "slow" in ending \
+    launcher = local_launcher(mark) if "launcher" in ending else \
+        through_link(ROOT / "bench/slow_link.py", "100000", "slow", mark) if "slow" in ending \
         else None  # the last call, 63 KB in zlib, takes 0.6 s on that link: the app waits for it
     result = run_capture(str(write(tmp_path, "loop.py", text)), timeout=15 if spin else 120, on_event=events.append,
                          launcher=launcher)
@@ -379,9 +381,7 @@ def test_a_link_that_closes_its_end_midway_ends_the_run_and_says_so(tmp_path):
     its pipe's far end closed, so the worker ends the run and says which end closed (not that the
     script closed it); the app names the call cut off; nothing is left running."""
     mark = uuid.uuid4().hex
-    link = write(tmp_path, "cut_link.py", cut_link(spawn=False))
-    cmd = f"sh -c '{shlex.quote(PY)} -m core.worker | {shlex.quote(PY)} {shlex.quote(str(link))}'"
-    launcher = from_command(cmd, name="cut", compress="zlib", env={"BPS_TEST_MARK": mark})
+    launcher = through_link(write(tmp_path, "cut_link.py", cut_link(spawn=False)), "", "cut", mark)
     result = run_capture(str(write(tmp_path, "chain.py", CHAIN)), launcher=launcher, timeout=100)
     err = result.trace.error
     assert result.trace.calls == []
