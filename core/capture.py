@@ -64,6 +64,7 @@ class Capture(CreationTags, CallRecording):
         self.on_event = on_event or (lambda event: None)
         self.keep_first = keep_first
         self.call_hook = call_hook
+        self.script_ended: Callable[[], None] = lambda: None  # called once the script's code has ended
         self.load = load or {}  # how to open the file: weights, trust_pickle, input_shapes
         self.program = None
         self.names = NameTable(self.script)
@@ -163,11 +164,14 @@ class Capture(CreationTags, CallRecording):
         self.install()
         try:
             try:
-                exec(code, self.namespace)
-                if program.after_exec is not None:
-                    program.after_exec(self.namespace)
-                if self.mode in ("auto", "model"):
-                    self._run_model()
+                try:
+                    exec(code, self.namespace)
+                    if program.after_exec is not None:
+                        program.after_exec(self.namespace)
+                    if self.mode in ("auto", "model"):
+                        self._run_model()
+                finally:
+                    self.script_ended()  # a Stop from now on would only lose the trace
             except SystemExit as exc:
                 if exc.code not in (None, 0):
                     error = ErrorInfo(type="SystemExit", message=f"the script called sys.exit({exc.code!r})",

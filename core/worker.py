@@ -56,6 +56,7 @@ from pathlib import Path
 from core import ddp, protocol, uploads, wire, worker_remote
 from core.trace import ErrorInfo, Trace
 from core.worker_channel import Channel, _open_fault_file, _private_fd
+from core.worker_interrupts import INTERRUPTS
 from core.worker_env import (_flush_quietly, _patch_exit, _say_no_input, apply_device, check_device, list_devices,
                              script_environment, seed_run)
 from core.worker_stepping import DebugPlan, Stepping
@@ -211,11 +212,13 @@ class Worker(Stepping):
                 if event.get("type") == "call_done" and capture is not None:
                     streamed = self._stream_calls(capture, run_id, streamed)
 
-            self.running = True
+            INTERRUPTS.install()  # again: the last script may have put its own handler in place
+            self.running = INTERRUPTS.active = True
             try:
                 apply_device(device)
                 capture = Capture(cmd["path"], device=device, mode=cmd.get("mode", "auto"), on_event=on_event,
                                   load=cmd.get("load"))
+                capture.script_ended = INTERRUPTS.script_ended
                 self._live = (capture, run_id)
                 self._stepped = False
                 if cmd.get("debug") is not None:
@@ -254,6 +257,7 @@ class Worker(Stepping):
                 trace = Trace(calls=[], error=err, script=cmd.get("path", ""), device=device)
             finally:
                 self.running = False
+                INTERRUPTS.script_ended()
                 self._live = None
                 self.debug = None
                 self._early.clear()

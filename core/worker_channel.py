@@ -4,7 +4,9 @@ At the process boundary stdin carries commands and stdout the protocol; inside t
 both move to descriptors numbered high (``PRIVATE_FD_MIN``) and marked close-on-exec, out of
 a script's usual reach. Only the process that opened the channel writes on it (a forked
 child is recognised by its pid), and a script that closes or replaces the descriptor makes
-the channel fall back to a private file the parent reads after the worker exits.
+the channel fall back to a private file the parent reads after the worker exits. A Stop
+that comes while the script's thread sends waits until the message has left whole
+(``core.worker_interrupts``).
 Standard library only (a remote worker needs no more than Python and torch).
 """
 
@@ -20,6 +22,7 @@ from typing import Callable
 from core import wire
 from core.switch_interval import quick_switch
 from core.trace import paused_gc
+from core.worker_interrupts import INTERRUPTS
 
 PRIVATE_FD_MIN = 600  # the protocol and command descriptors live above what scripts touch
 
@@ -49,6 +52,10 @@ class Channel:
     def send(self, msg: dict) -> None:
         if os.getpid() != self.pid:
             return
+        with INTERRUPTS.held():  # a Stop landing in the middle would cut the message off (core.worker_interrupts)
+            self._send(msg)
+
+    def _send(self, msg: dict) -> None:
         key = wire.object_key(msg)  # a Trace or CallInfo: as columns where the app reads them
         if key is not None and self.codec and self.columns and self._intact():
             # Encoded here, compressed on the writer thread: the two overlap on two cores.

@@ -37,6 +37,9 @@ HANG_UP_GRACE = 3.0
 # to begin arriving, and how long it may take in all (core.worker._send_short_calls).
 FRAME_START = 0.3
 FRAME_CAP = 10.0
+# A frame from which no byte has come for this long is not on its way (the worker stopped
+# in the middle of it): the run is ended without waiting out FRAME_CAP.
+FRAME_STALL = 2.0
 
 
 class WorkerProcess:
@@ -61,6 +64,8 @@ class WorkerProcess:
         self.refused = ""  # why the worker's hello was refused (another protocol version)
         self.remote_fault = ""  # stacks a remote worker sent back in answer to ``dump``
         self.frame_at = 0.0  # when the last chunk of a frame (a trace, a captured call) arrived
+        self.bytes_at = 0.0  # when bytes of the protocol stream last arrived or were decoded
+        self.feeding = False  # the decoder is taking in what arrived
         self._decoder = None  # the protocol stream's reader, while it reads
         self.placed = ("", "")  # (path on the worker's host, the app's path) of a travelling script
         self.proc: subprocess.Popen | None = None
@@ -166,17 +171,22 @@ class WorkerProcess:
                 self._wait_for_dump(before, limit - first)
         self._let_frames_arrive()
 
-    def _let_frames_arrive(self, start: float = FRAME_START, cap: float = FRAME_CAP) -> None:
+    def _let_frames_arrive(self, start: float = FRAME_START, cap: float = FRAME_CAP,
+                           stall: float = FRAME_STALL) -> None:
         """After its stacks the worker sends a loop's last call whole, if it streamed it as its
         summary (``Worker._send_short_calls``): wait up to ``start`` s for it to begin, then while
-        it arrives, ``cap`` s at most, so that a slow link does not cut it off."""
+        it arrives, ``cap`` s at most, so that a slow link does not cut it off; a frame from
+        which nothing has come for ``stall`` s is not arriving."""
         began = time.monotonic()
         while self.alive:
             now = time.monotonic()
             decoder = self._decoder
             if now - began >= cap:
                 return
-            if not (decoder is not None and decoder.partial) and (now - began >= start or self.frame_at > began):
+            if decoder is not None and decoder.partial:
+                if not self.feeding and now - max(self.bytes_at, began) >= stall:
+                    return  # stuck in the middle: nothing more of it comes
+            elif now - began >= start or self.frame_at > began:
                 return  # no frame on its way: none came, or the one that came is whole
             time.sleep(0.05)
 
@@ -274,9 +284,10 @@ class WorkerProcess:
                 pass
         self._exited.set()
 
-    def _chunks(self, fd: int):
+    def _chunks(self, fd: int, arrived: bool = False):
         """Bytes read from ``fd`` until end of file, or until the worker has been gone a moment
-        (a child that left the process group may still hold the pipe)."""
+        (a child that left the process group may still hold the pipe); ``arrived``: note when
+        each came (``bytes_at``)."""
         gone_since = None
         while True:
             try:
@@ -295,6 +306,8 @@ class WorkerProcess:
                 return
             if not chunk:
                 return
+            if arrived:
+                self.bytes_at = time.monotonic()
             yield chunk
 
     def _read_protocol(self) -> None:
@@ -310,8 +323,10 @@ class WorkerProcess:
             report(header, got, decoded)
 
         decoder = self._decoder = StreamDecoder(self._handle_line, progress)
-        for chunk in read_ahead(self._chunks(self.proc.stdout.fileno())):
+        for chunk in read_ahead(self._chunks(self.proc.stdout.fileno(), arrived=True)):
+            self.feeding = True  # building what came counts as arriving (50,000 nodes take a while)
             decoder.feed(chunk)
+            self.bytes_at, self.feeding = time.monotonic(), False
         self.cut_off = decoder.cut_off()
         self._decoder = None  # nothing more arrives: a frame cut off here is not on its way
         decoder.close()

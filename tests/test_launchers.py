@@ -4,6 +4,7 @@ traces, steps, stops, reports a crash and a time-out, and leaves no process behi
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -720,3 +721,41 @@ def test_ddp_model_file_with_weights(tmp_path):
     assert sorted(got) == ["module.0.bias", "module.0.weight", "module.1.bias", "module.1.weight"]
     for name, grad in got.items():
         assert torch.allclose(grad, (per_rank[0][name] + per_rank[1][name]) / 2, atol=1e-6), name
+
+
+def test_the_wait_for_a_frame_ends_when_its_bytes_stop_coming():
+    """Before ending a run the app waits while a frame arrives (a loop's last call on a slow link),
+    but not for a frame the worker stopped in the middle of: it waits while bytes keep coming
+    (here 1.2 s of them), then ``stall`` s more, well short of the cap."""
+    from core.worker_process import WorkerProcess
+
+    w = WorkerProcess(lambda msg: None)
+    w.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        decoder = wire.StreamDecoder(lambda msg: None)
+        decoder.feed((json.dumps(wire.frame_header("call_trace", 10_000_000, "zlib")) + "\n").encode())
+        assert decoder.partial
+        w._decoder = decoder
+        for trickle in (0.0, 1.2):
+            def arriving(until=time.monotonic() + trickle):
+                while time.monotonic() < until:
+                    w.bytes_at = time.monotonic()
+                    time.sleep(0.05)
+
+            feeder = threading.Thread(target=arriving)
+            feeder.start()
+            began = time.monotonic()
+            w._let_frames_arrive(start=0.3, cap=30.0, stall=0.5)
+            waited = time.monotonic() - began
+            feeder.join()
+            assert trickle + 0.4 <= waited < trickle + 5.0, (trickle, waited)
+            w.feeding = True  # the decoder building what came also counts as arriving
+            timer = threading.Timer(1.0, lambda: setattr(w, "feeding", False))
+            timer.start()
+            began = time.monotonic()
+            w._let_frames_arrive(start=0.3, cap=30.0, stall=0.5)
+            assert time.monotonic() - began >= 1.0
+            timer.join()
+    finally:
+        w.proc.kill()
+        w.proc.wait()

@@ -455,6 +455,66 @@ def test_the_worker_channel_compresses_columns_on_its_writer_thread():
     assert out.count(b'"enc": "columns"') == 1 and len(out) < len(trace.to_json()) / 3
 
 
+def _send_read(channel: Channel, read_fd: int, msg: dict) -> tuple[list, "wire.StreamDecoder", BaseException | None]:
+    """Send ``msg`` on ``channel`` (whose pipe ``read_fd`` reads) and decode what came."""
+    out = bytearray()
+    reader = threading.Thread(target=lambda: [out.extend(b) for b in iter(lambda: os.read(read_fd, 65536), b"")])
+    reader.start()
+    raised = None
+    try:
+        channel.send(msg)
+    except BaseException as exc:  # KeyboardInterrupt, here
+        raised = exc
+    channel.send({"type": "bye"})
+    os.close(channel.fd)
+    reader.join(30)
+    os.close(read_fd)
+    got = []
+    decoder = wire.StreamDecoder(lambda m: got.append(m if isinstance(m, dict) else json.loads(m)))
+    decoder.feed(bytes(out))
+    return got, decoder, raised
+
+
+def test_a_stop_that_comes_while_a_frame_is_made_waits_until_it_has_left(monkeypatch):
+    """Stop (``interrupt_main`` from the worker's command thread) lands while the script's thread
+    encodes a call as a frame: the frame leaves whole, the next message after it, and the script
+    gets its KeyboardInterrupt right after the send; once the script has ended the Stop is
+    dropped. Before, the frame was cut where the interrupt landed, and the app waited for the
+    rest of it."""
+    import _thread
+    import signal
+
+    from core import worker_channel
+    from core.worker_interrupts import Interrupts
+
+    gate = Interrupts()
+    monkeypatch.setattr(worker_channel, "INTERRUPTS", gate)
+    parts = wire.columns_parts
+
+    def stopped_on_the_way(*args):
+        for i, part in enumerate(parts(*args)):
+            if i == 1:
+                _thread.interrupt_main()  # what Cancel does, after the frame's header has gone
+            yield part
+
+    monkeypatch.setattr(wire, "columns_parts", stopped_on_the_way)
+    call = residual_mlp_call(blocks=20)
+    previous = signal.getsignal(signal.SIGINT)
+    gate.install()
+    try:
+        for active, expected in ((True, KeyboardInterrupt), (False, None)):
+            gate.active = active  # the script runs / the script has ended
+            read_fd, write_fd = os.pipe()
+            channel = Channel(write_fd)
+            channel.codec, channel.columns = "zlib", True
+            got, decoder, raised = _send_read(channel, read_fd, {"type": "call_trace", "call": call, "position": 0})
+            assert type(raised) is (expected or type(None))
+            assert [m["type"] for m in got] == ["call_trace", "bye"] and got[0]["call"] == call
+            assert not decoder.partial and gate.depth == 0 and not gate.pending
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def test_a_channel_without_a_fallback_says_once_that_its_pipe_is_gone(tmp_path):
     """Behind a launcher (no fallback file) a pipe the script closed calls ``on_lost(True)`` once,
     on the first message that cannot go, small or framed; a pipe whose reader went away calls
