@@ -1,0 +1,130 @@
+"""Stop at random moments: a training loop stopped at a random time, many times over.
+
+    python bench/stop_at_random.py [--runs 40] [--launcher] [--paused] [--layers 300] [--seed 1]
+
+Each run starts a loop of SGD steps on a 300-layer MLP (about 1,500 nodes a call, each call
+streamed to the app as it is captured) and presses Stop at a random moment 2 to 6 s in, so
+the Stop lands sometimes in the script, sometimes while the worker streams a call.
+``--paused`` debugs instead: the run pauses before backward of a random call (0 to 5) and
+Stop comes there, as the window's Stop does (``stop_step``, then ``cancel``): the stepper
+lets go of backward, the capture stores the call and streams it, and the interrupt comes
+while it does.
+``--launcher`` runs the worker behind a local launcher (``sh -c 'exec python -m core.worker'``),
+where calls travel as compressed frames. For every run it prints how long the run took to
+end after Stop, how many calls came back and the error; then how many runs took longer than
+the script's own grace (1 s) to end, and how many came back with no line named or a call cut
+off. Not a test: the moments are random, and it prints figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shlex
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from core import protocol  # noqa: E402
+from core.client import STOP_GRACE, WorkerClient  # noqa: E402
+from core.launchers import from_command  # noqa: E402
+
+LOOP = """\
+import torch
+from torch import nn
+torch.manual_seed(0)
+model = nn.Sequential(*[nn.Sequential(nn.Linear(32, 32), nn.Tanh()) for _ in range(LAYERS)])
+x = torch.randn(4, 32)
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+for step in range(10000):
+    loss = model(x).pow(2).mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=40)
+    parser.add_argument("--launcher", action="store_true", help="the worker behind a local launcher")
+    parser.add_argument("--paused", action="store_true", help="Stop a debug run paused before a call")
+    parser.add_argument("--layers", type=int, default=300, help="layers of the MLP (5 nodes each)")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    launcher = None
+    if args.launcher:
+        launcher = from_command(f"sh -c {shlex.quote(f'cd {shlex.quote(str(ROOT))} && exec {shlex.quote(sys.executable)} -m core.worker')}")
+    folder = Path(tempfile.mkdtemp(prefix="stop-at-random-"))
+    script = folder / "loop.py"
+    script.write_text(LOOP.replace("LAYERS", str(args.layers)))
+    done, paused = threading.Event(), threading.Event()
+    box: dict = {}
+
+    def handle(event) -> None:
+        if isinstance(event, protocol.StepPaused):
+            paused.set()
+        if isinstance(event, protocol.Finished):
+            box["result"] = event.result
+            done.set()
+
+    client = WorkerClient(handle, prestart=True, launcher=launcher)
+    rng = random.Random(args.seed)
+    slow, unnamed, cut = [], [], []
+    try:
+        client.run(str(script), timeout=120)  # the first worker starts cold: this run is not counted
+        time.sleep(8)
+        client.cancel()
+        done.wait(60)
+        for i in range(args.runs):
+            done.clear()
+            paused.clear()
+            if args.paused:
+                at = rng.randrange(6)
+                client.run(str(script), debug={"lines": [], "pause_all": True, "skip_to": at})
+                paused.wait(60)
+                delay = rng.uniform(0.0, 0.2)
+                time.sleep(delay)
+                moment = f"Stop paused at call {at}"
+            else:
+                client.run(str(script), timeout=120)
+                delay = rng.uniform(2.0, 6.0)
+                time.sleep(delay)
+                moment = f"Stop at {delay:.2f} s"
+            began = time.monotonic()
+            if args.paused:
+                client.control("stop_step")
+            client.cancel()
+            ended = done.wait(60)
+            took = time.monotonic() - began
+            result = box.get("result") if ended else None
+            err = result.trace.error if result is not None else None
+            message = err.message if err is not None else "no result within 60 s"
+            calls = len(result.trace.calls) if result is not None else 0
+            print(f"{i:3d}  {moment}  ended {took:5.2f} s later  {calls:3d} calls  {message[:80]}",
+                  flush=True)
+            if took > STOP_GRACE:
+                slow.append(i)
+            if err is None or not err.line:
+                unnamed.append(i)
+            if "cut off" in message:
+                cut.append(i)
+    finally:
+        client.close()
+    where = ("behind a local launcher" if launcher else "in the local worker") + (", paused" if args.paused else "")
+
+    def count(runs: list[int], what: str) -> str:
+        return f"{len(runs)} {what}" + (f" (runs {', '.join(map(str, runs))})" if runs else "")
+
+    print(f"\n{args.runs} runs {where}: {count(slow, f'took longer than {STOP_GRACE:g} s to end')}, "
+          f"{count(unnamed, 'named no line')}, {count(cut, 'had a call cut off')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
