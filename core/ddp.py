@@ -6,6 +6,10 @@ trace of the rank the user picked (rank 0 by default) and sends every other rank
 before it (``rank_trace``), so the window can switch between them; each call's
 ``all_reduce`` option also holds every rank's local and reduced gradients.
 The ranks run in their own process group, ended on Stop, time-out or a dropped connection.
+torchrun starts each rank in a session of its own, out of reach of a signal to torchrun's
+group; so torchrun and every rank ask the kernel to kill them when the process that started
+them ends (``die_with_parent``, Linux): ending torchrun ends its ranks, and a worker killed
+outright (the app's time limit, a Stop the worker did not answer) ends torchrun.
 
 Debug and stepping pause the script inside the worker itself, so a DDP script is debugged as
 ``torchrun --nproc_per_node=1`` would start it: one process, rank 0 of a world of 1
@@ -31,11 +35,39 @@ from core import protocol
 from core.trace import ErrorInfo, Trace, TraceFormatError
 
 CHILD_GROUPS: set[int] = set()  # process groups to end with the worker (see worker_remote.end_group)
+PARENT_ENV = "BACKPROP_STUDIO_DDP_PARENT"  # the pid of the process that started this one
+# torchrun, run so that it ends with the worker that started it; the rest of argv is torchrun's.
+TORCHRUN = ("import runpy, sys; from core.ddp import die_with_parent, started_here; die_with_parent(); "
+            "started_here(); sys.argv[0] = 'torchrun'; "
+            "runpy.run_module('torch.distributed.run', run_name='__main__', alter_sys=True)")
+
+
+def die_with_parent() -> None:
+    """Be killed (SIGKILL) when the process that started this one ends (Linux ``prctl``
+    ``PR_SET_PDEATHSIG``; elsewhere nothing). ``PARENT_ENV`` names that process: if it has
+    already ended, this one exits now."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    parent = os.environ.get(PARENT_ENV, "")
+    if parent.isdigit() and os.getppid() != int(parent):
+        os._exit(1)  # the parent ended before the kernel was asked
+
+
+def started_here() -> None:
+    """The processes this one starts (torchrun's ranks) are this one's to end with it."""
+    os.environ[PARENT_ENV] = str(os.getpid())
 
 
 def torchrun_argv(script: str, nproc: int, out: str, device: str, mode: str, load: dict | None = None) -> list[str]:
     extra = ["--load", json.dumps(load)] if load else []  # how the file is opened: --weights, input shapes
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+    return [sys.executable, "-c", TORCHRUN, "--standalone", f"--nproc_per_node={nproc}",
             "-m", "core.ddp_rank", "--out", out, "--device", device, "--mode", mode, *extra, script]
 
 
@@ -91,11 +123,12 @@ def run_ranks(worker, cmd: dict):
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env[PARENT_ENV] = str(os.getpid())
     argv = torchrun_argv(script, nproc, out, device, cmd.get("mode", "auto"), cmd.get("load"))
     proc = subprocess.Popen(argv, env=env, start_new_session=True)
     CHILD_GROUPS.add(proc.pid)
     try:
-        code = proc.wait()
+        code = _wait(proc)
     except KeyboardInterrupt:
         end_children()
         proc.wait()
@@ -124,6 +157,16 @@ def run_ranks(worker, cmd: dict):
         return Trace(calls=[], error=err, script=script, device=device)
     send_other_ranks(worker, cmd, traces, rank, nproc)
     return with_all_ranks(traces[rank], traces)
+
+
+def _wait(proc: subprocess.Popen) -> int:
+    """``proc.wait()`` that Stop can interrupt: a plain wait blocks in ``waitpid``, where the
+    KeyboardInterrupt Stop raises (``_thread.interrupt_main``) does not arrive until it returns."""
+    while True:
+        try:
+            return proc.wait(timeout=0.1)
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def send_other_ranks(worker, cmd: dict, traces: dict, picked: int, nproc: int) -> None:

@@ -1,7 +1,7 @@
 """One rank of a DDP script under ``torchrun``: capture it and write its trace to a file.
 
-Started by ``core.ddp`` as ``python -m torch.distributed.run --nproc_per_node=N -m
-core.ddp_rank --out DIR SCRIPT``. Every ``DistributedDataParallel`` the script builds is
+Started by ``core.ddp`` through ``torch.distributed.run`` (torchrun) ``--nproc_per_node=N -m
+core.ddp_rank --out DIR SCRIPT``; a rank ends with the torchrun that started it. Every ``DistributedDataParallel`` the script builds is
 watched: a hook on each parameter records the gradient this rank computed *before* the
 all-reduce, and after each backward call the call's ``options["all_reduce"]`` holds, per
 parameter, that local gradient and the reduced one DDP wrote into ``.grad``, plus the ids of
@@ -106,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--load", default=None, help="JSON: how to open the file (weights, input_shapes)")
     parser.add_argument("script")
     args = parser.parse_args(argv)
+    from core.ddp import die_with_parent
+
+    die_with_parent()  # torchrun starts ranks in sessions of their own: one ending ends them
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     from core.capture import Capture

@@ -412,7 +412,7 @@ def test_a_script_that_closes_the_workers_pipe_ends_its_run(launcher, tmp_path):
     assert call.leaf_grads["x"].data == [3.0, 3.0]  # d(sum(3x))/dx, streamed before the pipe closed
 
 
-def run_then(launcher, script: Path, word: str, act, timeout: float = 90):
+def run_then(launcher, script: Path, word: str, act, timeout: float = 90, **run_args):
     """Run ``script`` behind ``launcher``, call ``act(client)`` once it printed ``word``, and
     wait for the run to end: its error."""
     box, done = {}, threading.Event()
@@ -426,7 +426,7 @@ def run_then(launcher, script: Path, word: str, act, timeout: float = 90):
 
     client = WorkerClient(on_event, prestart=False, launcher=launcher)
     try:
-        client.run(str(script), timeout=timeout)
+        client.run(str(script), timeout=timeout, **run_args)
         deadline = time.monotonic() + 60
         while "said" not in box and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -640,6 +640,40 @@ def test_ddp_two_ranks_on_gloo(tmp_path):
     # The all-reduce is marked on the AccumulateGrad nodes of both parameters.
     marked = {n.id for n in call.nodes if n.kind == "accumulate_grad"}
     assert set(ar["nodes"]) == marked and len(marked) == 2
+
+
+@pytest.mark.parametrize("how", ["stop", "time limit"])
+def test_ending_a_ddp_run_ends_torchrun_and_every_rank(launcher, tmp_path, how):
+    """torchrun starts each rank in a session of its own, so no signal to a process group
+    reaches them. Stop ends the worker's wait for torchrun at once and ends torchrun; a worker
+    killed outright (what the time limit does after the stacks) takes torchrun with it; either
+    way the ranks end with torchrun (``core.ddp.die_with_parent``). Before, Stop waited in
+    ``waitpid`` until the app killed the worker, and both left torchrun and its ranks running."""
+    from tests.test_ranks import DDP_SCRIPT
+
+    launcher, mark = launcher
+    script = write(tmp_path, "ddp_loop.py", DDP_SCRIPT.replace(
+        "dist.destroy_process_group()\n",
+        "dist.barrier()\nif rank == 0:\n    print('both ranks looping', flush=True)\n"
+        "import time\nwhile True:\n    time.sleep(0.05)\n"))
+    started = []
+
+    def end(client):
+        started.extend(p for p in marked_processes(mark) if "ddp_rank" in " ".join(p.cmdline()))
+        torchrun = [p for p in started if "torch.distributed.run" in " ".join(p.cmdline())]
+        assert len(torchrun) == 1 and len(started) == 3  # torchrun and its 2 ranks
+        if how == "stop":
+            client.cancel()
+        else:
+            client._timed_out(client._run["id"], 120)
+
+    err = run_then(launcher, script, "both ranks looping", end, timeout=120, ddp={"nproc": 2, "rank": 0})
+    if how == "stop":  # the worker stopped the run itself, not the app's kill after the grace
+        assert (err.type, err.kind, err.message) == ("KeyboardInterrupt", "cancelled", "stopped by you")
+    else:
+        assert err.kind == "timeout" and err.message.startswith("the run passed its time limit of 120 s")
+    gone, alive = psutil.wait_procs(started, timeout=10)
+    assert not alive, [p.cmdline() for p in alive]
 
 
 def test_host_records_and_bad_input():
