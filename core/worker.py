@@ -186,7 +186,6 @@ class Worker(Stepping):
             return
         run_id = cmd.get("run")
         device = cmd.get("device") or "cpu"
-        self.cancelled = False
         seeds = seed_run(cmd.get("seeds"))
         self.channel.send(protocol.Started(run=run_id, t=time.time(), seeds=seeds).to_dict())
         problem = check_device(device)
@@ -213,8 +212,11 @@ class Worker(Stepping):
                     streamed = self._stream_calls(capture, run_id, streamed)
 
             INTERRUPTS.install()  # again: the last script may have put its own handler in place
-            self.running = INTERRUPTS.active = True
+            INTERRUPTS.start()
+            self.running = True
             try:
+                if self.cancelled:  # Stop came before the run did (the worker was still starting)
+                    _thread.interrupt_main()
                 apply_device(device)
                 capture = Capture(cmd["path"], device=device, mode=cmd.get("mode", "auto"), on_event=on_event,
                                   load=cmd.get("load"))
@@ -264,6 +266,7 @@ class Worker(Stepping):
             if self.cancelled and trace.error is not None and trace.error.kind == "cancelled":
                 where = f" at line {trace.error.line}" if trace.error.line else ""
                 trace = replace(trace, error=replace(trace.error, message=f"stopped by you{where}"))
+            self.cancelled = False  # a worker serves one run; were it to serve another, that one starts afresh
             _flush_quietly()
         trace = replace(trace, seeds=seeds)
         if self.finish is not None:  # a travelling script: paths back to the app's own

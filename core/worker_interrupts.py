@@ -11,7 +11,10 @@ whatever came next and waited for bytes that never came.
 SIGINT, on the main thread, between two bytecodes): inside ``held()`` it notes the interrupt
 and raises it when the section ends, so a message always leaves whole and the script still
 stops right after; once the script's code has ended (``active`` false) there is nothing left
-to stop, and the interrupt is dropped rather than losing the trace being built. The standard
+to stop, and the interrupt is dropped rather than losing the trace being built. A run gets
+one KeyboardInterrupt: a second Stop (a double click) would otherwise land in the handlers
+still dealing with the first, and lose what they were saving; a script that swallows the
+first is ended by the app after its grace, as before. The standard
 library has no such gate: ``signal.pthread_sigmask`` blocks real signals, not the simulated
 one ``interrupt_main`` trips.
 """
@@ -28,6 +31,11 @@ class Interrupts:
         self.active = False  # the script's code may be running: an interrupt stops it
         self.depth = 0  # held() sections the main thread is in
         self.pending = False  # an interrupt came inside one
+        self.fired = False  # this run's KeyboardInterrupt has been raised
+
+    def start(self) -> None:
+        """A run begins: the next interrupt stops it."""
+        self.active, self.pending, self.fired = True, False, False
 
     def install(self) -> None:
         """Make this the SIGINT handler (from the main thread; again before each run, since a
@@ -35,11 +43,15 @@ class Interrupts:
         signal.signal(signal.SIGINT, self._on_interrupt)
 
     def _on_interrupt(self, signum, frame) -> None:
-        if not self.active:
-            return  # the script is over: its trace is on its way
+        if not self.active or self.fired:
+            return  # the script is over (its trace is on its way), or already being stopped
         if self.depth:
             self.pending = True
             return
+        self._raise()
+
+    def _raise(self) -> None:
+        self.fired = True
         raise KeyboardInterrupt
 
     @contextmanager
@@ -56,8 +68,8 @@ class Interrupts:
             self.depth -= 1
             if not self.depth and self.pending:
                 self.pending = False
-                if self.active:
-                    raise KeyboardInterrupt
+                if self.active and not self.fired:
+                    self._raise()
 
     def script_ended(self) -> None:
         """The script's code has ended: a Stop from now on has nothing to stop."""

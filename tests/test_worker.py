@@ -92,3 +92,69 @@ def test_cancel_then_run_again(tmp_path):
         assert trace.calls[0].leaf_grads["x"].data == [2.0, 2.0, 2.0]
     finally:
         client.close()
+
+
+def test_a_stop_that_comes_before_the_run_ends_it_before_the_first_line(tmp_path):
+    """Stop pressed while the worker is still starting reaches it before the run command: the run
+    ends before the script's first line, as "stopped by you". Before, the run forgot the Stop and
+    the script ran until the app killed the worker after its grace."""
+    import json
+    import subprocess
+    import sys
+
+    from core.client import ROOT
+    from core.protocol import Cancel, Run
+
+    script = tmp_path / "never.py"
+    script.write_text("print('the script ran', flush=True)\nimport time\ntime.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-m", "core.worker", "--fallback-file", str(tmp_path / "result.jsonl")],
+                            cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        for cmd in (Cancel(), Run(run=1, path=str(script), device="cpu")):
+            proc.stdin.write((json.dumps(cmd.to_dict()) + "\n").encode())
+        proc.stdin.flush()
+        for raw in proc.stdout:
+            msg = json.loads(raw)
+            if msg["type"] == "trace":
+                break
+        _, said = proc.communicate(b'{"cmd": "quit"}\n', timeout=30)
+    finally:
+        proc.kill()
+    err = msg["trace"]["error"]
+    assert (err["type"], err["kind"], err["message"]) == ("KeyboardInterrupt", "cancelled", "stopped by you")
+    assert msg["trace"]["calls"] == [] and b"the script ran" not in said
+
+
+def test_a_run_gets_one_keyboard_interrupt():
+    """A second Stop (a double click) is not raised inside the handlers still dealing with the
+    first, where it would lose what they save; the next run can be stopped again."""
+    import _thread
+    import signal
+
+    from core.worker_interrupts import Interrupts
+
+    def spin():  # the handler runs between two bytecodes of the main thread
+        for _ in range(10_000):
+            pass
+
+    gate = Interrupts()
+    previous = signal.getsignal(signal.SIGINT)
+    gate.install()
+    try:
+        gate.start()
+        seen = []
+        try:
+            _thread.interrupt_main()
+            spin()
+        except KeyboardInterrupt:
+            seen.append("stopped")
+            _thread.interrupt_main()  # the second Stop, while the first is handled
+            spin()
+            seen.append("handled")
+        assert seen == ["stopped", "handled"]
+        gate.start()
+        with pytest.raises(KeyboardInterrupt):
+            _thread.interrupt_main()
+            spin()
+    finally:
+        signal.signal(signal.SIGINT, previous)
