@@ -14,9 +14,8 @@ stops right after; once the script's code has ended (``active`` false) there is 
 to stop, and the interrupt is dropped rather than losing the trace being built. A run gets
 one KeyboardInterrupt: a second Stop (a double click) would otherwise land in the handlers
 still dealing with the first, and lose what they were saving; a script that swallows the
-first is ended by the app after its grace, as before. The standard
-library has no such gate: ``signal.pthread_sigmask`` blocks real signals, not the simulated
-one ``interrupt_main`` trips.
+first is ended by the app after its grace, as before. The standard library has no such gate:
+``signal.pthread_sigmask`` blocks real signals, not the simulated one ``interrupt_main`` trips.
 """
 
 from __future__ import annotations
