@@ -37,15 +37,15 @@ from core.trace import ErrorInfo, Trace, TraceFormatError
 CHILD_GROUPS: set[int] = set()  # process groups to end with the worker (see worker_remote.end_group)
 PARENT_ENV = "BACKPROP_STUDIO_DDP_PARENT"  # the pid of the process that started this one
 # torchrun, run so that it ends with the worker that started it; the rest of argv is torchrun's.
-TORCHRUN = ("import runpy, sys; from core.ddp import die_with_parent, started_here; die_with_parent(); "
-            "started_here(); sys.argv[0] = 'torchrun'; "
+TORCHRUN = ("import runpy, sys; from core.ddp import die_with_parent; die_with_parent(); sys.argv[0] = 'torchrun'; "
             "runpy.run_module('torch.distributed.run', run_name='__main__', alter_sys=True)")
 
 
 def die_with_parent() -> None:
     """Be killed (SIGKILL) when the process that started this one ends (Linux ``prctl``
     ``PR_SET_PDEATHSIG``; elsewhere nothing). ``PARENT_ENV`` names that process: if it has
-    already ended, this one exits now."""
+    already ended, this one exits now; then it names this one, for the processes this one
+    starts (torchrun's ranks)."""
     if not sys.platform.startswith("linux"):
         return
     import ctypes
@@ -58,10 +58,6 @@ def die_with_parent() -> None:
     parent = os.environ.get(PARENT_ENV, "")
     if parent.isdigit() and os.getppid() != int(parent):
         os._exit(1)  # the parent ended before the kernel was asked
-
-
-def started_here() -> None:
-    """The processes this one starts (torchrun's ranks) are this one's to end with it."""
     os.environ[PARENT_ENV] = str(os.getpid())
 
 

@@ -211,7 +211,6 @@ class Worker(Stepping):
                 if event.get("type") == "call_done" and capture is not None:
                     streamed = self._stream_calls(capture, run_id, streamed)
 
-            INTERRUPTS.install()  # again: the last script may have put its own handler in place
             INTERRUPTS.start()
             self.running = True
             try:

@@ -33,12 +33,13 @@ class Interrupts:
         self.fired = False  # this run's KeyboardInterrupt has been raised
 
     def start(self) -> None:
-        """A run begins: the next interrupt stops it."""
+        """A run begins (on the main thread): this is SIGINT's handler again, since the last
+        script may have put its own in place, and the next interrupt stops the run."""
+        self.install()
         self.active, self.pending, self.fired = True, False, False
 
     def install(self) -> None:
-        """Make this the SIGINT handler (from the main thread; again before each run, since a
-        script may have put its own in place)."""
+        """Make this the SIGINT handler (from the main thread)."""
         signal.signal(signal.SIGINT, self._on_interrupt)
 
     def _on_interrupt(self, signum, frame) -> None:
@@ -65,10 +66,9 @@ class Interrupts:
             yield
         finally:
             self.depth -= 1
-            if not self.depth and self.pending:
+            if not self.depth and self.pending:  # noted only while active and not yet fired
                 self.pending = False
-                if self.active and not self.fired:
-                    self._raise()
+                self._raise()
 
     def script_ended(self) -> None:
         """The script's code has ended: a Stop from now on has nothing to stop."""

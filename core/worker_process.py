@@ -64,7 +64,7 @@ class WorkerProcess:
         self.refused = ""  # why the worker's hello was refused (another protocol version)
         self.remote_fault = ""  # stacks a remote worker sent back in answer to ``dump``
         self.frame_at = 0.0  # when the last chunk of a frame (a trace, a captured call) arrived
-        self.bytes_at = 0.0  # when bytes of the protocol stream last arrived or were decoded
+        self.bytes_at = 0.0  # when the decoder last finished taking in bytes of the protocol stream
         self.feeding = False  # the decoder is taking in what arrived
         self._decoder = None  # the protocol stream's reader, while it reads
         self.placed = ("", "")  # (path on the worker's host, the app's path) of a travelling script
@@ -284,10 +284,9 @@ class WorkerProcess:
                 pass
         self._exited.set()
 
-    def _chunks(self, fd: int, arrived: bool = False):
+    def _chunks(self, fd: int):
         """Bytes read from ``fd`` until end of file, or until the worker has been gone a moment
-        (a child that left the process group may still hold the pipe); ``arrived``: note when
-        each came (``bytes_at``)."""
+        (a child that left the process group may still hold the pipe)."""
         gone_since = None
         while True:
             try:
@@ -306,8 +305,6 @@ class WorkerProcess:
                 return
             if not chunk:
                 return
-            if arrived:
-                self.bytes_at = time.monotonic()
             yield chunk
 
     def _read_protocol(self) -> None:
@@ -323,7 +320,7 @@ class WorkerProcess:
             report(header, got, decoded)
 
         decoder = self._decoder = StreamDecoder(self._handle_line, progress)
-        for chunk in read_ahead(self._chunks(self.proc.stdout.fileno(), arrived=True)):
+        for chunk in read_ahead(self._chunks(self.proc.stdout.fileno())):
             self.feeding = True  # building what came counts as arriving (50,000 nodes take a while)
             decoder.feed(chunk)
             self.bytes_at, self.feeding = time.monotonic(), False

@@ -40,3 +40,18 @@ def view(request, qtbot):
     v.show()
     qtbot.waitExposed(v)
     return v
+
+
+@pytest.fixture
+def sigint_gate():
+    """A worker's Stop gate (``core.worker_interrupts.Interrupts``), installed as this process's
+    SIGINT handler; the handler found before is put back afterwards."""
+    import signal
+
+    from core.worker_interrupts import Interrupts
+
+    previous = signal.getsignal(signal.SIGINT)
+    gate = Interrupts()
+    gate.install()
+    yield gate
+    signal.signal(signal.SIGINT, previous)

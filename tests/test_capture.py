@@ -299,7 +299,7 @@ def test_an_error_inside_an_op_shows_the_script_traceback_only(tmp_path):
                       f'File "{tmp_path / "script.py"}", line 4, in f']
 
 
-def test_a_stop_after_the_scripts_code_has_ended_is_dropped(tmp_path):
+def test_a_stop_after_the_scripts_code_has_ended_is_dropped(tmp_path, sigint_gate):
     """Stop (``interrupt_main``) can land once the script's code has ended, while the capture
     builds the trace: the worker's SIGINT handler drops it then (``core.worker_interrupts``), so
     the finished run is not reported as stopped, nor its trace lost to a KeyboardInterrupt in the
@@ -308,32 +308,25 @@ def test_a_stop_after_the_scripts_code_has_ended_is_dropped(tmp_path):
     import signal
 
     from core.capture import Capture
-    from core.worker_interrupts import Interrupts
 
+    gate = sigint_gate
     script = tmp_path / "script.py"
     script.write_text("import torch\nw = torch.ones(3, requires_grad=True)\n(w * 2).sum().backward()\n")
-    previous = signal.getsignal(signal.SIGINT)
-    try:
-        for handler in ("gate", "python"):
-            gate = Interrupts()
-            if handler == "gate":
-                gate.install()
-            else:
-                signal.signal(signal.SIGINT, signal.default_int_handler)
-            gate.active = True
-            capture = Capture(str(script), mode="script")
+    for handler in ("gate", "python"):
+        gate.start()
+        if handler == "python":
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        capture = Capture(str(script), mode="script")
 
-            def ended():
-                gate.script_ended()
-                _thread.interrupt_main()  # the Stop comes just as the script's last line has run
+        def ended():
+            gate.script_ended()
+            _thread.interrupt_main()  # the Stop comes just as the script's last line has run
 
-            capture.script_ended = ended
-            trace = capture.run()
-            assert [n.name for n in trace.calls[0].nodes][:2] == ["SumBackward0", "MulBackward0"]
-            assert trace.calls[0].leaf_grads["w"].data == [2.0, 2.0, 2.0]
-            if handler == "gate":
-                assert trace.error is None
-            else:
-                assert trace.error.kind == "cancelled"
-    finally:
-        signal.signal(signal.SIGINT, previous)
+        capture.script_ended = ended
+        trace = capture.run()
+        assert [n.name for n in trace.calls[0].nodes][:2] == ["SumBackward0", "MulBackward0"]
+        assert trace.calls[0].leaf_grads["w"].data == [2.0, 2.0, 2.0]
+        if handler == "gate":
+            assert trace.error is None
+        else:
+            assert trace.error.kind == "cancelled"

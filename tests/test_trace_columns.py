@@ -475,19 +475,17 @@ def _send_read(channel: Channel, read_fd: int, msg: dict) -> tuple[list, "wire.S
     return got, decoder, raised
 
 
-def test_a_stop_that_comes_while_a_frame_is_made_waits_until_it_has_left(monkeypatch):
+def test_a_stop_that_comes_while_a_frame_is_made_waits_until_it_has_left(monkeypatch, sigint_gate):
     """Stop (``interrupt_main`` from the worker's command thread) lands while the script's thread
     encodes a call as a frame: the frame leaves whole, the next message after it, and the script
     gets its KeyboardInterrupt right after the send; once the script has ended the Stop is
     dropped. Before, the frame was cut where the interrupt landed, and the app waited for the
     rest of it."""
     import _thread
-    import signal
 
     from core import worker_channel
-    from core.worker_interrupts import Interrupts
 
-    gate = Interrupts()
+    gate = sigint_gate
     monkeypatch.setattr(worker_channel, "INTERRUPTS", gate)
     parts = wire.columns_parts
 
@@ -499,20 +497,15 @@ def test_a_stop_that_comes_while_a_frame_is_made_waits_until_it_has_left(monkeyp
 
     monkeypatch.setattr(wire, "columns_parts", stopped_on_the_way)
     call = residual_mlp_call(blocks=20)
-    previous = signal.getsignal(signal.SIGINT)
-    gate.install()
-    try:
-        for active, expected in ((True, KeyboardInterrupt), (False, None)):
-            gate.active = active  # the script runs / the script has ended
-            read_fd, write_fd = os.pipe()
-            channel = Channel(write_fd)
-            channel.codec, channel.columns = "zlib", True
-            got, decoder, raised = _send_read(channel, read_fd, {"type": "call_trace", "call": call, "position": 0})
-            assert type(raised) is (expected or type(None))
-            assert [m["type"] for m in got] == ["call_trace", "bye"] and got[0]["call"] == call
-            assert not decoder.partial and gate.depth == 0 and not gate.pending
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    for active, expected in ((True, KeyboardInterrupt), (False, None)):
+        gate.active = active  # the script runs / the script has ended
+        read_fd, write_fd = os.pipe()
+        channel = Channel(write_fd)
+        channel.codec, channel.columns = "zlib", True
+        got, decoder, raised = _send_read(channel, read_fd, {"type": "call_trace", "call": call, "position": 0})
+        assert type(raised) is (expected or type(None))
+        assert [m["type"] for m in got] == ["call_trace", "bye"] and got[0]["call"] == call
+        assert not decoder.partial and gate.depth == 0 and not gate.pending
 
 
 def test_a_channel_without_a_fallback_says_once_that_its_pipe_is_gone(tmp_path):

@@ -125,36 +125,27 @@ def test_a_stop_that_comes_before_the_run_ends_it_before_the_first_line(tmp_path
     assert msg["trace"]["calls"] == [] and b"the script ran" not in said
 
 
-def test_a_run_gets_one_keyboard_interrupt():
+def test_a_run_gets_one_keyboard_interrupt(sigint_gate):
     """A second Stop (a double click) is not raised inside the handlers still dealing with the
     first, where it would lose what they save; the next run can be stopped again."""
     import _thread
-    import signal
-
-    from core.worker_interrupts import Interrupts
 
     def spin():  # the handler runs between two bytecodes of the main thread
         for _ in range(10_000):
             pass
 
-    gate = Interrupts()
-    previous = signal.getsignal(signal.SIGINT)
-    gate.install()
+    sigint_gate.start()
+    seen = []
     try:
-        gate.start()
-        seen = []
-        try:
-            _thread.interrupt_main()
-            spin()
-        except KeyboardInterrupt:
-            seen.append("stopped")
-            _thread.interrupt_main()  # the second Stop, while the first is handled
-            spin()
-            seen.append("handled")
-        assert seen == ["stopped", "handled"]
-        gate.start()
-        with pytest.raises(KeyboardInterrupt):
-            _thread.interrupt_main()
-            spin()
-    finally:
-        signal.signal(signal.SIGINT, previous)
+        _thread.interrupt_main()
+        spin()
+    except KeyboardInterrupt:
+        seen.append("stopped")
+        _thread.interrupt_main()  # the second Stop, while the first is handled
+        spin()
+        seen.append("handled")
+    assert seen == ["stopped", "handled"]
+    sigint_gate.start()
+    with pytest.raises(KeyboardInterrupt):
+        _thread.interrupt_main()
+        spin()
