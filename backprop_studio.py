@@ -36,7 +36,7 @@ def show(tensor, *, save: str | os.PathLike | None = None, open_window: bool = T
     """
     if os.environ.get("BACKPROP_STUDIO_WORKER"):
         return None
-    from core.tensor_capture import capture_tensor
+    from core.worker.capture.tensor_capture import capture_tensor
 
     trace = capture_tensor(tensor, sys._getframe(1))
     if save is None:
@@ -46,7 +46,7 @@ def show(tensor, *, save: str | os.PathLike | None = None, open_window: bool = T
     path = str(Path(save).resolve())
     trace.save(path)
     if open_window:
-        from core.show_link import send_open
+        from core.client.show_link import send_open
 
         if not send_open(path):
             _start_window(path)
@@ -60,7 +60,7 @@ def record():
     if os.environ.get("BACKPROP_STUDIO_WORKER"):
         yield
         return
-    from core.tensor_capture import LineTags
+    from core.worker.capture.tensor_capture import LineTags
 
     with LineTags(sys._getframe(2).f_code.co_filename):
         yield

@@ -40,7 +40,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                         "each as it opens")
     parser.add_argument("--size", default=None, help="window size, WIDTHxHEIGHT (default: fit the screen; "
                         "1400x860 for --screenshot)")
-    from app.cli import add_load_options
+    from app.cli.commands import add_load_options
 
     add_load_options(parser)
     return parser.parse_args(argv)
@@ -54,7 +54,7 @@ def _install_excepthooks(window_ref: list) -> None:
         log.error("unexpected error: %s", text)
         window = window_ref[0] if window_ref else None
         if window is not None:
-            from core.trace import ErrorInfo
+            from core.model.trace import ErrorInfo
 
             window.problems.show_error(ErrorInfo(type=exc_type.__name__, message=str(exc), traceback=text,
                                                  kind="internal"), title="Backprop Studio hit an error")
@@ -83,9 +83,9 @@ def main(argv: list[str]) -> int:
             return 2
     script = args.script
     if script:
-        from core.client import script_problem
+        from core.client.handle import script_problem
 
-        from core.model_files import is_huggingface_folder
+        from core.programs.model_files import is_huggingface_folder
 
         problem = None if is_huggingface_folder(script) else script_problem(script)
         if problem:
@@ -97,10 +97,10 @@ def main(argv: list[str]) -> int:
     except ImportError as exc:  # a broken Qt install: say so instead of a traceback
         sys.stderr.write(f"backprop-studio: cannot load Qt (PySide6): {exc}\n")
         return 2
-    from app.open_trace import is_trace_path, open_trace
-    from app.resources import DEFAULT_EXAMPLE, icon
-    from app.screen_fit import proportion_docks
-    from app.window import MainWindow
+    from app.session.open_trace import is_trace_path, open_trace
+    from app.window.resources import DEFAULT_EXAMPLE, icon
+    from app.window.screen_fit import proportion_docks
+    from app.window.window import MainWindow
 
     script = script or str(DEFAULT_EXAMPLE)
     app = QApplication.instance() or QApplication([sys.argv[0]])
@@ -112,7 +112,7 @@ def main(argv: list[str]) -> int:
     window = MainWindow(timeout=args.timeout)
     window_ref.append(window)
     if not args.screenshot:
-        from app.show_server import ShowServer
+        from app.session.show_server import ShowServer
 
         # show(tensor) from a notebook or script opens its graph in this window.
         window.show_server = ShowServer(window)
@@ -173,7 +173,7 @@ def main(argv: list[str]) -> int:
         window.sig_trace_shown.connect(shoot)
         QTimer.singleShot(int((args.timeout + 60) * 1000), give_up)
     window.show()
-    from app.cli import load_options
+    from app.cli.commands import load_options
 
     opened = open_trace(window, script) if is_trace_path(script) else \
         window.open_script(script, load=load_options(args))

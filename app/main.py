@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["--help-window"]:
         argv = ["--help"]
     if argv and argv[0] in HEADLESS:
-        from app import cli
+        from app.cli import commands as cli
 
         try:
             return cli.main(argv)

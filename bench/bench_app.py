@@ -36,7 +36,7 @@ HUGE = ROOT / "resources" / "examples" / "51_huge_residual_mlp.py"
 
 
 def capture_json(script: Path, out: Path) -> None:
-    from core.client import run_capture
+    from core.client.handle import run_capture
 
     result = run_capture(str(script), timeout=600)
     out.write_text(json.dumps(result.trace.to_dict()), encoding="utf-8")
@@ -46,8 +46,8 @@ def first_frame(json_path: Path, repeats: int = 15) -> None:
     """In this (torch-free) process: decoded worker message -> Trace -> first painted frame."""
     from PySide6.QtWidgets import QApplication
 
-    from core.trace import Trace
-    from widgets.graph_view import GraphView
+    from core.model.trace import Trace
+    from widgets.graph.view import GraphView
 
     app = QApplication.instance() or QApplication([])
     data = json.loads(json_path.read_text(encoding="utf-8"))
@@ -110,7 +110,7 @@ def step_latency(steps: int = 60, *, scripts=(MLP, BIG), repeat: int = 1, profil
     its top lines."""
     from PySide6.QtWidgets import QApplication
 
-    from app.window import MainWindow
+    from app.window.window import MainWindow
 
     app = QApplication.instance() or QApplication([])
     os.environ["BACKPROP_STUDIO_SETTINGS"] = str(Path(tempfile.mkdtemp()) / "settings.ini")
@@ -152,7 +152,7 @@ def step_latency(steps: int = 60, *, scripts=(MLP, BIG), repeat: int = 1, profil
             window.act_stop.trigger()
     latencies, continues, gui = [], [], []
     hops: dict[str, list[float]] = {}
-    from core.client import WorkerProcess
+    from core.client.handle import WorkerProcess
 
     # Hop timings of each Step: the command carries its send time, the worker echoes its own stamps
     # with the pause, the client's reader thread stamps the decoded message (one clock: monotonic).
@@ -165,7 +165,7 @@ def step_latency(steps: int = 60, *, scripts=(MLP, BIG), repeat: int = 1, profil
     def stamped(self, msg):
         t_in = time.monotonic()
         if isinstance(msg, dict):
-            from core.worker_process import typed
+            from core.client.process import typed
 
             msg = typed(msg)
         fields_of(msg)["t_in"] = t_in
@@ -177,7 +177,7 @@ def step_latency(steps: int = 60, *, scripts=(MLP, BIG), repeat: int = 1, profil
 
     def timed_control(cmd, **args):
         if cmd in ("step", "continue"):
-            args["extra"] = {"t": time.monotonic()}  # the worker echoes its stamps (core/worker_stepping.py)
+            args["extra"] = {"t": time.monotonic()}  # the worker echoes its stamps (core/worker/debug.py)
         return control(cmd, **args)
 
     window.handle.control = timed_control

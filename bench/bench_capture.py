@@ -21,8 +21,8 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from core.capture import capture_script  # noqa: E402
-from core.trace import Trace  # noqa: E402
+from core.worker.capture.recorder import capture_script  # noqa: E402
+from core.model.trace import Trace  # noqa: E402
 
 SCRIPT = ROOT / "resources" / "examples" / "50_big_residual_mlp.py"
 LOOP = ROOT / "resources" / "examples" / "11_linear_regression_scratch.py"

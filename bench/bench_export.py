@@ -3,7 +3,7 @@
 Run: ``.venv/bin/python bench/bench_export.py`` (offscreen; a few minutes when torchviz and
 Graphviz are there, since ``dot`` lays out 4,800 nodes slowly). The script
 ``resources/examples/50_big_residual_mlp.py`` is captured in-process with
-``core.capture.capture_script`` and exported fully expanded (every node drawn, as torchviz
+``core.worker.capture.recorder.capture_script`` and exported fully expanded (every node drawn, as torchviz
 draws them) and as the app opens it (module groups collapsed). torchviz is optional: when it
 is not importable, ``/tmp/tvpkgs`` (``pip install --target /tmp/tvpkgs torchviz graphviz``)
 is tried, and the comparison is reported as skipped otherwise.
@@ -26,9 +26,9 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from core.capture import capture_script  # noqa: E402
-from core.export_dot import call_to_dot  # noqa: E402
-from widgets import export  # noqa: E402
+from core.worker.capture.recorder import capture_script  # noqa: E402
+from core.layout.export_dot import call_to_dot  # noqa: E402
+from widgets.export import graph_export as export
 
 SCRIPT = ROOT / "resources" / "examples" / "50_big_residual_mlp.py"
 SVG_TARGET_S = 2.0

@@ -25,9 +25,9 @@ sys.path.insert(0, str(ROOT))
 
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from core.layout import default_collapsed, layout_call  # noqa: E402
+from core.layout.compound import default_collapsed, layout_call  # noqa: E402
 from tests.fixtures_graphs import residual_mlp_call  # noqa: E402
-from widgets.graph_view import GraphView  # noqa: E402
+from widgets.graph.view import GraphView  # noqa: E402
 
 
 def peak_mb() -> float:

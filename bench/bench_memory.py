@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from core.memory import MemorySampler, saved_tensor_bytes  # noqa: E402
+from core.worker.memory import MemorySampler, saved_tensor_bytes  # noqa: E402
 
 SCRIPT = ROOT / "resources" / "examples" / "50_big_residual_mlp.py"
 
@@ -94,7 +94,7 @@ def main() -> int:
 def per_op(model, inputs) -> None:
     """What the per-op accounting of a forward pass costs: ``on_node`` for each node of one graph,
     against the forward pass that made them (the capture calls it once per new node)."""
-    from core.stepping import number_nodes, root_nodes
+    from core.worker.stepper import number_nodes, root_nodes
 
     t0 = time.perf_counter()
     loss = model(inputs).pow(2).mean()

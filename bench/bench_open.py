@@ -25,9 +25,9 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from core.capture import capture_script  # noqa: E402
-from core.notebook import notebook_script  # noqa: E402
-from core.tensor_capture import capture_tensor  # noqa: E402
+from core.worker.capture.recorder import capture_script  # noqa: E402
+from core.programs.notebook import notebook_script  # noqa: E402
+from core.worker.capture.tensor_capture import capture_tensor  # noqa: E402
 
 MODEL_PY = """\
 import torch

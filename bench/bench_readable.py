@@ -30,9 +30,9 @@ sys.path.insert(0, str(ROOT))
 
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from core.layout_groups import _info_cache  # noqa: E402
+from core.layout.groups import _info_cache  # noqa: E402
 from tests.fixtures_graphs import residual_mlp_call  # noqa: E402
-from widgets.graph_view import GraphView  # noqa: E402
+from widgets.graph.view import GraphView  # noqa: E402
 
 
 def first_frame(app, call, collapsed) -> tuple[float, float, int, int]:
@@ -54,7 +54,7 @@ def first_frame(app, call, collapsed) -> tuple[float, float, int, int]:
 
 
 def view_chunks(call) -> list[str]:
-    from core.layout import group_info
+    from core.layout.compound import group_info
 
     return group_info(call).children["blocks"]
 
@@ -101,7 +101,7 @@ def fold_rounds(app, head_start: bool, out: dict[str, list[tuple[float, float]]]
     level ("blocks" folded), so the first fold is the first to reach inside the stack.
     ``head_start``: what the layout thread prepares once a layout is shown (``prepare_folds``)
     runs, untimed, before each fold, as it does while the user looks at the graph."""
-    from core import layout
+    from core.layout import compound as layout
 
     prepare = getattr(layout, "prepare_folds", None) if head_start else None
     _info_cache.clear()

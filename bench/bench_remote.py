@@ -4,7 +4,7 @@ Run: python bench/bench_remote.py [--repeat N] [--traces DIR] [--whole-run | --l
 (or read from DIR/<example>.json), then:
 
 - in one process, the CPU time to encode the trace, compress it and decode it, as the JSON of
-  the trace format (what travelled before) and in the columnar encoding (core.trace_columns);
+  the trace format (what travelled before) and in the columnar encoding (core.protocol.columns);
 - end to end, its trace sent by a stand-in worker (bench/send_trace.py, the worker's own
   Channel) behind a local launcher, straight through a pipe and through a 10 MiB/s link
   (bench/slow_link.py: ``pv -L`` lends a slow sender credit for its idle time, so it never held
@@ -43,11 +43,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from core import wire  # noqa: E402
-from core.client import WorkerClient, run_capture  # noqa: E402
-from core.launchers import from_command  # noqa: E402
-from core.trace import Trace, paused_gc  # noqa: E402
-from core.trace_columns import ColumnReader, encode_lines  # noqa: E402
+from core.protocol import wire
+from core.client.handle import WorkerClient, run_capture  # noqa: E402
+from core.client.launchers import from_command  # noqa: E402
+from core.model.trace import Trace, paused_gc  # noqa: E402
+from core.protocol.columns import ColumnReader, encode_lines  # noqa: E402
 from bench.send_trace import as_the_worker_holds_it  # noqa: E402
 
 EXAMPLES = [("4,802 nodes", ROOT / "resources/examples/50_big_residual_mlp.py"),
@@ -99,8 +99,8 @@ def send_once(trace_file: Path, codec: str, throttle: bool, encoding: str = "col
         if pinned:
             os.sched_setaffinity(0, cpus)
     assert box["result"].trace.error is None, box["result"].trace.error
-    # A big frame freezes the heap when it ends (core.wire); the app unfreezes and collects when
-    # the next trace opens (app.session.settle_heap): so does each run here, after its timing.
+    # A big frame freezes the heap when it ends (core.protocol.wire); the app unfreezes and collects when
+    # the next trace opens (app.session.session.settle_heap): so does each run here, after its timing.
     took, sent, raw = box["t1"] - box["t0"], box["bytes"], box["raw"]
     if marks is not None:
         marks["started"] = box["t0"]
@@ -146,7 +146,7 @@ def whole_run(script: Path, codec: str, how: str, rate: float = RATE) -> float:
     second ("link")."""
     launcher = None
     if how != "local":
-        worker = f"{shlex.quote(sys.executable)} -m core.worker"
+        worker = f"{shlex.quote(sys.executable)} -m core.worker.main"
         if how == "link":
             worker += f" | {shlex.quote(sys.executable)} {shlex.quote(str(ROOT / 'bench/slow_link.py'))} {rate}"
         launcher = from_command(f"sh -c {shlex.quote(f'cd {shlex.quote(str(ROOT))} && {worker}')}", name="bench",
@@ -215,7 +215,7 @@ def in_process(trace: Trace, codecs: list[str]) -> dict:
     t0 = time.process_time()
     lines = list(encode_lines(trace))
     t1 = time.process_time()
-    with paused_gc():  # as the app reads a frame (core.wire.StreamDecoder)
+    with paused_gc():  # as the app reads a frame (core.protocol.wire.StreamDecoder)
         reader = ColumnReader()
         for line in lines:
             reader.feed(line)

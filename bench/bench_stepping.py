@@ -6,7 +6,7 @@ from ``step()`` to the next paused state (controller and script on two threads, 
 worker), and continue-to-end (``resume()`` at the first pause until finished) against a plain
 backward of an identical graph, and the ``steps`` message a Continue sends: its JSON size,
 encode and decode times as records holding their previews against each preview sent once
-(``core.step_pack``).
+(``core.protocol.step_pack``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from core.stepping import BackwardStepper, StepperStopped, step_all  # noqa: E402
+from core.worker.stepper import BackwardStepper, StepperStopped, step_all  # noqa: E402
 
 WIDTH, BLOCKS, BATCH = 64, 800, 8
 
@@ -136,7 +136,7 @@ def batch_figures(records: list[dict], repeat: int) -> None:
     """The Continue batch of ``records`` as JSON: each record with its previews, then packed."""
     import json
 
-    from core.step_pack import pack_records, unpack_steps
+    from core.protocol.step_pack import pack_records, unpack_steps
 
     def plain():
         return {"type": "steps", "call": 0, "records": records}

@@ -18,9 +18,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import core.capture as capture  # noqa: E402
-import core.snapshot as snapshot  # noqa: E402
-from core.cuts import CutRecorder  # noqa: E402
+import core.worker.capture.recorder as capture  # noqa: E402
+import core.worker.capture.snapshot as snapshot  # noqa: E402
+from core.worker.capture.cuts import CutRecorder  # noqa: E402
 
 BIG = ROOT / "resources" / "examples" / "50_big_residual_mlp.py"
 SMALL = ROOT / "resources" / "examples" / "13_mlp_classifier.py"

@@ -31,11 +31,11 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from core.capture import Capture  # noqa: E402
-from core.client import run_capture  # noqa: E402
-from core.memory import MemorySampler, saved_tensor_bytes  # noqa: E402
-from core.stepping import BackwardStepper  # noqa: E402
-from core.worker import apply_device  # noqa: E402
+from core.worker.capture.recorder import Capture  # noqa: E402
+from core.client.handle import run_capture  # noqa: E402
+from core.worker.memory import MemorySampler, saved_tensor_bytes  # noqa: E402
+from core.worker.stepper import BackwardStepper  # noqa: E402
+from core.worker.main import apply_device  # noqa: E402
 
 EXAMPLES = ["01_multiply.py", "13_mlp_classifier.py", "30_graph_leak.py", "40_model_small_cnn.py",
             "50_big_residual_mlp.py"]
@@ -141,7 +141,7 @@ def debug_run(device: str) -> bool:
     import queue
     import tempfile
 
-    from core.client import WorkerClient
+    from core.client.handle import WorkerClient
 
     print(f"== a debug run on {device}: paused at backward, stepped in place")
     script = Path(tempfile.mkdtemp()) / "debugged.py"
@@ -187,7 +187,7 @@ PEAK_CODE = """\
 import sys, runpy, torch
 sys.path.insert(0, {root!r})
 if {captured!r}:
-    from core.capture import Capture
+    from core.worker.capture.recorder import Capture
     trace = Capture({script!r}, device={device!r}).run()
     assert trace.error is None, trace.error.message
 else:

@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from core.client import run_capture  # noqa: E402
+from core.client.handle import run_capture  # noqa: E402
 
 NOTEBOOK_CELLS = [
     "import torch\ndevice = torch.device('cuda' if torch.cuda.is_available() else 'cpu')",

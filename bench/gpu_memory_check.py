@@ -25,11 +25,11 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from core.capture import Capture  # noqa: E402
-from core.client import run_capture  # noqa: E402
-from core.memory import MemorySampler  # noqa: E402
-from core.memory_marks import install_marks, script_line  # noqa: E402
-from core.worker import apply_device  # noqa: E402
+from core.worker.capture.recorder import Capture  # noqa: E402
+from core.client.handle import run_capture  # noqa: E402
+from core.worker.memory import MemorySampler  # noqa: E402
+from core.worker.memory_marks import install_marks, script_line  # noqa: E402
+from core.worker.main import apply_device  # noqa: E402
 
 EXAMPLES = ROOT / "resources" / "examples"
 MB = 1 << 20

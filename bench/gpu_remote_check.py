@@ -2,7 +2,7 @@
 
     python bench/gpu_remote_check.py
 
-1. Starts the worker behind ``sh -c 'exec python -m core.worker'`` (what ssh runs on a host)
+1. Starts the worker behind ``sh -c 'exec python -m core.worker.main'`` (what ssh runs on a host)
    and checks its hello lists every CUDA device with its name and memory, labelled as the
    device picker shows them.
 2. Traces the 4,802-node example on cuda:0 through it, compressed, and checks the trace
@@ -28,8 +28,8 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from core.client import run_capture  # noqa: E402
-from core.launchers import from_command  # noqa: E402
+from core.client.handle import run_capture  # noqa: E402
+from core.client.launchers import from_command  # noqa: E402
 
 DDP = """import torch, torch.distributed as dist, torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -52,7 +52,7 @@ def main() -> int:
         print("no CUDA device: nothing to check")
         return 1
     ok = True
-    launcher = from_command(f"sh -c 'cd {shlex.quote(str(ROOT))} && exec {shlex.quote(sys.executable)} -m core.worker'",
+    launcher = from_command(f"sh -c 'cd {shlex.quote(str(ROOT))} && exec {shlex.quote(sys.executable)} -m core.worker.main'",
                             name="gpu-host")
     events: list[dict] = []
     t0 = time.perf_counter()
@@ -60,7 +60,7 @@ def main() -> int:
                          launcher=launcher, timeout=600, on_event=events.append)
     elapsed = time.perf_counter() - t0
     hello = next(e for e in events if e.get("type") == "hello")
-    from app.host_devices import device_label
+    from app.session.host_devices import device_label
 
     cuda = [d for d in hello["devices"] if d["id"].startswith("cuda")]
     for d in cuda:
@@ -109,7 +109,7 @@ def check_model_upload() -> bool:
         remote_tmp = Path(tmp) / "host-tmp"
         remote_tmp.mkdir()
         launcher = from_command(f"sh -c 'cd {shlex.quote(str(ROOT))} && exec env TMPDIR={shlex.quote(str(remote_tmp))} "
-                                f"{shlex.quote(sys.executable)} -m core.worker'", name="gpu-host")
+                                f"{shlex.quote(sys.executable)} -m core.worker.main'", name="gpu-host")
         torch.manual_seed(3)
         model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 8))
         path = Path(tmp) / "mlp.pt2"

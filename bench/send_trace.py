@@ -13,15 +13,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core import protocol  # noqa: E402
-from core.trace import Trace  # noqa: E402
-from core.wire import PROTOCOL_VERSION, pick_codec  # noqa: E402
-from core.worker import Channel  # noqa: E402
+from core.protocol import messages as protocol
+from core.model.trace import Trace  # noqa: E402
+from core.protocol.wire import PROTOCOL_VERSION, pick_codec  # noqa: E402
+from core.worker.main import Channel  # noqa: E402
 
 
 def as_the_worker_holds_it(trace: Trace) -> Trace:
     """``trace`` with each leaf's gradient preview the very object of its tensor's ``grad.values``,
-    as the worker builds it (core.call_record); a trace read from a file holds equal copies."""
+    as the worker builds it (core.worker.capture.call_record); a trace read from a file holds equal copies."""
     for call in trace.calls:
         grads = {t.name: t.grad.values for t in call.tensors if t.name and t.grad is not None}
         for name, values in call.leaf_grads.items():
@@ -42,7 +42,7 @@ def main() -> None:
     timeline = next((a.partition("=")[2] for a in sys.argv[3:] if a.startswith("timeline=")), None)
     stamps: dict = {}
     if timeline:
-        from core import wire
+        from core.protocol import wire
 
         encode_lines = wire.encode_lines
 

@@ -53,7 +53,7 @@ def main() -> int:
     from PySide6.QtCore import QEventLoop, QTimer
     from PySide6.QtWidgets import QApplication
 
-    from app.window import MainWindow
+    from app.window.window import MainWindow
 
     app = QApplication.instance() or QApplication([])
     window = MainWindow(timeout=120)

@@ -9,7 +9,7 @@ the Stop lands sometimes in the script, sometimes while the worker streams a cal
 Stop comes there, as the window's Stop does (``stop_step``, then ``cancel``): the stepper
 lets go of backward, the capture stores the call and streams it, and the interrupt comes
 while it does.
-``--launcher`` runs the worker behind a local launcher (``sh -c 'exec python -m core.worker'``),
+``--launcher`` runs the worker behind a local launcher (``sh -c 'exec python -m core.worker.main'``),
 where calls travel as compressed frames. For every run it prints how long the run took to
 end after Stop, how many calls came back and the error; then how many runs took longer than
 the script's own grace (1 s) to end, and how many came back with no line named or a call cut
@@ -30,9 +30,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from core import protocol  # noqa: E402
-from core.client import STOP_GRACE, WorkerClient  # noqa: E402
-from core.launchers import from_command  # noqa: E402
+from core.protocol import messages as protocol
+from core.client.handle import STOP_GRACE, WorkerClient  # noqa: E402
+from core.client.launchers import from_command  # noqa: E402
 
 LOOP = """\
 import torch
@@ -59,7 +59,7 @@ def main() -> int:
     args = parser.parse_args()
     launcher = None
     if args.launcher:
-        launcher = from_command(f"sh -c {shlex.quote(f'cd {shlex.quote(str(ROOT))} && exec {shlex.quote(sys.executable)} -m core.worker')}")
+        launcher = from_command(f"sh -c {shlex.quote(f'cd {shlex.quote(str(ROOT))} && exec {shlex.quote(sys.executable)} -m core.worker.main')}")
     folder = Path(tempfile.mkdtemp(prefix="stop-at-random-"))
     script = folder / "loop.py"
     script.write_text(LOOP.replace("LAYERS", str(args.layers)))

@@ -16,6 +16,6 @@ class Block:
 
 sys.meta_path.insert(0, Block())
 sys.path = [p for p in sys.path if p != str(Path(__file__).resolve().parents[1])]  # not the source tree
-spec = importlib.util.find_spec("core.worker")
+spec = importlib.util.find_spec("core.worker.main")
 print("worker module:", spec.origin, file=sys.stderr, flush=True)
-runpy.run_module("core.worker", run_name="__main__", alter_sys=True)
+runpy.run_module("core.worker.main", run_name="__main__", alter_sys=True)

@@ -19,7 +19,7 @@ def window(request, qtbot, tmp_path, monkeypatch):
     """The main window, shown at 1200 x 800, with its settings in the test's own folder. A test
     module's ``WINDOW_TIMEOUT`` sets the run time limit (60 s when it has none)."""
     monkeypatch.setenv("BACKPROP_STUDIO_SETTINGS", str(tmp_path / "settings.ini"))
-    from app.window import MainWindow
+    from app.window.window import MainWindow
 
     w = MainWindow(timeout=getattr(request.module, "WINDOW_TIMEOUT", 60))
     qtbot.addWidget(w)
@@ -32,7 +32,7 @@ def window(request, qtbot, tmp_path, monkeypatch):
 @pytest.fixture
 def view(request, qtbot):
     """A graph view, shown at 1000 x 700, or at a test module's ``VIEW_SIZE``."""
-    from widgets.graph_view import GraphView
+    from widgets.graph.view import GraphView
 
     v = GraphView()
     v.resize(*getattr(request.module, "VIEW_SIZE", (1000, 700)))
@@ -44,11 +44,11 @@ def view(request, qtbot):
 
 @pytest.fixture
 def sigint_gate():
-    """A worker's Stop gate (``core.worker_interrupts.Interrupts``), installed as this process's
+    """A worker's Stop gate (``core.worker.interrupts.Interrupts``), installed as this process's
     SIGINT handler; the handler found before is put back afterwards."""
     import signal
 
-    from core.worker_interrupts import Interrupts
+    from core.worker.interrupts import Interrupts
 
     previous = signal.getsignal(signal.SIGINT)
     gate = Interrupts()

@@ -7,7 +7,7 @@ Small graphs spell out every node; big ones follow ``resources/examples/50_big_r
 
 from __future__ import annotations
 
-from core.trace import CallInfo, Edge, ErrorInfo, NodeInfo, Saved, Stale, TensorInfo, Values
+from core.model.trace import CallInfo, Edge, ErrorInfo, NodeInfo, Saved, Stale, TensorInfo, Values
 
 
 def tensor(

@@ -20,9 +20,9 @@ def test_core_imports_without_qt():
         "            raise ImportError('blocked: ' + name)\n"
         "sys.meta_path.insert(0, Block())\n"
         "import core\n"
-        "names = [m.name for m in pkgutil.iter_modules(core.__path__)]\n"
+        "names = [m.name for m in pkgutil.walk_packages(core.__path__, 'core.') if not m.name.endswith('__main__')]\n"
         "for n in names:\n"
-        "    importlib.import_module('core.' + n)\n"
+        "    importlib.import_module(n)\n"
         "print(len(names))\n"
     )
     result = _run(code)
@@ -36,11 +36,11 @@ def test_gui_side_modules_do_not_import_torch():
         "import app, widgets\n"
         "mods = []\n"
         "for pkg in (app, widgets):\n"
-        "    for m in pkgutil.iter_modules(pkg.__path__):\n"
-        "        mods.append(pkg.__name__ + '.' + m.name)\n"
+        "    for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + '.'):\n"
+        "        mods.append(m.name)\n"
         "for name in mods:\n"
         "    importlib.import_module(name)\n"
-        "import core.trace, core.client, core.summary\n"
+        "import core.model.trace, core.client.handle, app.cli.summary\n"
         "print('torch' in sys.modules, len(mods))\n"
     )
     result = _run(code)

@@ -1,0 +1,212 @@
+"""Headless commands: ``trace``, ``step``, ``export`` and ``hosts``, run through the same worker.
+
+``step`` steps a call in the same run that captures it: its steps, leaf grads and captured call agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import json
+from dataclasses import asdict
+
+from app.cli import export as export_cli
+from app.cli.hosts import add_hosts_parser, add_worker_args, hosts_main, worker_options
+from core.protocol import messages as protocol
+from core.client.handle import run_capture, script_problem
+from core.client.launchers import LauncherError
+from core.programs.model_files import is_huggingface_folder
+from core.model.rank_files import received_trace, save_ranks
+from core.model.step_state import short_values
+from app.cli.summary import trace_summary
+from core.model.trace import Trace, TraceFormatError
+
+
+def _trace(args) -> int:
+    script = Path(args.script)
+    problem = None if is_huggingface_folder(script) else script_problem(script)
+    if problem:
+        print(f"backprop-studio: {problem}", file=sys.stderr)
+        return 2
+    if script.suffix.lower() == ".json":
+        print(f"backprop-studio: {script} is a saved trace, not a script: open it with "
+              f"'python main.py view {script}'", file=sys.stderr)
+        return 2
+    ranks: dict[int, object] = {}  # a DDP run's other ranks (protocol.RankTrace), by rank
+
+    def on_event(event: protocol._Base) -> None:
+        if isinstance(event, protocol.RankTrace):
+            ranks[int(event.rank)] = event.trace
+
+    result = run_capture(str(script), device=args.device, mode=args.mode, timeout=args.timeout,
+                         load=load_options(args), on_event=on_event, **worker_options(args))
+    trace = result.trace
+    _say_bad_messages(result)
+    written = save_ranks(Path(args.json), trace, _other_ranks(ranks)) if args.json else []
+    if result.output and not args.quiet:
+        print("--- script output ---")
+        print(result.output.rstrip())
+        print("---")
+    print(trace_summary(trace))
+    if len(written) > 1:
+        print(f"traces of {len(written)} ranks written: {', '.join(map(str, written))}")
+    elif written:
+        print(f"trace written to {args.json}")
+    return 1 if trace.error else 0
+
+
+def _other_ranks(ranks: dict[int, object]) -> dict[int, Trace]:
+    """The other ranks' traces as the worker sent them; one that cannot be read is named."""
+    traces = {}
+    for rank, data in sorted(ranks.items()):
+        try:
+            traces[rank] = received_trace(data)
+        except TraceFormatError as exc:
+            print(f"backprop-studio: rank {rank}'s trace could not be read: {exc}", file=sys.stderr)
+    return traces
+
+
+def _step(args) -> int:
+    script = Path(args.script)
+    problem = None if is_huggingface_folder(script) else script_problem(script)
+    if problem:
+        print(f"backprop-studio: {problem}", file=sys.stderr)
+        return 2
+    steps: list[dict] = []
+    info: dict = {}
+
+    def on_event(event: protocol._Base) -> None:
+        if isinstance(event, protocol.Step):
+            steps.append(event.record)
+        elif isinstance(event, (protocol.StepBegin, protocol.StepEnd)):
+            info[type(event)] = event
+
+    step = {"call": args.call, "mode": "all"}
+    if args.breakpoint is not None:
+        step["line"] = args.breakpoint
+    options = worker_options(args)
+    if options.get("ddp"):
+        print(f"backprop-studio step: stepping runs the DDP script as one process, rank 0 of a world of 1 "
+              f"(as torchrun --nproc_per_node=1 starts it); 'trace --nproc {options['ddp']['nproc']}' "
+              f"captures every rank", file=sys.stderr)
+    result = run_capture(str(script), device=args.device, mode=args.mode, timeout=args.timeout,
+                         on_event=on_event, step=step, load=load_options(args), **options)
+    trace = result.trace
+    wanted = f"no call was made from line {args.breakpoint}" if args.breakpoint is not None \
+        else f"call #{args.call} was never reached"
+    _say_bad_messages(result)
+    if protocol.StepBegin not in info:
+        reason = f"{trace.error.type}: {trace.error.message}" if trace.error else "the script made fewer calls"
+        print(f"backprop-studio: {wanted} ({trace.call_count} call(s) made; {reason})", file=sys.stderr)
+        return 1
+    begin: protocol.StepBegin = info[protocol.StepBegin]
+    index = begin.call
+    call = next((c for c in trace.calls if c.index == index), None)
+    leaf_grads = {k: asdict(v) for k, v in call.leaf_grads.items()} if call is not None else {}
+    end: protocol.StepEnd | None = info.get(protocol.StepEnd)
+    doc = {
+        "format": "backprop-studio-steps",
+        "version": 2,
+        "script": str(script.resolve()),
+        "index": index,
+        "api": begin.api,
+        "line": begin.line,
+        "seeds": trace.seeds,
+        "state": end.state if end is not None else None,
+        "error": end.error if end is not None else None,
+        "steps": steps,
+        "leaf_grads": leaf_grads,
+        # The call as this same run captured it, before backward (trace format, tensors with values).
+        "call": begin.graph,
+    }
+    if args.json:
+        Path(args.json).write_text(json.dumps(doc), encoding="utf-8")
+    print(f"call #{index} ({doc['api']}, line {doc['line']}): {len(steps)} steps, {doc['state']}")
+    for record in steps:
+        grads = ", ".join(short_values(g) for g in record.get("grad_inputs") or [])
+        incoming = ", ".join(short_values(g) for g in record.get("grad_outputs") or [])
+        line = f"  {record['index']:>4}  {record['node']:>6}  {record['name']:<28} in: {incoming}"
+        if grads:
+            line += f"  out: {grads}"
+        for name, values in (record.get("leaf_grads") or {}).items():
+            line += f"  {name}.grad = {short_values(values)}"
+        if record.get("error"):
+            line += f"  FAILED: {record['error'].get('type')}"
+        print(line)
+    if doc["error"]:
+        print(f"backward failed: {doc['error']['type']}: {doc['error']['message'].splitlines()[0]}")
+    if args.json:
+        print(f"steps written to {args.json}")
+    return 1 if doc["error"] else 0
+
+
+def _say_bad_messages(result) -> None:
+    """Worker messages that did not match the protocol, named on stderr (the run went on)."""
+    for error in result.bad_messages:
+        print(f"backprop-studio: warning: {error}", file=sys.stderr)
+
+
+def add_load_options(p: argparse.ArgumentParser) -> None:
+    """How to open notebooks and saved models (see README, "Notebooks and saved models")."""
+    p.add_argument("--weights", metavar="FILE", help="a state_dict or .safetensors file to load into the model "
+                   "the script defines")
+    p.add_argument("--input-shape", action="append", metavar="SHAPE",
+                   help="input shape for a TorchScript archive or pickled model, e.g. 2,4 or 2x8:int64; "
+                   "repeat once per input")
+    p.add_argument("--trust-pickle", action="store_true",
+                   help="allow a whole pickled model (torch.save(model)); loading it runs code from the file")
+
+
+def load_options(args) -> dict:
+    return {"weights": str(Path(args.weights).resolve()) if getattr(args, "weights", None) else None,
+            "input_shapes": ";".join(getattr(args, "input_shape", None) or []),
+            "trust_pickle": bool(getattr(args, "trust_pickle", False))}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="backprop-studio", description="Backprop Studio headless commands")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("trace", help="run a script in a worker and summarise every autograd graph it builds")
+    p.add_argument("script")
+    p.add_argument("--device", default="cpu", help="cpu, cuda:N or mps (default cpu)")
+    p.add_argument("--json", metavar="OUT", help="write the trace as JSON (with --nproc: the picked rank's; "
+                   "each other rank's beside it, OUT's name with .rankN)")
+    p.add_argument("--mode", choices=("auto", "script", "model"), default="auto")
+    p.add_argument("--timeout", type=float, default=600.0, help="time limit in seconds (default 600)")
+    p.add_argument("--quiet", action="store_true", help="do not echo the script's output")
+    add_load_options(p)
+    add_worker_args(p)
+    p = sub.add_parser("step", help="step through one backward call node by node and print every step")
+    p.add_argument("script")
+    p.add_argument("--call", type=int, default=0, help="which backward / grad call to step (default 0)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda:N or mps (default cpu)")
+    p.add_argument("--breakpoint", type=int, metavar="LINE",
+                   help="step the first call made from this script line (instead of --call)")
+    p.add_argument("--json", metavar="OUT", help="write the steps, leaf grads and the call as JSON")
+    add_load_options(p)
+    p.add_argument("--mode", choices=("auto", "script", "model"), default="auto")
+    p.add_argument("--timeout", type=float, default=600.0, help="time limit in seconds (default 600)")
+    add_worker_args(p)
+    export_cli.add_parser(sub)
+    add_hosts_parser(sub)
+    args = parser.parse_args(argv)
+    try:
+        return _dispatch(parser, args)
+    except LauncherError as exc:
+        print(f"backprop-studio {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+def _dispatch(parser, args) -> int:
+    if args.command == "hosts":
+        return hosts_main(args)
+    if args.command == "export":
+        return export_cli.main(args)
+    if args.command == "trace":
+        return _trace(args)
+    if args.command == "step":
+        return _step(args)
+    parser.error(f"unknown command {args.command}")
+    return 2

@@ -1,0 +1,297 @@
+"""What the graph looks like after k backward steps: node states, edge gradients, leaf grads.
+
+Plain data in, plain data out, so the same function drives the live view, the replay of a
+past step from the step log, the exported frames and the tests. A step record is the dict
+the stepping engine sends: ``index``, ``node``, ``name``, ``grad_outputs``, ``grad_inputs``
+(one per ``next`` edge), ``leaf_grads`` and ``error``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from core.model.trace import CallInfo
+
+
+@dataclass
+class StepView:
+    states: dict[str, str] = field(default_factory=dict)  # node id -> executed/current/frontier/failed
+    edge_texts: dict[tuple[str, str], str] = field(default_factory=dict)  # (src, dst) -> gradient text
+    leaf_grads: dict[str, dict] = field(default_factory=dict)  # leaf name -> values (latest)
+    executed: list[str] = field(default_factory=list)
+    current: str | None = None
+    failed: str | None = None
+
+
+def short_values(values: dict | None, limit: int = 3) -> str:
+    """'3', '[1, 2, 3, …]', '512 values, mean 0.01' or '[1, 2, 3, …] (512 values)' for a gradient."""
+    if not values:
+        return "None"
+    data = values.get("data")
+    numel = values.get("numel", 0)
+    if data is not None:
+        if numel == 1:
+            return _num(data[0])
+        # formatted inline: a Continue labels thousands of edges at once
+        shown = ", ".join([f"{v:.4g}" if isinstance(v, float) else str(v) for v in data[:limit]])
+        return f"[{shown}{', …' if len(data) > limit else ''}]"
+    mean = values.get("mean")
+    if mean is not None:
+        return f"{numel} values, mean {_num(mean)}"
+    sample = values.get("sample")
+    if sample:
+        shown = ", ".join([f"{v:.4g}" if isinstance(v, float) else str(v) for v in sample[:limit]])
+        return f"[{shown}, …] ({numel} values)"
+    return f"{numel} values"
+
+
+def _num(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def step_view(call: CallInfo, steps: list[dict], pending: dict | None = None, upto: int | None = None) -> StepView:
+    """The graph's state after ``steps[:upto]`` ran (all of them when ``upto`` is None).
+
+    ``pending`` is the node about to run (the engine is paused before it); when replaying a
+    past step it is None and the last replayed step is drawn as current.
+    """
+    shown = steps if upto is None else steps[:upto]
+    view = StepView()
+    done: set[str] = set()
+    for record in shown:
+        node_id = record.get("node")
+        if node_id is None or call.node(node_id) is None:
+            continue
+        done.add(node_id)
+        view.executed.append(node_id)
+        node = call.node(node_id)
+        grads = record.get("grad_inputs") or []
+        for edge, grad in zip(node.next, grads):
+            if edge is not None and grad is not None:
+                view.edge_texts[(node_id, edge.node)] = short_values(grad)
+        for name, values in (record.get("leaf_grads") or {}).items():
+            view.leaf_grads[name] = values
+        if record.get("error"):
+            view.failed = node_id
+    for node_id in done:
+        view.states[node_id] = "executed"
+    if view.failed:
+        view.states[view.failed] = "failed"
+    current = pending.get("node") if pending else (view.executed[-1] if upto is not None and view.executed else None)
+    if current is not None and current != view.failed:
+        view.current = current
+        view.states[current] = "current"
+    # The frontier: nodes every one of whose consumers has run (so their gradient is complete).
+    consumers: dict[str, list[str]] = {}
+    for n in call.nodes:
+        for e in n.next:
+            if e is not None:
+                consumers.setdefault(e.node, []).append(n.id)
+    if done:
+        for node_id, users in consumers.items():
+            if node_id in done or node_id == current:
+                continue
+            if all(u in done for u in users):
+                view.states[node_id] = "frontier"
+    return view
+
+
+@dataclass
+class StepDelta:
+    """What changed on the graph since the last delta: only those items need drawing again."""
+
+    states: dict[str, str | None] = field(default_factory=dict)  # node id -> new state (None: plain)
+    edge_texts: dict[tuple[str, str], str | None] = field(default_factory=dict)  # (src, dst) -> text
+
+    def __bool__(self) -> bool:
+        return bool(self.states or self.edge_texts)
+
+
+class StepTracker:
+    """``step_view`` kept up to date one step at a time, for live stepping of big graphs.
+
+    Recomputing the view from every recorded step costs O(nodes) per step (17 ms at 5,000
+    nodes); the tracker counts each node's consumers that have not run yet, so a step costs
+    only its own edges. It also remembers which nodes and edges changed since the last
+    ``delta()``, so a view draws a step by touching those items alone.
+    """
+
+    def __init__(self, call: CallInfo):
+        self.call = call
+        self._nodes = call.node_map()
+        self.remaining: dict[str, int] = {}
+        for n in call.nodes:
+            for e in n.next:
+                if e is not None:
+                    self.remaining[e.node] = self.remaining.get(e.node, 0) + 1
+        self.done: set[str] = set()
+        self.frontier: set[str] = set()
+        self.edge_texts: dict[tuple[str, str], str] = {}
+        self.leaf_grads: dict[str, dict] = {}
+        self.executed: list[str] = []
+        self.failed: str | None = None
+        self.current: str | None = None  # the node the engine is paused before, as last given
+        self._dirty_nodes: set[str] = set()
+        self._dirty_edges: set[tuple[str, str]] = set()
+
+    def add(self, record: dict) -> None:
+        node_id = record.get("node")
+        node = self._nodes.get(node_id) if node_id else None
+        if node is None:
+            return
+        if record.get("error"):
+            if self.failed is not None:
+                self._dirty_nodes.add(self.failed)
+            self.failed = node_id
+            self._dirty_nodes.add(node_id)
+            if self.current is not None:
+                self._dirty_nodes.add(self.current)  # a failure hides the current mark
+        if node_id in self.done:
+            return
+        self.done.add(node_id)
+        self.executed.append(node_id)
+        self.frontier.discard(node_id)
+        self._dirty_nodes.add(node_id)
+        grads = record.get("grad_inputs") or []
+        for i, edge in enumerate(node.next):
+            if edge is None:
+                continue
+            if i < len(grads) and grads[i] is not None:
+                key = (node_id, edge.node)
+                self.edge_texts[key] = short_values(grads[i])
+                self._dirty_edges.add(key)
+            left = self.remaining.get(edge.node, 0) - 1
+            self.remaining[edge.node] = left
+            if left <= 0 and edge.node not in self.done:
+                self.frontier.add(edge.node)
+                self._dirty_nodes.add(edge.node)
+        for name, values in (record.get("leaf_grads") or {}).items():
+            self.leaf_grads[name] = values
+        if node.kind == "accumulate_grad" and node.label in self.leaf_grads:
+            # The edge that filled this leaf also shows the accumulated .grad.
+            suffix = _leaf_suffix(self.call, node_id, self.edge_texts, self.leaf_grads[node.label])
+            self.edge_texts.update(suffix)
+            self._dirty_edges.update(suffix)
+
+    def set_current(self, node_id: str | None) -> None:
+        """The node the engine is paused before (None while it runs or once it ended)."""
+        if node_id != self.current:
+            for nid in (self.current, node_id):
+                if nid is not None:
+                    self._dirty_nodes.add(nid)
+            self.current = node_id
+
+    def state(self, node_id: str) -> str | None:
+        """One node's state, as ``view`` gives it with the current node set by ``set_current``."""
+        if node_id == self.failed:
+            return "failed"
+        if node_id == self.current:
+            if self.failed is None:
+                return "current"
+            return "executed" if node_id in self.done else None
+        if node_id in self.done:
+            return "executed"
+        if node_id in self.frontier:
+            return "frontier"
+        return None
+
+    def delta(self) -> StepDelta:
+        """Node states and edge texts changed since the last delta (or since the start)."""
+        nodes, self._dirty_nodes = self._dirty_nodes, set()
+        edges, self._dirty_edges = self._dirty_edges, set()
+        return StepDelta(states={nid: self.state(nid) for nid in nodes},
+                         edge_texts={key: self.edge_texts.get(key) for key in edges})
+
+    def view(self, pending: dict | None = None) -> StepView:
+        states = dict.fromkeys(self.done, "executed")
+        current = pending.get("node") if pending else None
+        for node_id in self.frontier:
+            if node_id != current:
+                states[node_id] = "frontier"
+        if self.failed:
+            states[self.failed] = "failed"
+        elif current is not None:
+            states[current] = "current"
+        return StepView(states=states, edge_texts=dict(self.edge_texts), leaf_grads=dict(self.leaf_grads),
+                        executed=list(self.executed), current=current, failed=self.failed)
+
+
+def step_texts(call: CallInfo, view: StepView) -> dict[tuple[str, str], str]:
+    """Edge texts of a step view, with each leaf's ``.grad`` added to the edge that filled it."""
+    texts = dict(view.edge_texts)
+    if not view.leaf_grads:
+        return texts
+    for leaf in call.nodes:
+        if leaf.kind == "accumulate_grad" and leaf.label in view.leaf_grads:
+            texts.update(_leaf_suffix(call, leaf.id, texts, view.leaf_grads[leaf.label]))
+    return texts
+
+
+def _leaf_suffix(call: CallInfo, leaf_id: str, texts: dict, grad) -> dict[tuple[str, str], str]:
+    """The edges into a leaf, the last one ending in its .grad: "2  \u21d2 .grad 6 + 2 = 8" when the leaf
+    is reached by several edges (their gradients add up), "6  \u21d2 .grad 6" when by one."""
+    keys = [(p, leaf_id) for p in dict.fromkeys(call.consumers().get(leaf_id, [])) if (p, leaf_id) in texts]
+    if not keys:
+        return {}
+    bases = [texts[k].split("  \u21d2 ")[0] for k in keys]
+    out = dict(zip(keys, bases))
+    total = short_values(grad)
+    out[keys[-1]] = bases[-1] + (f"  \u21d2 .grad {' + '.join(bases)} = {total}" if len(keys) > 1
+                                 else f"  \u21d2 .grad {total}")
+    return out
+
+
+def box_states(states: dict[str, str], members: dict[str, str], counts: dict[str, int]) -> dict[str, str]:
+    """Step states per drawn box; a collapsed group shows its most urgent member's state."""
+    per: dict[str, dict[str, int]] = {}
+    for nid, st in states.items():
+        vid = members.get(nid)
+        if vid is not None:
+            tally = per.setdefault(vid, {})
+            tally[st] = tally.get(st, 0) + 1
+    out = {}
+    for vid, tally in per.items():
+        state = box_state(tally, counts.get(vid, 1))
+        if state is not None:
+            out[vid] = state
+    return out
+
+
+def box_state(tally: dict[str, int], members: int = 1) -> str | None:
+    """A drawn box's state from how many of its ``members`` nodes are in each state: the most
+    urgent of failed, current and frontier, else executed once every member ran."""
+    for state in ("failed", "current", "frontier"):
+        if tally.get(state, 0) > 0:
+            return state
+    return "executed" if tally.get("executed", 0) >= members else None
+
+
+def leaf_digest(call: CallInfo) -> str:
+    """A digest of the values of a call's leaf tensors before backward (parameters, inputs).
+
+    Two runs that built the same graph from the same numbers have the same digest; a script that
+    draws new random numbers each run does not.
+    """
+    import hashlib
+    import json
+
+    parts = []
+    for t in call.tensors:
+        if t.is_leaf:
+            v = t.values
+            parts.append([t.id, t.name, list(t.shape), v.data if v.data is not None else
+                          [v.sample, v.min, v.max, v.mean]])
+    return hashlib.sha1(json.dumps(parts, default=str).encode()).hexdigest()[:16]
+
+
+def same_run_check(traced: CallInfo, structure: str, leaves: str) -> str | None:
+    """None when a re-run reached the traced call with the same graph and leaf values, else why not."""
+    if structure and traced.structure and structure != traced.structure:
+        return ("this script is not deterministic: the re-run built a different graph for call "
+                f"#{traced.index}; stepping shows the new run, not the trace")
+    if leaves and traced.tensors and leaves != leaf_digest(traced):
+        return ("this script is not deterministic: stepping shows a new run, its values differ from the trace "
+                f"(call #{traced.index}'s leaf tensors hold other numbers)")
+    return None

@@ -1,0 +1,478 @@
+"""The trace's JSON round trip: dataclasses to plain dicts, and back with every field checked.
+
+``Trace.to_dict`` / ``Trace.from_dict`` (core.model.trace) call into this module. Reading is
+hand-written rather than a schema library's: a first pass trusts the data and fills each frozen
+dataclass's ``__dict__`` directly (several times faster on a 50,000-node trace); anything odd
+makes it start over in careful mode, which checks every field and names the first bad one in
+a ``TraceFormatError``. The format is described in ``docs/trace-format.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, fields
+from itertools import chain
+from operator import attrgetter
+from typing import Any, Callable
+
+from core.model.trace import (FORMAT, VERSION, CallInfo, Edge, ErrorInfo, GradInfo, MemorySample, NodeInfo, Saved,
+                        Stale, StorageInfo, TensorInfo, Trace, TraceFormatError, Values, _fast_spec, paused_gc)
+
+# Optional keys written only when set: keeps 5,000-node traces small.
+_SPARSE_KEYS = frozenset(("sample", "min", "max", "mean", "tensor", "value", "freed", "approx", "origin", "cuts",
+                          "edge_marks", "hooks", "recomputed", "numpy", "output_nr"))
+
+
+
+_PRIMITIVES = (int, float, str, bool, type(None))
+
+
+def _plain(obj: Any) -> Any:
+    """Dataclasses to JSON-ready dicts, fast: ``dataclasses.asdict`` deep-copies every value
+    and took 12 s on a 50,000-node trace. Lists of plain values are shared, not copied."""
+    if hasattr(obj, "__dataclass_fields__"):
+        return {
+            k: _plain(v)
+            for k, v in obj.__dict__.items()
+            if not k.startswith("_") and not (k in _SPARSE_KEYS and (v is None or (v is False and k in ("freed", "approx"))))
+        }
+    if isinstance(obj, list):
+        for item in obj:
+            if type(item) not in _PRIMITIVES:
+                return [_plain(v) for v in obj]
+        return obj
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items() if not (isinstance(k, str) and k.startswith("_"))}
+    if isinstance(obj, tuple):
+        return [_plain(v) for v in obj]
+    return obj
+
+
+# -- reading -------------------------------------------------------------------------------
+
+
+class _Retry(Exception):
+    """The fast pass met something wrong: read again carefully to name the field."""
+
+
+class _Reader:
+    """Builds dataclasses from dicts, naming the path of any field that is wrong.
+
+    A first pass trusts the data (no per-field checks, no path strings), which reads a
+    50,000-node trace several times faster; anything odd makes it start over in careful mode,
+    which checks every field and names the first bad one.
+    """
+
+    def __init__(self, source: str, careful: bool = False):
+        self.source = source
+        self.careful = careful
+
+    def fail(self, path: str, what: str) -> None:
+        if not self.careful:
+            raise _Retry()
+        raise TraceFormatError(f"{self.source}: field '{path}': {what}")
+
+    def build(self, cls, data: Any, path: str):
+        if not isinstance(data, dict):
+            self.fail(path, f"expected an object, got {type(data).__name__}")
+        required, known = _field_spec(cls)
+        for name in required:
+            if name not in data:
+                self.fail(f"{path}.{name}" if path else name, "missing")
+        if all(k in known for k in data):
+            return dict(data)
+        return {k: v for k, v in data.items() if k in known}
+
+    def obj(self, cls, data: Any, path: str, nested: dict[str, Any] | None = None):
+        if not self.careful:
+            if type(data) is not dict:
+                raise _Retry()
+            required, known, defaults, factories = _fast_spec(cls)
+            if not (data.keys() <= known and required <= data.keys()):
+                raise _Retry()
+            checks = _CHECKS.get(cls)
+            if checks is not None:
+                for key, value in data.items():
+                    check = checks.get(key)
+                    if check is not None and check(value) is not None:
+                        raise _Retry()
+            # Frozen dataclasses set each field through object.__setattr__ in __init__, the
+            # main cost of reading big traces; the fields were just checked, so fill __dict__.
+            made = cls.__new__(cls)
+            values = made.__dict__
+            values.update(defaults)
+            for name, factory in factories:
+                values[name] = factory()
+            values.update(data)
+            if nested:
+                for key, conv in nested.items():
+                    value = values.get(key)
+                    if value is not None:
+                        values[key] = conv(value, path)
+            return made
+        kwargs = self.build(cls, data, path)
+        checks = _CHECKS.get(cls, {})
+        for key, value in kwargs.items():
+            check = checks.get(key)
+            problem = check(value) if check is not None else None
+            if problem is not None:
+                self.fail(f"{path}.{key}" if path else key, problem)
+        for key, conv in (nested or {}).items():
+            if key in kwargs and kwargs[key] is not None:
+                kwargs[key] = conv(kwargs[key], f"{path}.{key}")
+        try:
+            return cls(**kwargs)
+        except TypeError as exc:
+            self.fail(path, str(exc))
+
+    def lst(self, conv, data: Any, path: str) -> list:
+        if not isinstance(data, list):
+            self.fail(path, f"expected a list, got {type(data).__name__}")
+        if not self.careful:
+            return [conv(item, path) for item in data]
+        return [conv(item, f"{path}[{i}]") for i, item in enumerate(data)]
+
+    # converters
+    def values(self, d, p):
+        return self.obj(Values, d, p)
+
+    def grad(self, d, p):
+        return self.obj(GradInfo, d, p, {"values": self.values})
+
+    def tensor(self, d, p):
+        t = self.obj(TensorInfo, d, p, {"values": self.values, "grad": self.grad})
+        if not isinstance(t.id, str):
+            self.fail(f"{p}.id", "expected a string id")
+        return t
+
+    def error(self, d, p):
+        return self.obj(ErrorInfo, d, p)
+
+    def edge(self, d, p):
+        if d is None:
+            return None
+        return self.obj(Edge, d, p)
+
+    def saved(self, d, p):
+        return self.obj(Saved, d, p)
+
+    def stale(self, d, p):
+        return self.obj(Stale, d, p)
+
+    def node(self, d, p):
+        n = self.obj(
+            NodeInfo,
+            d,
+            p,
+            {
+                "next": lambda v, q: self.lst(self.edge, v, q),
+                "saved": lambda v, q: self.lst(self.saved, v, q),
+                "stale": self.stale,
+            },
+        )
+        if not isinstance(n.id, str):
+            self.fail(f"{p}.id", "expected a string id")
+        return n
+
+    def storage(self, d, p):
+        return self.obj(StorageInfo, d, p)
+
+    def call(self, d, p):
+        c = self.obj(
+            CallInfo,
+            d,
+            p,
+            {
+                "nodes": lambda v, q: self.lst(self.node, v, q),
+                "tensors": lambda v, q: self.lst(self.tensor, v, q),
+                "storages": lambda v, q: self.lst(self.storage, v, q),
+                "error": self.error,
+                "leaf_grads": self.value_map,
+                "edge_grads": self.grad_lists,
+            },
+        )
+        check_links(c, f"{p}.", self.fail)
+        return c
+
+    def value_map(self, d, p):
+        if not isinstance(d, dict):
+            self.fail(p, f"expected an object, got {type(d).__name__}")
+        return {k: self.values(v, f"{p}.{k}") for k, v in d.items()}
+
+    def grad_lists(self, d, p):
+        if not isinstance(d, dict):
+            self.fail(p, f"expected an object, got {type(d).__name__}")
+        return {k: self.lst(lambda v, q: None if v is None else self.grad(v, q), v, f"{p}.{k}")
+                for k, v in d.items()}
+
+    def memory(self, d, p):
+        return self.obj(MemorySample, d, p)
+
+
+_SPECS: dict[type, tuple[tuple[str, ...], frozenset[str]]] = {}
+
+
+def _field_spec(cls) -> tuple[tuple[str, ...], frozenset[str]]:
+    """(required field names, all field names) of a dataclass, computed once per class."""
+    spec = _SPECS.get(cls)
+    if spec is None:
+        fs = fields(cls)
+        required = tuple(f.name for f in fs if f.default is MISSING and f.default_factory is MISSING)
+        spec = (required, frozenset(f.name for f in fs))
+        _SPECS[cls] = spec
+    return spec
+
+
+# -- field types ------------------------------------------------------------------------------
+# Every field is checked on read, so whatever is accepted can be summarised, laid out and
+# inspected. A check returns None when the value fits, else what was expected. Fields
+# without a check (added later, or free-form like ``Saved.value``) are taken as they are.
+
+
+def _short(value: Any) -> str:
+    text = repr(value) if isinstance(value, (str, int, float, bool, type(None))) else type(value).__name__
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _t_str(v):
+    return None if isinstance(v, str) else f"expected a string, got {_short(v)}"
+
+
+def _t_opt_str(v):
+    return None if v is None or isinstance(v, str) else f"expected a string or null, got {_short(v)}"
+
+
+def _t_bool(v):
+    return None if isinstance(v, bool) else f"expected true or false, got {_short(v)}"
+
+
+def _t_int(v):
+    return None if _is_int(v) else f"expected an integer, got {_short(v)}"
+
+
+def _t_count(v):
+    return None if _is_int(v) and v >= 0 else f"expected a non-negative integer, got {_short(v)}"
+
+
+def _t_opt_int(v):
+    return None if v is None or _is_int(v) else f"expected an integer or null, got {_short(v)}"
+
+
+def _t_num(v):
+    return None if _is_num(v) else f"expected a number, got {_short(v)}"
+
+
+def _t_opt_num(v):
+    if v is None or _is_num(v) or v in ("nan", "inf", "-inf"):
+        return None
+    return f"expected a number or null, got {_short(v)}"
+
+
+def _t_obj(v):
+    return None if isinstance(v, dict) else f"expected an object, got {_short(v)}"
+
+
+def _t_opt_obj(v):
+    return None if v is None or isinstance(v, dict) else f"expected an object or null, got {_short(v)}"
+
+
+def _t_list(v):
+    return None if isinstance(v, list) else f"expected a list, got {_short(v)}"
+
+
+def _t_shape(v):
+    if not isinstance(v, list) or not all(_is_int(x) and x >= 0 for x in v):
+        return f"expected a list of non-negative integers, got {_short(v)}"
+    return None
+
+
+def _t_ints(v):
+    if not isinstance(v, list) or not all(_is_int(x) for x in v):
+        return f"expected a list of integers, got {_short(v)}"
+    return None
+
+
+def _t_strs(v):
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        return f"expected a list of strings, got {_short(v)}"
+    return None
+
+
+def _element(x) -> bool:
+    if x is None or isinstance(x, (int, float, str)):  # str: "nan", "inf", a complex as text
+        return True
+    return isinstance(x, list) and len(x) == 2 and _is_num(x[0]) and _is_num(x[1])  # complex as [re, im]
+
+
+def _t_elements(v):
+    if v is None:
+        return None
+    if not isinstance(v, list) or not all(_element(x) for x in v):
+        return f"expected a list of numbers (or their text) or null, got {_short(v)}"
+    return None
+
+
+def _t_edges(v):
+    if not isinstance(v, list) or not all(x is None or isinstance(x, dict) for x in v):
+        return f"expected a list of edges (objects or null), got {_short(v)}"
+    return None
+
+
+def _t_objs(v):
+    if not isinstance(v, list) or not all(isinstance(x, dict) for x in v):
+        return f"expected a list of objects, got {_short(v)}"
+    return None
+
+
+def _t_options(v):
+    if not isinstance(v, dict):
+        return f"expected an object, got {_short(v)}"
+    if "inputs" in v and _t_strs(v["inputs"]) is not None:
+        return "'inputs': expected a list of tensor ids"
+    results = v.get("results")
+    if results is not None:
+        if not isinstance(results, list):
+            return "'results': expected a list"
+        for item in results:
+            if not isinstance(item, dict) or _t_opt_str(item.get("tensor")) or _t_opt_obj(item.get("values")):
+                return "'results': expected objects with 'tensor' and 'values'"
+    return None
+
+
+def _t_cells(v):
+    if not isinstance(v, list) or not all(
+            isinstance(c, dict) and all(_is_int(c.get(k)) and c.get(k) >= 0 for k in ("cell", "first", "lines"))
+            for c in v):
+        return f"expected a list of {{cell, first, lines}} objects of non-negative integers, got {_short(v)}"
+    return None
+
+
+_CHECKS: dict[type, dict[str, Any]] = {
+    ErrorInfo: {"type": _t_str, "message": _t_str, "line": _t_opt_int, "traceback": _t_str, "kind": _t_str,
+                "file": _t_opt_str, "fault": _t_str, "where": _t_str, "reason": _t_str},
+    Values: {"numel": _t_count, "data": _t_elements, "sample": _t_elements, "min": _t_opt_num,
+             "max": _t_opt_num, "mean": _t_opt_num, "approx": _t_bool},
+    GradInfo: {"shape": _t_shape, "values": _t_obj},
+    TensorInfo: {"id": _t_str, "name": _t_opt_str, "shape": _t_shape, "dtype": _t_str, "device": _t_str,
+                 "requires_grad": _t_bool, "is_leaf": _t_bool, "retains_grad": _t_bool, "stride": _t_ints,
+                 "storage_offset": _t_count, "storage": _t_opt_str, "version": _t_int, "values": _t_obj,
+                 "grad": _t_opt_obj, "base": _t_opt_str, "is_view": _t_bool, "grad_fn": _t_opt_str,
+                 "grad_fn_name": _t_opt_str, "element_size": _t_count, "nbytes": _t_count},
+    Edge: {"node": _t_str, "input_nr": _t_count},
+    Saved: {"name": _t_str, "tensor": _t_opt_str, "freed": _t_bool},
+    Stale: {"saved": _t_str, "saved_version": _t_opt_int, "version": _t_opt_int, "message": _t_str,
+            "op_line": _t_opt_int, "op": _t_opt_str},
+    NodeInfo: {"id": _t_str, "name": _t_str, "kind": _t_str, "next": _t_edges, "saved": _t_objs,
+               "variable": _t_opt_str, "tensor": _t_opt_str, "label": _t_opt_str, "line": _t_opt_int,
+               "module": _t_opt_str, "stale": _t_opt_obj, "device": _t_opt_str, "inplace": _t_opt_str},
+    StorageInfo: {"id": _t_str, "nbytes": _t_count, "device": _t_str, "tensors": _t_strs},
+    CallInfo: {"id": _t_str, "index": _t_count, "api": _t_str, "line": _t_opt_int, "roots": _t_strs,
+               "nodes": _t_objs, "tensors": _t_objs, "error": _t_opt_obj, "storages": _t_objs,
+               "options": _t_options, "snapshot": _t_str, "same_as": _t_opt_str, "structure": _t_str,
+               "node_count": _t_count, "edge_count": _t_count, "leaf_grads": _t_obj, "duration_s": _t_num},
+    MemorySample: {"t": _t_num, "device": _t_str, "allocated": _t_count, "reserved": _t_count, "rss": _t_count,
+                   "saved_bytes": _t_count, "phase": _t_str, "max_allocated": _t_count},
+    Trace: {"calls": _t_objs, "error": _t_opt_obj, "script": _t_str, "source": _t_str, "device": _t_str,
+            "mode": _t_str, "output": _t_str, "duration_s": _t_num, "torch_version": _t_str,
+            "call_count": _t_count, "tensors": _t_objs, "storages": _t_objs, "memory": _t_objs,
+            "format": _t_str, "version": _t_count, "cells": _t_cells},
+}
+
+
+def call_to_dict(call: CallInfo) -> dict:
+    """One call in the trace format (the ``calls`` entry), JSON-ready."""
+    with paused_gc():
+        return _plain(call)
+
+
+def call_from_dict(data: Any, source: str = "call") -> CallInfo:
+    """One call from its trace-format dict, raising TraceFormatError that names the bad field.
+
+    A CallInfo (read from columns on the wire) is returned as it is, and a TraceFormatError
+    (what reading those columns raised) is raised here, where the call is read."""
+    if isinstance(data, CallInfo):
+        return data
+    if isinstance(data, TraceFormatError):
+        raise data
+    trace = trace_from_dict({"format": FORMAT, "version": VERSION, "calls": [data]}, source)
+    return trace.calls[0]
+
+
+def trace_from_dict(data: Any, source: str = "trace") -> Trace:
+    """Build a Trace from decoded JSON, raising TraceFormatError that names the bad field.
+
+    A Trace (read from columns on the wire) is returned as it is; a TraceFormatError is raised."""
+    if isinstance(data, Trace):
+        return data
+    if isinstance(data, TraceFormatError):
+        raise data
+    with paused_gc():
+        try:
+            return _read(data, _Reader(source))
+        except _Retry:
+            return _read(data, _Reader(source, careful=True))
+
+
+def _read(data: Any, r: "_Reader") -> Trace:
+    source = r.source
+    if not isinstance(data, dict):
+        r.fail("", f"expected a JSON object at the top level, got {type(data).__name__}")
+    if data.get("format") != FORMAT:
+        r.careful = True
+        r.fail("format", f"expected '{FORMAT}', got {_short(data.get('format'))}: not a Backprop Studio trace")
+    version = data.get("version")
+    if type(version) is not int or version < 1:
+        r.careful = True
+        r.fail("version", f"expected a positive integer, got {_short(version)}")
+    if version > VERSION:
+        raise TraceFormatError(
+            f"{source}: field 'version': trace version {_short(version)} is newer than this Backprop Studio reads "
+            f"(version {VERSION}); update Backprop Studio to open it"
+        )
+    return r.obj(
+        Trace,
+        data,
+        "",
+        {
+            "calls": lambda v, q: r.lst(r.call, v, q.lstrip(".")),
+            "error": r.error,
+            "tensors": lambda v, q: r.lst(r.tensor, v, q.lstrip(".")),
+            "storages": lambda v, q: r.lst(r.storage, v, q.lstrip(".")),
+            "memory": lambda v, q: r.lst(r.memory, v, q.lstrip(".")),
+        },
+    )
+
+
+def check_links(call: CallInfo, prefix: str, fail: Callable[[str, str], None]) -> None:
+    """Ids are unique and every root and edge names a node of ``call``; ``fail(path, what)`` is
+    called on the first that is not (``prefix`` leads each path, e.g. ``"calls[0]."``). Whole
+    columns are checked at once; rows are walked only to name the field that is wrong."""
+    ids = set(map(attrgetter("id"), call.nodes))
+    if len(ids) != len(call.nodes):
+        seen: set = set()
+        for i, node in enumerate(call.nodes):
+            if node.id in seen:
+                fail(f"{prefix}nodes[{i}].id", f"node id '{node.id}' appears twice")
+            seen.add(node.id)
+    if len(set(map(attrgetter("id"), call.tensors))) != len(call.tensors):
+        seen = set()
+        for i, t in enumerate(call.tensors):
+            if t.id in seen:
+                fail(f"{prefix}tensors[{i}].id", f"tensor id '{t.id}' appears twice")
+            seen.add(t.id)
+    for i, root in enumerate(call.roots):
+        if root not in ids:
+            fail(f"{prefix}roots[{i}]", f"node '{root}' is not in the call's nodes")
+    targets = set(map(attrgetter("node"), filter(None, chain.from_iterable(map(attrgetter("next"), call.nodes)))))
+    if not targets <= ids:
+        for i, node in enumerate(call.nodes):
+            for j, e in enumerate(node.next):
+                if e is not None and e.node not in ids:
+                    fail(f"{prefix}nodes[{i}].next[{j}]", f"node '{e.node}' is not in the call's nodes")

@@ -1,0 +1,95 @@
+"""Compact text of a tensor's values for labels on the graph (plain data, no torch)."""
+
+from __future__ import annotations
+
+from core.model.trace import CallInfo, GradInfo, NodeInfo, Values
+
+
+def _num(x) -> str:
+    if isinstance(x, bool) or x is None:
+        return str(x)
+    if isinstance(x, int):
+        return str(x)
+    if isinstance(x, float):
+        return f"{x:.3g}"
+    return str(x)
+
+
+def short_values(values: Values, shape: list[int], limit: int = 4) -> str:
+    """'2', '[1, 2, 3]', or '[64, 10] μ 0.01 ∈ [−1.2, 1.3]' for big tensors."""
+    flat = values.data if values.data is not None else None
+    if flat is not None and len(flat) <= limit:
+        if not shape:
+            return _num(flat[0]) if flat else "[]"
+        return "[" + ", ".join(_num(v) for v in flat) + "]"
+    dims = "[" + ", ".join(str(s) for s in shape) + "]"
+    if values.mean is not None:
+        return f"{dims} μ {_num(values.mean)} ∈ [{_num(values.min)}, {_num(values.max)}]"
+    sample = flat if flat is not None else (values.sample or [])
+    return f"{dims} {', '.join(_num(v) for v in sample[:3])}, …"
+
+
+def incoming_grads(call: CallInfo, node_id: str) -> list[Values]:
+    """The gradients recorded on the edges into a node, in the order of its consumers."""
+    out = []
+    for c in call.nodes:
+        grads = call.edge_grads.get(c.id)
+        if not grads:
+            continue
+        for i, e in enumerate(c.next):
+            if e is not None and e.node == node_id and i < len(grads) and grads[i] is not None:
+                out.append(grads[i].values)
+    return out
+
+
+def _scalar(v: Values):
+    return v.data[0] if v.data is not None and len(v.data) == 1 and isinstance(v.data[0], (int, float)) else None
+
+
+def leaf_value_lines(call: CallInfo, node: NodeInfo) -> list[str]:
+    """An AccumulateGrad's leaf: 'x = 3' and '.grad = 6 + 2 = 8' (after the call)."""
+    t = call.tensor(node.variable)
+    if t is None:
+        return []
+    name = t.name or "leaf"
+    lines = [f"{name} = {short_values(t.values, t.shape)}"]
+    if t.grad is None:
+        return lines + [".grad = None"]
+    grad = short_values(t.grad.values, t.grad.shape)
+    parts = incoming_grads(call, node.id)
+    scalars = [_scalar(v) for v in parts]
+    if len(parts) > 1 and all(s is not None for s in scalars):
+        total = sum(scalars)
+        terms = " + ".join(_num(s) for s in scalars).replace("+ -", "− ")
+        now = _scalar(t.grad.values)
+        if t.hooks:
+            return lines + [f".grad = {grad}", f"(edges {terms} = {_num(total)}, then its hook)"]
+        if now is not None and abs(now - total) <= 1e-6 * max(1.0, abs(total)):
+            return lines + [f".grad = {terms} = {grad}"]
+        return lines + [f".grad = {grad}", f"(this call: {terms} = {_num(total)})"]
+    if len(parts) > 1:
+        return lines + [f".grad = Σ of {len(parts)} edges = {grad}"]
+    return lines + [f".grad = {grad}"]
+
+
+def edge_grad_text(grad: GradInfo) -> str:
+    """A gradient on an edge: 'grad 6', 'grad [1, 2]', 'grad [3, 5] μ 1 ∈ [1, 1]'."""
+    return "grad " + short_values(grad.values, grad.shape)
+
+
+def seed_text(call: CallInfo, root: NodeInfo) -> str:
+    """The gradient backward starts from at a root."""
+    t = call.tensor(root.tensor) if root.tensor else None
+    seeds = (call.options or {}).get("seed") or []
+    index = call.roots.index(root.id) if root.id in call.roots else 0
+    given = seeds[index] if index < len(seeds) else None
+    if given:
+        values = Values(**given) if isinstance(given, dict) else given
+        shape = t.shape if t is not None else ([] if values.numel == 1 else [values.numel])
+        word = "grad_outputs" if call.api == "autograd.grad" else "gradient"
+        return f"seed: {word} = {short_values(values, shape)}"
+    if call.api == "autograd.grad":
+        return "seed: grad_outputs (ones for a scalar)"
+    if t is not None and t.shape and any(s != 1 for s in t.shape):
+        return f"seed: the gradient argument, {'×'.join(map(str, t.shape))}"
+    return "seed: 1 (d out / d out)"

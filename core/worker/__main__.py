@@ -1,0 +1,6 @@
+"""``python -m core.worker``: the worker process (``core.worker.main``)."""
+
+from core.worker.main import main
+
+if __name__ == "__main__":
+    main()

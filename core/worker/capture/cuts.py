@@ -1,0 +1,141 @@
+"""Cut inputs: why an entry of ``next_functions`` is None (worker side, imports torch).
+
+A None entry is an input through which no gradient flows: a constant, a ``detach()``ed
+tensor, a value computed under ``torch.no_grad()``, a Python number (for instance one taken
+out with ``.item()``). The graph alone cannot say which; so capture notes, per op, the
+inputs that need no gradient (``note_inputs``, stored in the new node's metadata) and the
+tensors made by ``detach()`` or under ``no_grad`` (``note_free``, kept in a weak table), and
+the walk matches those notes to the None entries (``cuts_of``).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Callable
+
+import torch
+
+from core.model.causes import CUT_WORDS as CAUSE_TEXT
+
+_NUMBERS = (int, float)
+
+
+class CutRecorder:
+    """Remembers how the script made tensors that carry no gradient."""
+
+    def __init__(self):
+        # id(tensor) -> (weak reference, origin). A plain dict: it is read on every op that makes a
+        # tensor without gradient, and a WeakIdKeyDictionary lookup builds a Python object per key.
+        self.origins: dict[int, tuple[weakref.ref, str]] = {}
+
+    def _set(self, t: torch.Tensor, origin: str) -> None:
+        key, origins = id(t), self.origins
+
+        def gone(ref, key=key, origins=origins):
+            entry = origins.get(key)
+            if entry is not None and entry[0] is ref:
+                del origins[key]
+
+        try:
+            origins[key] = (weakref.ref(t, gone), origin)
+        except TypeError:
+            pass
+
+    def note_free(self, out: torch.Tensor, op: str, args) -> None:
+        """``out`` has no grad_fn: remember it if ``detach()`` or ``no_grad`` cut it off."""
+        if op == "detach":
+            if args and isinstance(args[0], torch.Tensor) and args[0].requires_grad:
+                self._set(out, "detach")
+        elif args and out is args[0]:
+            return
+        elif not torch.is_grad_enabled():
+            for a in args:
+                if isinstance(a, torch.Tensor) and a.requires_grad:
+                    self._set(out, "no_grad")
+                    return
+        if len(self.origins):
+            # Computed from a cut-off tensor: ``x.detach() * 10`` is as detached as ``x.detach()``.
+            for a in args:
+                if isinstance(a, torch.Tensor):
+                    origin = self.origin(a)
+                    if origin is not None:
+                        self._set(out, origin)
+                        return
+
+    def origin(self, t: torch.Tensor) -> str | None:
+        """'detach' or 'no_grad' for a tensor cut off by either, else None."""
+        entry = self.origins.get(id(t))
+        if entry is not None and entry[0]() is t:
+            return entry[1]
+        return None
+
+    def note_inputs(self, metadata: dict, args) -> None:
+        """Store in a new node's metadata the inputs of its op that need no gradient."""
+        found = []
+        for a in _flat(args):
+            if isinstance(a, torch.Tensor):
+                if not a.requires_grad:
+                    cause = self.origin(a) or ("constant" if a.is_floating_point() or a.is_complex() else "integer")
+                    found.append((cause, weakref.ref(a), _short(a)))
+            elif isinstance(a, _NUMBERS) and not isinstance(a, bool):
+                found.append(("number", None, f"{a:g}" if isinstance(a, float) else str(a)))
+        if found:
+            metadata["bps_cuts"] = found
+
+
+def _flat(args):
+    for a in args:
+        if isinstance(a, (list, tuple)):
+            yield from a
+        else:
+            yield a
+
+
+def _short(t: torch.Tensor) -> str:
+    if t.numel() == 1:
+        try:
+            return f"tensor({t.item():g})"
+        except Exception:
+            return "tensor"
+    return "[" + ", ".join(str(s) for s in t.shape) + "] tensor"
+
+
+def cuts_of(nxt: list, notes, name_of: Callable[[torch.Tensor], str | None]) -> list[dict]:
+    """Match the notes of an op to the None entries of its node's next functions.
+
+    Returns one dict per None entry: ``input`` (its position), ``cause`` (a key of
+    ``CAUSE_TEXT``, or None when unknown), ``name`` (the script's name) and ``value``.
+    """
+    nones = [i for i, e in enumerate(nxt) if e is None]
+    if not nones:
+        return []
+    notes = list(notes or ())
+    # Integer tensors (targets, indices) are often not inputs of the node at all; numbers likewise.
+    floats = [n for n in notes if n[0] != "integer"]
+    for pick in (notes, floats, [n for n in floats if n[0] != "number"], [n for n in notes if n[0] == "number"]):
+        if len(pick) == len(nones):
+            break
+    else:
+        pick = []
+    out = []
+    for k, i in enumerate(nones):
+        if k < len(pick):
+            cause, ref, value = pick[k]
+            t = ref() if ref is not None else None
+            name = name_of(t) if t is not None else None
+            out.append({"input": i, "cause": cause, "name": name, "value": value})
+        else:
+            out.append({"input": i, "cause": None, "name": None, "value": None})
+    return out
+
+
+def hook_names(hooks) -> list[str]:
+    """The hooks registered on a tensor (``Tensor.register_hook``), as 'name (line N)'."""
+    out = []
+    for fn in list(hooks.values()):
+        if getattr(fn, "_bps_internal", False):
+            continue  # the app's own hook (the DDP watch of core.worker.ddp_rank), not the script's
+        code = getattr(fn, "__code__", None)
+        name = getattr(fn, "__qualname__", None) or type(fn).__name__
+        out.append(f"{name} (line {code.co_firstlineno})" if code is not None else name)
+    return out

@@ -1,0 +1,169 @@
+"""Notebooks run as one script whose lines, nodes and errors map back to cells."""
+
+import json
+
+import pytest
+from PySide6.QtCore import Qt
+
+from core.programs.notebook import NotebookError, gutter_labels, locate, map_traceback, notebook_script, where
+
+CELLS = [
+    ("markdown", "# Gradients of w * x\n"),
+    ("code", "%matplotlib inline\nimport torch\n"),
+    ("code", "w = torch.tensor([1.0, 2.0], requires_grad=True)\nx = torch.tensor([3.0, 4.0])\n"),
+    ("code", "!pip install torch\nloss = (w * x).sum()\nloss.backward()"),
+    ("code", "print(w.grad)\nraise ValueError('cell five fails')\n"),
+]
+
+
+def write_notebook(path, cells, nbformat=4):
+    doc = {"cells": [{"cell_type": kind, "metadata": {}, "source": src.splitlines(keepends=True),
+                      **({"outputs": [], "execution_count": None} if kind == "code" else {})}
+                     for kind, src in cells],
+           "metadata": {}, "nbformat": nbformat, "nbformat_minor": 5}
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return path
+
+
+def test_cells_become_one_script_with_a_line_map(tmp_path):
+    nb = notebook_script(write_notebook(tmp_path / "nb.ipynb", CELLS))
+    lines = nb.source.splitlines()
+    # Cell numbers are positions in the notebook: the markdown cell is cell 1.
+    assert [c["cell"] for c in nb.cells] == [2, 3, 4, 5]
+    assert [c["lines"] for c in nb.cells] == [2, 2, 3, 2]
+    loss_line = lines.index("loss = (w * x).sum()") + 1
+    assert locate(nb.cells, loss_line) == (4, 2)
+    assert where(nb.cells, loss_line) == "cell 4, line 2"
+    assert where(nb.cells, nb.cells[0]["first"]) == "cell 2"
+    assert where([], 7) == "line 7"
+    assert lines[nb.cells[0]["first"]] == "pass  # skipped: %matplotlib inline (IPython magic)"
+    assert [(s["cell"], s["line"], s["why"]) for s in nb.skipped] == [(2, 1, "IPython magic"), (4, 1, "shell command")]
+    labels = gutter_labels(nb.cells)
+    assert labels[nb.cells[2]["first"]] == "[4]" and labels[loss_line] == "2"
+
+
+def test_magics_inside_blocks_and_cell_magics(tmp_path, capsys):
+    cells = [("code", "for i in range(2):\n    %time x = i\n    files = !ls\ny = 1\ndisplay(y)"),
+             ("code", "%%bash\necho hi\n"),
+             ("code", "%%time\nz = 3\n"),
+             ("code", "torch.ones?\n")]
+    nb = notebook_script(write_notebook(tmp_path / "m.ipynb", cells))
+    ns: dict = {}
+    exec(compile(nb.source, "m.ipynb", "exec"), ns)  # still valid Python, indentation kept
+    assert ns["y"] == 1 and ns["z"] == 3 and "files" not in ns
+    assert capsys.readouterr().out == "1\n"  # display() without IPython prints
+    whys = [s["why"] for s in nb.skipped]
+    assert whys == ["IPython magic", "shell command", "cell magic %%bash: the cell did not run",
+                    "cell magic %%time", "IPython help"]
+    assert "    pass  # skipped: %time x = i (IPython magic)" in nb.source.splitlines()
+
+
+def test_bad_notebooks_say_what_is_wrong(tmp_path):
+    bad = tmp_path / "bad.ipynb"
+    bad.write_text('{"cells": [', encoding="utf-8")
+    with pytest.raises(NotebookError, match=r"bad.ipynb: not a notebook: invalid JSON at line 1"):
+        notebook_script(bad)
+    bad.write_text('{"metadata": {}}', encoding="utf-8")
+    with pytest.raises(NotebookError, match="no 'cells' list"):
+        notebook_script(bad)
+    bad.write_text('{"cells": [{"cell_type": "code", "source": 3}]}', encoding="utf-8")
+    with pytest.raises(NotebookError, match="cell 1: 'source'"):
+        notebook_script(bad)
+
+
+def test_format_3_notebooks(tmp_path):
+    doc = {"nbformat": 3, "worksheets": [{"cells": [{"cell_type": "code", "input": ["a = 1\n", "b = a + 1"]}]}]}
+    path = tmp_path / "old.ipynb"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    nb = notebook_script(path)
+    assert nb.cells == [{"cell": 1, "first": 3, "lines": 2}]
+    assert "b = a + 1" in nb.source
+
+
+def test_traceback_lines_become_cells():
+    cells = [{"cell": 3, "first": 5, "lines": 4}]
+    text = 'Traceback:\n  File "/x/nb.ipynb", line 7, in <module>\n  File "/lib/a.py", line 7, in f\n'
+    assert map_traceback(text, "/x/nb.ipynb", cells) == (
+        'Traceback:\n  File "/x/nb.ipynb", cell 3, line 2, in <module>\n  File "/lib/a.py", line 7, in f\n')
+
+
+def test_notebook_runs_in_the_worker(tmp_path):
+    torch = pytest.importorskip("torch")
+    from core.client.handle import run_capture
+
+    path = write_notebook(tmp_path / "nb.ipynb", CELLS)
+    result = run_capture(str(path), timeout=300)
+    trace = result.trace
+    # The calls: one backward, with the script's names and its place in cell 4.
+    assert [(c.api, where(trace.cells, c.line)) for c in trace.calls] == [("Tensor.backward", "cell 4, line 3")]
+    call = trace.calls[0]
+    assert sorted(n.name for n in call.nodes) == ["AccumulateGrad", "MulBackward0", "SumBackward0"]
+    by_name = {n.name: n for n in call.nodes}
+    assert by_name["SumBackward0"].label == "loss"
+    assert where(trace.cells, by_name["MulBackward0"].line) == "cell 4, line 2"
+    leaf = call.tensor(by_name["AccumulateGrad"].variable)
+    assert leaf.name == "w"
+    w = torch.tensor([1.0, 2.0], requires_grad=True)
+    (expected,) = torch.autograd.grad((w * torch.tensor([3.0, 4.0])).sum(), w)
+    assert call.leaf_grads["w"].data == expected.tolist() == [3.0, 4.0]
+    # The error: its cell and line, in the error and in the traceback.
+    err = trace.error
+    assert (err.type, err.where, err.message) == ("ValueError", "cell 5, line 2", "cell five fails")
+    assert f'File "{path.resolve()}", cell 5, line 2' in err.traceback
+    assert "    raise ValueError('cell five fails')\n" in err.traceback  # the cell's line, not the JSON's
+    # The skipped lines are said in the output, before the script's own.
+    assert result.output.splitlines()[:3] == [
+        "cell 2, line 1: skipped '%matplotlib inline' (IPython magic)",
+        "cell 4, line 1: skipped '!pip install torch' (shell command)",
+        "tensor([3., 4.])",
+    ]
+    assert trace.source.splitlines()[trace.cells[0]["first"] - 1] == "# %% cell 2"
+
+
+def test_notebook_syntax_error_names_its_cell(tmp_path):
+    pytest.importorskip("torch")
+    from core.client.handle import run_capture
+
+    path = write_notebook(tmp_path / "syn.ipynb", [("code", "a = 1"), ("markdown", "text"), ("code", "b = (\n")])
+    err = run_capture(str(path), timeout=300).trace.error
+    assert (err.type, err.kind, err.where) == ("SyntaxError", "syntax", "cell 3, line 1")
+
+
+def test_source_panel_numbers_cells(qtbot, tmp_path):
+    from widgets.panels.source import SourcePanel
+
+    nb = notebook_script(write_notebook(tmp_path / "nb.ipynb", CELLS))
+    panel = SourcePanel()
+    qtbot.addWidget(panel)
+    panel.resize(500, 300)
+    panel.set_source(nb.source, str(tmp_path / "nb.ipynb"), nb.cells)
+    assert panel.editor.labels[nb.cells[1]["first"]] == "[3]"
+    assert panel.editor.labels[nb.cells[1]["first"] + 2] == "2"
+    assert 1 not in panel.editor.labels  # the script's own header line has no number
+    panel.set_source("x = 1\n", "a.py")
+    assert panel.editor.labels == {}
+
+
+def test_window_opens_a_notebook(qtbot, tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.setenv("BACKPROP_STUDIO_SETTINGS", str(tmp_path / "settings.ini"))
+    from app.window.window import MainWindow
+
+    path = write_notebook(tmp_path / "nb.ipynb", CELLS)
+    w = MainWindow(timeout=300)
+    qtbot.addWidget(w)
+    w.show()
+    try:
+        with qtbot.waitSignal(w.sig_trace_shown, timeout=120_000):
+            w.open_script(str(path))
+        assert w.call is not None and w.call.api == "Tensor.backward"
+        assert w.source.editor.toPlainText() == w.trace.source
+        assert w.source.editor.labels[w.trace.cells[2]["first"]] == "[4]"
+        problem = [p for p in w.problems.problems() if p.severity == "error"][0]
+        assert problem.where == "cell 5, line 2"
+        mul = next(n for n in w.call.nodes if n.name == "MulBackward0")
+        w.select_node(mul.id)
+        assert "cell 4, line 2" in w.inspector.text()
+        assert w.calls.list.item(0).data(Qt.ItemDataRole.UserRole + 3).startswith("cell 4, line 3")
+    finally:
+        w.handle.close()

@@ -1,0 +1,671 @@
+"""Cut inputs and their causes, decoded saved values, .grad-is-None causes, values on the graph."""
+
+import textwrap
+
+import pytest
+
+from core.model.attrs import decode_value, saved_label
+from core.worker.capture.recorder import capture_script
+from core.model.causes import grad_none_cause
+from core.model.trace import Trace
+from core.model.values import leaf_value_lines, seed_text
+
+CUTS = """
+import torch
+x = torch.tensor(2.0, requires_grad=True)
+w = torch.tensor([1.0, 2.0], requires_grad=True)
+unused = torch.tensor(5.0, requires_grad=True)
+const = torch.tensor([3.0, 4.0])
+detached = x.detach() * 10
+with torch.no_grad():
+    frozen = x * 10
+h = (x * 3).exp()
+y = x**3 + detached + frozen + x.item() + (w * const).sum()
+y.backward()
+"""
+
+
+@pytest.fixture(scope="module")
+def cut_trace(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cuts") / "cuts.py"
+    path.write_text(textwrap.dedent(CUTS))
+    trace = capture_script(str(path))
+    assert trace.error is None, trace.error
+    return Trace.from_json(trace.to_json())  # every new field survives the JSON round trip
+
+
+def _cuts(call):
+    return [(n.name, c["input"], c["cause"], c["name"]) for n in call.nodes for c in n.cuts or ()]
+
+
+def test_cut_inputs_are_named_with_their_cause(cut_trace):
+    call = cut_trace.calls[0]
+    assert sorted(_cuts(call)) == sorted([
+        ("AddBackward0", 1, "detach", "detached"),
+        ("AddBackward0", 1, "no_grad", "frozen"),
+        ("AddBackward0", 1, "number", None),
+        ("MulBackward0", 1, "constant", "const"),
+    ])
+    number = next(c for n in call.nodes for c in n.cuts or () if c["cause"] == "number")
+    assert number["value"] == "2"
+    # every None entry of next_functions has exactly one cut record
+    for n in call.nodes:
+        nones = [i for i, e in enumerate(n.next) if e is None]
+        assert nones == [c["input"] for c in n.cuts or ()]
+
+
+def test_tensors_made_by_detach_or_under_no_grad_say_so(cut_trace):
+    named = {t.name: t for t in cut_trace.tensors if t.name}
+    assert named["detached"].origin == "detach"
+    assert named["frozen"].origin == "no_grad"
+    assert named["const"].origin is None and named["x"].origin is None
+
+
+def test_grad_none_causes(cut_trace):
+    call = cut_trace.calls[0]
+    named = {t.name: t for t in cut_trace.tensors if t.name}
+    assert "cut by detach()" in grad_none_cause(named["detached"], call)
+    assert "made under torch.no_grad()" in grad_none_cause(named["frozen"], call)
+    assert "requires_grad is False" in grad_none_cause(named["const"], call)
+    assert "unused" in grad_none_cause(named["unused"], call)
+    assert "not a leaf" in grad_none_cause(named["h"], call) and "retain_grad()" in grad_none_cause(named["h"], call)
+
+
+def test_values_and_seed_text(cut_trace):
+    call = cut_trace.calls[0]
+    leaf = next(n for n in call.nodes if n.label == "x")
+    assert leaf_value_lines(call, leaf) == ["x = 2", ".grad = 12"]
+    wleaf = next(n for n in call.nodes if n.label == "w")
+    assert leaf_value_lines(call, wleaf) == ["w = [1, 2]", ".grad = [3, 4]"]
+    root = call.node(call.roots[0])
+    assert seed_text(call, root) == "seed: 1 (d out / d out)"
+
+
+def test_saved_values_are_decoded(tmp_path):
+    path = tmp_path / "loss.py"
+    path.write_text(textwrap.dedent("""
+        import torch
+        import torch.nn.functional as F
+        a = torch.randn(4, 3, requires_grad=True)
+        b = torch.randn(4, 3, requires_grad=True)
+        c = a * b
+        loss = F.cross_entropy(c, torch.tensor([0, 1, 2, 0]), reduction="sum")
+        loss.backward()
+    """))
+    call = capture_script(str(path)).calls[0]
+    nll = next(n for n in call.nodes if n.name == "NllLossBackward0")
+    saved = {s.name: s for s in nll.saved}
+    assert saved_label(call, saved["reduction"]) == "reduction = 'sum'"
+    assert saved_label(call, saved["ignore_index"]) == "ignore_index = -100"
+    mul = next(n for n in call.nodes if n.name == "MulBackward0")
+    assert sorted(saved_label(call, s) for s in mul.saved) == ["other = b", "self = a"]
+    assert decode_value("reduction", 1) == "'mean'" and decode_value("ignore_index", 2**64 - 100) == -100
+
+
+def test_cut_stubs_and_values_are_drawn(qtbot, cut_trace):
+    from widgets.export.graph_export import offscreen_view
+
+    call = cut_trace.calls[0]
+    with offscreen_view(call, values=True) as view:
+        notes = [t for t in view.marks.tags if t.kind in ("cut", "value")]
+        cuts = sorted(" ".join(t.lines) for t in notes if t.kind == "cut")
+        values = sorted(" ".join(t.lines) for t in notes if t.kind == "value")
+        assert cuts == sorted(["✂ const: requires_grad=False", "✂ detached: made by .detach()",
+                               "✂ frozen: made under no_grad", "✂ Python number 2"])
+        assert "x = 2 .grad = 12" in values and "seed: 1 (d out / d out)" in values
+        assert all(t.isVisible() for t in notes)
+    with offscreen_view(call) as view:
+        assert not [t for t in view.marks.tags if t.kind == "value"]
+        assert len([t for t in view.marks.tags if t.kind == "cut"]) == 4
+
+
+BROADCAST = """
+import torch
+a = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0], requires_grad=True)
+b = torch.tensor(2.0, requires_grad=True)
+d = torch.ones(3, dtype=torch.float64, requires_grad=True)
+y = (a * b).sum() + (a[:3].double() * d).sum()
+y.backward()
+"""
+
+
+def test_broadcast_and_dtype_marks_and_edge_grads(tmp_path):
+    path = tmp_path / "bc.py"
+    path.write_text(textwrap.dedent(BROADCAST))
+    call = Trace.from_json(capture_script(str(path)).to_json()).calls[0]
+    by_name = {}
+    for n in call.nodes:
+        by_name.setdefault(n.name, []).append(n)
+    mul = next(n for n in by_name["MulBackward0"] if n.next[1] and call.node(n.next[1].node).label == "b")
+    assert mul.edge_marks == [{"input": 1, "sum": [[5], []]}]
+    to_copy = by_name["ToCopyBackward0"][0]
+    assert to_copy.edge_marks == [{"input": 0, "dtype": ["float64", "float32"]}]
+    root = call.node(call.roots[0])
+    assert {"input": 0, "dtype": ["float64", "float32"]} in root.edge_marks
+    from core.model.edge_marks import mark_text
+
+    assert mark_text(mul.edge_marks[0]) == "[5] → Σ → []"
+    # the gradient each edge carried, already summed to the input's shape: b gets sum(a) = 15
+    grads = call.edge_grads[mul.id]
+    assert grads[1].shape == [] and grads[1].values.data == [15.0]
+    assert grads[0].values.data == [2.0] * 5
+    bleaf = next(n for n in call.nodes if n.label == "b")
+    assert call.tensor(bleaf.variable).grad.values.data == [15.0]
+
+
+def test_leaf_reached_twice_shows_the_sum(tmp_path):
+    path = tmp_path / "poly.py"
+    path.write_text("import torch\nx = torch.tensor(3.0, requires_grad=True)\ny = x**2 + 2 * x + 1\ny.backward()\n")
+    call = capture_script(str(path)).calls[0]
+    leaf = next(n for n in call.nodes if n.label == "x")
+    assert leaf_value_lines(call, leaf) == ["x = 3", ".grad = 6 + 2 = 8"]
+
+
+def test_backward_twice_blames_the_node_whose_saved_tensors_were_freed(tmp_path):
+    from core.layout.export_dot import call_to_dot
+    from widgets.graph.scene import node_styles
+
+    path = tmp_path / "twice.py"
+    path.write_text("import torch\nx = torch.tensor(2.0, requires_grad=True)\n"
+                    "w = torch.tensor(5.0, requires_grad=True)\n"
+                    "loss = x * w\nloss.backward()\nloss.backward()\n")
+    call = capture_script(str(path)).calls[1]
+    from core.model.causes import blamed_nodes
+
+    mul = next(n for n in call.nodes if n.name == "MulBackward0")
+    assert blamed_nodes(call) == {mul.id}
+    styles = node_styles(call, [n.id for n in call.nodes])
+    assert {nid for nid, s in styles.items() if s.error} == {mul.id}
+    lines = {ln.split()[0].strip('"'): ln for ln in call_to_dot(call).splitlines()
+             if ln.startswith('  "n') and "->" not in ln}
+    assert "penwidth=2.5" in lines[mul.id]
+    assert all("penwidth=2.5" not in ln for nid, ln in lines.items() if nid != mul.id)
+
+
+def test_hooks_are_captured_and_drawn(tmp_path, qtbot):
+    from core.model.causes import hook_lines
+    from widgets.export.graph_export import offscreen_view
+
+    path = tmp_path / "hooks.py"
+    path.write_text(textwrap.dedent("""
+        import torch
+        x = torch.tensor(3.0, requires_grad=True)
+        def double_grad(g):
+            return g * 2
+        x.register_hook(double_grad)
+        y = x * x
+        y.register_hook(lambda g: g)
+        m = torch.nn.Linear(2, 1)
+        m.register_full_backward_hook(lambda mod, gi, go: None)
+        z = m(torch.ones(1, 2, requires_grad=True)).sum() + y
+        z.backward()
+    """))
+    call = Trace.from_json(capture_script(str(path)).to_json()).calls[0]
+    named = {t.name: t for t in call.tensors if t.name}
+    assert named["x"].hooks == ["double_grad (line 4)"]
+    assert named["y"].hooks == ["<lambda> (line 8)"]
+    leaf = next(n for n in call.nodes if n.label == "x")
+    assert hook_lines(call, leaf) == ["hook double_grad"]
+    hook_node = next(n for n in call.nodes if n.name == "BackwardHookFunctionBackward")
+    assert hook_lines(call, hook_node) == ["module backward hooks"]
+    # the edges carried 3 + 3 = 6 into x; its hook doubled that to .grad = 12
+    assert leaf_value_lines(call, leaf) == ["x = 3", ".grad = 12", "(edges 3 + 3 = 6, then its hook)"]
+    with offscreen_view(call) as view:
+        hooks = sorted(" ".join(t.lines) for t in view.marks.tags if t.kind == "hook")
+        # a full backward hook wraps the module's output and its input that requires grad: two nodes
+        assert hooks == ["hook <lambda>", "hook double_grad", "module backward hooks", "module backward hooks"]
+
+
+CHECKPOINT = """
+import torch
+from torch.utils.checkpoint import checkpoint
+torch.manual_seed(0)
+layer1 = torch.nn.Linear(4, 4)
+layer2 = torch.nn.Linear(4, 1)
+x = torch.randn(2, 4, requires_grad=True)
+def block(t):
+    return torch.relu(layer1(t))
+h = checkpoint(block, x, use_reentrant=True)
+loss = layer2(h).sum()
+loss.backward()
+h2 = checkpoint(block, x, use_reentrant=False)
+loss2 = layer2(h2).sum()
+loss2.backward()
+"""
+
+
+def test_checkpointing_nested_backward_and_recomputed_saved_tensors(tmp_path):
+    import torch
+
+    path = tmp_path / "ckpt.py"
+    path.write_text(textwrap.dedent(CHECKPOINT))
+    trace = Trace.from_json(capture_script(str(path)).to_json())
+    # the nested call finishes (and is stored) before the call it ran inside
+    assert [c.index for c in trace.calls] == [1, 0, 2]
+    outer, nested, plain = sorted(trace.calls, key=lambda c: c.index)
+    assert outer.options["nested"] == [1]
+    assert nested.options["nested_in"] == 0 and nested.options["inside"] == "CheckpointFunctionBackward"
+    ckpt = next(n for n in outer.nodes if n.name == "CheckpointFunctionBackward")
+    assert ckpt.module is None  # called at top level, not inside layer2
+    # the checkpointed layer's grads come from the nested call and equal plain torch's
+    torch.manual_seed(0)
+    layer1, layer2 = torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)
+    x = torch.randn(2, 4, requires_grad=True)
+    layer2(torch.relu(layer1(x))).sum().backward()
+    assert nested.leaf_grads["layer1.weight"].data == pytest.approx(layer1.weight.grad.flatten().tolist())
+    assert nested.leaf_grads["layer1.bias"].data == pytest.approx(layer1.bias.grad.tolist())
+    assert outer.leaf_grads["x"].data == pytest.approx(x.grad.flatten().tolist())
+    # non-reentrant: an ordinary graph whose saved tensors are recomputed
+    assert sorted(n.name for n in plain.nodes if n.recomputed) == ["AddmmBackward0", "ReluBackward0"]
+    assert not any(n.recomputed for n in outer.nodes)
+
+
+def test_calls_list_shows_options_grad_history_and_groups_gradcheck(tmp_path, qtbot):
+    from core.model.call_notes import call_flags, grad_history, group_calls
+    from widgets.panels.calls import CallsPanel
+
+    path = tmp_path / "acc.py"
+    path.write_text(textwrap.dedent("""
+        import torch
+        x = torch.tensor(2.0, requires_grad=True)
+        for i in range(3):
+            y = x * x
+            y.backward(retain_graph=(i == 1))
+            if i == 1:
+                x.grad = None
+        def f(a):
+            return (a * a).sum()
+        inp = torch.randn(3, dtype=torch.float64, requires_grad=True)
+        torch.autograd.gradcheck(f, (inp,))
+    """))
+    trace = Trace.from_json(capture_script(str(path)).to_json())
+    history = grad_history(trace)
+    c0, c1, c2 = trace.calls[:3]
+    assert history[c0.id] == ["x.grad 4"]
+    assert history[c1.id] == ["x.grad 8"]  # accumulated: 4 + 4
+    assert history[c2.id] == ["↺ x.grad = None", "x.grad 4"]
+    assert call_flags(c1) == ["retain_graph"] and call_flags(c0) == []
+    groups = group_calls(trace.calls)
+    assert [len(g) for g in groups] == [1, 1, 1, len(trace.calls) - 3]
+    assert len(trace.calls) - 3 > 1 and all(c.options["within"] == "gradcheck" for c in groups[-1])
+    panel = CallsPanel()
+    qtbot.addWidget(panel)
+    panel.set_trace(trace)
+    rows = [panel.list.item(r).text() for r in range(panel.list.count())]
+    assert len(rows) == 4
+    assert rows[1] == "#1 Tensor.backward · line 6 · 2 nodes · retain_graph · x.grad 8"
+    last = trace.calls[-1].index
+    assert rows[3].startswith(f"#3–#{last} gradcheck · line 12 · {len(trace.calls) - 3} calls inside")
+
+
+def test_numpy_arrays_sharing_memory_are_shown_in_the_storage_view(tmp_path, qtbot):
+    from widgets.storage.view import StorageView
+
+    path = tmp_path / "np_share.py"
+    path.write_text(textwrap.dedent("""
+        import numpy as np
+        import torch
+        array = np.arange(6, dtype=np.float32)
+        shared = torch.from_numpy(array)
+        row = array[2:4]
+        copied = torch.tensor(array)
+        back = shared.numpy()
+    """))
+    trace = Trace.from_json(capture_script(str(path)).to_json())
+    named = {t.name: t for t in trace.tensors if t.name}
+    storage = next(s for s in trace.storages if s.id == named["shared"].storage)
+    peers = {a["name"]: a for a in storage.numpy}
+    assert sorted(peers) == ["array", "back", "row"]
+    assert peers["row"]["offset"] == 2 and peers["row"]["shape"] == [2] and peers["row"]["strides"] == [1]
+    copy_storage = next(s for s in trace.storages if s.id == named["copied"].storage)
+    assert copy_storage.numpy is None
+    view = StorageView()
+    qtbot.addWidget(view)
+    view.set_tensor(trace, named["shared"].id)
+    assert view.shared_label.text() == "Same storage: 3 NumPy arrays"
+    assert [r[1] for r in view.shared_rows()] == ["NumPy array (float32), same memory"] * 3
+    view.set_tensor(trace, named["copied"].id)
+    assert view.shared_label.text() == "No other captured tensor uses this storage."
+
+
+def test_storage_view_exports_headless_and_from_the_app(tmp_path, qtbot):
+    from PySide6.QtGui import QImage
+
+    from app.cli.commands import main as cli_main
+    from widgets.storage.export import StorageExportError, export_view_copy, find_tensor
+    from widgets.storage.view import StorageView
+
+    script = tmp_path / "views.py"
+    script.write_text("import torch\nx = torch.arange(12.0).reshape(3, 4)\nxt = x.t()\n")
+    out = tmp_path / "xt.svg"
+    assert cli_main(["export", str(script), "--storage", "xt", "-o", str(out)]) == 0
+    svg = out.read_text()
+    assert "<svg" in svg and "xt" in svg and "(1, 4)" in svg  # the title and the stride
+    assert "Same storage: 2 other tensors<" in svg and "click a tensor" not in svg  # no screen-only hint
+    trace = capture_script(str(script))
+    with pytest.raises(StorageExportError, match="named tensors: x, xt"):
+        find_tensor(trace, "nope")
+    view = StorageView()
+    qtbot.addWidget(view)
+    source, tid = find_tensor(trace, "xt")
+    view.set_tensor(source, tid, trace.storages)
+    size = view.size()
+    png = export_view_copy(view, tmp_path / "xt.png")
+    assert view.size() == size  # the live view keeps its layout
+    assert view.shared_label.text() == "Same storage: 2 other tensors (click a tensor to show it)"
+    image = QImage(str(png))
+    assert image.width() >= 1000 and image.height() > 400
+    assert image.pixelColor(5, 5).name() == "#ffffff"  # print look: white paper
+    pdf = export_view_copy(view, tmp_path / "xt.pdf")
+    assert pdf.read_bytes().startswith(b"%PDF")
+
+
+def test_inspector_shows_formula_causes_hooks_and_decoded_values(tmp_path, qtbot):
+    from widgets.panels.inspector import InspectorPanel
+
+    path = tmp_path / "insp.py"
+    path.write_text(textwrap.dedent("""
+        import torch
+        import torch.nn.functional as F
+        a = torch.tensor([1.0, 2.0], requires_grad=True)
+        b = torch.tensor([3.0, 4.0], requires_grad=True)
+        c = a * b
+        c.register_hook(lambda g: g)
+        frozen = c.detach()
+        logits = torch.stack([c, frozen + 1])
+        loss = F.cross_entropy(logits, torch.tensor([0, 1]))
+        loss.backward()
+    """))
+    call = capture_script(str(path)).calls[0]
+    panel = InspectorPanel()
+    qtbot.addWidget(panel)
+    mul = next(n for n in call.nodes if n.name == "MulBackward0")
+    panel.show_node(call, mul.id)
+    text = panel.text()
+    assert "grad_self (a) = grad_c · b\ngrad_other (b) = grad_c · a" in text
+    assert "= a [2] float32" in text and "= b [2] float32" in text
+    assert "<lambda> (line 7): registered with register_hook on c" in text
+    stack = next(n for n in call.nodes if n.name == "StackBackward0")
+    panel.show_node(call, stack.id)
+    assert "None: [2] tensor · detached: made by .detach(), which shares memory but cuts the graph" in panel.text()
+    nll = next(n for n in call.nodes if n.name == "NllLossBackward0")
+    panel.show_node(call, nll.id)
+    text = panel.text()
+    assert "reduction\n= 'mean'" in text and "ignore_index\n= -100" in text
+    leaf = next(n for n in call.nodes if n.label == "a")
+    panel.show_node(call, leaf.id)
+    assert "accumulates into a.grad" in panel.text()
+
+
+def test_a_long_formula_wraps_outside_brackets_instead_of_widening_the_inspector(tmp_path, qtbot):
+    from widgets.panels.inspector import InspectorPanel, breakable_formula
+
+    nbsp = "\u00a0"
+    assert breakable_formula("grad_self (a) = grad · result · (1 − result)") == (
+        f"grad_self{nbsp}(a) = grad · result · (1{nbsp}−{nbsp}result)")
+    assert breakable_formula("g = −grad · w[labels] / total at [i, t_i], 0 elsewhere") == (
+        f"g = −grad · w[labels] / total at{nbsp}[i,{nbsp}t_i], 0 elsewhere")
+    path = tmp_path / "sig.py"
+    path.write_text("import torch\na = torch.tensor([0.5, 1.0, 2.0], requires_grad=True)\n"
+                    "result = torch.sigmoid(a)\nresult.sum().backward()\n")
+    call = capture_script(str(path)).calls[0]
+    panel = InspectorPanel()
+    qtbot.addWidget(panel)
+    panel.resize(330, 700)
+    panel.show()
+    sig = next(n for n in call.nodes if n.name == "SigmoidBackward0")
+    panel.show_node(call, sig.id)
+    assert "grad_self (a) = grad_result · result · (1 − result)" in panel.text()
+    assert panel.browser.horizontalScrollBar().maximum() == 0  # no sideways scrolling to read it
+    doc = panel.browser.document()
+    block = doc.findBlock(doc.toPlainText().index("grad_self (a)"))
+    layout = block.layout()
+    lines = [block.text()[layout.lineAt(i).textStart():][:layout.lineAt(i).textLength()].strip()
+             for i in range(layout.lineCount())]
+    assert len(lines) == 2 and lines[1].replace(nbsp, " ") == "(1 − result)"  # the bracket moves whole
+    # A long bracketed group breaks at its own spaces in a narrow panel, never inside a word.
+    text = "grad_self (x) = grad copied to every element (expand to self_sym_sizes)"
+    assert breakable_formula(text) == text.replace(" (x)", f"{nbsp}(x)")
+    path.write_text("import torch\nx = torch.ones(3, requires_grad=True)\nx.sum().backward()\n")
+    call = capture_script(str(path)).calls[0]
+    panel.resize(200, 700)
+    total = next(n for n in call.nodes if n.name == "SumBackward0")
+    panel.show_node(call, total.id)
+    doc = panel.browser.document()
+    block = doc.findBlock(doc.toPlainText().index("grad_self (x) = grad"))
+    layout = block.layout()
+    lines = [block.text()[layout.lineAt(i).textStart():][:layout.lineAt(i).textLength()].strip()
+             for i in range(layout.lineCount())]
+    assert len(lines) >= 3 and " ".join(lines).replace(nbsp, " ") == text, lines  # each break at a space
+    assert panel.browser.horizontalScrollBar().maximum() == 0
+
+
+def test_multi_output_nodes_are_labelled_with_every_output_and_edges_with_next_functions(tmp_path, qtbot):
+    from widgets.export.graph_export import offscreen_view
+
+    path = tmp_path / "multi.py"
+    path.write_text(textwrap.dedent("""
+        import torch
+        x = torch.randn(3, 4, requires_grad=True)
+        first, second, third = x.unbind(0)
+        left, right = x.split(2, dim=1)
+        loss = first.sum() + third.sum() + right.sum()
+        loss.backward()
+    """))
+    call = capture_script(str(path)).calls[0]
+    labels = {n.name: n.label for n in call.nodes}
+    assert labels["UnbindBackward0"] == "first, second, third"
+    assert labels["SplitBackward0"] == "left, right"
+    unbind = next(n.id for n in call.nodes if n.name == "UnbindBackward0")
+    with offscreen_view(call, slots=True) as view:
+        slots = sorted(" ".join(t.lines) for t in view.marks.tags if t.kind == "slot")
+        assert slots.count("next[0] = (UnbindBackward0, 0)") == 1
+        assert "next[0] = (UnbindBackward0, 2)" in slots  # third is output 2 of unbind
+        assert len(slots) == sum(1 for n in call.nodes for e in n.next if e is not None)
+        assert unbind in view.node_items
+
+
+def test_integer_and_unnamed_constant_inputs_are_named_as_cuts(tmp_path):
+    path = tmp_path / "ints.py"
+    path.write_text("import torch\nw = torch.tensor([1.0, 2.0], requires_grad=True)\ncounts = torch.tensor([3, 4])\n"
+                    "loss = (w * counts).sum() + torch.ones(2).sum()\nloss.backward()\n")
+    call = capture_script(str(path)).calls[0]
+    assert sorted((n.name, c["cause"], c["name"], c["value"]) for n in call.nodes for c in n.cuts or ()) == [
+        ("AddBackward0", "constant", None, "tensor(2)"), ("MulBackward0", "integer", "counts", "[2] tensor")]
+
+
+def test_every_example_has_a_print_picture_shown_in_the_examples_readme():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "resources" / "examples" / "README.md").read_text()
+    for script in sorted((root / "resources" / "examples").glob("[0-9]*.py")):
+        picture = root / "docs" / "images" / "examples" / f"{script.stem}.png"
+        assert picture.is_file() and picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", script.name
+        assert f"../../docs/images/examples/{script.stem}.png" in readme, script.name
+        assert f"`{script.name}`" in readme, script.name
+
+
+def test_unnamed_saved_tensors_are_named_by_the_node_that_made_them():
+    from core.model.attrs import saved_label
+    from core.model.trace import CallInfo, NodeInfo, Saved, TensorInfo, Values
+
+    def t(tid, name, fn=None):
+        return TensorInfo(id=tid, name=name, shape=[2], dtype="float32", device="cpu", requires_grad=True,
+                          is_leaf=fn is None, retains_grad=False, stride=[1], storage_offset=0, storage=None,
+                          version=0, values=Values(numel=2), grad_fn_name=fn)
+
+    node = NodeInfo(id="n0", name="NllLossBackward0", kind="backward", next=[None],
+                    saved=[Saved("self", "t1"), Saved("weight", "t2"), Saved("target", "t3")])
+    call = CallInfo(id="c0", index=0, api="Tensor.backward", line=1, roots=["n0"], nodes=[node],
+                    tensors=[t("t1", None, "LogSoftmaxBackward0"), t("t2", None), t("t3", "labels")])
+    assert [saved_label(call, s) for s in node.saved] == [
+        "self = output of LogSoftmaxBackward0", "weight = [2] tensor", "target = labels"]
+
+
+def test_the_seed_gradient_given_to_backward_is_recorded_and_shown(tmp_path):
+    path = tmp_path / "seed.py"
+    path.write_text("import torch\nx = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)\ny = x * 2\n"
+                    "y.backward(torch.tensor([0.5, 1.0, 2.0]))\nz = (x * x).sum()\nz.backward()\n")
+    first, second = Trace.from_json(capture_script(str(path)).to_json()).calls
+    assert first.options["seed"] == [{"numel": 3, "data": [0.5, 1.0, 2.0]}]
+    assert seed_text(first, first.node(first.roots[0])) == "seed: gradient = [0.5, 1, 2]"
+    assert "seed" not in second.options
+    assert seed_text(second, second.node(second.roots[0])) == "seed: 1 (d out / d out)"
+
+
+def test_call_options_reach_the_app_through_the_worker(tmp_path):
+    """Calls are streamed as soon as they are stored: options must be on them by then."""
+    from core.client.handle import run_capture
+
+    path = tmp_path / "ckpt.py"
+    path.write_text(textwrap.dedent(CHECKPOINT) + "y = layer2(x).sum()\ny.backward(torch.tensor(3.0))\n")
+    trace = run_capture(str(path), timeout=120).trace
+    by_index = {c.index: c for c in trace.calls}
+    assert by_index[0].options["nested"] == [1]
+    assert by_index[1].options["nested_in"] == 0
+    assert by_index[3].options["seed"] == [{"numel": 1, "data": [3.0]}]
+
+
+def test_checkpoint_node_shows_and_opens_its_nested_backward(tmp_path, qtbot, monkeypatch):
+    from PySide6.QtCore import Qt
+    from PySide6.QtTest import QTest
+
+    from app.cli.commands import main as cli_main
+    from core.layout.compound import layout_call
+    from core.model.nesting import link_nested, nested_calls
+    from widgets.graph.view import GraphView
+
+    example = "resources/examples/14_checkpointing.py"
+    trace = capture_script(example)
+    link_nested(trace.calls)
+    outer, nested = (next(c for c in trace.calls if c.index == i) for i in (0, 1))
+    ckpt = next(n for n in outer.nodes if n.name == "CheckpointFunctionBackward")
+    (inner,) = nested_calls(outer, ckpt)
+    assert (inner.id, inner.index, inner.nodes) == (nested.id, 1, 6)
+    assert inner.ops == (("ReluBackward0", 1), ("AddmmBackward0", 1), ("TBackward0", 1), ("AccumulateGrad", 3))
+    assert nested_calls(outer, next(n for n in outer.nodes if n.name == "SumBackward0")) == []
+    assert layout_call(outer).nodes[ckpt.id].label.split("\n") == [
+        "CheckpointFunctionBackward", "hidden", "⤷ backward #1: 6 nodes",
+        "  ReluBackward0, AddmmBackward0", "  TBackward0, 3 × AccumulateGrad"]
+    assert "_nested_calls" not in trace.to_json()  # derived from the trace, never saved in it
+
+    view = GraphView()
+    qtbot.addWidget(view)
+    view.resize(900, 900)
+    view.show()
+    view.set_peer_calls(Trace.from_json(trace.to_json()).calls)  # a trace read from a file links too
+    view.set_call(next(c for c in view._peers if c.index == 0), sync=True)
+    assert "backward #1: 6 nodes" in view.node_items[ckpt.id].box.label
+    opened = []
+    view.sig_open_call.connect(opened.append)
+    pos = view.mapFromScene(view.node_items[ckpt.id].sceneBoundingRect().center())
+    QTest.mouseDClick(view.viewport(), Qt.LeftButton, Qt.NoModifier, pos)
+    assert opened == [nested.id]
+    action = next(a for a in view.context_menu(pos).actions() if a.text() == "Show nested backward #1")
+    action.trigger()
+    assert opened == [nested.id, nested.id]
+    sum_pos = view.mapFromScene(view.node_items[outer.roots[0]].sceneBoundingRect().center())
+    assert not view.open_nested(outer.roots[0]) and opened == [nested.id] * 2
+    assert not any(a.text().startswith("Show nested") for a in view.context_menu(sum_pos).actions())
+
+    monkeypatch.setenv("BACKPROP_STUDIO_SETTINGS", str(tmp_path / "settings.ini"))
+    from app.window.window import MainWindow
+
+    window = MainWindow(timeout=60)
+    qtbot.addWidget(window)
+    try:
+        window.show_trace(trace)
+        window.show_call(outer.id)
+        assert window.call is outer
+        window.graph.sig_open_call.emit(nested.id)  # what the double-click sends
+        assert window.call is nested
+    finally:
+        window.handle.close()
+
+    out = tmp_path / "outer.svg"
+    assert cli_main(["export", example, "-o", str(out)]) == 0
+    svg = out.read_text()
+    assert "backward #1: 6 nodes" in svg and "3 × AccumulateGrad" in svg and "runs backward #1 inside" not in svg
+
+
+def _edge_shapes(view):
+    """The view's layout, each edge's line as a 2 px wide shape, and each edge's arrowhead."""
+    from PySide6.QtGui import QPainterPathStroker
+
+    from widgets.graph.items import edge_path
+    from widgets.graph.teaching import _head
+
+    lay = view.graph_layout()
+    curved, horizontal = lay.engine != "dot", lay.direction == "LR"
+    stroker = QPainterPathStroker()
+    stroker.setWidth(2.0)
+    lines = [stroker.createStroke(edge_path(e.points, curved, horizontal)) for e in lay.edges]
+    heads = [_head(e.points, curved, horizontal) for e in lay.edges]
+    return lay, lines, heads
+
+
+@pytest.mark.parametrize("direction", ["TB", "LR", "forward"])
+def test_cut_labels_cross_no_edge_and_edge_texts_hide_no_arrowhead(qtbot, direction):
+    """02_polynomial with values: each cut label stays off every edge line, and no text (gradient
+    on an edge, seed, cut label) covers an arrowhead."""
+    from pathlib import Path
+
+    from widgets.export.graph_export import offscreen_view
+
+    example = Path(__file__).resolve().parents[2] / "resources" / "examples" / "02_polynomial.py"
+    call = capture_script(str(example)).calls[0]
+    with offscreen_view(call, values=True, direction=direction) as view:
+        lay, lines, heads = _edge_shapes(view)
+        tips = [e.points[-1] for e in lay.edges]
+        notes = [t for t in view.marks.tags if t.kind in ("cut", "grad", "value")]
+        cuts = [t for t in notes if t.kind == "cut"]
+        assert sorted(" ".join(t.lines) for t in cuts) == ["✂ Python number 1", "✂ Python number 2"]
+        assert len([t for t in notes if t.kind == "grad"]) == len(lay.edges) == 5
+        for t in cuts:
+            assert not [i for i, line in enumerate(lines) if line.intersects(t.text_rect())], (direction, t.lines)
+        for t in notes:
+            r = t.text_rect()
+            assert not any(r.contains(x, y) for x, y in tips), (direction, t.lines)
+            assert not any(r.intersects(h) for h in heads), (direction, t.lines)
+
+
+@pytest.fixture(scope="module")
+def marked_calls():
+    """Calls whose graphs carry every kind of mark: stale and in-place tags (08_inplace_error),
+    broadcast marks (28_broadcasting_backward), device tags and a device change on an edge."""
+    from pathlib import Path
+
+    from tests.widgets.test_graph_marks import device_call
+
+    examples = Path(__file__).resolve().parents[2] / "resources" / "examples"
+    out = {name: capture_script(str(examples / f"{name}.py")).calls[0]
+           for name in ("08_inplace_error", "28_broadcasting_backward")}
+    out["device"] = device_call("cuda:0")
+    return out
+
+
+@pytest.mark.parametrize("direction", ["TB", "LR", "forward"])
+def test_no_mark_covers_an_arrowhead_or_crosses_an_edge(qtbot, marked_calls, direction):
+    """Every mark (tags on nodes, device and broadcast marks on edges, cut stubs) is placed
+    for the direction it is drawn in: beside its edge or node, never over an arrowhead, an edge's
+    line, a box it does not belong to, or another mark."""
+    from widgets.export.graph_export import offscreen_view
+
+    kinds = set()
+    for name, call in marked_calls.items():
+        with offscreen_view(call, direction=direction) as view:
+            lay, lines, heads = _edge_shapes(view)
+            boxes = {v: view.node_items[v].sceneBoundingRect().adjusted(1, 1, -1, -1) for v in lay.nodes}
+            placed = []
+            for t in view.marks.tags:
+                kinds.add(t.kind)
+                r = t.text_rect() if hasattr(t, "text_rect") else t.sceneBoundingRect().adjusted(1.5, 1.5, -1.5, -1.5)
+                where = (direction, name, t.kind, getattr(t, "text", None) or t.lines)
+                assert not any(r.intersects(h) for h in heads), where
+                assert not any(line.intersects(r) for line in lines), where
+                own = t.target if isinstance(t.target, str) else None
+                assert not [v for v, b in boxes.items() if v != own and b.intersects(r)], where
+                assert not [p for p in placed if p.intersects(r)], where
+                placed.append(r)
+    assert kinds == {"stale", "inplace", "device", "device_edge", "mark", "cut"}

@@ -1,0 +1,136 @@
+"""Exports for slides and paper: the sheet fitted to a 16:9 or 4:3 slide or an A4 / Letter page.
+
+Text is never shrunk below ``MIN_PAGE_TEXT`` (pixels in a PNG, points in a PDF or SVG):
+when the graph does not fit at that size, module groups fold, deepest level first, until it
+does; when even the top level does not fit (a long chain with no modules), the page shows
+the part of the graph around the loss and its caption says so.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from PySide6.QtCore import QRectF
+
+from core.layout.compound import group_info
+from widgets.export.sheet import Sheet
+
+log = logging.getLogger(__name__)
+
+# name -> (PNG width, height in pixels; PDF / SVG width, height in points)
+PAGES = {
+    "16:9": ((1920, 1080), (960.0, 540.0)),
+    "4:3": ((1600, 1200), (720.0, 540.0)),
+    "A4": ((1240, 1754), (595.0, 842.0)),  # portrait, 150 dpi in PNG
+    "Letter": ((1275, 1650), (612.0, 792.0)),
+}
+MIN_PAGE_TEXT = 9.0
+MAX_PAGE_SCALE = 2.0
+MAX_FOLD_BOXES = 400  # fold levels with more boxes than this are not tried
+CROPPED_NOTE = "The part of the graph around the loss; fold modules or pick a larger page for the rest."
+
+
+@dataclass
+class PagePlan:
+    """How the sheet goes on the page: ``scale`` output units per scene unit, centred."""
+
+    page: str
+    size: tuple[float, float]  # page width, height in output units (pixels or points)
+    sheet: Sheet
+    scale: float
+    text: float  # the smallest text on the page, in output units
+    collapsed: frozenset[str]
+    cropped: bool = False
+
+    @property
+    def offset(self) -> tuple[float, float]:
+        return ((self.size[0] - self.sheet.width * self.scale) / 2, (self.size[1] - self.sheet.height * self.scale) / 2)
+
+
+def page_size(page: str, fmt: str) -> tuple[float, float]:
+    if page not in PAGES:
+        raise ValueError(f"unknown page {page!r}: use one of {', '.join(PAGES)}")
+    return PAGES[page][0] if fmt == "png" else PAGES[page][1]
+
+
+def smallest_text(view, legend: bool = True) -> float:
+    """The smallest text the view's scene draws, in scene units (pixels at 100 %)."""
+    t = view.theme()
+    sizes = [t.font_px]
+    if any("\n" in item.box.label for item in view.node_items.values()):
+        sizes.append(t.font_px - 1)
+    if view.group_items or legend:
+        sizes.append(t.small_font_px + 1)
+    if view.saved_items or getattr(view, "_show_shapes", False) or getattr(view, "_edge_texts", None):
+        sizes.append(t.small_font_px)
+    return float(min(sizes))
+
+
+def plan_page(view, page: str, fmt: str, make_sheet, *, fold: bool = True, deepen: bool = False,
+              legend: bool = True, caption: str | None = None, **sheet_options) -> PagePlan:
+    """Fit the view's graph to ``page``, folding the view's module groups when ``fold`` and, with
+    ``deepen``, opening deeper levels while they still fit (the view is left folded as planned).
+    ``make_sheet(view, caption=..., source=..., **sheet_options)`` builds the sheet."""
+    w, h = page_size(page, fmt)
+
+    def attempt(source=None, note: str | None = None) -> tuple[Sheet, float, float]:
+        text = smallest_text(view, legend)
+        cap = " ".join(x for x in (caption, note) if x) or None
+        sheet = make_sheet(view, caption=cap, source=source, legend=legend, **sheet_options)
+        s = min(w / sheet.width, h / sheet.height, MAX_PAGE_SCALE)
+        return sheet, s, text
+
+    sheet, s, text = attempt()
+    fits = s * text >= MIN_PAGE_TEXT
+    if fits and not deepen:
+        return PagePlan(page, (w, h), sheet, s, s * text, view.collapsed())
+    call = view.call()
+    if (fold or deepen) and call is not None:
+        info = group_info(call)
+        levels, previous = [], None
+        for depth in range(64):
+            coll = info.fold_to_depth(depth)
+            if coll == previous or not coll:
+                break
+            previous = coll
+            boxes = len(call.nodes) - sum(info.count[g] for g in coll) + len(coll)
+            if boxes <= MAX_FOLD_BOXES and (deepen or boxes < len(view.node_items)):
+                levels.append(coll)
+        if deepen and len(call.nodes) <= MAX_FOLD_BOXES:
+            levels.append(frozenset())
+        if fits:  # deeper levels only: the one shown already fits
+            shown = len(view.node_items)
+            levels = [c for c in levels if len(call.nodes) - sum(info.count[g] for g in c) + len(c) > shown]
+            levels.insert(0, view.collapsed())
+        for coll in reversed(levels):  # the most detail first
+            view.set_collapsed(coll, sync=True)
+            sheet, s, text = attempt()
+            if s * text >= MIN_PAGE_TEXT:
+                return PagePlan(page, (w, h), sheet, s, s * text, view.collapsed())
+    # Not even the top level fits: the region around the loss, at the smallest legible size.
+    s = min(MAX_PAGE_SCALE, MIN_PAGE_TEXT / text)
+    full = sheet.source
+    for _ in range(3):  # the caption's height depends on the width: settle in a few rounds
+        src_w = min(full.width(), max(40.0, w / s - (sheet.width - sheet.source.width())))
+        src_h = min(full.height(), max(40.0, h / s - (sheet.height - sheet.source.height())))
+        cx, cy = _root_centre(view, full)
+        x = min(max(cx - src_w / 2, full.left()), full.right() - src_w)
+        y = min(max(cy - src_h / 2, full.top()), full.bottom() - src_h)
+        sheet, s2, text = attempt(QRectF(x, y, src_w, src_h), CROPPED_NOTE)
+        if s2 * text >= MIN_PAGE_TEXT - 1e-6:
+            s = s2
+            break
+    log.info("%s page: showing the part of the graph around the loss", page)
+    return PagePlan(page, (w, h), sheet, min(s, w / sheet.width, h / sheet.height), s * text, view.collapsed(), True)
+
+
+def _root_centre(view, full: QRectF) -> tuple[float, float]:
+    """Where the loss is drawn (top, bottom or left, by the layout's direction)."""
+    call, layout = view.call(), view.graph_layout()
+    box = None
+    if call is not None and layout is not None and call.roots:
+        box = layout.nodes.get(layout.members.get(call.roots[0], ""))
+    if box is None:
+        return full.center().x(), full.top()
+    return box.x + box.w / 2, box.y + box.h / 2

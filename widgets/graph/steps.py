@@ -1,0 +1,152 @@
+"""Step states and gradient texts on the graph view, redrawn per step in O(changed items).
+
+Stepping backward changes a handful of nodes per step (the one that ran, the next one, the
+nodes whose gradient became complete) and the edges that got a value. ``update_step`` redraws
+the boxes and edges showing those and nothing else: states are tallied per drawn box (a
+folded group counts its members' states) so a box's state is known without looking at the
+other nodes, and the legend and the zoomed-out overview's marks are touched only when what they
+show changed. ``set_node_states`` / ``set_edge_texts`` replace everything (a replay, an
+export); ``states_token`` tells a caller sending deltas whether that happened meanwhile.
+"""
+
+from __future__ import annotations
+
+from core.model.step_state import box_state
+from widgets.graph.items import NodeItem
+from widgets.graph.scene import apply_edge_texts, update_edge_texts
+
+
+class StepStatesMixin:
+    """Step states and edge texts for ``GraphView``."""
+
+    def _init_step_states(self) -> None:
+        self._states: dict[str, str] = {}
+        self._edge_texts: dict[tuple[str, str], str] = {}
+        # Step states tallied per drawn box, rebuilt by every full apply.
+        self._box_tally: dict[str, dict[str, int]] = {}
+        self._box_size: dict[str, int] = {}  # members of each folded group's box
+        self._state_kinds: dict[str, int] = {}  # how many nodes are in each state (for the legend)
+        self._states_token = 0  # bumped when states are replaced wholesale (see ``states_token``)
+        self.item_updates = 0  # node and edge items given a new state or text (tests read it)
+
+    def node_states(self) -> dict[str, str]:
+        """Step states by trace node id (see ``set_node_states``)."""
+        return dict(self._states)
+
+    def edge_texts(self) -> dict[tuple[str, str], str]:
+        """Texts on edges by (src, dst) trace node ids (see ``set_edge_texts``)."""
+        return dict(self._edge_texts)
+
+    def set_node_states(self, states: dict[str, str]) -> None:
+        """Step states by trace node id: "executed", "current", "frontier" or "failed"."""
+        self._states = dict(states)
+        self._states_token += 1
+        self._apply_states()
+        if self._layout is not None:
+            self._legend_entries()
+
+    def set_edge_texts(self, texts: dict[tuple[str, str], str]) -> None:
+        """Texts (gradient values) on edges, keyed by (src, dst) trace node ids."""
+        self._edge_texts = dict(texts)
+        self._states_token += 1
+        self._apply_edge_texts()
+
+    def update_step(self, states: dict[str, str | None], texts: dict[tuple[str, str], str | None]) -> None:
+        """What a step changed: new states of some nodes (None: no state) and new texts on some
+        edges (None: none). Only the boxes and edges drawing them are touched; the legend and the
+        overview's marks change only when what they show does. O(changes), not O(nodes)."""
+        if texts:
+            self.item_updates += update_edge_texts(self, texts)
+        if not states:
+            return
+        kinds_before = set(self._state_kinds)
+        members = self._layout.members if self._layout is not None else {}
+        touched = set()
+        for nid, new in states.items():
+            old = self._states.get(nid)
+            if old == new:
+                continue
+            if new is None:
+                del self._states[nid]
+            else:
+                self._states[nid] = new
+            _count(self._state_kinds, old, new)
+            vid = members.get(nid)
+            if vid is not None:
+                _count(self._box_tally.setdefault(vid, {}), old, new)
+                touched.add(vid)
+        marks = dict(self.overview.marks) if self.overview is not None else None
+        for vid in touched:
+            item = self.node_items.get(vid)
+            if item is None:
+                continue
+            item.set_state(box_state(self._box_tally[vid], self._box_size.get(vid, 1)))
+            self.item_updates += 1
+            if marks is not None:
+                _overview_mark(marks, vid, item, self._selected_box())
+        if marks is not None:
+            self.overview.set_marks(marks)
+        if set(self._state_kinds) != kinds_before and self._layout is not None:
+            self._legend_entries()
+
+    def states_token(self) -> int:
+        """Changes whenever the states or edge texts are replaced wholesale (a new call, a replay,
+        ``clear_states``), not when ``update_step`` changes some: a caller that sends deltas
+        knows the view still holds what it sent while the token is the one it saw."""
+        return self._states_token
+
+    def clear_states(self) -> None:
+        self.set_edge_texts({})
+        self.set_node_states({})
+
+    def _apply_states(self) -> None:
+        self._state_kinds = {}
+        for st in self._states.values():
+            _count(self._state_kinds, None, st)
+        if self._layout is None:
+            return
+        members = self._layout.members
+        self._box_size = {"group:" + g.path: g.count for g in self._layout.groups if g.collapsed}
+        self._box_tally = {}
+        for nid, st in self._states.items():
+            vid = members.get(nid)
+            if vid is not None:
+                _count(self._box_tally.setdefault(vid, {}), None, st)
+        for vid, item in self.node_items.items():
+            tally = self._box_tally.get(vid)
+            item.set_state(box_state(tally, self._box_size.get(vid, 1)) if tally else None)
+        self.item_updates += len(self.node_items)
+        self._update_marks()
+
+    def _selected_box(self) -> str | None:
+        if self._selected is None or self._layout is None:
+            return None
+        return self._layout.members.get(self._selected, self._selected)
+
+    def _apply_edge_texts(self) -> None:
+        self.item_updates += apply_edge_texts(self)
+
+
+def _count(tally: dict[str, int], old: str | None, new: str | None) -> None:
+    """Move one node from state ``old`` to ``new`` in a tally (None: no state)."""
+    if old is not None:
+        left = tally.get(old, 0) - 1
+        if left > 0:
+            tally[old] = left
+        else:
+            tally.pop(old, None)
+    if new is not None:
+        tally[new] = tally.get(new, 0) + 1
+
+
+def _overview_mark(marks: dict[str, str], vid: str, item: NodeItem, selected: str | None) -> None:
+    """``marks[vid]`` as ``overview_marks`` gives it: the selection, else a running or failed
+    step, else a search match."""
+    if vid == selected:
+        marks[vid] = "selection"
+    elif item.state in ("current", "failed"):
+        marks[vid] = item.state
+    elif item.highlighted:
+        marks[vid] = "highlight"
+    else:
+        marks.pop(vid, None)

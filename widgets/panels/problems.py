@@ -1,0 +1,281 @@
+"""Problems of a run: the script's error, errors raised by backward calls, stale saved tensors.
+
+Each problem is one row; the details pane shows the message, traceback and fault report in
+full. Activating a row asks the app to show the line, call and node it is about.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+from dataclasses import dataclass
+
+from PySide6.QtCore import QEvent, QSize, Qt, QUrl, Signal
+from PySide6.QtGui import QColor, QFontDatabase, QPalette
+from PySide6.QtWidgets import (
+    QHeaderView, QSplitter, QStyle, QTextBrowser, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget,
+)
+
+from core.model.trace import CallInfo, ErrorInfo, NodeInfo, Trace
+from widgets.panels.inspector import stale_sentence
+
+log = logging.getLogger(__name__)
+
+KIND_HEADINGS = {
+    "exception": "The script raised an exception",
+    "exit": "The script exited early",
+    "crash": "The worker process crashed",
+    "disconnected": "The connection to the worker's host closed",
+    "timeout": "The run timed out",
+    "cancelled": "The run was stopped",
+    "syntax": "The script has a syntax error",
+    "load": "The file could not be opened",
+}
+
+
+@dataclass
+class Problem:
+    """One row: what went wrong and where it points."""
+
+    severity: str  # "error" or "warning"
+    summary: str
+    details: str  # HTML
+    line: int | None = None
+    call: str | None = None
+    node: str | None = None
+    where: str = ""
+
+
+class ProblemsPanel(QWidget):
+    """A list of problems beside the details of the selected one."""
+
+    sig_line_activated = Signal(int)
+    """A problem with a script line was activated; carries the 1-based line."""
+    sig_call_selected = Signal(str)
+    """A problem inside a backward call was activated; carries the call id."""
+    sig_node_selected = Signal(str)
+    """A problem about one node was activated; carries the node id (after sig_call_selected)."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.tree = QTreeWidget(self)
+        self.tree.setHeaderLabels(["Problem", "Where"])
+        self.tree.setRootIsDecorated(False)
+        self.tree.setUniformRowHeights(True)
+        self.tree.setIconSize(QSize(16, 16))
+        self.tree.setWordWrap(False)
+        header = self.tree.header()
+        header.setStretchLastSection(False)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        header.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
+        self.tree.currentItemChanged.connect(self._on_current)
+        self.tree.itemActivated.connect(self._on_activated)
+        self.details = QTextBrowser(self)
+        self.details.setOpenLinks(False)
+        self.details.anchorClicked.connect(self._on_anchor)
+        self.details.document().setDocumentMargin(8)
+        splitter = QSplitter(Qt.Orientation.Horizontal, self)
+        splitter.addWidget(self.tree)
+        splitter.addWidget(self.details)
+        splitter.setStretchFactor(0, 3)
+        splitter.setStretchFactor(1, 2)
+        splitter.setChildrenCollapsible(False)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(splitter)
+        self.setFocusProxy(self.tree)
+        self._mono = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont).family()
+        self._problems: list[Problem] = []
+        self.clear()
+
+    # public API
+
+    def clear(self) -> None:
+        """Remove every problem."""
+        self._problems = []
+        self.tree.clear()
+        self._show_details(None)
+
+    def count(self) -> int:
+        """How many problems are listed."""
+        return len(self._problems)
+
+    def problems(self) -> list[Problem]:
+        """The listed problems, in row order."""
+        return list(self._problems)
+
+    def set_trace(self, trace: Trace | None) -> None:
+        """List the trace's error, every call's error and every stale saved tensor."""
+        self.clear()
+        if trace is None:
+            return
+        problems = []
+        if trace.error is not None:
+            problems.append(self._error_problem(trace.error, None, None))
+        for call in trace.calls:
+            if call.error is not None:
+                if trace.error is not None and _same_error(call.error, trace.error):
+                    problems[0].call = problems[0].call or call.id
+                    problems[0].where = _where(problems[0].line, call)
+                else:
+                    problems.append(self._error_problem(call.error, call, None))
+            for node in call.nodes:
+                if node.stale is not None:
+                    problems.append(self._stale_problem(call, node))
+        for problem in problems:
+            self._add(problem)
+        if self._problems:
+            self.tree.setCurrentItem(self.tree.topLevelItem(0))
+
+    def show_error(self, error: ErrorInfo, title: str | None = None) -> None:
+        """Put ``error`` at the top of the list and show it; ``title`` replaces the heading.
+
+        An error already listed (the trace's own, listed by ``set_trace``) is selected, not added twice.
+        """
+        problem = self._error_problem(error, None, title)
+        for row, listed in enumerate(self._problems):
+            if listed.summary == problem.summary and listed.line == problem.line and title is None:
+                self.tree.setCurrentItem(self.tree.topLevelItem(row))
+                return
+        self._add(problem, at=0)
+        self.tree.setCurrentItem(self.tree.topLevelItem(0))
+
+    # rows
+
+    def _add(self, problem: Problem, at: int | None = None) -> None:
+        item = QTreeWidgetItem([problem.summary, problem.where])
+        icon = (QStyle.StandardPixmap.SP_MessageBoxCritical if problem.severity == "error"
+                else QStyle.StandardPixmap.SP_MessageBoxWarning)
+        item.setIcon(0, self.style().standardIcon(icon))
+        item.setToolTip(0, problem.summary)
+        if at is None:
+            self._problems.append(problem)
+            self.tree.addTopLevelItem(item)
+        else:
+            self._problems.insert(at, problem)
+            self.tree.insertTopLevelItem(at, item)
+
+    def _problem_for(self, item: QTreeWidgetItem | None) -> Problem | None:
+        if item is None:
+            return None
+        row = self.tree.indexOfTopLevelItem(item)
+        return self._problems[row] if 0 <= row < len(self._problems) else None
+
+    def _error_problem(self, error: ErrorInfo, call: CallInfo | None, title: str | None) -> Problem:
+        heading = title or KIND_HEADINGS.get(error.kind, "Error")
+        if call is not None and title is None:
+            heading = f"Backward call #{call.index} ({call.api}) raised"
+        message = error.message.strip().splitlines()[0] if error.message.strip() else ""
+        summary = f"{error.type}: {message}" if message else error.type
+        if call is not None:
+            summary = f"#{call.index} {summary}"
+        parts = [f"<p class='title'>{html.escape(heading)}</p>",
+                 f"<p><b>{html.escape(error.type)}</b>: {html.escape(error.message)}</p>"]
+        if error.line:
+            where = f"<a href='line:{error.line}'>{html.escape(error.where or f'line {error.line}')}</a>"
+            if error.file:
+                where += f" <span class='muted'>of {html.escape(error.file)}</span>"
+            parts.append(f"<p>at {where}</p>")
+        if error.traceback:
+            parts.append(f"<p class='section'>Traceback</p>{_code(error.traceback)}")
+        if error.fault:
+            parts.append("<p class='section'>Fault report <span class='muted'>(faulthandler: where each "
+                         f"thread was when the process died)</span></p>{_code(error.fault)}")
+        line = error.line if error.line else (call.line if call is not None else None)
+        located = _where(line, call)
+        if error.where:  # a notebook: "cell 4, line 2"
+            located = " · ".join([error.where] + ([f"call #{call.index}"] if call is not None else []))
+        return Problem("error", summary, "".join(parts), line, call.id if call else None, None, located)
+
+    def _stale_problem(self, call: CallInfo, node: NodeInfo) -> Problem:
+        stale = node.stale
+        label = f" for {node.label}" if node.label else ""
+        summary = (f"{node.name}{label}: saved '{stale.saved}' changed in place "
+                   f"(version {stale.saved_version} → {stale.version})")
+        node_link = f"<a href='node:{html.escape(node.id)}'>{html.escape(node.name)}</a>"
+        details = (f"<p class='title'>Stale saved tensor</p><p>{node_link}{html.escape(label)} "
+                   f"{stale_sentence(stale)}</p>")
+        if node.line:
+            details += f"<p>The node was created at <a href='line:{node.line}'>line {node.line}</a>.</p>"
+        line = stale.op_line or node.line
+        return Problem("warning", summary, details, line, call.id, node.id, _where(line, call))
+
+    def show_selection(self, node_id: str | None) -> None:
+        """Mark the problem about ``node_id`` (the app's selection), if one is listed; emits nothing."""
+        for i in range(self.tree.topLevelItemCount()):
+            item = self.tree.topLevelItem(i)
+            problem = self._problem_for(item)
+            if node_id and problem is not None and problem.node == node_id:
+                self.tree.setCurrentItem(item)
+                return
+
+    # events
+
+    def _on_current(self, item: QTreeWidgetItem | None, _previous) -> None:
+        self._show_details(self._problem_for(item))
+
+    def _on_activated(self, item: QTreeWidgetItem, _column: int) -> None:
+        problem = self._problem_for(item)
+        if problem is None:
+            return
+        if problem.call is not None:
+            self.sig_call_selected.emit(problem.call)
+        if problem.node is not None:
+            self.sig_node_selected.emit(problem.node)
+        if problem.line is not None:
+            self.sig_line_activated.emit(problem.line)
+
+    def _on_anchor(self, url: QUrl) -> None:
+        scheme, _, value = url.toString().partition(":")
+        current = self._problem_for(self.tree.currentItem())
+        if scheme == "line" and value.isdigit():
+            self.sig_line_activated.emit(int(value))
+        elif scheme == "node":
+            if current is not None and current.call is not None:
+                self.sig_call_selected.emit(current.call)
+            self.sig_node_selected.emit(value)
+
+    def changeEvent(self, event: QEvent) -> None:
+        if event.type() == QEvent.Type.PaletteChange:
+            self._show_details(self._problem_for(self.tree.currentItem()))
+        super().changeEvent(event)
+
+    def _show_details(self, problem: Problem | None) -> None:
+        pal = self.palette()
+        text, base = pal.color(QPalette.ColorRole.Text), pal.color(QPalette.ColorRole.Base)
+        muted = QColor.fromRgbF(*((t + b) / 2 for t, b in zip(text.getRgbF()[:3], base.getRgbF()[:3])))
+        code_bg = QColor.fromRgbF(*(b * 0.94 + t * 0.06 for t, b in zip(text.getRgbF()[:3], base.getRgbF()[:3])))
+        self.details.document().setDefaultStyleSheet(f"""
+            body {{ color: {text.name()}; }}
+            a {{ color: {pal.color(QPalette.ColorRole.Link).name()}; text-decoration: none; }}
+            .title {{ font-size: large; font-weight: 600; }}
+            .section {{ font-weight: 600; margin-top: 10px; }}
+            .muted {{ color: {muted.name()}; font-weight: normal; }}
+            pre, code {{ font-family: '{self._mono}', monospace; }}
+            pre {{ white-space: pre-wrap; margin: 0px; }}
+            .code {{ background-color: {code_bg.name()}; }}
+        """)
+        if problem is None:
+            body = ("<p class='muted'>No problems: the script ran and every saved tensor was intact.</p>"
+                    if self.tree.topLevelItemCount() == 0 else "<p class='muted'>Select a problem.</p>")
+        else:
+            body = problem.details
+        self.details.setHtml(f"<html><body>{body}</body></html>")
+
+
+def _code(text: str) -> str:
+    return (f"<table class='code' width='100%' cellspacing='0' cellpadding='6'><tr><td>"
+            f"<pre>{html.escape(text.rstrip())}</pre></td></tr></table>")
+
+
+def _same_error(a: ErrorInfo, b: ErrorInfo) -> bool:
+    return a.type == b.type and a.message == b.message
+
+
+def _where(line: int | None, call: CallInfo | None) -> str:
+    parts = []
+    if line:
+        parts.append(f"line {line}")
+    if call is not None:
+        parts.append(f"call #{call.index}")
+    return " · ".join(parts)
