@@ -146,7 +146,7 @@ def whole_run(script: Path, codec: str, how: str, rate: float = RATE) -> float:
     second ("link")."""
     launcher = None
     if how != "local":
-        worker = f"{shlex.quote(sys.executable)} -m core.worker.main"
+        worker = f"{shlex.quote(sys.executable)} -m core.worker"
         if how == "link":
             worker += f" | {shlex.quote(sys.executable)} {shlex.quote(str(ROOT / 'bench/slow_link.py'))} {rate}"
         launcher = from_command(f"sh -c {shlex.quote(f'cd {shlex.quote(str(ROOT))} && {worker}')}", name="bench",

@@ -92,12 +92,12 @@ def main() -> None:
     save_file({"fc.weight": torch.randn(n, n), "fc.bias": torch.randn(n)}, str(weights))
     load = {"weights": str(weights)}
     py = shlex.quote(sys.executable)
-    base = from_command(f"sh -c 'cd {shlex.quote(str(ROOT))} && exec {py} -m core.worker.main'", name="local")
+    base = from_command(f"sh -c 'cd {shlex.quote(str(ROOT))} && exec {py} -m core.worker'", name="local")
     cases = {"local worker (no transfer)": None, "launcher, zlib pieces": base,
              "launcher, uncompressed": replace_options(base, compress="none")}
     link = f"{py} {shlex.quote(str(ROOT / 'bench/slow_link.py'))} {10 * 1024 * 1024}"
     cases["launcher through a 10 MiB/s link, zlib"] = from_command(
-        f"sh -c {shlex.quote(f'cd {shlex.quote(str(ROOT))} && {link} | {py} -m core.worker.main')}", name="link")
+        f"sh -c {shlex.quote(f'cd {shlex.quote(str(ROOT))} && {link} | {py} -m core.worker')}", name="link")
     print(f"weights: {weights.stat().st_size / 1e6:.1f} MB of random float32, {args.repeat} runs each")
     raw = encode_rate(weights, None, args.repeat)
     for label, codec, give_up in (("pieces, zlib (gives up on weights)", "zlib", None),

@@ -2,7 +2,7 @@
 
     python bench/gpu_remote_check.py
 
-1. Starts the worker behind ``sh -c 'exec python -m core.worker.main'`` (what ssh runs on a host)
+1. Starts the worker behind ``sh -c 'exec python -m core.worker'`` (what ssh runs on a host)
    and checks its hello lists every CUDA device with its name and memory, labelled as the
    device picker shows them.
 2. Traces the 4,802-node example on cuda:0 through it, compressed, and checks the trace
@@ -52,7 +52,7 @@ def main() -> int:
         print("no CUDA device: nothing to check")
         return 1
     ok = True
-    launcher = from_command(f"sh -c 'cd {shlex.quote(str(ROOT))} && exec {shlex.quote(sys.executable)} -m core.worker.main'",
+    launcher = from_command(f"sh -c 'cd {shlex.quote(str(ROOT))} && exec {shlex.quote(sys.executable)} -m core.worker'",
                             name="gpu-host")
     events: list[dict] = []
     t0 = time.perf_counter()
@@ -109,7 +109,7 @@ def check_model_upload() -> bool:
         remote_tmp = Path(tmp) / "host-tmp"
         remote_tmp.mkdir()
         launcher = from_command(f"sh -c 'cd {shlex.quote(str(ROOT))} && exec env TMPDIR={shlex.quote(str(remote_tmp))} "
-                                f"{shlex.quote(sys.executable)} -m core.worker.main'", name="gpu-host")
+                                f"{shlex.quote(sys.executable)} -m core.worker'", name="gpu-host")
         torch.manual_seed(3)
         model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 8))
         path = Path(tmp) / "mlp.pt2"

@@ -9,7 +9,7 @@ the Stop lands sometimes in the script, sometimes while the worker streams a cal
 Stop comes there, as the window's Stop does (``stop_step``, then ``cancel``): the stepper
 lets go of backward, the capture stores the call and streams it, and the interrupt comes
 while it does.
-``--launcher`` runs the worker behind a local launcher (``sh -c 'exec python -m core.worker.main'``),
+``--launcher`` runs the worker behind a local launcher (``sh -c 'exec python -m core.worker'``),
 where calls travel as compressed frames. For every run it prints how long the run took to
 end after Stop, how many calls came back and the error; then how many runs took longer than
 the script's own grace (1 s) to end, and how many came back with no line named or a call cut
@@ -59,7 +59,7 @@ def main() -> int:
     args = parser.parse_args()
     launcher = None
     if args.launcher:
-        launcher = from_command(f"sh -c {shlex.quote(f'cd {shlex.quote(str(ROOT))} && exec {shlex.quote(sys.executable)} -m core.worker.main')}")
+        launcher = from_command(f"sh -c {shlex.quote(f'cd {shlex.quote(str(ROOT))} && exec {shlex.quote(sys.executable)} -m core.worker')}")
     folder = Path(tempfile.mkdtemp(prefix="stop-at-random-"))
     script = folder / "loop.py"
     script.write_text(LOOP.replace("LAYERS", str(args.layers)))

@@ -114,7 +114,7 @@ def add_worker_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--host", metavar="NAME|DEST", help="run on a saved host, or on any ssh destination "
                    "(user@host, ssh://user@host:port, a ~/.ssh/config alias)")
     g.add_argument("--worker-command", metavar="CMD", help="run the worker behind this command, e.g. "
-                   "\"docker exec -i box python -m core.worker.main\"")
+                   "\"docker exec -i box python -m core.worker\"")
     g.add_argument("--remote-cwd", metavar="DIR", help="run the script in this folder on the host")
     g.add_argument("--send-folder", action="store_true", default=None,
                    help="also send the files beside the script")

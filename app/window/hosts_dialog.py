@@ -21,8 +21,8 @@ SEND = len(COLUMNS) - 1  # a check box: send the files beside each script
 HELP = ("A host runs the worker where the GPU is. Give an ssh destination (user@host, "
         "ssh://user@host:port or a ~/.ssh/config alias; your keys and agent are used, no password "
         "is stored) and the host's Python with torch and Backprop Studio installed, or a whole worker command such as "
-        "<code>srun -p gpu python -m core.worker.main</code>, <code>docker exec -i box python -m core.worker.main</code> "
-        "or <code>kubectl exec -i pod -- python -m core.worker.main</code>.")
+        "<code>srun -p gpu python -m core.worker</code>, <code>docker exec -i box python -m core.worker</code> "
+        "or <code>kubectl exec -i pod -- python -m core.worker</code>.")
 
 
 def row_to_host(values: list[str], send_folder: bool = False) -> dict:

@@ -451,7 +451,7 @@ def check_worker(launcher, timeout: float = CHECK_TIMEOUT) -> protocol.Hello:
     try:
         if not answer.wait(timeout):
             raise CheckFailed(f"no answer from the worker within {timeout:g} s (is the host reachable, "
-                              f"and does the command start 'python -m core.worker.main'?)")
+                              f"and does the command start 'python -m core.worker'?)")
     finally:
         client.close()
     event = box[0]

@@ -1,8 +1,8 @@
 """Where a worker runs: the local interpreter, or any command whose stdin/stdout are the worker's.
 
 The protocol is JSON lines over pipes, so a worker can sit behind ``ssh gpu-box python3 -m
-core.worker.main``, ``srun --pty=no ... python -m core.worker.main``, ``docker exec -i CONTAINER python
--m core.worker.main`` or ``kubectl exec -i POD -- python -m core.worker.main``: the app starts that
+core.worker``, ``srun --pty=no ... python -m core.worker``, ``docker exec -i CONTAINER python
+-m core.worker`` or ``kubectl exec -i POD -- python -m core.worker``: the app starts that
 command, writes commands to its stdin and reads the worker's messages from its stdout and
 the script's output from its stderr. ``ssh`` uses the user's own ``~/.ssh/config``, keys and
 agent (BatchMode: the app never asks for or stores a password).
@@ -12,7 +12,7 @@ A *host* is a plain record (saved by the app in its settings)::
     {"name": "gpu-box", "kind": "ssh", "dest": "me@gpu-box", "python": "python3",
      "remote_cwd": "/data/run1", "send_folder": false}
     {"name": "slurm-a100", "kind": "command",
-     "command": "srun -p gpu --gres=gpu:1 python -m core.worker.main"}
+     "command": "srun -p gpu --gres=gpu:1 python -m core.worker"}
 
 ``resolve(spec, hosts)`` turns a host name, or any ssh destination (``user@host``, a
 ``~/.ssh/config`` alias) when no host has that name, into a ``Launcher``.
@@ -26,7 +26,7 @@ import shlex
 import shutil
 from dataclasses import dataclass, field
 
-WORKER_MODULE = "core.worker.main"
+WORKER_MODULE = "core.worker"
 DEFAULT_PYTHON = "python3"
 CODECS = ("zlib", "zstd", "none")
 SSH_CONNECT_TIMEOUT = 20  # seconds ssh may take to reach a host
@@ -116,7 +116,7 @@ def split_command(command: str, what: str = "--worker-command") -> tuple[str, ..
 
 
 def from_command(command: str, name: str | None = None, **options) -> Launcher:
-    """A launcher from a whole command line (``--worker-command "docker exec -i box python -m core.worker.main"``)."""
+    """A launcher from a whole command line (``--worker-command "docker exec -i box python -m core.worker"``)."""
     argv = split_command(command)
     return Launcher(name=name or os.path.basename(argv[0]), argv=argv, **options)
 

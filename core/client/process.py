@@ -89,7 +89,7 @@ class WorkerProcess:
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         env["PYTHONUNBUFFERED"] = "1"
         env["PYTHONFAULTHANDLER"] = "1"
-        cmd = [self.python, "-m", "core.worker.main"]
+        cmd = [self.python, "-m", "core.worker"]
         if self.fault_path:
             cmd += ["--fault-file", str(self.fault_path)]
         if self.fallback_path:

@@ -59,7 +59,7 @@ def check_hello(hello: dict, where: str = "the worker") -> None:
         raise ProtocolMismatch(
             f"{where} speaks protocol version {theirs}, this app speaks version {PROTOCOL_VERSION}: "
             f"install the same Backprop Studio version there (its worker is "
-            f"'python -m core.worker.main', torch {hello.get('torch', '?')}, Python {hello.get('python', '?')})")
+            f"'python -m core.worker', torch {hello.get('torch', '?')}, Python {hello.get('python', '?')})")
 
 
 ENCODINGS = ["columns"]  # what the app reads besides JSON; sent with each run command

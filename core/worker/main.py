@@ -1,6 +1,6 @@
 """The worker process: owns torch, runs one user script, talks to its parent in JSON lines.
 
-Started by ``core.client.handle`` as ``python -m core.worker.main --fault-file PATH``; at the process
+Started by ``core.client.handle`` as ``python -m core.worker --fault-file PATH``; at the process
 boundary stdin carries commands and stdout the protocol (so any command whose stdin and
 stdout are the worker's can start it). Inside, both move to private descriptors numbered
 high and marked close-on-exec; fd 0 becomes ``/dev/null`` (``input()`` fails at once with a
@@ -320,7 +320,7 @@ class Worker(Stepping):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="core.worker.main")
+    parser = argparse.ArgumentParser(prog="core.worker")
     parser.add_argument("--fault-file", default=None)
     parser.add_argument("--fallback-file", default=None)
     args = parser.parse_args(argv)

@@ -16,7 +16,7 @@ EXAMPLES = ROOT / "resources" / "examples"
 @pytest.fixture
 def hosts_window(qtbot, tmp_path, monkeypatch):
     monkeypatch.setenv("BACKPROP_STUDIO_SETTINGS", str(tmp_path / "settings.ini"))
-    worker = f"sh -c 'cd {shlex.quote(str(ROOT))} && exec {shlex.quote(PY)} -m core.worker.main'"
+    worker = f"sh -c 'cd {shlex.quote(str(ROOT))} && exec {shlex.quote(PY)} -m core.worker'"
     save_hosts([{"name": "lab", "kind": "command", "command": worker},
                 {"name": "gone", "kind": "command", "command": "sh -c 'echo no route to gone >&2; exit 255'"}])
     assert [h["name"] for h in load_hosts()] == ["lab", "gone"]
@@ -176,7 +176,7 @@ def test_reconnect_hosts_starts_their_workers_again(qtbot, hosts_window, tmp_pat
     qtbot.waitUntil(lambda: box.findText("gone: unavailable") > 0 and box.findData("lab::cpu") > 0, timeout=60_000)
     before = w.handle.hosts
     # The route to 'gone' is back: its command now starts a worker.
-    worker = f"sh -c 'cd {shlex.quote(str(ROOT))} && exec {shlex.quote(PY)} -m core.worker.main'"
+    worker = f"sh -c 'cd {shlex.quote(str(ROOT))} && exec {shlex.quote(PY)} -m core.worker'"
     save_hosts([{"name": "lab", "kind": "command", "command": worker},
                 {"name": "gone", "kind": "command", "command": worker}])
     assert w.act_reconnect_hosts.text() == "Rec&onnect Hosts"
@@ -273,7 +273,7 @@ def test_a_host_whose_waiting_worker_died_runs_the_next_script_on_a_fresh_one(qt
     w = hosts_window
     box = w.device_box
     qtbot.waitUntil(lambda: ("lab: cpu (CPU)", "lab::cpu") in _items(box), timeout=60_000)
-    (lab,) = [p for p in psutil.Process().children(recursive=True) if p.cmdline()[-2:] == ["-m", "core.worker.main"]]
+    (lab,) = [p for p in psutil.Process().children(recursive=True) if p.cmdline()[-2:] == ["-m", "core.worker"]]
     lab.kill()  # the local worker, started with --fallback-file, is left alone
     qtbot.waitUntil(lambda: not w.handle.hosts.client_for("lab")._spare.alive, timeout=10_000)
     box.setCurrentIndex(box.findData("lab::cpu"))

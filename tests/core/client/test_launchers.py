@@ -1,4 +1,4 @@
-"""Workers behind a command: a local ``sh -c 'exec python -m core.worker.main'`` and a real ``ssh``
+"""Workers behind a command: a local ``sh -c 'exec python -m core.worker'`` and a real ``ssh``
 to an sshd started here with a throwaway key (skipped where sshd cannot run). Each launcher
 traces, steps, stops, reports a crash and a time-out, and leaves no process behind."""
 
@@ -32,7 +32,7 @@ PY = sys.executable
 
 
 def local_launcher(mark: str) -> launchers.Launcher:
-    cmd = f"sh -c 'cd {shlex.quote(str(ROOT))} && exec {shlex.quote(PY)} -m core.worker.main'"
+    cmd = f"sh -c 'cd {shlex.quote(str(ROOT))} && exec {shlex.quote(PY)} -m core.worker'"
     return from_command(cmd, name="local", env={"BPS_TEST_MARK": mark})
 
 
@@ -174,7 +174,7 @@ def test_a_spare_worker_that_died_while_waiting_is_replaced(launcher, tmp_path):
         while client.state != "ready" and time.monotonic() < deadline:
             time.sleep(0.05)
         assert client.state == "ready"
-        (spare,) = [p for p in marked_processes(mark) if "core.worker.main" in " ".join(p.cmdline())]
+        (spare,) = [p for p in marked_processes(mark) if "core.worker" in " ".join(p.cmdline())]
         spare.kill()
         while client._spare.alive and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -268,7 +268,7 @@ def _loop_grad() -> list:
 def through_link(link: Path, args: str, name: str, mark: str) -> launchers.Launcher:
     """A worker whose messages pass the Python program ``link`` (run with ``args``) on their way
     to the app: ``sh -c 'worker | link'``."""
-    worker = f"cd {shlex.quote(str(ROOT))} && {shlex.quote(PY)} -m core.worker.main | " \
+    worker = f"cd {shlex.quote(str(ROOT))} && {shlex.quote(PY)} -m core.worker | " \
              f"{shlex.quote(PY)} {shlex.quote(str(link))} {args}"
     return from_command(f"sh -c {shlex.quote(worker)}", name=name, compress="zlib", env={"BPS_TEST_MARK": mark})
 
@@ -335,7 +335,7 @@ def cut_link(spawn: bool) -> str:
     running: a connection gone dead. Otherwise it reads the worker's stdout on its stdin and
     exits: a link that closed its end."""
     head = ("import os, subprocess, sys, time\n"
-            "worker = subprocess.Popen([sys.executable, '-m', 'core.worker.main'], stdout=subprocess.PIPE)\n"
+            "worker = subprocess.Popen([sys.executable, '-m', 'core.worker'], stdout=subprocess.PIPE)\n"
             "src = worker.stdout.fileno()\n") if spawn else "import os\nsrc = 0\n"
     return head + ("buf, sent, end = b'', 0, None\n"
                    "while True:\n"
@@ -445,7 +445,7 @@ def end_mid_run(sshd, tmp_path, end) -> tuple:
     script = write(tmp_path, "slow.py", "import time\nprint('waiting', flush=True)\ntime.sleep(120)\n")
 
     def act(client):
-        (worker,) = [p for p in marked_processes(mark) if "core.worker.main" in " ".join(p.cmdline())]
+        (worker,) = [p for p in marked_processes(mark) if "core.worker" in " ".join(p.cmdline())]
         end(worker)
 
     return run_then(ssh_launcher(sshd, mark), script, "waiting", act), mark
@@ -680,7 +680,7 @@ def test_ending_a_ddp_run_ends_torchrun_and_every_rank(launcher, tmp_path, how):
 def test_host_records_and_bad_input():
     host = {"name": "gpu-box", "kind": "ssh", "dest": "me@gpu-box", "python": "/opt/venv/bin/python"}
     l = from_host(host)
-    assert l.argv[-2:] == ("me@gpu-box", "/opt/venv/bin/python -m core.worker.main")
+    assert l.argv[-2:] == ("me@gpu-box", "/opt/venv/bin/python -m core.worker")
     assert "BatchMode=yes" in l.argv and "ConnectTimeout=20" in l.argv
     assert resolve("gpu-box", [host]).argv == l.argv
     direct = resolve("alice@10.0.0.7")
@@ -690,7 +690,7 @@ def test_host_records_and_bad_input():
     for bad in ("ssh://alice@gpu-box:port", "ssh://alice@gpu box", "sftp://gpu-box"):
         with pytest.raises(LauncherError, match=r"not an ssh destination \(user@host, ssh://user@host:port or"):
             resolve(bad)
-    docker = from_command("docker exec -i box python -m core.worker.main")
+    docker = from_command("docker exec -i box python -m core.worker")
     assert docker.argv[:3] == ("docker", "exec", "-i") and docker.name == "docker"
     with pytest.raises(LauncherError, match="'compress' must be one of"):
         from_host({"name": "x", "compress": "lz4"})

@@ -14,7 +14,7 @@ from core.protocol import wire
 from core.client.handle import ROOT
 
 PY = sys.executable
-WORKER = f"sh -c 'cd {shlex.quote(str(ROOT))} && exec {shlex.quote(PY)} -m core.worker.main'"
+WORKER = f"sh -c 'cd {shlex.quote(str(ROOT))} && exec {shlex.quote(PY)} -m core.worker'"
 
 
 @pytest.fixture(autouse=True)
@@ -30,7 +30,7 @@ def test_hosts_add_list_remove(capsys):
     capsys.readouterr()
     assert main(["hosts"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("gpu-box (") and out[0].endswith("me@gpu-box '/opt/venv/bin/python -m core.worker.main')")
+    assert out[0].startswith("gpu-box (") and out[0].endswith("me@gpu-box '/opt/venv/bin/python -m core.worker')")
     assert out[1].startswith("lab (sh -c ")
     assert main(["hosts", "list"]) == 0
     assert capsys.readouterr().out.splitlines() == out

@@ -33,7 +33,7 @@ def host(request, tmp_path):
     mark = uuid.uuid4().hex
     env = f"env TMPDIR={shlex.quote(str(remote_tmp))} BPS_TEST_MARK={mark}"
     if request.param == "local":
-        launcher = from_command(f"sh -c 'cd {shlex.quote(str(ROOT))} && exec {env} {shlex.quote(PY)} -m core.worker.main'",
+        launcher = from_command(f"sh -c 'cd {shlex.quote(str(ROOT))} && exec {env} {shlex.quote(PY)} -m core.worker'",
                                 name="local")
     else:
         options = request.getfixturevalue("sshd")
@@ -96,7 +96,7 @@ def test_notebook_and_model_folder_travel(tmp_path):
     remote_tmp = tmp_path / "host-tmp"
     remote_tmp.mkdir()
     launcher = from_command(f"sh -c 'cd {shlex.quote(str(ROOT))} && exec env TMPDIR={shlex.quote(str(remote_tmp))} "
-                            f"{shlex.quote(PY)} -m core.worker.main'", name="local")
+                            f"{shlex.quote(PY)} -m core.worker'", name="local")
     cells = [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": src}
              for src in ("import torch\nx = torch.tensor([3.0], requires_grad=True)\n", "y = x ** 3\ny.backward()\n")]
     nb = tmp_path / "cube.ipynb"
@@ -192,7 +192,7 @@ def test_stop_during_an_upload_leaves_nothing_on_the_host(tmp_path):
     mark = uuid.uuid4().hex
     launcher = from_command(
         f"sh -c 'cd {shlex.quote(str(ROOT))} && {shlex.quote(PY)} {shlex.quote(str(throttle))} | "
-        f"env TMPDIR={shlex.quote(str(remote_tmp))} {shlex.quote(PY)} -m core.worker.main'",
+        f"env TMPDIR={shlex.quote(str(remote_tmp))} {shlex.quote(PY)} -m core.worker'",
         name="slow", env={"BPS_TEST_MARK": mark})
     script = tmp_path / "net.py"
     script.write_text(NET_PY, encoding="utf-8")

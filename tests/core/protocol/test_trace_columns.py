@@ -303,7 +303,7 @@ def test_the_trace_travels_in_zstd_where_both_ends_have_it_else_zlib(tmp_path, w
     script = tmp_path / "chain.py"
     script.write_text(SCRIPT)
     if worker_has_zstd:
-        start = f"{shlex.quote(sys.executable)} -m core.worker.main"
+        start = f"{shlex.quote(sys.executable)} -m core.worker"
     else:
         (tmp_path / "start_worker.py").write_text(BLOCK_ZSTD)
         start = f"{shlex.quote(sys.executable)} {shlex.quote(str(tmp_path / 'start_worker.py'))}"

@@ -107,7 +107,7 @@ def test_a_stop_that_comes_before_the_run_ends_it_before_the_first_line(tmp_path
 
     script = tmp_path / "never.py"
     script.write_text("print('the script ran', flush=True)\nimport time\ntime.sleep(60)\n")
-    proc = subprocess.Popen([sys.executable, "-m", "core.worker.main", "--fallback-file", str(tmp_path / "result.jsonl")],
+    proc = subprocess.Popen([sys.executable, "-m", "core.worker", "--fallback-file", str(tmp_path / "result.jsonl")],
                             cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         for cmd in (Cancel(), Run(run=1, path=str(script), device="cpu")):
