@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
+from core.protocol.messages import StepperState  # noqa: E402
 from core.worker.stepper import BackwardStepper, StepperStopped, step_all  # noqa: E402
 
 WIDTH, BLOCKS, BATCH = 64, 800, 8
@@ -92,7 +93,7 @@ def main() -> None:
         stepper.wait_paused(600)
         t2 = time.perf_counter()
         thread.join(60)
-        assert stepper.state == "finished", stepper.state
+        assert stepper.state is StepperState.FINISHED, stepper.state
         nodes = len(stepper.steps)
         setup.append(t1 - t0)
         to_end.append(t2 - t1)

@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from core.protocol.messages import StepperState  # noqa: E402
 from core.worker.capture.recorder import Capture  # noqa: E402
 from core.client.handle import run_capture  # noqa: E402
 from core.worker.memory import MemorySampler, saved_tensor_bytes  # noqa: E402
@@ -129,7 +130,7 @@ def stepping_frees(device: str) -> bool:
     print(f"before backward: allocated {before / MB:.1f} MB, saved tensors {before_saved / MB:.1f} MB")
     for index, name, alloc, saved in rows:
         print(f"  step {index:>2} {name:<22} allocated {alloc / MB:8.1f} MB   saved {saved / MB:8.1f} MB")
-    ok = stepper.state == "finished" and rows and rows[-1][3] == 0 and before_saved > 0
+    ok = stepper.state is StepperState.FINISHED and rows and rows[-1][3] == 0 and before_saved > 0
     drops = sum(1 for a, b in zip(rows, rows[1:]) if b[3] < a[3])
     print(f"saved bytes fell at {drops} steps, to {rows[-1][3] if rows else '?'}; state {stepper.state}: "
           f"{'OK' if ok else 'FAILED'}")

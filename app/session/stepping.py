@@ -208,7 +208,7 @@ class StepController(QObject):
             self._status(f"Backward failed{where}: {error['type']}: {error['message'].splitlines()[0]}")
             if node is not None:
                 self._show_node(node.id, at_rest=True)
-        elif event.state == "finished":
+        elif event.state == protocol.StepperState.FINISHED:
             more = " The script runs on to its next breakpoint." if self.session.run_kind == "debug" else ""
             self._status(f"Backward of call #{call.index} finished: {len(self.steps)} nodes executed. "
                          f"Click a step in the log to replay it.{more}")

@@ -24,6 +24,7 @@ on; ``core.client.handle`` hands them on one ``step`` event per record unless to
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from core.protocol.record import _TYPES, ProtocolError, _Base  # noqa: F401  (ProtocolError: part of this module's names)
@@ -158,11 +159,28 @@ class StepMemory(_Base):
     allocated: int = 0
 
 
+class StepperState(str, Enum):
+    """Where one stepped backward call is (``core.worker.stepper.BackwardStepper.state``).
+
+    ``step_end`` carries the last three as their plain strings (``.value``).
+    """
+
+    IDLE = "idle"  # not started
+    RUNNING = "running"  # the engine is executing nodes
+    PAUSED = "paused"  # the engine waits before the next node
+    FINISHED = "finished"  # backward returned
+    STOPPED = "stopped"  # the user's Stop ended it (StepperStopped)
+    FAILED = "failed"  # backward raised
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @_message("step_end")
 @dataclass
 class StepEnd(_Base):
     call: int = 0
-    state: str = "finished"  # finished, stopped or failed
+    state: str = StepperState.FINISHED.value  # a StepperState's value: finished, stopped or failed
     error: dict | None = None
 
 

@@ -192,8 +192,8 @@ class Stepping:
                 self.stepper = None
                 self._step_memory(index)
                 err = stepper.error
-                end = protocol.StepEnd(call=index, state=stepper.state,
-                                       error=None if err is None or stepper.state == "stopped"
+                end = protocol.StepEnd(call=index, state=stepper.state.value,
+                                       error=None if err is None or stepper.state is protocol.StepperState.STOPPED
                                        else {"type": type(err).__name__, "message": str(err)})
                 if hops is not None:
                     hops["sent"] = time.monotonic()

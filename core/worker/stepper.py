@@ -27,12 +27,13 @@ from typing import Any, Callable, Iterable
 
 import torch
 
+from core.protocol.messages import StepperState
 from core.worker.capture.snapshot import STACK_LIMIT, ValueBatch, _flat_head, _plain_list
 from core.worker.capture.snapshot import FULL_VALUES, node_kind, node_name, number_nodes, root_nodes, values_of  # noqa: F401
 
 log = logging.getLogger(__name__)
 
-_RESTING = frozenset(("paused", "finished", "stopped", "failed"))
+_RESTING = frozenset((StepperState.PAUSED, StepperState.FINISHED, StepperState.STOPPED, StepperState.FAILED))
 # Values kept in full across all step records of one call; later tensors keep a sample and stats,
 # so stepping a 5,000-node graph does not hold every gradient as Python floats.
 VALUE_BUDGET = 200_000
@@ -87,7 +88,7 @@ class BackwardStepper:
         self.watch = [t for t in watch if isinstance(t, torch.Tensor)]
         self.value_budget = value_budget
         self.steps: list[dict] = []
-        self.state = "idle"  # idle, paused, running, finished, stopped or failed
+        self.state = StepperState.IDLE
         self.error: BaseException | None = None
         self._cond = threading.Condition()
         self.woke = 0.0  # time.monotonic() when a pause last ended (the hop timings of a step)
@@ -117,7 +118,7 @@ class BackwardStepper:
     def run_to(self, node_id: str) -> None:
         """Run until ``node_id`` is the next node to execute, or to the end if it never runs."""
         with self._cond:
-            if self.state == "paused" and self._pending and self._pending["node"] == node_id:
+            if self.state is StepperState.PAUSED and self._pending and self._pending["node"] == node_id:
                 return
             self._target = node_id
             self._release()
@@ -148,7 +149,7 @@ class BackwardStepper:
         """
         with self._cond:
             self._cond.wait_for(lambda: self.state in _RESTING, timeout)
-            return dict(self._pending) if self.state == "paused" and self._pending else None
+            return dict(self._pending) if self.state is StepperState.PAUSED and self._pending else None
 
     @property
     def pending(self) -> dict | None:
@@ -157,20 +158,20 @@ class BackwardStepper:
             return dict(self._pending) if self._pending else None
 
     def _release(self) -> None:
-        if self.state == "paused":
-            self.state = "running"
+        if self.state is StepperState.PAUSED:
+            self.state = StepperState.RUNNING
         self._cond.notify_all()
 
     # -- script side --------------------------------------------------------------------------
     def run(self) -> Any:
         """Install the hooks, run ``real()`` and return its result; re-raises its error."""
         with self._cond:
-            if self.state != "idle":
+            if self.state is not StepperState.IDLE:
                 raise RuntimeError("a BackwardStepper runs one backward call")
-            self.state = "running"
+            self.state = StepperState.RUNNING
         nodes, node_ids = number_nodes(root_nodes(self.roots))
         self._find_retained(node_ids)
-        final = "failed"
+        final = StepperState.FAILED
         try:
             handles = []
             try:
@@ -185,7 +186,7 @@ class BackwardStepper:
                 for h in handles:
                     h.remove()
         except StepperStopped as exc:
-            final = "stopped"
+            final = StepperState.STOPPED
             self.error = exc
             _drain_ready_queue()
             raise
@@ -195,7 +196,7 @@ class BackwardStepper:
             _drain_ready_queue()
             raise
         else:
-            final = "finished"
+            final = StepperState.FINISHED
             if self._open:
                 log.warning("%d node(s) started but never finished", len(self._open))
                 self._open.clear()
@@ -251,12 +252,12 @@ class BackwardStepper:
                 return
             self.settle()
             self._pending = record
-            self.state = "paused"
+            self.state = StepperState.PAUSED
             self._cond.notify_all()
         if self.on_pause is not None:
             self._callback(self.on_pause, dict(record))
         with self._cond:
-            while self.state == "paused" and not self._stop:
+            while self.state is StepperState.PAUSED and not self._stop:
                 self._cond.wait()
             self.woke = time.monotonic()
             self._pending = None
@@ -264,7 +265,7 @@ class BackwardStepper:
                 raise StepperStopped(f"stopped before {nid}")
             if not self._free and self._target is None and self._budget > 0:
                 self._budget -= 1  # this node is the first of the granted steps
-            self.state = "running"
+            self.state = StepperState.RUNNING
 
     def _post_hook(self, nid: str, node) -> Callable:
         accumulate = node_kind(node) == "accumulate_grad"

@@ -15,6 +15,7 @@ import pytest
 from core.client.handle import WorkerClient, run_capture
 from core.model.step_state import leaf_digest, same_run_check
 from core.model.trace import call_from_dict
+from core.protocol.messages import StepperState
 
 WAIT_S = 60.0
 
@@ -97,7 +98,7 @@ def debug_unseeded(driver, script) -> tuple:
     assert [n.name for n in graph.nodes] == ["SumBackward0", "SigmoidBackward0", "MulBackward0", "AccumulateGrad"]
     assert begin.structure == graph.structure and begin.leaves == leaf_digest(graph)
     end = driver.step_to_end(1)
-    assert end.state == "finished" and end.error is None
+    assert end.state == StepperState.FINISHED and end.error is None
     result = driver.wait("finished").result
     steps = driver.steps.pop(1)
     driver.graphs.clear()
@@ -138,7 +139,7 @@ def test_loop_paused_at_call_3_then_resumed_captures_the_rest(driver, tmp_path):
     assert paused.pending["name"] == "TanhBackward0"
     driver.client.control("resume_all")
     end = driver.wait("step_end")
-    assert end.state == "finished"
+    assert end.state == StepperState.FINISHED
     trace = driver.wait("finished").result.trace
     assert trace.error is None and trace.call_count == 6
     assert [c.index for c in trace.calls] == [0, 1, 2, 3, 4, 5]
@@ -163,12 +164,12 @@ def test_breakpoint_line_next_call_and_continue(driver, tmp_path):
     assert driver.wait("step_begin")["call"] == 1  # only line 4 pauses
     driver.wait("step_paused")
     driver.client.control("next_call")  # the rest of this backward, then pause at the next call
-    assert driver.wait("step_end")["state"] == "finished"
+    assert driver.wait("step_end")["state"] == StepperState.FINISHED
     assert driver.wait("step_begin")["call"] == 2
     driver.wait("step_paused")
     driver.client.control("breakpoints", lines=[], pause_all=False)
     driver.client.control("continue")
-    assert driver.wait("step_end")["state"] == "finished"
+    assert driver.wait("step_end")["state"] == StepperState.FINISHED
     result = driver.wait("finished").result
     assert result.trace.error is None and sorted(driver.graphs) == [1, 2]
     w = next(t for t in result.trace.tensors if t.name == "w")

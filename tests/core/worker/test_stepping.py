@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from core.worker.capture.recorder import Capture
+from core.protocol.messages import StepEnd, StepperState
 from core.worker.capture.snapshot import Snapshotter
 from core.worker.stepper import BackwardStepper, StepperStopped, engine_order, number_nodes, root_nodes, step_all
 
@@ -46,7 +47,7 @@ def drive(stepper: BackwardStepper, count: int = 1, stop_after: int | None = Non
     try:
         while True:
             pending = stepper.wait_paused(timeout=WAIT_S)
-            if stepper.state != "paused":
+            if stepper.state is not StepperState.PAUSED:
                 break
             if stop_after is not None and len(stepper.steps) >= stop_after:
                 stepper.stop()
@@ -178,7 +179,7 @@ def stepped(case: dict, **kwargs) -> tuple[BackwardStepper, list[dict]]:
     stepper = BackwardStepper(case["roots"], case["real"], names=namer(case["named"]), **kwargs)
     result, error, pendings = drive(stepper)
     assert error is None, error
-    assert stepper.state == "finished"
+    assert stepper.state is StepperState.FINISHED
     return stepper, pendings
 
 
@@ -257,7 +258,7 @@ def test_create_graph_then_second_order():
     x, y = build()
     first = BackwardStepper([y], lambda: torch.autograd.grad(y, x, create_graph=True))
     (dy,), error, _ = drive(first)
-    assert error is None and first.state == "finished"
+    assert error is None and first.state is StepperState.FINISHED
     assert dy.tolist() == [3.0, 12.0, 27.0] and dy.requires_grad
     # autograd.grad with inputs captures the grad: the AccumulateGrad node does not run.
     assert [s["name"] for s in first.steps] == ["SumBackward0", "PowBackward0"]
@@ -265,7 +266,7 @@ def test_create_graph_then_second_order():
     z = dy.sum()
     second = BackwardStepper([z], lambda: torch.autograd.grad(z, x))
     (d2y,), error, _ = drive(second)
-    assert error is None and second.state == "finished"
+    assert error is None and second.state is StepperState.FINISHED
     assert d2y.tolist() == [6.0, 12.0, -18.0]
 
     x2, y2 = build()
@@ -357,7 +358,7 @@ def test_step_count_run_to_and_resume():
             stepper.stop()
             thread.join(5)
     assert not thread.is_alive()
-    assert stepper.state == "finished"
+    assert stepper.state is StepperState.FINISHED
     assert [s["node"] for s in stepper.steps] == order
 
 
@@ -366,7 +367,7 @@ def test_run_to_unknown_node_runs_to_end():
     stepper = BackwardStepper(case["roots"], case["real"])
     stepper.run_to("n999")
     in_thread(stepper.run)
-    assert stepper.state == "finished"
+    assert stepper.state is StepperState.FINISHED
     torch.testing.assert_close(case["named"]["x"].grad, shared_case()["ref"]()[0])
 
 
@@ -398,7 +399,7 @@ def test_stop_midway_then_fresh_backwards():
     stepper = BackwardStepper([loss], lambda: loss.backward(retain_graph=True))
     _, error, pendings = drive(stepper, stop_after=2)
     assert isinstance(error, StepperStopped)
-    assert stepper.state == "stopped"
+    assert stepper.state is StepperState.STOPPED
     assert len(stepper.steps) == 2 and len(pendings) == 2
     assert stepper.wait_paused(0) is None
 
@@ -422,7 +423,7 @@ def test_stop_before_run():
     stepper.stop()
     with pytest.raises(StepperStopped):
         in_thread(stepper.run)
-    assert stepper.state == "stopped" and stepper.steps == []
+    assert stepper.state is StepperState.STOPPED and stepper.steps == []
     assert case["named"]["x"].grad is None
 
 
@@ -450,7 +451,7 @@ def test_inplace_error_fails_at_sigmoid():
     _, error, pendings = drive(stepper)
     assert isinstance(error, RuntimeError)
     assert "modified by an inplace operation" in str(error)
-    assert stepper.state == "failed" and stepper.error is error
+    assert stepper.state is StepperState.FAILED and stepper.error is error
     assert [s["name"] for s in stepper.steps] == ["SumBackward0", "MulBackward0", "SigmoidBackward0"]
     failed = stepper.steps[-1]
     assert failed["error"] == {"type": "RuntimeError", "message": str(error)}
@@ -475,11 +476,29 @@ def test_backward_twice_fails_at_first_saved_tensor():
     _, error, _ = drive(stepper)
     assert isinstance(error, RuntimeError)
     assert "backward through the graph a second time" in str(error)
-    assert stepper.state == "failed"
+    assert stepper.state is StepperState.FAILED
     # SumBackward0 keeps only sizes and runs again; MulBackward0 needs its freed saved x and w.
     assert [(s["name"], s["error"] is None) for s in stepper.steps] == [("SumBackward0", True),
                                                                         ("MulBackward0", False)]
     assert (x.grad.item(), w.grad.item()) == (5.0, 2.0)  # untouched by the failed call
+
+
+def test_stepper_states_while_stepping_three_nodes():
+    a = torch.ones(2, requires_grad=True)
+    loss = (a * 2).sum()  # SumBackward0, MulBackward0, AccumulateGrad
+    seen = []
+    stepper = BackwardStepper([loss], loss.backward, on_pause=lambda r: seen.append((r["name"], stepper.state)),
+                              on_step=lambda r: seen.append((r["name"], stepper.state)))
+    assert stepper.state is StepperState.IDLE
+    _, error, pendings = drive(stepper)
+    assert error is None and len(pendings) == 3
+    # Paused before each node, running while it executes, finished once backward returned.
+    assert seen == [(name, state) for name in ("SumBackward0", "MulBackward0", "AccumulateGrad")
+                    for state in (StepperState.PAUSED, StepperState.RUNNING)]
+    assert stepper.state is StepperState.FINISHED and a.grad.tolist() == [2.0, 2.0]
+    # The end message carries the state's plain string.
+    end = json.loads(json.dumps(StepEnd(call=0, state=stepper.state.value).to_dict()))
+    assert end["state"] == "finished" and type(end["state"]) is str and str(stepper.state) == "finished"
 
 
 def test_runs_once():
@@ -595,7 +614,7 @@ def test_pause_after_resume():
         if thread.is_alive():
             stepper.stop()
             thread.join(5)
-    assert stepper.state == "finished"
+    assert stepper.state is StepperState.FINISHED
     assert [s["node"] for s in stepper.steps] == order
 
 
@@ -674,7 +693,7 @@ def test_step_to_fills_the_batched_previews_before_pausing():
     assert stepper.wait_paused(WAIT_S)["name"] == "SumBackward0"
     stepper.run_to("never")  # runs on to the end: every preview is read in one batch
     thread.join(WAIT_S)
-    assert stepper.state == "finished"
+    assert stepper.state is StepperState.FINISHED
     outer, inner = [s for s in stepper.steps if s["name"] == "MulBackward0"]
     assert outer["grad_outputs"][0] == {"numel": 50, "sample": [1.0] * 8}
     assert inner["grad_outputs"][0] == {"numel": 50, "sample": w[:8].tolist()}
