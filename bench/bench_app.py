@@ -152,7 +152,7 @@ def step_latency(steps: int = 60, *, scripts=(MLP, BIG), repeat: int = 1, profil
             window.act_stop.trigger()
     latencies, continues, gui = [], [], []
     hops: dict[str, list[float]] = {}
-    from core.client.handle import WorkerProcess
+    from core.client.process import WorkerProcess
 
     # Hop timings of each Step: the command carries its send time, the worker echoes its own stamps
     # with the pause, the client's reader thread stamps the decoded message (one clock: monotonic).

@@ -1,5 +1,5 @@
 """What typing worker messages costs: reading lines as JSON alone against JSON then the protocol
-dataclass (``core.client.handle.typed``, every field checked), on the two heaviest kinds: batches of step
+dataclass (``core.client.process.typed``, every field checked), on the two heaviest kinds: batches of step
 records and one big trace. Prints medians of several runs: decoding, typing, and their ratio.
 
     python bench/bench_protocol.py
@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core.client.handle import typed  # noqa: E402
+from core.client.process import typed  # noqa: E402
 
 
 def median_s(fn, runs: int = 7) -> float:

@@ -15,7 +15,8 @@ from dataclasses import asdict
 from app.cli import export as export_cli
 from app.cli.hosts import add_hosts_parser, add_worker_args, hosts_main, worker_options
 from core.protocol import messages as protocol
-from core.client.handle import run_capture, script_problem
+from core.client.handle import run_capture
+from core.client.run_errors import script_problem
 from core.client.launchers import LauncherError
 from core.programs.model_files import is_huggingface_folder
 from core.model.rank_files import received_trace, save_ranks

@@ -14,7 +14,7 @@ from pathlib import Path
 from PySide6.QtWidgets import QFileDialog
 
 from app.window.actions import make_action
-from core.client.handle import script_problem
+from core.client.run_errors import script_problem
 from core.model.trace import Trace, TraceFormatError
 
 log = logging.getLogger(__name__)

@@ -18,19 +18,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from core.protocol import messages as protocol
-from core.client.run_errors import (  # noqa: F401  (the names callers import from core.client.handle)
-    STOPPED,
-    _source,
-    death_error,
-    read_script,
-    script_line_in_fault,
-    script_problem,
-    summary_dict,
-)
-from core.protocol.step_pack import unpack_steps
+from core.client.launchers import launcher_error, run_payload, send_run_files, start_failure
+from core.client.process import WorkerProcess, typed
+from core.client.run_errors import STOPPED, _source, death_error, summary_dict
 from core.model.trace import CallInfo, ErrorInfo, Trace, TraceFormatError, call_from_dict
-from core.client.process import OUTPUT_TAIL, ROOT, WorkerProcess, typed  # noqa: F401
+from core.protocol import messages as protocol
+from core.protocol.step_pack import unpack_steps
+from core.protocol.wire import ENCODINGS, RAW
 
 log = logging.getLogger(__name__)
 
@@ -202,12 +196,8 @@ class WorkerClient:
         if extra.get("ddp"):
             cmd.extra["ddp"] = extra["ddp"]
         if self.launcher is None:  # traces in columns, uncompressed, through the local pipe
-            from core.protocol.wire import ENCODINGS, RAW
-
             cmd.extra.update({"compress": RAW, "encodings": ENCODINGS})
         else:
-            from core.client.launchers import run_payload, send_run_files
-
             try:
                 cmd.extra.update(run_payload(self.launcher, path, extra.get("load")))
             except (OSError, ValueError) as exc:
@@ -273,8 +263,6 @@ class WorkerClient:
             current = run is not None and run["worker"] is worker
         if not current:
             if isinstance(msg, protocol.Exit) and self.launcher is not None and worker.hello is None:
-                from core.client.launchers import start_failure
-
                 with worker._lock:
                     said = worker.output_tail.decode("utf-8", errors="replace")
                 why = worker.refused or start_failure(self.launcher, msg.code or 0, said)
@@ -353,8 +341,6 @@ class WorkerClient:
             # The worker's last messages did not match the protocol: say which field.
             reason = "the worker sent a message the app cannot read (" + "; ".join(run["bad_messages"][-3:]) + ")"
         if worker.launcher is not None:
-            from core.client.launchers import launcher_error
-
             err = launcher_error(worker, code, run["path"], reason)
         elif worker.refused and not reason:
             err = ErrorInfo(type="ProtocolError", message=worker.refused, kind="load", file=run["path"])

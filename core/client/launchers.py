@@ -24,7 +24,16 @@ import os
 import re
 import shlex
 import shutil
-from dataclasses import dataclass, field
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from core.client.run_errors import death_error
+from core.model.trace import ErrorInfo
+from core.protocol import messages as protocol
+from core.protocol.folders import pack_folder
+from core.protocol.uploads import is_text_script, plan, send_files
+from core.protocol.wire import ENCODINGS, RAW, available_codecs
 
 WORKER_MODULE = "core.worker"
 DEFAULT_PYTHON = "python3"
@@ -136,8 +145,6 @@ def resolve(spec: str, hosts: list[dict] | None = None, **options) -> Launcher:
 
 
 def replace_options(launcher: Launcher, **options) -> Launcher:
-    from dataclasses import replace
-
     given = {k: v for k, v in options.items() if v is not None}
     return replace(launcher, **given) if given else launcher
 
@@ -145,8 +152,6 @@ def replace_options(launcher: Launcher, **options) -> Launcher:
 # -- the app's side of the pipe --------------------------------------------------------------------
 def missing_command(launcher: Launcher, exc: OSError) -> list[str]:
     """A stand-in process that says why the launcher's command could not start, and exits 127."""
-    import sys
-
     text = f"cannot start {launcher.argv[0]!r}: {exc.strerror or exc}"
     return [sys.executable, "-c", f"import sys; sys.stderr.write({text!r}); sys.exit(127)"]
 
@@ -183,9 +188,6 @@ def transfer_progress(deliver):
 
 def launcher_error(worker, code: int | None, script: str, reason: str):
     """The error for a run whose worker behind a launcher vanished (or never started)."""
-    from core.client.handle import death_error
-    from core.model.trace import ErrorInfo
-
     with worker._lock:
         said = worker.output_tail.decode("utf-8", errors="replace")
     if worker.refused:
@@ -220,8 +222,6 @@ def _ended_on_the_way(worker, code: int | None, said: str, fault: str) -> tuple[
     - ssh exited with 255 after a line of its own about the connection;
     - ssh exited with 255 saying nothing, and the worker left no dump: the remote process died
       of a signal that leaves none (SIGKILL), which ssh does not name."""
-    from core.protocol import messages as protocol
-
     launcher, name = worker.launcher, worker.launcher.name
     if protocol.PIPE_CLOSED in said[-4096:]:
         return "PipeClosed", "disconnected", (f"the script closed the worker's pipe to the app, so nothing more "
@@ -262,12 +262,6 @@ def run_payload(launcher: Launcher, path: str, load: dict | None = None) -> dict
     ``--weights`` travel as files sent before the command (``core.protocol.uploads``): they are listed
     under ``_files`` for ``send_run_files``, which takes them out of the payload.
     """
-    from pathlib import Path
-
-    from core.protocol.uploads import is_text_script, plan
-    from core.protocol.wire import ENCODINGS, RAW, available_codecs
-    from core.worker.remote import pack_folder
-
     p = Path(path)
     # zstd only where this side can read it; the worker falls back to zlib where it has none.
     # "none": the columns as they are (raw frames; a worker that knows no raw sends zlib).
@@ -291,8 +285,6 @@ def send_run_files(worker, files: list, on_event=None, wanted=lambda: True) -> b
     """Send a run's files (``run_payload``'s ``_files``) to ``worker`` before its ``run`` command,
     compressed with the launcher's codec where the worker's hello lists it; False when the run
     was replaced meanwhile or the worker went away."""
-    from core.protocol.uploads import send_files
-
     codecs = (worker.hello or {}).get("codecs") or ["zlib"]
     asked = worker.launcher.compress if worker.launcher is not None else "zlib"
     codec = None if asked == "none" else (asked if asked in codecs else "zlib")

@@ -23,8 +23,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from core.protocol import messages as protocol
+from core.client.launchers import fault_in_output, missing_command, transfer_progress
 from core.model.trace import paused_gc
+from core.protocol import messages as protocol
+from core.protocol.wire import ProtocolMismatch, StreamDecoder, check_hello, read_ahead
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +97,6 @@ class WorkerProcess:
         if self.fallback_path:
             cmd += ["--fallback-file", str(self.fallback_path)]
         if self.launcher is not None:
-            from core.client.launchers import missing_command
-
             cmd = list(self.launcher.argv)
             env.update(self.launcher.env)
         try:
@@ -257,8 +257,6 @@ class WorkerProcess:
 
     def fault_text(self) -> str:
         if self.launcher is not None:
-            from core.client.launchers import fault_in_output
-
             with self._lock:
                 tail = self.output_tail.decode("utf-8", errors="replace")
             text = self.remote_fault or fault_in_output(tail)
@@ -309,9 +307,6 @@ class WorkerProcess:
 
     def _read_protocol(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
-        from core.client.launchers import transfer_progress
-        from core.protocol.wire import StreamDecoder, read_ahead
-
         # Lines, and compressed frames from a worker behind a launcher (core.protocol.wire).
         report = transfer_progress(self._deliver)
 
@@ -378,8 +373,6 @@ class WorkerProcess:
                 log.warning("worker %s sent a line that is not JSON", self.id)
                 return
         if isinstance(data, dict) and data.get("type") == "hello":
-            from core.protocol.wire import ProtocolMismatch, check_hello
-
             try:
                 check_hello(data, f"the worker on {self.launcher.name}" if self.launcher else "the worker")
             except ProtocolMismatch as exc:

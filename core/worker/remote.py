@@ -17,14 +17,11 @@ A remote worker cannot read the app's files or receive its signals, so:
 
 from __future__ import annotations
 
-import base64
 import faulthandler
-import io
 import os
 import signal
 import socket
 import sys
-import tarfile
 import tempfile
 import time
 from dataclasses import replace
@@ -34,9 +31,9 @@ from pathlib import Path
 from core.worker import ddp
 from core.protocol import messages as protocol
 from core.protocol import uploads
+from core.protocol.folders import unpack_folder
 from core.model.trace import ErrorInfo, Trace
 
-FOLDER_LIMIT = 64 * 1024 * 1024  # bytes of a script's folder sent with it, before compression
 # Where the worker's own words for the app go behind a launcher (a crash's dump, ``pipe_closed``'s
 # line): a private copy of stderr (core.worker.main), which a script that points its fd 2 at
 # /dev/null, or closes it, does not reach.
@@ -115,8 +112,7 @@ class Materialized:
                                           f"{socket.gethostname()}: {error}")
             folder = cmd.get("folder")
             if folder:
-                with tarfile.open(fileobj=io.BytesIO(base64.b64decode(folder)), mode="r:gz") as tar:
-                    tar.extractall(self.tmp, members=[m for m in tar.getmembers() if _safe_member(m)])
+                unpack_folder(folder, self.tmp)
             self.path = self._sent(sent["main"]) if sent.get("main") else os.path.join(self.tmp, name)
             if "source" in cmd:
                 with open(self.path, "w", encoding="utf-8") as f:
@@ -156,34 +152,6 @@ class Materialized:
         calls = [replace(c, error=fix(c.error)) if c.error is not None else c for c in trace.calls]
         source = self.unplace(trace.source)
         return replace(trace, script=self.local_path, error=fix(trace.error), calls=calls, source=source)
-
-
-def _safe_member(m: tarfile.TarInfo) -> bool:
-    name = m.name
-    return (m.isfile() or m.isdir()) and not name.startswith(("/", "\\")) and ".." not in Path(name).parts
-
-
-def pack_folder(folder: str | Path, skip: str | None = None) -> str:
-    """The files beside a script as base64 tar.gz (hidden folders and caches left out).
-
-    Raises ValueError naming the folder when it holds more than FOLDER_LIMIT bytes.
-    """
-    folder = Path(folder)
-    total = 0
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=1) as tar:
-        for root, dirs, files in os.walk(folder):
-            dirs[:] = [d for d in dirs if not d.startswith(".") and d != "__pycache__"]
-            for fname in files:
-                p = Path(root) / fname
-                if fname.startswith(".") or (skip and p.resolve() == Path(skip).resolve()):
-                    continue
-                total += p.stat().st_size
-                if total > FOLDER_LIMIT:
-                    raise ValueError(f"{folder}: the folder holds more than {FOLDER_LIMIT >> 20} MB; "
-                                     f"put the data on the host and use --remote-cwd instead")
-                tar.add(str(p), arcname=str(p.relative_to(folder)))
-    return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
 def run_materialized(worker, cmd: dict) -> None:

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from app.cli.hosts import load_hosts, save_hosts
-from core.client.handle import ROOT
+from core.client.process import ROOT
 
 PY = sys.executable
 EXAMPLES = ROOT / "resources" / "examples"

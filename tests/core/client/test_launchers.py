@@ -23,7 +23,8 @@ import torch
 
 from core.client import launchers
 from core.protocol import wire
-from core.client.handle import ROOT, WorkerClient, run_capture
+from core.client.handle import WorkerClient, run_capture
+from core.client.process import ROOT
 from core.model.memory import format_bytes
 from core.client.launchers import LauncherError, from_command, from_host, resolve
 from core.model.trace import Trace

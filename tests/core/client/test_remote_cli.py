@@ -11,7 +11,7 @@ import torch
 
 from app.cli.commands import main
 from core.protocol import wire
-from core.client.handle import ROOT
+from core.client.process import ROOT
 
 PY = sys.executable
 WORKER = f"sh -c 'cd {shlex.quote(str(ROOT))} && exec {shlex.quote(PY)} -m core.worker'"

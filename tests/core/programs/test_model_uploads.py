@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from core.protocol import uploads
-from core.client.handle import ROOT, run_capture
+from core.client.handle import run_capture
+from core.client.process import ROOT
 from core.client.launchers import from_command, from_host
 from tests.core.client.test_launchers import assert_no_process, sshd  # noqa: F401  (the sshd fixture)
 from tests.core.programs.test_model_files import NET_PY, traced_grads

@@ -89,7 +89,7 @@ def _fake_worker(tmp_path, pid="os.getpid()"):
     import shlex
     import sys
 
-    from core.client.handle import ROOT
+    from core.client.process import ROOT
     from core.client.launchers import from_command
 
     fake = tmp_path / "fake_worker.py"

@@ -21,7 +21,8 @@ from core.protocol import column_pack
 from core.protocol import columns as tc
 from core.protocol.column_pack import pack_floats
 from core.protocol import wire
-from core.client.handle import ROOT, run_capture
+from core.client.handle import run_capture
+from core.client.process import ROOT
 from core.client.launchers import from_command
 from core.worker.channel import Channel
 from core.model.trace import (ErrorInfo, GradInfo, MemorySample, Saved, StorageInfo, Trace, TraceFormatError, Values,

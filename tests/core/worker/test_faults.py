@@ -19,7 +19,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from core.client.handle import WorkerClient, WorkerProcess, run_capture, script_problem
+from core.client.handle import WorkerClient, run_capture
+from core.client.process import WorkerProcess
+from core.client.run_errors import script_problem
 
 pytest.importorskip("torch")
 

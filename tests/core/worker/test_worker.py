@@ -102,7 +102,7 @@ def test_a_stop_that_comes_before_the_run_ends_it_before_the_first_line(tmp_path
     import subprocess
     import sys
 
-    from core.client.handle import ROOT
+    from core.client.process import ROOT
     from core.protocol.messages import Cancel, Run
 
     script = tmp_path / "never.py"
