@@ -110,6 +110,7 @@ def step_latency(steps: int = 60, *, scripts=(MLP, BIG), repeat: int = 1, profil
     its top lines."""
     from PySide6.QtWidgets import QApplication
 
+    from app.session.session import SessionState
     from app.window.window import MainWindow
 
     app = QApplication.instance() or QApplication([])
@@ -209,7 +210,7 @@ def step_latency(steps: int = 60, *, scripts=(MLP, BIG), repeat: int = 1, profil
             hit = {}
             conn = session.sig_paused.connect(lambda *_: hit.setdefault("t", True))
             # the pause message reaches the GUI: the session says "paused" before views draw it
-            arrived = session.sig_state.connect(lambda s: s == "paused" and hit.setdefault("at", time.perf_counter()))
+            arrived = session.sig_state.connect(lambda s: s is SessionState.PAUSED and hit.setdefault("at", time.perf_counter()))
             pauses.clear()
             start = time.perf_counter()
             start_m = time.monotonic()

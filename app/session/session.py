@@ -5,14 +5,14 @@ stepping state; views listen to its signals and call its methods, the window onl
 wires them (one selection that every view watches, as napari's ``Selection``; named states
 with documented signals, as Spyder's kernel handler).
 
-States (``sig_state``):
+States (``SessionState``, ``sig_state``):
 
-- ``idle``: no run; a trace may be on screen.
-- ``running``: a plain Run (Ctrl+R) is executing the script.
-- ``debugging``: a debug run (F9) is executing the script between pauses.
-- ``starting``: a re-run is on its way to the call picked for stepping after a plain Run.
-- ``paused``: the script is paused inside a backward call, before the node in ``pending``.
-- ``stepping``: the engine is executing nodes (after Step, Step to, Continue).
+- ``IDLE``: no run; a trace may be on screen.
+- ``RUNNING``: a plain Run (Ctrl+R) is executing the script.
+- ``DEBUGGING``: a debug run (F9) is executing the script between pauses.
+- ``STARTING``: a re-run is on its way to the call picked for stepping after a plain Run.
+- ``PAUSED``: the script is paused inside a backward call, before the node in ``pending``.
+- ``STEPPING``: the engine is executing nodes (after Step, Step to, Continue).
 
 A debug run pauses at each backward / ``autograd.grad`` call a breakpoint selects (every call
 when no line has one; ``skip_to`` pauses first at call N); the graph of that call arrives with
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import gc
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
@@ -35,7 +36,23 @@ from core.protocol import messages as protocol
 from core.model.step_state import StepTracker, same_run_check
 from core.model.trace import CallInfo, Trace, TraceFormatError, call_from_dict
 
-ACTIVE = frozenset(("debugging", "starting", "paused", "stepping"))
+
+
+class SessionState(str, Enum):
+    """What the session is doing (the module's docstring says what each state means)."""
+
+    IDLE = "idle"
+    RUNNING = "running"
+    DEBUGGING = "debugging"
+    STARTING = "starting"
+    PAUSED = "paused"
+    STEPPING = "stepping"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+ACTIVE = frozenset((SessionState.DEBUGGING, SessionState.STARTING, SessionState.PAUSED, SessionState.STEPPING))
 
 
 @dataclass(frozen=True)
@@ -50,8 +67,8 @@ class Selection:
 
 
 class Session(QObject):
-    sig_state = Signal(str)
-    """The session state changed: idle, running, debugging, starting, paused or stepping."""
+    sig_state = Signal(object)
+    """The session state changed: a ``SessionState``."""
     sig_trace = Signal(object)
     """A trace is now the session's (a core.model.trace.Trace, or None)."""
     sig_call = Signal(object)
@@ -78,7 +95,7 @@ class Session(QObject):
     def __init__(self, handle, parent=None):
         super().__init__(parent)
         self.handle = handle
-        self.state = "idle"
+        self.state = SessionState.IDLE
         self.script_path: str | None = None
         self.device = "cpu"
         self.timeout = 600.0
@@ -208,7 +225,7 @@ class Session(QObject):
             self.queued = []
             self.run_id = None  # its last messages and result are not shown
             self.paused_line = None
-            self._set_state("idle")
+            self._set_state(SessionState.IDLE)
             self.sig_status.emit("Stopped: the worker released the script and its graph.")
         elif self.handle.running:
             self.sig_status.emit("Stopping…")
@@ -243,7 +260,7 @@ class Session(QObject):
 
     def next_call(self) -> None:
         """Run this backward to its end and pause at the script's next call."""
-        if self.state == "debugging":
+        if self.state is SessionState.DEBUGGING:
             self.handle.control("next_call")
             self.sig_status.emit("Running to the next backward call…")
             return
@@ -251,13 +268,13 @@ class Session(QObject):
 
     def resume_all(self) -> None:
         """Run the rest of the script without pausing again."""
-        if self.state == "debugging":
+        if self.state is SessionState.DEBUGGING:
             self.handle.control("resume_all")
             return
         self._command("resume_all")
 
     def _command(self, cmd: str, **args) -> None:
-        if self.state == "idle" or self.state == "running":
+        if self.state is SessionState.IDLE or self.state is SessionState.RUNNING:
             if cmd in ("next_call", "resume_all") or self.call is None or self.call.api == "unreached" \
                     or self.trace is None:
                 if cmd != "resume_all":
@@ -269,7 +286,7 @@ class Session(QObject):
             self._start_rerun(self.call)
             self.queued.append((cmd, args))
             return
-        if self.state == "paused":
+        if self.state is SessionState.PAUSED:
             self._send(cmd, args)
             return
         # Not paused yet (the worker is getting there): queued, and said.
@@ -282,7 +299,7 @@ class Session(QObject):
             self.handle.control(cmd, **args)
 
     def _send(self, cmd: str, args: dict) -> None:
-        self._set_state("stepping")
+        self._set_state(SessionState.STEPPING)
         self.pending = None
         self.handle.control(cmd, **args)
 
@@ -306,7 +323,8 @@ class Session(QObject):
             run_args["ddp"] = {"nproc": ddp["nproc"], "rank": ddp["rank"]}
         self.run_id = self.handle.run(self.script_path, device=self.device, timeout=self.timeout,
                                       load=self.load_options or None, **run_args)
-        self._set_state({"run": "running", "debug": "debugging", "rerun": "starting"}[kind])
+        self._set_state({"run": SessionState.RUNNING, "debug": SessionState.DEBUGGING,
+                         "rerun": SessionState.STARTING}[kind])
 
     def torchrun_options(self) -> dict | None:
         """The torchrun settings of the open script (None: it runs plainly)."""
@@ -336,7 +354,7 @@ class Session(QObject):
         self.paused_line = None
         self._rerun_of = None
 
-    def _set_state(self, state: str) -> None:
+    def _set_state(self, state: SessionState) -> None:
         if state != self.state:
             self.state = state
             self.sig_state.emit(state)
@@ -385,7 +403,7 @@ class Session(QObject):
         if not self._stepped(event):
             return
         self.pending = event.pending
-        self._set_state("paused")
+        self._set_state(SessionState.PAUSED)
         self.sig_paused.emit(self.pending or {})
         if self.queued:
             self._flush_queue()
@@ -413,11 +431,11 @@ class Session(QObject):
         self.paused_line = None
         self.sig_step_end.emit(event)
         if self.run_kind == "debug":
-            self._set_state("debugging")
+            self._set_state(SessionState.DEBUGGING)
             # Presses made while backward ran on belong to the next pause; Continue did its work.
             self.queued = [(c, a) for c, a in self.queued if c == "step"]
         else:
-            self._set_state("idle")
+            self._set_state(SessionState.IDLE)
             self.queued = []
 
     def _on_finished(self, result) -> None:
@@ -426,14 +444,14 @@ class Session(QObject):
         kind, self.run_id = self.run_kind, None
         self.queued = []
         if kind == "run":
-            self._set_state("idle")
+            self._set_state(SessionState.IDLE)
             self.sig_result.emit(result)
             return
         was = self.state
-        self._set_state("idle")
+        self._set_state(SessionState.IDLE)
         trace: Trace = result.trace
         if kind == "rerun":
-            if was == "starting":
+            if was is SessionState.STARTING:
                 reached = trace.error.message if trace.error else "the script ended before reaching that call"
                 self.sig_status.emit(f"Stepping ended: {reached}")
             return

@@ -14,12 +14,13 @@ from typing import Callable
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from app.session.session import SessionState
 from core.protocol import messages as protocol
 from core.model.step_state import short_values, step_texts, step_view
 from core.protocol.switch_interval import quick_switch
 from core.model.trace import CallInfo
 
-STEPPING_STATES = ("paused", "stepping", "debugging", "starting")
+STEPPING_STATES = (SessionState.PAUSED, SessionState.STEPPING, SessionState.DEBUGGING, SessionState.STARTING)
 UNFOLD_MS = 150  # stepping rests this long on a node in a folded module before the fold opens
 
 
@@ -61,7 +62,7 @@ class StepController(QObject):
         session.sig_status.connect(self._status)
         session.sig_warning.connect(self._on_warning)
         session.sig_step_end.connect(lambda _e: views.source.set_paused_line(None))
-        session.sig_state.connect(lambda s: views.source.set_paused_line(None) if s == "idle" else None)
+        session.sig_state.connect(lambda s: views.source.set_paused_line(None) if s is SessionState.IDLE else None)
         views.source.sig_breakpoints_changed.connect(session.set_breakpoints)
 
     def _status(self, text: str) -> None:
@@ -92,7 +93,7 @@ class StepController(QObject):
         """A new layout (a fold opened) while paused: the inspector keeps describing the node
         backward is at (the window describes the loss on a new scene with nothing selected)."""
         pending = self.session.pending
-        if self.session.state == "paused" and pending and self._inspect[1] == pending.get("node"):
+        if self.session.state is SessionState.PAUSED and pending and self._inspect[1] == pending.get("node"):
             self._inspect_timer.start()
 
     def _open_folds(self) -> None:
@@ -124,7 +125,7 @@ class StepController(QObject):
         return self.session.steps
 
     @property
-    def state(self) -> str:
+    def state(self) -> SessionState:
         return self.session.state
 
     @property

@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QFileDialog
 
 from app.session import open_files
 from app.session.open_trace import is_trace_path, open_trace
+from app.session.session import SessionState
 from app.window.views import settings
 from core.protocol import messages as protocol
 from core.model.trace import ErrorInfo, Trace
@@ -101,15 +102,15 @@ class RunWiring:
     def state_label_text(self, text: str) -> None:
         self.state_label.setText(text)
 
-    def _on_session_state(self, state: str) -> None:
-        waiting = state in ("running", "debugging", "starting")
+    def _on_session_state(self, state: SessionState) -> None:
+        waiting = state in (SessionState.RUNNING, SessionState.DEBUGGING, SessionState.STARTING)
         if waiting:
             if not self._elapsed_timer.isActive():
                 self._run_started = time.monotonic()
-            if state != "running":
+            if state is not SessionState.RUNNING:
                 name = Path(self.script_path or "").name
                 note = self.session.one_rank_note()  # a DDP script: one process, not torchrun's ranks
-                self._busy_text = f"Debugging {name}{note}" if state == "debugging" else \
+                self._busy_text = f"Debugging {name}{note}" if state is SessionState.DEBUGGING else \
                     f"Re-running {name}{note} to the call"
             self._elapsed_timer.start()
             self.busy.show()
@@ -199,7 +200,7 @@ class RunWiring:
         self.act_next_call.setEnabled(has_script)
         self.act_resume.setEnabled(self.session.active)
         # While the worker gets to the pause, Step says that its presses wait for it.
-        waiting = state in ("debugging", "starting", "stepping")
+        waiting = state in (SessionState.DEBUGGING, SessionState.STARTING, SessionState.STEPPING)
         self.act_step.setIconText("Step (queued)" if waiting else "Step")
         self.act_step.setStatusTip("Presses now wait for the next pause" if waiting
                                    else "Run backward one node at a time: the next node")

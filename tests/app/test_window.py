@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from app.session.session import SessionState
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "resources" / "examples"
 
@@ -129,8 +131,8 @@ def test_step_continue_and_replay(qtbot, window):
     # that started it is the first step: one node executed.
     session = window.session
     window.act_step.trigger()
-    assert session.state == "starting" and window.act_step.iconText() == "Step (queued)"
-    qtbot.waitUntil(lambda: session.state == "paused" and len(session.steps) == 1, timeout=60_000)
+    assert session.state is SessionState.STARTING and window.act_step.iconText() == "Step (queued)"
+    qtbot.waitUntil(lambda: session.state is SessionState.PAUSED and len(session.steps) == 1, timeout=60_000)
     assert window.graph.node_items[mul].state == "executed"
     assert session.warning == ""  # the same graph and leaf values as the trace
     qtbot.waitUntil(lambda: window.step_log.count() == 1, timeout=5_000)
@@ -224,7 +226,7 @@ def test_debug_run_steps_continues_and_runs_to_the_next_call(qtbot, window, tmp_
     session.sig_step.connect(stepped.append)
     with qtbot.waitSignal(session.sig_paused, timeout=60_000):
         window.act_debug.trigger()
-    assert session.state == "paused" and window.call.index == 0
+    assert session.state is SessionState.PAUSED and window.call.index == 0
     assert window.graph.wait_ready()
     names = [n.name for n in window.call.nodes]
     assert names == ["SumBackward0", "SigmoidBackward0", "MulBackward0", "AccumulateGrad"]
@@ -234,7 +236,7 @@ def test_debug_run_steps_continues_and_runs_to_the_next_call(qtbot, window, tmp_
     window.activateWindow()
     for _ in range(3):
         qtbot.keyClick(window.graph, Qt.Key.Key_F10)
-    qtbot.waitUntil(lambda: len(session.steps) == 3 and session.state == "paused", timeout=10_000)
+    qtbot.waitUntil(lambda: len(session.steps) == 3 and session.state is SessionState.PAUSED, timeout=10_000)
     assert [s["name"] for s in session.steps] == names[:3]
     qtbot.waitUntil(lambda: window.step_log.count() == 3, timeout=5_000)
     assert [window.graph.node_items[f"n{i}"].state for i in range(4)] == ["executed"] * 3 + ["current"]
@@ -243,16 +245,16 @@ def test_debug_run_steps_continues_and_runs_to_the_next_call(qtbot, window, tmp_
         qtbot.keyClick(window.graph, Qt.Key.Key_F5)
     assert ended.args[0]["state"] == "finished"
     first_grad = stepped[3]["leaf_grads"]["w"]["data"]
-    qtbot.waitUntil(lambda: session.state == "paused" and window.call.index == 1, timeout=10_000)
+    qtbot.waitUntil(lambda: session.state is SessionState.PAUSED and window.call.index == 1, timeout=10_000)
     # Run to the next call: the whole of call 1, then a pause at call 2.
     with qtbot.waitSignal(session.sig_step_begin, timeout=10_000) as began:
         window.act_next_call.trigger()
     assert began.args[0].index == 2
-    qtbot.waitUntil(lambda: session.state == "paused", timeout=10_000)
+    qtbot.waitUntil(lambda: session.state is SessionState.PAUSED, timeout=10_000)
     assert window.calls.call_ids() == ["c0", "c1", "c2"]
     # Resume to the end: the trace shown is this run's, with the grads stepped.
     window.act_resume.trigger()
-    qtbot.waitUntil(lambda: session.state == "idle" and window.trace.call_count == 3, timeout=30_000)
+    qtbot.waitUntil(lambda: session.state is SessionState.IDLE and window.trace.call_count == 3, timeout=30_000)
     assert window.trace.error is None and not window.handle.running
     c0 = next(c for c in window.trace.calls if c.index == 0)
     assert c0.leaf_grads["w"].data == first_grad
@@ -273,14 +275,39 @@ def test_restart_while_paused_then_stop(qtbot, window, tmp_path):
     # Restart while the worker is alive and paused: a new run pauses at the same call, no step made.
     with qtbot.waitSignal(session.sig_paused, timeout=60_000):
         window.act_restart.trigger()
-    assert session.state == "paused" and session.steps == [] and session.step_call.index == 0
+    assert session.state is SessionState.PAUSED and session.steps == [] and session.step_call.index == 0
     assert window.handle.client._run["worker"] is not old_worker and not old_worker.alive
     assert window.graph.node_items["n0"].state == "current"
     # Stop: no error in the event loop (pytest-qt fails the test on one), and nothing left running.
     window.act_stop.trigger()
-    assert session.state == "idle"
+    assert session.state is SessionState.IDLE
     qtbot.waitUntil(lambda: not window.handle.running, timeout=10_000)
     assert window.graph.node_items["n0"].state == "current"  # the graph stays as it was when stopped
+
+
+@pytest.mark.slow
+def test_session_states_of_a_run_and_a_debug_run(qtbot, window, tmp_path):
+    script = tmp_path / "tiny.py"
+    script.write_text("import torch\nx = torch.ones(2, requires_grad=True)\n(x * 3).sum().backward()\n")
+    window.open_script(str(script), run=False)
+    session = window.session
+    seen = []
+    session.sig_state.connect(seen.append)
+    assert session.state is SessionState.IDLE
+    with qtbot.waitSignal(session.sig_result, timeout=60_000):
+        window.act_run.trigger()
+    assert seen == [SessionState.RUNNING, SessionState.IDLE]
+    assert all(type(s) is SessionState for s in seen)  # the signal carries the members themselves
+    seen.clear()
+    # A debug run pauses before the call's first node, steps it to its end, then ends with the script.
+    with qtbot.waitSignal(session.sig_paused, timeout=60_000):
+        window.act_debug.trigger()
+    assert seen == [SessionState.DEBUGGING, SessionState.PAUSED] and session.active
+    with qtbot.waitSignal(session.sig_result, timeout=60_000):
+        window.act_continue.trigger()
+    assert seen == [SessionState.DEBUGGING, SessionState.PAUSED, SessionState.STEPPING, SessionState.DEBUGGING,
+                    SessionState.IDLE]
+    assert session.state is SessionState.IDLE and not session.active and len(session.steps) == 3
 
 
 def test_run_while_running_keeps_the_window_responsive(qtbot, window, tmp_path):
@@ -308,7 +335,7 @@ def test_nondeterministic_rerun_is_said(qtbot, window, tmp_path):
     with qtbot.waitSignal(window.session.sig_warning, timeout=60_000) as warned:
         window.act_step.trigger()
     assert "not deterministic" in warned.args[0] and "values differ from the trace" in warned.args[0]
-    qtbot.waitUntil(lambda: window.session.state == "paused", timeout=10_000)
+    qtbot.waitUntil(lambda: window.session.state is SessionState.PAUSED, timeout=10_000)
     assert "not deterministic" in window.state_label.text()
     window.act_stop.trigger()
 

@@ -4,6 +4,7 @@ current node is kept in view (folds around it open once stepping rests)."""
 import textwrap
 from pathlib import Path
 
+from app.session.session import SessionState
 from widgets.panels.calls import CALL_ID_ROLE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -121,7 +122,7 @@ def _finish(qtbot, window, drive):
 def test_continue_ends_where_stepping_every_node_ends(qtbot, window, tmp_path):
     session = _debug(qtbot, window, tmp_path)
     continued = _finish(qtbot, window, window.act_continue.trigger)
-    qtbot.waitUntil(lambda: session.state == "paused" and session.step_call.index == 1, timeout=30_000)
+    qtbot.waitUntil(lambda: session.state is SessionState.PAUSED and session.step_call.index == 1, timeout=30_000)
 
     from core.protocol.switch_interval import stepping_switch
 
@@ -198,7 +199,7 @@ def test_a_debug_run_that_ends_opens_its_trace_on_the_call_last_stepped(qtbot, w
     shown = []
     session.sig_call.connect(lambda call: shown.append(call))
     window.act_continue.trigger()
-    qtbot.waitUntil(lambda: not window.handle.running and session.state == "idle", timeout=30_000)
+    qtbot.waitUntil(lambda: not window.handle.running and session.state is SessionState.IDLE, timeout=30_000)
     # One graph drawn: the stepped call of the finished trace, not the trace's first call before it.
     assert [(c.index, c.snapshot) for c in shown] == [(1, "full")]
     assert shown[0] is window.call and shown[0] in session.trace.calls

@@ -4,6 +4,8 @@ parameters carry the all-reduce mark with rank 1's own local gradient."""
 
 import torch
 
+from app.session.session import SessionState
+
 DDP_SCRIPT = (
     "import torch, torch.distributed as dist, torch.nn as nn\n"
     "from torch.nn.parallel import DistributedDataParallel as DDP\n"
@@ -99,10 +101,10 @@ def test_torchrun_dialog_and_switching_ranks(qtbot, window, tmp_path):
                                                "all 2 ranks with torchrun)")
         qtbot.waitUntil(lambda: w.state_label.text().startswith(
             "Debugging ddp_linear.py as one process, rank 0 of 1 (Run starts all 2 ranks with torchrun)… ")
-            or w.session.state == "paused", timeout=60_000)
+            or w.session.state is SessionState.PAUSED, timeout=60_000)
     assert any("ddp_linear.py as one process, rank 0 of 1" in text for text in said), said
     w.session.continue_()
-    qtbot.waitUntil(lambda: w.session.state == "idle" and not w.handle.running and bool(w.trace.calls)
+    qtbot.waitUntil(lambda: w.session.state is SessionState.IDLE and not w.handle.running and bool(w.trace.calls)
                     and bool(w.trace.calls[0].leaf_grads), timeout=120_000)
     assert w.trace.error is None, (w.trace.error, w.trace.output[-2000:])
     (debugged,) = w.trace.calls
@@ -119,7 +121,7 @@ def test_torchrun_dialog_and_switching_ranks(qtbot, window, tmp_path):
     plain = tmp_path / "plain.py"
     plain.write_text("import torch\nx = torch.ones(2, requires_grad=True)\n(x * 3).sum().backward()\n")
     w.open_script(str(plain))
-    qtbot.waitUntil(lambda: w.trace.script == str(plain.resolve()) and w.session.state == "idle", timeout=120_000)
+    qtbot.waitUntil(lambda: w.trace.script == str(plain.resolve()) and w.session.state is SessionState.IDLE, timeout=120_000)
     assert w.trace.calls[0].leaf_grads["x"].data == [3.0, 3.0]
     assert not picker.row.isVisible()
 
