@@ -19,8 +19,8 @@ log = logging.getLogger(__name__)
 
 
 class WorkerHandle(QObject):
-    sig_state = Signal(str)
-    """The worker's state changed: starting, ready, running, closed."""
+    sig_state = Signal(object)
+    """The worker's state changed: a core.client.handle.ClientState (starting, ready, running, closed)."""
     sig_devices = Signal(list)
     """The worker reported the devices it can use (list of dicts with id, name, kind)."""
     sig_started = Signal(int)

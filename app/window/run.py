@@ -17,6 +17,7 @@ from app.session import open_files
 from app.session.open_trace import is_trace_path, open_trace
 from app.session.session import SessionState
 from app.window.views import settings
+from core.client.handle import ClientState
 from core.protocol import messages as protocol
 from core.model.trace import ErrorInfo, Trace
 
@@ -204,7 +205,7 @@ class RunWiring:
         self.act_step.setIconText("Step (queued)" if waiting else "Step")
         self.act_step.setStatusTip("Presses now wait for the next pause" if waiting
                                    else "Run backward one node at a time: the next node")
-        if not running and self.handle.client.state == "starting":
+        if not running and self.handle.client.state is ClientState.STARTING:
             self.state_label.setText("Starting the worker…")
         elif not running and self.state_label.text().startswith("Starting"):
             self.state_label.setText("Ready")

@@ -15,6 +15,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import replace
+from enum import Enum
 from pathlib import Path
 from typing import Callable
 
@@ -40,6 +41,18 @@ def _daemon_timer(seconds: float, fn, *args) -> threading.Timer:
     return timer
 
 
+class ClientState(str, Enum):
+    """Where a ``WorkerClient`` is (its ``state``, handed on in ``State`` events)."""
+
+    STARTING = "starting"  # no worker ready yet
+    READY = "ready"  # a worker waits for the next run
+    RUNNING = "running"  # a run is under way
+    CLOSED = "closed"  # every worker ended; no run starts any more
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class RunResult:
     """What a finished run produced: the trace (possibly only an error) and the output."""
 
@@ -56,7 +69,7 @@ class RunResult:
 class WorkerClient:
     """Runs scripts in worker processes and reports every event to ``on_event``.
 
-    States: ``starting`` (no worker ready yet), ``ready``, ``running``, ``closed``.
+    States: a ``ClientState`` (``starting``: no worker ready yet, ``ready``, ``running``, ``closed``).
     Events are ``core.protocol.messages`` dataclasses: the worker's messages (``Hello``, ``CallStarted``,
     ``StepBegin``...) and the client's own (``State``, ``Output``, ``Finished`` with a RunResult,
     ``BadMessage`` for a message that did not match the protocol). ``on_event`` is called on
@@ -71,7 +84,7 @@ class WorkerClient:
         self.prestart = prestart
         self.memory_rate = 50.0  # memory samples per second in the worker; 0 turns sampling off
         self.expand_steps = True  # hand each batched ``steps`` message on as one ``step`` event per node
-        self.state = "starting"
+        self.state = ClientState.STARTING
         self.devices: list[dict] = [{"id": "cpu", "name": "CPU", "kind": "cpu"}]
         self.torch_version = ""
         self._spare: WorkerProcess | None = None
@@ -112,7 +125,7 @@ class WorkerClient:
             self._active = worker
             self._run = {"id": run_id, "path": str(path), "device": device, "start": time.monotonic(),
                          "worker": worker, "timeout": timeout, "done": False, "step": step, "debug": debug}
-            self._set_state("running")
+            self._set_state(ClientState.RUNNING)
         extra = {"debug": debug, "seeds": seeds, "load": load, "ddp": ddp}
         threading.Thread(target=self._launch, args=(worker, run_id, path, device, mode, timeout, step, extra),
                          name=f"run-{run_id}", daemon=True).start()
@@ -154,7 +167,7 @@ class WorkerClient:
             retired, self._retired = self._retired, []
             run, self._run = self._run, None
             self._spare = self._active = None
-            self._set_state("closed")
+            self._set_state(ClientState.CLOSED)
         if run is not None:
             self._cancel_timers(run)
         for t in retired:
@@ -178,7 +191,7 @@ class WorkerClient:
         w.start()
         return w
 
-    def _set_state(self, state: str) -> None:
+    def _set_state(self, state: ClientState) -> None:
         self.state = state
         self.on_event(protocol.State(state=state))
 
@@ -215,7 +228,7 @@ class WorkerClient:
             return  # otherwise the exit message reports the death
         if self.prestart:
             with self._lock:
-                if self._spare is None and self.state != "closed":
+                if self._spare is None and self.state is not ClientState.CLOSED:
                     self._spare = self._new_worker()
         if timeout and extra.get("debug") is None and not (step and step.get("mode") != "all"):
             with self._lock:
@@ -254,8 +267,8 @@ class WorkerClient:
             self.devices = msg.devices or self.devices
             self.torch_version = msg.torch
             with self._lock:
-                if self.state == "starting":
-                    self._set_state("ready")
+                if self.state is ClientState.STARTING:
+                    self._set_state(ClientState.READY)
             self.on_event(msg)
             return
         with self._lock:
@@ -367,8 +380,8 @@ class WorkerClient:
                 self._run = None
                 self._active = None
             elapsed = time.monotonic() - run["start"]
-            if self.state != "closed" and self._run is None:
-                self._set_state("ready")
+            if self.state is not ClientState.CLOSED and self._run is None:
+                self._set_state(ClientState.READY)
         trace = replace(trace, output=output)
         result = RunResult(trace, output, output_bytes, elapsed, run["id"], run.get("bad_messages"))
         self.on_event(protocol.Finished(run=run["id"], result=result))

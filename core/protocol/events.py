@@ -28,7 +28,7 @@ def _event(kind: str):
 @dataclass
 class State(_Base):
     """The client's state changed."""
-    state: str = ""  # starting, ready, running or closed
+    state: str = ""  # a core.client.handle.ClientState: starting, ready, running or closed
 
 
 @_event("output")

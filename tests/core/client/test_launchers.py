@@ -23,7 +23,7 @@ import torch
 
 from core.client import launchers
 from core.protocol import wire
-from core.client.handle import WorkerClient, run_capture
+from core.client.handle import ClientState, WorkerClient, run_capture
 from core.client.process import ROOT
 from core.model.memory import format_bytes
 from core.client.launchers import LauncherError, from_command, from_host, resolve
@@ -172,9 +172,9 @@ def test_a_spare_worker_that_died_while_waiting_is_replaced(launcher, tmp_path):
     client = WorkerClient(on_event, prestart=True, launcher=launcher)
     try:
         deadline = time.monotonic() + 60
-        while client.state != "ready" and time.monotonic() < deadline:
+        while client.state is not ClientState.READY and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert client.state == "ready"
+        assert client.state is ClientState.READY
         (spare,) = [p for p in marked_processes(mark) if "core.worker" in " ".join(p.cmdline())]
         spare.kill()
         while client._spare.alive and time.monotonic() < deadline:
