@@ -8,107 +8,24 @@ a user sees exactly how the file was opened.
 Loading is safe by default: checkpoints are read with ``torch.load(..., weights_only=True)``
 or safetensors; a whole pickled model (``torch.save(model)``) runs code from the file when
 loaded, so it is refused unless the user trusts it (``--trust-pickle`` or the window's
-confirmation). torch, safetensors and transformers are imported only inside the functions:
-the GUI imports this module's file-kind functions without torch.
+confirmation). torch, safetensors and transformers are imported only inside the functions
+that need them: the GUI imports this module without torch. Which kind a file is lives in
+``core.programs.model_kinds``; each kind's driver is asked for by its opener (``core.programs.openers``).
 """
 
 from __future__ import annotations
 
 import json
-import re
+import pickle
 import sys
-import zipfile
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-EXPORT_SUFFIXES = (".pt2",)
-CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".tar")
-SAFETENSORS_SUFFIXES = (".safetensors",)
-MODEL_SUFFIXES = EXPORT_SUFFIXES + CHECKPOINT_SUFFIXES + SAFETENSORS_SUFFIXES + (".ts", ".jit", ".torchscript")
+from core.programs.model_kinds import (  # noqa: F401  (model_kind and the suffixes are asked for here too)
+    CHECKPOINT_SUFFIXES, DTYPES, EXPORT_SUFFIXES, MODEL_SUFFIXES, SAFETENSORS_SUFFIXES, TORCHSCRIPT_SUFFIXES,
+    ModelFileError, is_huggingface_folder, model_kind, parse_shapes, recorded_shapes)
+
 SEED = 0  # example inputs are random but the same on every run
-DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool")
-
-
-class ModelFileError(ValueError):
-    """A model file that cannot be opened as asked. ``reason`` lets the window offer a fix:
-    ``unsafe_pickle`` (confirm to trust it), ``needs_shapes`` (ask for input shapes),
-    ``needs_code`` (weights without the code of the model), ``missing_package``."""
-
-    def __init__(self, message: str, reason: str = "load"):
-        super().__init__(message)
-        self.reason = reason
-
-
-# -- which kind of file (no torch) -------------------------------------------------------------------
-
-
-def is_huggingface_folder(path: str | Path) -> bool:
-    p = Path(path)
-    return p.is_dir() and (p / "config.json").is_file()
-
-
-def model_kind(path: str | Path) -> str:
-    """export, torchscript, checkpoint (torch.save zip or pickle), safetensors or huggingface."""
-    p = Path(path)
-    if is_huggingface_folder(p):
-        return "huggingface"
-    suffix = p.suffix.lower()
-    if suffix in SAFETENSORS_SUFFIXES:
-        return "safetensors"
-    names = _zip_names(p)
-    if any(n.endswith("/models/model.json") or n.endswith("archive_format") for n in names) or (
-        not names and suffix in EXPORT_SUFFIXES
-    ):
-        return "export"
-    if any("/code/__torch__/" in n for n in names) or (not names and suffix in (".ts", ".jit", ".torchscript")):
-        return "torchscript"
-    return "checkpoint"
-
-
-def _zip_names(p: Path) -> list[str]:
-    try:
-        with zipfile.ZipFile(p) as z:
-            return z.namelist()
-    except (OSError, zipfile.BadZipFile):
-        return []
-
-
-def recorded_shapes(p: Path) -> str:
-    """Input shapes saved in a TorchScript archive as the extra file ``input_shapes``
-    (``torch.jit.save(m, path, _extra_files={"input_shapes": "2,4"})``); empty when absent."""
-    try:
-        with zipfile.ZipFile(p) as z:
-            name = next((n for n in z.namelist() if n.endswith("/extra/input_shapes")), None)
-            return z.read(name).decode("utf-8").strip() if name else ""
-    except (OSError, zipfile.BadZipFile, UnicodeDecodeError):
-        return ""
-
-
-def parse_shapes(text: str | list[str] | None) -> list[tuple[list[int], str]]:
-    """``"2,4"``, ``"2x4:int64"`` or ``"2,4; 3"`` (one per input) as [(shape, dtype)].
-
-    Raises ModelFileError naming the bad part."""
-    if not text:
-        return []
-    parts = text if isinstance(text, list) else re.split(r"[;\s]+", text.strip())
-    shapes = []
-    for part in (p.strip() for p in parts):
-        if not part:
-            continue
-        dims, _, dtype = part.partition(":")
-        dtype = dtype or "float32"
-        if dtype not in DTYPES:
-            raise ModelFileError(f"input shape {part!r}: unknown dtype {dtype!r} (one of {', '.join(DTYPES)})",
-                                 "needs_shapes")
-        try:
-            shape = [int(d) for d in re.split(r"[,x×]", dims) if d.strip()]
-        except ValueError:
-            raise ModelFileError(f"input shape {part!r}: write the sizes as numbers, e.g. 2,4 or 2x4:int64",
-                                 "needs_shapes") from None
-        if any(d < 0 for d in shape):
-            raise ModelFileError(f"input shape {part!r}: sizes cannot be negative", "needs_shapes")
-        shapes.append((shape, dtype))
-    return shapes
 
 
 # -- drivers ------------------------------------------------------------------------------------------
@@ -119,37 +36,52 @@ _HEADER = "# Backprop Studio opens {name} ({what}) with this script and runs it 
 
 
 def driver_source(path: str | Path, options: dict | None = None) -> str:
-    """The script that opens the model at ``path``; ModelFileError when it cannot be opened."""
-    options = options or {}
+    """The script that opens the model at ``path``, by its kind; ModelFileError when it cannot be opened."""
     p = Path(path)
-    kind = model_kind(p)
-    shapes = options.get("input_shapes") or ""
-    trust = bool(options.get("trust_pickle"))
-    if kind == "export":
-        what, call = "a torch.export program", f"open_export({str(p)!r})"
-    elif kind == "torchscript":
-        shapes = shapes or recorded_shapes(p)
-        parse_shapes(shapes)
-        if not shapes:
-            raise ModelFileError(
-                f"{p.name} is a TorchScript archive that does not record its input shapes: give them with "
-                f"--input-shape (e.g. --input-shape 2,4) or in the window's dialog", "needs_shapes")
-        what, call = "a TorchScript archive", f"open_torchscript({str(p)!r}, {shapes!r})"
-    elif kind == "huggingface":
-        what, call = "a Hugging Face model folder", f"open_huggingface({str(p)!r})"
-    elif kind == "safetensors":
-        raise ModelFileError(_needs_code(p), "needs_code")
-    else:
-        state = check_checkpoint(p, trust)
-        if state == "weights":
-            raise ModelFileError(_needs_code(p), "needs_code")
-        parse_shapes(shapes)
-        if not shapes:
-            raise ModelFileError(f"{p.name} holds a whole pickled model: give its input shapes with "
-                                 f"--input-shape (e.g. --input-shape 2,4)", "needs_shapes")
-        what, call = "a pickled model, trusted", f"open_pickled_model({str(p)!r}, {shapes!r})"
+    drivers = {"export": export_driver, "torchscript": torchscript_driver, "huggingface": huggingface_driver,
+               "safetensors": weights_driver}
+    return drivers.get(model_kind(p), checkpoint_driver)(p, options or {})
+
+
+def _driver(p: Path, what: str, call: str) -> str:
     return (_HEADER.format(name=p.name, what=what, loader=call.split("(")[0])
             + f"\nmodel, example_input = {call}\n")
+
+
+def export_driver(p: Path, options: dict) -> str:
+    return _driver(p, "a torch.export program", f"open_export({str(p)!r})")
+
+
+def torchscript_driver(p: Path, options: dict) -> str:
+    """Input shapes from ``options`` or recorded in the archive; needs_shapes when neither has them."""
+    shapes = options.get("input_shapes") or recorded_shapes(p)
+    parse_shapes(shapes)
+    if not shapes:
+        raise ModelFileError(
+            f"{p.name} is a TorchScript archive that does not record its input shapes: give them with "
+            f"--input-shape (e.g. --input-shape 2,4) or in the window's dialog", "needs_shapes")
+    return _driver(p, "a TorchScript archive", f"open_torchscript({str(p)!r}, {shapes!r})")
+
+
+def huggingface_driver(p: Path, options: dict) -> str:
+    return _driver(p, "a Hugging Face model folder", f"open_huggingface({str(p)!r})")
+
+
+def weights_driver(p: Path, options: dict) -> str:
+    """Weights alone run nothing: the error asks for the script that defines the model's class."""
+    raise ModelFileError(_needs_code(p), "needs_code")
+
+
+def checkpoint_driver(p: Path, options: dict) -> str:
+    """A state_dict asks for its class (needs_code); a whole pickled model opens once trusted, with shapes."""
+    shapes = options.get("input_shapes") or ""
+    if check_checkpoint(p, bool(options.get("trust_pickle"))) == "weights":
+        return weights_driver(p, options)
+    parse_shapes(shapes)
+    if not shapes:
+        raise ModelFileError(f"{p.name} holds a whole pickled model: give its input shapes with "
+                             f"--input-shape (e.g. --input-shape 2,4)", "needs_shapes")
+    return _driver(p, "a pickled model, trusted", f"open_pickled_model({str(p)!r}, {shapes!r})")
 
 
 def loaders() -> dict:
@@ -165,9 +97,7 @@ def _needs_code(p: Path) -> str:
 
 def check_checkpoint(p: Path, trust: bool) -> str:
     """``weights`` for a state_dict, ``model`` for a trusted pickled model; refuses other pickles."""
-    import pickle
-
-    import torch
+    import torch  # lazily: the GUI imports this module without torch
 
     try:
         obj = torch.load(p, map_location="cpu", weights_only=True)
@@ -189,7 +119,7 @@ def check_checkpoint(p: Path, trust: bool) -> str:
 
 def _state_dict_of(obj):
     """The tensor dict in a checkpoint: itself, or under ``state_dict`` / ``model`` (Lightning, many repos)."""
-    import torch
+    import torch  # lazily: the GUI imports this module without torch
 
     if isinstance(obj, dict) and obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
         return obj
@@ -206,7 +136,7 @@ def _state_dict_of(obj):
 
 def example_inputs(shapes: list[tuple[list[int], str]]):
     """Random tensors of the given shapes and dtypes, the same on every run."""
-    import torch
+    import torch  # lazily: the GUI imports this module without torch
 
     gen = torch.Generator().manual_seed(SEED)
     out = []
@@ -225,6 +155,7 @@ def example_inputs(shapes: list[tuple[list[int], str]]):
 def _modes_off():
     """Load outside the capture: its torch function mode popped (the loader's own modes, such
     as transformers' device mode, then work as they do elsewhere) and its trace function off."""
+    # lazily: the GUI imports this module without torch
     from torch.overrides import _get_current_function_mode_stack, _pop_mode_temporarily
 
     # The capture's trace function sees every Python call; loading a big program makes millions.
@@ -241,7 +172,7 @@ def _modes_off():
 
 def open_export(path: str):
     """A torch.export program as (module, example inputs made from its input specs)."""
-    import torch
+    import torch  # lazily: the GUI imports this module without torch
 
     with _modes_off():
         program = torch.export.load(path)
@@ -268,7 +199,7 @@ def _concrete(dim) -> int:
 
 
 def open_torchscript(path: str, shapes: str):
-    import torch
+    import torch  # lazily: the GUI imports this module without torch
 
     with _modes_off():
         module = torch.jit.load(path, map_location="cpu")
@@ -277,7 +208,7 @@ def open_torchscript(path: str, shapes: str):
 
 def open_pickled_model(path: str, shapes: str):
     """A whole pickled model; only reached when the user trusted the file."""
-    import torch
+    import torch  # lazily: the GUI imports this module without torch
 
     try:
         with _modes_off():
@@ -292,12 +223,12 @@ def open_pickled_model(path: str, shapes: str):
 
 def load_weights(model, path: str | Path) -> None:
     """Load a state_dict or safetensors file into ``model``; the error names missing and extra keys."""
-    import torch
+    import torch  # lazily: the GUI imports this module without torch
 
     p = Path(path)
     if p.suffix.lower() in SAFETENSORS_SUFFIXES:
         try:
-            from safetensors.torch import load_file
+            from safetensors.torch import load_file  # lazily: an optional package, for .safetensors only
         except ImportError:
             raise ModelFileError(f"{p.name}: reading .safetensors needs the safetensors package "
                                  "(pip install safetensors)", "missing_package") from None
@@ -330,7 +261,7 @@ def load_weights(model, path: str | Path) -> None:
 
 def apply_weights(namespace: dict, path: str) -> None:
     """After a model file ran: build it if it has ``build()``, then load ``path`` into its model."""
-    import torch
+    import torch  # lazily: the GUI imports this module without torch
 
     if not isinstance(namespace.get("model"), torch.nn.Module) and callable(namespace.get("build")):
         model, example_input = namespace["build"]()
@@ -341,11 +272,11 @@ def apply_weights(namespace: dict, path: str) -> None:
 def open_huggingface(folder: str):
     """A Hugging Face model folder, offline, with a dummy batch built from its config."""
     try:
-        import transformers
+        import transformers  # lazily: an optional package, for Hugging Face folders only
     except ImportError:
         raise ModelFileError(f"{Path(folder).name} is a Hugging Face model folder: opening it needs the "
                              "transformers package (pip install transformers)", "missing_package") from None
-    import torch
+    import torch  # lazily: the GUI imports this module without torch
 
     config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
     # Loading runs outside the capture's op tagging: transformers builds modules under its own
