@@ -82,7 +82,7 @@ def prepared(view, theme: str | None = None, selection: bool = False):
         item.set_selected(False)
     for e in active:
         e.set_active(False)
-    banner = getattr(view, "_banner", None)  # the sheet writes the error itself, wrapped
+    banner = view.banner  # the sheet writes the error itself, wrapped
     if banner is not None:
         banner.setVisible(False)
     with view.export_mode() as scene:
@@ -118,7 +118,7 @@ def source_rect(view, region: str = "all") -> QRectF:
     if layout is None:
         return rect
     rect = QRectF(0, 0, layout.width, layout.height)
-    skip = (view.overview, getattr(view, "_banner", None))
+    skip = (view.overview, view.banner)
     for item in scene.items():
         if item.isVisible() and item not in skip:
             rect = rect.united(item.sceneBoundingRect())
@@ -297,7 +297,7 @@ def render(view, path, fmt: str | None = None, **options) -> Path:
         raise ExportError("there is no graph to export")
     if fmt == "dot":
         text = call_to_dot(call, title=options.get("title"), collapsed=view.collapsed(),
-                           states=getattr(view, "_states", {}), edge_texts=getattr(view, "_edge_texts", {}),
+                           states=view.node_states(), edge_texts=view.edge_texts(),
                            theme=options.get("theme") or view.theme().name)
         Path(path).write_text(text, encoding="utf-8")
         return Path(path)

@@ -62,7 +62,7 @@ def smallest_text(view, legend: bool = True) -> float:
         sizes.append(t.font_px - 1)
     if view.group_items or legend:
         sizes.append(t.small_font_px + 1)
-    if view.saved_items or getattr(view, "_show_shapes", False) or getattr(view, "_edge_texts", None):
+    if view.saved_items or view.shows_shapes() or view.edge_texts():
         sizes.append(t.small_font_px)
     return float(min(sizes))
 

@@ -25,5 +25,4 @@ def set_direction(view, direction: str, *, sync: bool = False) -> None:
         return
     view.direction = direction
     if view.call() is not None:
-        view._fit_next = True  # the picture turns: show it as it opens, not the old frame
-        view._relayout(sync, view.collapsed())
+        view.relayout(sync=sync, refit=True)  # the picture turns: show it as it opens, not the old frame

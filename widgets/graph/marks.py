@@ -437,12 +437,16 @@ class MarksMixin:
         self._show_sharing = False
         self._base_rect = QRectF()  # the scene rect without the marks
 
+    def _forget_marks(self) -> None:
+        """The scene was cleared, and the marks' items with it."""
+        self.marks = MarkItems()
+
     def set_show_sharing(self, show: bool) -> None:
         """Link tensors that share a storage with dashed lines and tag views with their base."""
         if show == self._show_sharing:
             return
         self._show_sharing = show
-        if self._layout is not None and not self._pending:  # a pending layout builds its own marks
+        if self.state.layout is not None and not self.state.pending:  # a pending layout builds its own marks
             self._add_marks()
             self._legend_entries({v: i.style for v, i in self.node_items.items()})
             self.minimap.set_overview(self.overview, self.scene().sceneRect(), self._theme)
@@ -450,6 +454,12 @@ class MarksMixin:
 
     def show_sharing(self) -> bool:
         return self._show_sharing
+
+    def redraw_marks(self) -> None:
+        """Rebuild the marks after a toggle they draw from (``state.show_values``, ``state.show_slots``)
+        changed; a pending layout builds its own."""
+        if self.state.layout is not None and not self.state.pending:
+            self._add_marks()
 
     def _add_marks(self, base: QRectF | None = None) -> None:
         """(Re)build the marks; the scene rect grows to hold them (``base``: the rect without them)."""
@@ -459,11 +469,11 @@ class MarksMixin:
         self.marks.remove(scene)
         items = (self.node_items, self.saved_items, self.edge_items)
         self.marks = build_marks(
-            scene, self._call, self._layout, *items, self._theme, sharing=self._show_sharing, show=self._detail
+            scene, self.state.call, self.state.layout, *items, self._theme, sharing=self._show_sharing, show=self.state.detail
         )
-        self.marks.tags.extend(teaching_items(self._call, self._layout, self._theme, scene=scene, show=self._detail,
-                                              values=getattr(self, "_show_values", False),
-                                              slots=getattr(self, "_show_slots", False), placer=self.marks.placer))
+        self.marks.tags.extend(teaching_items(self.state.call, self.state.layout, self._theme, scene=scene, show=self.state.detail,
+                                              values=self.state.show_values,
+                                              slots=self.state.show_slots, placer=self.marks.placer))
         rect = self.marks.bounds()
         scene.setSceneRect(self._base_rect.united(rect.adjusted(-6, -6, 6, 6)) if rect.isValid() else self._base_rect)
 

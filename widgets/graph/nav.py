@@ -30,14 +30,14 @@ class NavigationMixin:
     def _initial_view(self, layout: Layout) -> None:
         """The whole graph when it fits readably; else the region around the loss: at the top (on
         the left left to right, at the bottom in forward order)."""
-        self._opening = True
+        self.state.opening = True
         r = self.scene().sceneRect()
         area = self._area()
         s = self.transform().m11()
         if r.width() * s <= area.width() + 1 and r.height() * s <= area.height() + 1:
             self._center_in(r.center(), area)
             return
-        root = self._call.roots[0] if self._call.roots else None
+        root = self.state.call.roots[0] if self.state.call.roots else None
         box = layout.nodes.get(layout.members.get(root, "")) if root else None
         area = self._area(minimap=True)  # part of the graph is out of sight: the minimap shows
         if box is None:
@@ -93,27 +93,27 @@ class NavigationMixin:
         runs like any other (on the worker thread unless ``sync``, by default as the last one did)
         and the node is shown once it is drawn. ``open_folds`` False scrolls to the box that shows
         the node now (its folded group) and lays out nothing. False for an unknown node."""
-        call = self._call
-        if call is None or self._layout is None and not self._pending:
+        call = self.state.call
+        if call is None or self.state.layout is None and not self.state.pending:
             return False
         if call.node(node_id) is None and node_id not in self.node_items:
             return False
-        if not open_folds and self._pending:
-            self._focus_after = node_id  # shown once the layout under way is drawn
+        if not open_folds and self.state.pending:
+            self.state.focus_after = node_id  # shown once the layout under way is drawn
             return True
-        target = self._collapsed
+        target = self.state.collapsed
         if open_folds and call.node(node_id) is not None:
-            target = group_info(call).expand_path(self._collapsed, node_id)
-        self._opening = False
-        if target != self._collapsed or self._pending:
+            target = group_info(call).expand_path(self.state.collapsed, node_id)
+        self.state.opening = False
+        if target != self.state.collapsed or self.state.pending:
             if select:
-                self._selected = node_id
-            self._focus_after = node_id
-            self._relayout(self._sync if sync is None else sync, target)
+                self.state.selected = node_id
+            self.state.focus_after = node_id
+            self._relayout(self.state.sync if sync is None else sync, target)
             return True
         if select:
             self._highlight(node_id, center=False)
-        item = self.node_items.get(self._layout.members.get(node_id, node_id))
+        item = self.node_items.get(self.state.layout.members.get(node_id, node_id))
         if item is not None:
             self._reveal(item)
         return item is not None
@@ -145,7 +145,7 @@ class NavigationMixin:
             sizes.append(t.small_font_px + 1)
         if any(i.isVisible() and i.sceneBoundingRect().intersects(seen) for i in self.saved_items):
             sizes.append(t.small_font_px)
-        if self._show_shapes or self._edge_texts:
+        if self.state.show_shapes or self.state.edge_texts:
             sizes.append(t.small_font_px)
         return min(sizes) * s if sizes else 0.0
 
@@ -153,7 +153,7 @@ class NavigationMixin:
         return round(self.transform().m11() * 100)
 
     def set_zoom(self, percent: float) -> None:
-        self._opening = False
+        self.state.opening = False
         s = max(self._min_zoom(), min(MAX_ZOOM, percent / 100))
         anchor = self.transformationAnchor()
         self.setTransformationAnchor(QGraphicsView.AnchorViewCenter)
@@ -169,7 +169,7 @@ class NavigationMixin:
 
     def fit(self) -> None:
         """Show the whole graph beside the legend (never enlarged past 150 %)."""
-        self._opening = False
+        self.state.opening = False
         r = self.scene().sceneRect()
         area = self._area()
         s = self._fit_scale(r, area)
@@ -190,7 +190,7 @@ class NavigationMixin:
         dy = event.angleDelta().y()
         if dy == 0:
             return super().wheelEvent(event)
-        self._opening = False
+        self.state.opening = False
         current = self.transform().m11()
         target = max(self._min_zoom(), min(MAX_ZOOM, current * 1.0015**dy))
         pos = event.position().toPoint()

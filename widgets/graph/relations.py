@@ -82,14 +82,12 @@ class RelationsMixin:
     """Folding, related-node marks, call comparison, breadcrumbs and the context menu."""
 
     def _init_relations(self) -> None:
-        self._related: Related | None = None
-        self._accented: list = []  # (edge item, its accent before)
         self._peers: list[CallInfo] = []
         self.crumbs = Breadcrumbs(self)
 
     # -- folding -----------------------------------------------------------------------------
     def expand_all(self, *, sync: bool | None = None) -> None:
-        self.set_collapsed(frozenset(), sync=self._sync if sync is None else sync)
+        self.set_collapsed(frozenset(), sync=self.state.sync if sync is None else sync)
 
     def collapse_all(self, *, sync: bool | None = None) -> None:
         """Fold every top-level module (the graph's overview)."""
@@ -97,9 +95,9 @@ class RelationsMixin:
 
     def set_fold_depth(self, depth: int, *, sync: bool | None = None) -> None:
         """Open ``depth`` levels of the module tree; deeper modules fold (0: every top-level module)."""
-        if self._call is not None:
-            coll = group_info(self._call).fold_to_depth(depth)
-            self.set_collapsed(coll, sync=self._sync if sync is None else sync)
+        if self.state.call is not None:
+            coll = group_info(self.state.call).fold_to_depth(depth)
+            self.set_collapsed(coll, sync=self.state.sync if sync is None else sync)
 
     def frame_group(self, path: str) -> None:
         """Fit the frame of module ``path`` in the view ("" or unknown: the whole graph)."""
@@ -119,7 +117,7 @@ class RelationsMixin:
         """Mark ``mode`` of trace node ``node_id``: "upstream" (what feeds it gradient, toward the
         loss), "downstream" (where its gradient flows, toward the leaves) or "paths" (from the
         loss to it). Returns the marked node ids, the node itself included."""
-        call = self._call
+        call = self.state.call
         if call is None or call.node(node_id) is None:
             return set()
         name = call.node(node_id).name
@@ -135,7 +133,7 @@ class RelationsMixin:
                           f"{len(paths)} path{'s' if len(paths) != 1 else ''} from the loss to {name}")
         else:
             raise ValueError(f"unknown mode {mode!r}: use upstream, downstream or paths")
-        self._related = rel
+        self.state.related = rel
         self._apply_related()
         return set(rel.nodes)
 
@@ -146,32 +144,32 @@ class RelationsMixin:
 
     def show_diff(self, other: CallInfo) -> CallDiff:
         """Mark what this call has that ``other`` lacks (nodes and edges added since ``other``)."""
-        diff = compare_calls(other, self._call)
+        diff = compare_calls(other, self.state.call)
         if diff.same_structure:
             note = f"same structure as #{other.index} (verified node by node)"
         else:
             note = f"since #{other.index}: {diff.summary()}"
-        self._related = Related(set(diff.added_nodes), set(diff.added_edges), note)
+        self.state.related = Related(set(diff.added_nodes), set(diff.added_edges), note)
         self._apply_related()
         return diff
 
     def clear_related(self) -> None:
-        self._related = None
+        self.state.related = None
         self._apply_related()
 
     def related_note(self) -> str:
-        return self._related.note if self._related else ""
+        return self.state.related.note if self.state.related else ""
 
     def _apply_related(self) -> None:
-        for item, accent in self._accented:
+        for item, accent in self.state.accented:
             item.set_accent(accent)
-        self._accented = []
+        self.state.accented = []
         self._apply_matches()
-        rel = self._related
-        if rel is None or self._layout is None:
+        rel = self.state.related
+        if rel is None or self.state.layout is None:
             self._update_crumbs()
             return
-        members = self._layout.members
+        members = self.state.layout.members
         boxes = {members.get(n, n) for n in rel.nodes}
         for vid in boxes:
             item = self.node_items.get(vid)
@@ -183,14 +181,14 @@ class RelationsMixin:
             keys = {(members.get(a, a), members.get(b, b)) for a, b in rel.edges}
         for e in self.edge_items:
             if (e.key in keys) if keys is not None else (e.key[0] in boxes and e.key[1] in boxes):
-                self._accented.append((e, e.accent))
+                self.state.accented.append((e, e.accent))
                 e.set_accent("highlight")
         self._update_marks()
         self._update_crumbs()
 
     def _update_crumbs(self) -> None:
         centre = self.mapToScene(self.viewport().rect().center())
-        self.crumbs.update_for(self._layout, self._call, centre, self.related_note())
+        self.crumbs.update_for(self.state.layout, self.state.call, centre, self.related_note())
 
     # -- the context menu ------------------------------------------------------------------------
     def contextMenuEvent(self, event) -> None:
@@ -209,7 +207,7 @@ class RelationsMixin:
             menu.addAction("Where its gradient flows (toward the leaves)",
                            lambda: self.show_related(node, "downstream"))
             menu.addAction("Paths from the loss to here", lambda: self.show_related(node, "paths"))
-            for k, inner in enumerate(nested_calls(self._call, self._call.node(node))):
+            for k, inner in enumerate(nested_calls(self.state.call, self.state.call.node(node))):
                 menu.addAction(f"Show nested backward #{inner.index}", lambda k=k: self.open_nested(node, k))
         elif item is not None:
             menu.addAction("Expand this module", lambda: self.toggle_group(item.node_id[6:]))
@@ -217,12 +215,12 @@ class RelationsMixin:
             frame = self._item_at(pos, GroupBoxItem)
             if frame is not None:
                 menu.addAction(f"Collapse {frame.path}", lambda: self.toggle_group(frame.path))
-        peers = [c for c in self._peers if self._call is not None and c.id != self._call.id]
+        peers = [c for c in self._peers if self.state.call is not None and c.id != self.state.call.id]
         if peers:
             sub = menu.addMenu("Compare with call")
             for c in peers[:30]:
                 sub.addAction(c.title, lambda c=c: self.show_diff(c))
-        if self._related is not None:
+        if self.state.related is not None:
             menu.addAction("Clear highlights", self.clear_related)
         menu.addSeparator()
         menu.addAction("Expand all modules", self.expand_all)

@@ -306,15 +306,15 @@ def _emit(signal, *args) -> None:
 def apply_edge_texts(view) -> int:
     """Put gradient texts on the view's edges, touching only those that changed since last time;
     returns how many edge items were given a text."""
-    members = view._layout.members if view._layout else {}
+    members = view.state.layout.members if view.state.layout else {}
     values: dict[tuple[str, str], str] = {}
     sources: dict[tuple[str, str], list[tuple[str, str]]] = {}
-    for key, v in view._edge_texts.items():
+    for key, v in view.state.edge_texts.items():
         drawn = (members.get(key[0], key[0]), members.get(key[1], key[1]))
         values[drawn] = v  # several edges drawn as one (into a folded group): the last one's text
         sources.setdefault(drawn, []).append(key)
-    stamp = (id(view.edge_items), len(view.edge_items), view._show_shapes)
-    last = view.__dict__.get("_applied_texts")
+    stamp = (id(view.edge_items), len(view.edge_items), view.state.show_shapes)
+    last = view.state.applied_texts
     touched = 0
     if last is not None and last[0] == stamp:
         # Stepping changes a few edges at a time: touch only those (5,000-edge graphs).
@@ -322,15 +322,15 @@ def apply_edge_texts(view) -> int:
         changed = {k for k in values.keys() | last[1].keys() if values.get(k) != last[1].get(k)}
         for key in changed:
             for item in by_key.get(key, ()):
-                item.set_texts(show_shape=view._show_shapes, value=values.get(key, ""))
+                item.set_texts(show_shape=view.state.show_shapes, value=values.get(key, ""))
                 touched += 1
     else:
         by_key = {}
         for item in view.edge_items:
             by_key.setdefault(item.key, []).append(item)
-            item.set_texts(show_shape=view._show_shapes, value=values.get(item.key, ""))
+            item.set_texts(show_shape=view.state.show_shapes, value=values.get(item.key, ""))
             touched += 1
-    view._applied_texts = (stamp, values, by_key, sources)
+    view.state.applied_texts = (stamp, values, by_key, sources)
     return touched
 
 
@@ -339,24 +339,24 @@ def update_edge_texts(view, changes: dict[tuple[str, str], str | None]) -> int:
     items they are drawn on, and nothing else: O(changes), not O(edges). Returns how many edge
     items were given a text. Gives what ``apply_edge_texts`` would: a drawn edge that stands for
     several (into a folded group) shows the text of the one that got its first text last."""
-    texts = view._edge_texts
-    last = view.__dict__.get("_applied_texts")
-    stamp = (id(view.edge_items), len(view.edge_items), view._show_shapes)
-    if last is None and view._layout is not None and not view._show_shapes and not texts:
+    texts = view.state.edge_texts
+    last = view.state.applied_texts
+    stamp = (id(view.edge_items), len(view.edge_items), view.state.show_shapes)
+    if last is None and view.state.layout is not None and not view.state.show_shapes and not texts:
         # A scene built without texts: every edge shows none; index the edges, touch none.
         by_key: dict[tuple[str, str], list] = {}
         for item in view.edge_items:
             by_key.setdefault(item.key, []).append(item)
-        last = view._applied_texts = (stamp, {}, by_key, {})
-    if last is None or last[0] != stamp or view._layout is None:
+        last = view.state.applied_texts = (stamp, {}, by_key, {})
+    if last is None or last[0] != stamp or view.state.layout is None:
         for key, text in changes.items():
             if text is None:
                 texts.pop(key, None)
             else:
                 texts[key] = text
-        return apply_edge_texts(view) if view._layout is not None else 0
+        return apply_edge_texts(view) if view.state.layout is not None else 0
     _, values, by_key, sources = last
-    members = view._layout.members
+    members = view.state.layout.members
     drawn_keys = set()
     for key, text in changes.items():
         drawn = (members.get(key[0], key[0]), members.get(key[1], key[1]))
@@ -380,6 +380,6 @@ def update_edge_texts(view, changes: dict[tuple[str, str], str | None]) -> int:
         else:
             values[drawn] = value
         for item in by_key.get(drawn, ()):
-            item.set_texts(show_shape=view._show_shapes, value=value or "")
+            item.set_texts(show_shape=view.state.show_shapes, value=value or "")
             touched += 1
     return touched

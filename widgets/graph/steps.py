@@ -20,35 +20,29 @@ class StepStatesMixin:
     """Step states and edge texts for ``GraphView``."""
 
     def _init_step_states(self) -> None:
-        self._states: dict[str, str] = {}
-        self._edge_texts: dict[tuple[str, str], str] = {}
-        # Step states tallied per drawn box, rebuilt by every full apply.
-        self._box_tally: dict[str, dict[str, int]] = {}
         self._box_size: dict[str, int] = {}  # members of each folded group's box
-        self._state_kinds: dict[str, int] = {}  # how many nodes are in each state (for the legend)
-        self._states_token = 0  # bumped when states are replaced wholesale (see ``states_token``)
         self.item_updates = 0  # node and edge items given a new state or text (tests read it)
 
     def node_states(self) -> dict[str, str]:
         """Step states by trace node id (see ``set_node_states``)."""
-        return dict(self._states)
+        return dict(self.state.states)
 
     def edge_texts(self) -> dict[tuple[str, str], str]:
         """Texts on edges by (src, dst) trace node ids (see ``set_edge_texts``)."""
-        return dict(self._edge_texts)
+        return dict(self.state.edge_texts)
 
     def set_node_states(self, states: dict[str, str]) -> None:
         """Step states by trace node id: "executed", "current", "frontier" or "failed"."""
-        self._states = dict(states)
-        self._states_token += 1
+        self.state.states = dict(states)
+        self.state.states_token += 1
         self._apply_states()
-        if self._layout is not None:
+        if self.state.layout is not None:
             self._legend_entries()
 
     def set_edge_texts(self, texts: dict[tuple[str, str], str]) -> None:
         """Texts (gradient values) on edges, keyed by (src, dst) trace node ids."""
-        self._edge_texts = dict(texts)
-        self._states_token += 1
+        self.state.edge_texts = dict(texts)
+        self.state.states_token += 1
         self._apply_edge_texts()
 
     def update_step(self, states: dict[str, str | None], texts: dict[tuple[str, str], str | None]) -> None:
@@ -59,69 +53,69 @@ class StepStatesMixin:
             self.item_updates += update_edge_texts(self, texts)
         if not states:
             return
-        kinds_before = set(self._state_kinds)
-        members = self._layout.members if self._layout is not None else {}
+        kinds_before = set(self.state.state_kinds)
+        members = self.state.layout.members if self.state.layout is not None else {}
         touched = set()
         for nid, new in states.items():
-            old = self._states.get(nid)
+            old = self.state.states.get(nid)
             if old == new:
                 continue
             if new is None:
-                del self._states[nid]
+                del self.state.states[nid]
             else:
-                self._states[nid] = new
-            _count(self._state_kinds, old, new)
+                self.state.states[nid] = new
+            _count(self.state.state_kinds, old, new)
             vid = members.get(nid)
             if vid is not None:
-                _count(self._box_tally.setdefault(vid, {}), old, new)
+                _count(self.state.box_tally.setdefault(vid, {}), old, new)
                 touched.add(vid)
         marks = dict(self.overview.marks) if self.overview is not None else None
         for vid in touched:
             item = self.node_items.get(vid)
             if item is None:
                 continue
-            item.set_state(box_state(self._box_tally[vid], self._box_size.get(vid, 1)))
+            item.set_state(box_state(self.state.box_tally[vid], self._box_size.get(vid, 1)))
             self.item_updates += 1
             if marks is not None:
                 _overview_mark(marks, vid, item, self._selected_box())
         if marks is not None:
             self.overview.set_marks(marks)
-        if set(self._state_kinds) != kinds_before and self._layout is not None:
+        if set(self.state.state_kinds) != kinds_before and self.state.layout is not None:
             self._legend_entries()
 
     def states_token(self) -> int:
         """Changes whenever the states or edge texts are replaced wholesale (a new call, a replay,
         ``clear_states``), not when ``update_step`` changes some: a caller that sends deltas
         knows the view still holds what it sent while the token is the one it saw."""
-        return self._states_token
+        return self.state.states_token
 
     def clear_states(self) -> None:
         self.set_edge_texts({})
         self.set_node_states({})
 
     def _apply_states(self) -> None:
-        self._state_kinds = {}
-        for st in self._states.values():
-            _count(self._state_kinds, None, st)
-        if self._layout is None:
+        self.state.state_kinds = {}
+        for st in self.state.states.values():
+            _count(self.state.state_kinds, None, st)
+        if self.state.layout is None:
             return
-        members = self._layout.members
-        self._box_size = {"group:" + g.path: g.count for g in self._layout.groups if g.collapsed}
-        self._box_tally = {}
-        for nid, st in self._states.items():
+        members = self.state.layout.members
+        self._box_size = {"group:" + g.path: g.count for g in self.state.layout.groups if g.collapsed}
+        self.state.box_tally = {}
+        for nid, st in self.state.states.items():
             vid = members.get(nid)
             if vid is not None:
-                _count(self._box_tally.setdefault(vid, {}), None, st)
+                _count(self.state.box_tally.setdefault(vid, {}), None, st)
         for vid, item in self.node_items.items():
-            tally = self._box_tally.get(vid)
+            tally = self.state.box_tally.get(vid)
             item.set_state(box_state(tally, self._box_size.get(vid, 1)) if tally else None)
         self.item_updates += len(self.node_items)
         self._update_marks()
 
     def _selected_box(self) -> str | None:
-        if self._selected is None or self._layout is None:
+        if self.state.selected is None or self.state.layout is None:
             return None
-        return self._layout.members.get(self._selected, self._selected)
+        return self.state.layout.members.get(self.state.selected, self.state.selected)
 
     def _apply_edge_texts(self) -> None:
         self.item_updates += apply_edge_texts(self)

@@ -448,17 +448,15 @@ def _middle(points) -> tuple[float, float]:
 
 def set_show_slots(view, show: bool) -> None:
     """Label each edge with its next_functions entry: ``next[i] = (MulBackward0, 0)``."""
-    if getattr(view, "_show_slots", False) == show:
+    if view.state.show_slots == show:
         return
-    view._show_slots = show
-    if view._layout is not None and not view._pending:
-        view._add_marks()
+    view.state.show_slots = show
+    view.redraw_marks()
 
 
 def set_show_values(view, show: bool) -> None:
     """The Values toggle of a GraphView: leaf data and .grad, and root seeds, on the graph."""
-    if getattr(view, "_show_values", False) == show:
+    if view.state.show_values == show:
         return
-    view._show_values = show
-    if view._layout is not None and not view._pending:
-        view._add_marks()
+    view.state.show_values = show
+    view.redraw_marks()

@@ -20,9 +20,10 @@ from core.layout.compound import Layout, group_info
 from core.model.nesting import nested_calls
 from core.model.trace import CallInfo
 from widgets.graph.items import EdgeItem, GroupBoxItem, NodeItem, NodeStyle, SavedItem, color
-from widgets.graph.marks import MarkItems, MarksMixin
+from widgets.graph.marks import MarksMixin
 from widgets.graph.nav import MAX_FIT, MAX_ZOOM, NavigationMixin  # noqa: F401 - public constants
 from widgets.graph.relations import RelationsMixin
+from widgets.graph.state import GraphState
 from widgets.graph.steps import StepStatesMixin
 from widgets.graph.scene import LayoutRunner, build_message, build_scene, legend_entries
 from widgets.graph.scene import overview_marks, search_index, toggled, tooltip
@@ -56,6 +57,7 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, StepStatesMixin, QG
     def __init__(self, parent: QWidget | None = None, theme: str = "light"):
         super().__init__(parent)
         self.setScene(QGraphicsScene(self))
+        self.state = GraphState()  # what is shown: the call, its layout, folds, selection, steps
         self._theme: Theme = get_theme(theme)
         self.setRenderHints(QPainter.Antialiasing | QPainter.TextAntialiasing)
         self.setDragMode(QGraphicsView.ScrollHandDrag)
@@ -68,36 +70,24 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, StepStatesMixin, QG
         # the graph's with a margin of one viewport, so any point can be brought anywhere.
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
         self.setVerticalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
-        self._opening = False  # the opening frame is shown and the user has not moved it
         self.node_items: dict[str, NodeItem] = {}
         self.edge_items: list[EdgeItem] = []
         self.group_items: dict[str, GroupBoxItem] = {}
         self.saved_items: list[SavedItem] = []
         self.overview: OverviewItem | None = None
-        self._banner = None
-        self._call: CallInfo | None = None
-        self._layout: Layout | None = None
-        self._collapsed: frozenset[str] = frozenset()
-        self._show_saved = False
-        self._show_shapes = False
+        self.banner = None  # the line above the graph naming the error the call raised, if any
         self._init_marks()
         self._init_step_states()
         self._legend_boxes: list[str] | None = None  # legend keys for the boxes' styles
         self._legend_shown: tuple = ()  # (entries, theme) last given to the legend
-        self._selected: str | None = None  # the selection drawn (the session's, as told)
         self._clicked: str | None = None  # the node a click asked to select, until the answer comes
         self._matches: list[str] = []
         self._match_index = -1
         self._search_index: dict[str, str] | None = None
         self._generation = 0
-        self._pending = False
-        self._detail = True
         self._big = False
         self._exporting = False
-        self._fit_next = False
-        self._focus_after: str | None = None
         self._press: QPointF | None = None
-        self._sync = False  # whether the last layout ran on the GUI thread (tests, exports)
         self.engine = "auto"
         self.direction = "TB"  # "TB", "LR" or "forward" (core.layout.compound.DIRECTIONS)
         self._runner = LayoutRunner(self)
@@ -113,95 +103,102 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, StepStatesMixin, QG
     # -- data ---------------------------------------------------------------------------------
     def set_call(self, call: CallInfo | None, *, sync: bool = False, collapsed: frozenset[str] | None = None) -> None:
         """Show ``call``; big graphs open with module groups collapsed unless ``collapsed`` is given."""
-        self._call = call
-        self._related = None
-        self._selected, self._matches, self._match_index = None, [], -1
-        self._states, self._edge_texts, self._search_index = {}, {}, None
-        self._state_kinds, self._box_tally = {}, {}
-        self._states_token += 1
-        self._fit_next = True
+        self.state.call = call
+        self.state.related = None
+        self.state.selected, self._matches, self._match_index = None, [], -1
+        self.state.states, self.state.edge_texts, self._search_index = {}, {}, None
+        self.state.state_kinds, self.state.box_tally = {}, {}
+        self.state.states_token += 1
+        self.state.fit_next = True
         self._relayout(sync, collapsed, opening=collapsed is None)
 
     def call(self) -> CallInfo | None:
-        return self._call
+        return self.state.call
 
     def graph_layout(self) -> Layout | None:
-        return self._layout
+        return self.state.layout
 
     def is_pending(self) -> bool:
         """True while a layout runs on the worker thread."""
-        return self._pending
+        return self.state.pending
 
     def wait_ready(self, timeout_ms: int = 30000) -> bool:
         """Process events until the pending layout is shown; False on timeout."""
         deadline = QDeadlineTimer(timeout_ms)
-        while self._pending and not deadline.hasExpired():
+        while self.state.pending and not deadline.hasExpired():
             QCoreApplication.processEvents()
             self._runner.wait(10)
         QCoreApplication.processEvents()
-        return not self._pending
+        return not self.state.pending
 
     def collapsed(self) -> frozenset[str]:
-        return self._collapsed
+        return self.state.collapsed
 
     def box_of(self, node_id: str) -> str | None:
         """The box drawing ``node_id`` now: its own id, or ``group:<path>`` of the folded group
         around it; None while nothing is laid out or for a node not drawn."""
-        return self._layout.members.get(node_id) if self._layout is not None else None
+        return self.state.layout.members.get(node_id) if self.state.layout is not None else None
 
     def set_collapsed(self, paths, *, sync: bool = False) -> None:
         self._relayout(sync, frozenset(paths))
 
     def toggle_group(self, path: str, *, sync: bool = False) -> None:
         """Collapse an expanded group or expand a collapsed one (one level at a time when big)."""
-        if self._call is None:
+        if self.state.call is None:
             return
-        self._focus_after = path if path in self._collapsed else "group:" + path
-        paths = toggled(group_info(self._call), self._collapsed, path, EXPAND_ONE_LEVEL)
+        self.state.focus_after = path if path in self.state.collapsed else "group:" + path
+        paths = toggled(group_info(self.state.call), self.state.collapsed, path, EXPAND_ONE_LEVEL)
         self.sig_group_toggled.emit(path)
         self._relayout(sync, paths)
 
     def set_show_saved(self, show: bool, *, sync: bool = False) -> None:
-        if show != self._show_saved:
-            self._show_saved = show
-            self._relayout(sync, self._collapsed)
+        if show != self.state.show_saved:
+            self.state.show_saved = show
+            self._relayout(sync, self.state.collapsed)
 
     def shows_saved(self) -> bool:
-        return self._show_saved
+        return self.state.show_saved
 
     def shows_shapes(self) -> bool:
-        return self._show_shapes
+        return self.state.show_shapes
 
     def set_show_shapes(self, show: bool) -> None:
-        self._show_shapes = show
+        self.state.show_shapes = show
         for item in self.edge_items:
             item.set_texts(show_shape=show)
 
+    def relayout(self, *, sync: bool = False, refit: bool = False) -> None:
+        """Lay the shown call out again with its folds (after ``direction`` or ``engine`` changed);
+        ``refit`` frames the new picture as it opens instead of keeping the old frame."""
+        if refit:
+            self.state.fit_next = True
+        self._relayout(sync, self.state.collapsed)
+
     def _relayout(self, sync: bool, collapsed, opening: bool = False) -> None:
-        self._sync = sync
+        self.state.sync = sync
         self._generation += 1
-        gen, call = self._generation, self._call
+        gen, call = self._generation, self.state.call
         if call is None or not call.nodes:
-            self._pending = False
+            self.state.pending = False
             self._build(None)
             self.sig_scene_ready.emit(call.id if call else "")
             return
-        self._pending = True
+        self.state.pending = True
         area = self._area() if opening else None
-        self._runner.run(gen, call, collapsed, self._show_saved, self.engine, sync=sync,
+        self._runner.run(gen, call, collapsed, self.state.show_saved, self.engine, sync=sync,
                          area=(area.width(), area.height()) if area is not None else None, direction=self.direction)
 
     def _on_done(self, gen: int, result) -> None:
         if gen != self._generation:
             return
-        self._collapsed, layout = result
+        self.state.collapsed, layout = result
         self._build(layout)
-        self._pending = False
-        self.sig_scene_ready.emit(self._call.id if self._call else "")
+        self.state.pending = False
+        self.sig_scene_ready.emit(self.state.call.id if self.state.call else "")
 
     def _on_failed(self, gen: int, message: str) -> None:
         if gen == self._generation:
-            self._pending = False
+            self.state.pending = False
             self._build(None, f"Could not lay out this graph: {message}")
             self.sig_layout_failed.emit(message)
 
@@ -210,10 +207,11 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, StepStatesMixin, QG
         scene = self.scene()
         scene.clear()
         self.node_items, self.edge_items, self.group_items, self.saved_items = {}, [], {}, []
-        self._applied_texts = None
-        self.overview, self._banner, self.marks = None, None, MarkItems()
-        self._layout = layout
-        t, call = self._theme, self._call
+        self.state.applied_texts = None
+        self.overview, self.banner = None, None
+        self._forget_marks()
+        self.state.layout = layout
+        t, call = self._theme, self.state.call
         if layout is None:
             text = message or (
                 "Same graph as an earlier call" if call and call.same_as else "No autograd graph to show"
@@ -226,46 +224,46 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, StepStatesMixin, QG
             return
         total = len(layout.nodes) + len(layout.edges) + len(layout.groups)
         self._big = total >= SMALL_SCENE
-        if self._fit_next:
+        if self.state.fit_next:
             scale = self._initial_scale(layout)
             self.setTransform(QTransform.fromScale(scale, scale))
-        self._detail = not self._big or self.transform().m11() >= OVERVIEW_LOD
-        items = build_scene(scene, call, layout, t, show=self._detail, with_overview=self._big)
-        self._applied_texts = None
+        self.state.detail = not self._big or self.transform().m11() >= OVERVIEW_LOD
+        items = build_scene(scene, call, layout, t, show=self.state.detail, with_overview=self._big)
+        self.state.applied_texts = None
         self.node_items, self.edge_items, self.group_items, self.saved_items = (
             items.nodes,
             items.edges,
             items.groups,
             items.saved,
         )
-        self.overview, self._banner, styles, members = items.overview, items.banner, items.styles, layout.members
+        self.overview, self.banner, styles, members = items.overview, items.banner, items.styles, layout.members
         self._add_marks(scene.sceneRect())
         self._pad_scene_rect()
-        if self._show_shapes or self._edge_texts:
+        if self.state.show_shapes or self.state.edge_texts:
             self._apply_edge_texts()
         self._apply_states()
-        self._accented = []
-        if self._related is not None:
+        self.state.accented = []
+        if self.state.related is not None:
             self._apply_related()
         elif self._matches:
             self._apply_matches()
         self._legend_entries(styles)
         self.minimap.set_overview(self.overview, scene.sceneRect(), t)
-        if self._selected is not None and members.get(self._selected, self._selected) in self.node_items:
-            self._highlight(self._selected, center=self._focus_after is None)
+        if self.state.selected is not None and members.get(self.state.selected, self.state.selected) in self.node_items:
+            self._highlight(self.state.selected, center=self.state.focus_after is None)
         else:
-            self._selected = None
-        if self._fit_next:
-            self._fit_next = False
+            self.state.selected = None
+        if self.state.fit_next:
+            self.state.fit_next = False
             scale = self._initial_scale(layout)  # again, now that the legend's size is known
             self.setTransform(QTransform.fromScale(scale, scale))
             self._initial_view(layout)
-        elif self._focus_after is not None:
-            focus = layout.members.get(self._focus_after, self._focus_after)
+        elif self.state.focus_after is not None:
+            focus = layout.members.get(self.state.focus_after, self.state.focus_after)
             target = self.node_items.get(focus) or self.group_items.get(focus)
             if target is not None:
                 self._reveal(target)
-        self._focus_after = None
+        self.state.focus_after = None
         self._after_zoom()
 
     def _legend_entries(self, styles: dict[str, NodeStyle] | None = None) -> None:
@@ -276,7 +274,7 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, StepStatesMixin, QG
             if styles is None:
                 styles = {v: i.style for v, i in self.node_items.items()}
             self._legend_boxes = legend_entries(styles, bool(self.group_items), self.saved_items, ())
-        entries = legend_entries({}, False, [], self._state_kinds, self.marks.legend())
+        entries = legend_entries({}, False, [], self.state.state_kinds, self.marks.legend())
         entries = self._legend_boxes + entries
         if (entries, self._theme) != self._legend_shown:
             self._legend_shown = (entries, self._theme)
@@ -286,7 +284,7 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, StepStatesMixin, QG
     @contextmanager
     def export_mode(self):
         """Show every item (not the zoomed-out overview) while rendering the scene for export."""
-        detail = self._detail
+        detail = self.state.detail
         self._set_detail(True)
         self._exporting = True
         try:
@@ -302,8 +300,8 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, StepStatesMixin, QG
         self.setBackgroundBrush(QBrush(color(t.background)))
         for item in self._scene_items():
             item.set_theme(t)
-        if self._banner is not None:
-            self._banner.setBrush(color(t.error))
+        if self.banner is not None:
+            self.banner.setBrush(color(t.error))
         if self.overview is not None:
             self.overview.set_theme(t)
             self.minimap.set_overview(self.overview, self.scene().sceneRect(), t)
@@ -317,9 +315,9 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, StepStatesMixin, QG
         """Trace node ids whose name, label or variable name contains ``text`` (any case)."""
         text = text.strip().lower()
         self._matches, self._match_index = [], -1
-        if text and self._call is not None:
+        if text and self.state.call is not None:
             if self._search_index is None:
-                self._search_index = search_index(self._call)
+                self._search_index = search_index(self.state.call)
             self._matches = [nid for nid, s in self._search_index.items() if text in s]
         self._apply_matches()
         if self._matches:
@@ -337,7 +335,7 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, StepStatesMixin, QG
         return nid
 
     def _apply_matches(self) -> None:
-        members = self._layout.members if self._layout else {}
+        members = self.state.layout.members if self.state.layout else {}
         hit = {members.get(m, m) for m in self._matches}
         for vid, item in self.node_items.items():
             item.set_highlighted(vid in hit)
@@ -350,7 +348,7 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, StepStatesMixin, QG
         clicked, self._clicked = self._clicked, None
         if node_id is not None and node_id == clicked:  # the answer to a click: it is in sight already
             self._highlight(node_id, center=False)
-        elif node_id is None or node_id.startswith("group:") or self._call is None:
+        elif node_id is None or node_id.startswith("group:") or self.state.call is None:
             self._highlight(node_id, center=node_id is not None)
         else:
             self.ensure_visible(node_id, select=True)
@@ -359,16 +357,16 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, StepStatesMixin, QG
 
     def shown_selection(self) -> str | None:
         """The node whose selection is drawn (as told by ``show_selection``)."""
-        return self._selected
+        return self.state.selected
 
     def _highlight(self, node_id: str | None, *, center: bool) -> None:
-        members = self._layout.members if self._layout else {}
-        old = members.get(self._selected, self._selected) if self._selected else None
+        members = self.state.layout.members if self.state.layout else {}
+        old = members.get(self.state.selected, self.state.selected) if self.state.selected else None
         new = members.get(node_id, node_id) if node_id else None
         if old in self.node_items:
             self.node_items[old].set_selected(False)
         item = self.node_items.get(new) if new else None
-        self._selected = node_id if item is not None else None
+        self.state.selected = node_id if item is not None else None
         for e in self.edge_items:
             e.set_active(new is not None and new in e.key)
         if item is not None:
@@ -380,7 +378,7 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, StepStatesMixin, QG
     def _update_marks(self) -> None:
         if self.overview is None:
             return
-        selected = self._layout.members.get(self._selected, self._selected) if self._selected else None
+        selected = self.state.layout.members.get(self.state.selected, self.state.selected) if self.state.selected else None
         self.overview.set_marks(overview_marks(self.node_items, selected))
 
     # -- zoom and navigation ----------------------------------------------------------------------
@@ -392,24 +390,24 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, StepStatesMixin, QG
         self.sig_zoom_changed.emit(self.zoom_percent())
 
     def _set_detail(self, detail: bool) -> None:
-        if detail == self._detail or not self.node_items:
+        if detail == self.state.detail or not self.node_items:
             return
-        self._detail = detail
+        self.state.detail = detail
         for item in self._scene_items():
             item.setVisible(detail)
         if self.overview is not None and self.overview.scene() is not None:
             self.overview.setVisible(not detail)
 
     def _update_minimap(self, *_args) -> None:
-        self.overlays.update(self._layout is not None)
+        self.overlays.update(self.state.layout is not None)
         self._update_crumbs()
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
-        if self._opening and self._layout is not None:  # the window was laid out after the graph
-            s = self._initial_scale(self._layout)
+        if self.state.opening and self.state.layout is not None:  # the window was laid out after the graph
+            s = self._initial_scale(self.state.layout)
             self.setTransform(QTransform.fromScale(s, s))
-            self._initial_view(self._layout)
+            self._initial_view(self.state.layout)
             self._after_zoom()
         self._update_minimap()
 
@@ -431,14 +429,14 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, StepStatesMixin, QG
 
     # -- mouse ------------------------------------------------------------------------------------
     def viewportEvent(self, event) -> bool:
-        if event.type() == QEvent.ToolTip and self._call is not None:
+        if event.type() == QEvent.ToolTip and self.state.call is not None:
             item = self._item_at(event.pos(), NodeItem)
             if item is not None and not item.toolTip():
-                item.setToolTip(tooltip(self._call, item.node_id))
+                item.setToolTip(tooltip(self.state.call, item.node_id))
         return super().viewportEvent(event)
 
     def mousePressEvent(self, event) -> None:
-        self._opening = False
+        self.state.opening = False
         self._press = event.position() if event.button() == Qt.LeftButton else None
         super().mousePressEvent(event)
 
@@ -469,7 +467,7 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, StepStatesMixin, QG
 
     def open_nested(self, node_id: str, which: int = 0) -> bool:
         """Ask to show the backward call run inside checkpoint node ``node_id``; False when it ran none."""
-        inner = nested_calls(self._call, self._call.node(node_id) if self._call is not None else None)
+        inner = nested_calls(self.state.call, self.state.call.node(node_id) if self.state.call is not None else None)
         if not inner:
             return False
         self.sig_open_call.emit(inner[min(which, len(inner) - 1)].id)
