@@ -5,6 +5,7 @@ import textwrap
 from pathlib import Path
 
 from app.session.session import SessionState
+from core.protocol.messages import StepperState
 from widgets.panels.calls import CALL_ID_ROLE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -140,7 +141,7 @@ def test_continue_ends_where_stepping_every_node_ends(qtbot, window, tmp_path):
         window.act_step.trigger()  # the last node: backward ends
 
     stepped = _finish(qtbot, window, step_each)
-    assert continued["state"] == stepped["state"] == "finished"
+    assert continued["state"] == stepped["state"] == StepperState.FINISHED
     assert len(stepped["steps"]) == 62 and continued["steps"] == stepped["steps"]
     assert continued["nodes"] == stepped["nodes"] == {n.id: "executed" for n in window.call.nodes}
     assert continued["items"] == stepped["items"]
