@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.session.session import SessionState
+from core.protocol.messages import StepperState
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "resources" / "examples"
@@ -162,7 +163,7 @@ def test_stepping_stops_at_the_inplace_error(qtbot, window):
     assert window.graph.shown_selection() is None
     with qtbot.waitSignal(window.handle.sig_step_end, timeout=60_000) as blocker:
         window.act_continue.trigger()
-    assert blocker.args[0]["state"] == "failed"
+    assert blocker.args[0]["state"] == StepperState.FAILED
     failed = next(n.id for n in window.call.nodes if n.name == "SigmoidBackward0")
     qtbot.waitUntil(lambda: window.graph.node_items[failed].state == "failed", timeout=5_000)
     assert "SigmoidBackward0" in window.state_label.text()
@@ -243,7 +244,7 @@ def test_debug_run_steps_continues_and_runs_to_the_next_call(qtbot, window, tmp_
     # F5: this backward to its end; the run goes on and pauses at the next call (every call breaks).
     with qtbot.waitSignal(session.sig_step_end, timeout=10_000) as ended:
         qtbot.keyClick(window.graph, Qt.Key.Key_F5)
-    assert ended.args[0]["state"] == "finished"
+    assert ended.args[0]["state"] == StepperState.FINISHED
     first_grad = stepped[3]["leaf_grads"]["w"]["data"]
     qtbot.waitUntil(lambda: session.state is SessionState.PAUSED and window.call.index == 1, timeout=10_000)
     # Run to the next call: the whole of call 1, then a pause at call 2.
