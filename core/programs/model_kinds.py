@@ -20,8 +20,8 @@ TORCHSCRIPT_SUFFIXES = (".ts", ".jit", ".torchscript")
 MODEL_SUFFIXES = EXPORT_SUFFIXES + CHECKPOINT_SUFFIXES + SAFETENSORS_SUFFIXES + TORCHSCRIPT_SUFFIXES
 # Modules a state_dict's pickle names (tensors rebuilt from storages in dicts); any other, such as
 # torch.nn.modules.linear or __main__, is a class of a whole pickled model.
-STATE_DICT_MODULES = {"collections", "builtins", "_codecs", "torch", "torch._utils", "torch.serialization",
-                      "torch.storage"}
+STATE_DICT_MODULES = {"collections", "builtins", "__builtin__", "_codecs", "torch", "torch._utils",
+                      "torch.serialization", "torch.storage"}
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool")
 
 

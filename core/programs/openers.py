@@ -68,7 +68,7 @@ class ModelFileOpener(ScriptOpener):
             return False
         try:
             tree = ast.parse(read_script(p))
-        except (OSError, ValueError):  # ValueError: SyntaxError, a bad coding: it opens as a script
+        except (OSError, ValueError, SyntaxError):  # unreadable or not Python: it opens as a script
             return False
         return "build" in _top_level_names(tree) or {"model", "example_input"} <= _top_level_names(tree)
 
