@@ -25,7 +25,8 @@ sys.path.insert(0, str(ROOT))
 
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from core.layout.compound import default_collapsed, layout_call  # noqa: E402
+from core.layout.compound import layout_call  # noqa: E402
+from core.layout.groups import default_collapsed  # noqa: E402
 from tests.fixtures_graphs import residual_mlp_call  # noqa: E402
 from widgets.graph.view import GraphView  # noqa: E402
 

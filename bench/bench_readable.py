@@ -54,7 +54,7 @@ def first_frame(app, call, collapsed) -> tuple[float, float, int, int]:
 
 
 def view_chunks(call) -> list[str]:
-    from core.layout.compound import group_info
+    from core.layout.groups import group_info
 
     return group_info(call).children["blocks"]
 
@@ -101,7 +101,7 @@ def fold_rounds(app, head_start: bool, out: dict[str, list[tuple[float, float]]]
     level ("blocks" folded), so the first fold is the first to reach inside the stack.
     ``head_start``: what the layout thread prepares once a layout is shown (``prepare_folds``)
     runs, untimed, before each fold, as it does while the user looks at the graph."""
-    from core.layout import compound as layout
+    from core.layout import visible as layout
 
     prepare = getattr(layout, "prepare_folds", None) if head_start else None
     _info_cache.clear()

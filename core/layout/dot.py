@@ -12,7 +12,7 @@ import logging
 import shutil
 import subprocess
 
-from core.layout.compound import (
+from core.layout.boxes import (
     GROUP_PAD,
     MARGIN,
     SAVED_GAP,
@@ -23,10 +23,10 @@ from core.layout.compound import (
     Layout,
     NodeBox,
     SavedBox,
-    Visible,
     group_id,
-    group_info,
 )
+from core.layout.groups import group_info
+from core.layout.visible import Visible
 from core.model.trace import CallInfo
 
 log = logging.getLogger(__name__)

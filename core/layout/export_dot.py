@@ -1,6 +1,6 @@
 """Graphviz DOT source for a call's graph, drawn as the graph view draws it. Qt-free.
 
-The boxes, labels, merged edges and module clusters come from ``core.layout.compound.build_visible``,
+The boxes, labels, merged edges and module clusters come from ``core.layout.visible.build_visible``,
 so a DOT export matches the view (collapsed groups are one box, only convex module groups
 get a cluster). Kinds differ by shape and line style, so a greyscale print still tells
 them apart; the palettes repeat the Qt themes' colours because ``core`` never imports Qt.
@@ -9,7 +9,8 @@ them apart; the palettes repeat the Qt themes' colours because ``core`` never im
 from __future__ import annotations
 
 from core.model.causes import blamed_nodes
-from core.layout.compound import build_visible, group_info
+from core.layout.groups import group_info
+from core.layout.visible import build_visible
 from core.model.step_state import box_states
 from core.model.trace import CallInfo
 

@@ -58,7 +58,7 @@ class GroupInfo:
         self._ids: dict[str, list[str]] = {}
         self._first: dict[str, int] = {}
         self._maps: dict[str, dict[str, str]] = {}
-        self.lines: dict[str, str] = {}  # group -> the in/out line of its folded box (core.layout.compound)
+        self.lines: dict[str, str] = {}  # group -> the in/out line of its folded box (core.layout.visible)
         self._leaving: dict[str, list[tuple[int, int]]] | None = None  # group -> border edges (``_borders``)
         self._entering: dict[str, list[tuple[int, int]]] | None = None
         stacks, runs = _repeats(nodes, self)

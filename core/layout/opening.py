@@ -7,7 +7,9 @@ levels at a time, and stops at the top level when not even that fits.
 
 from __future__ import annotations
 
-from core.layout.compound import LINE_H, MIN_W, PAD_Y, Layout, group_info, layout_call
+from core.layout.boxes import LINE_H, MIN_W, PAD_Y, Layout
+from core.layout.compound import layout_call
+from core.layout.groups import group_info
 from core.model.trace import CallInfo
 
 READABLE_SCALE = 0.9  # node sub-labels are 10 px: at this scale the smallest text is 9 px on screen

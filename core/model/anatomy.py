@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.layout.compound import format_shape
 from core.model.trace import CallInfo, NodeInfo, StorageInfo, TensorInfo
+from core.model.values import format_shape
 
 ARROW = "\u2192"
 

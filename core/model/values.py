@@ -5,6 +5,13 @@ from __future__ import annotations
 from core.model.trace import CallInfo, GradInfo, NodeInfo, Values
 
 
+def format_shape(shape) -> str:
+    """``[8, 64]``, ``scalar`` for a 0-d tensor, "" when the shape is unknown."""
+    if shape is None:
+        return ""
+    return "scalar" if len(shape) == 0 else "[" + ", ".join(str(s) for s in shape) + "]"
+
+
 def _num(x) -> str:
     if isinstance(x, bool) or x is None:
         return str(x)

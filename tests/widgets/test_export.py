@@ -16,7 +16,7 @@ from PIL import Image
 from PySide6.QtWidgets import QMainWindow
 
 from core.layout.export_dot import call_to_dot
-from core.layout.compound import node_label
+from core.layout.visible import node_label
 from core.model.trace import Trace
 from tests.fixtures_graphs import edge_count, mlp_call, residual_mlp_call
 from widgets.export import graph_export as export

@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QApplication
 
 from tests.fixtures_graphs import edge_count, mlp_call, mul_call, residual_mlp_call
 from widgets.graph.items import EdgeItem, NodeItem, color
-from core.layout.compound import group_info
+from core.layout.groups import group_info
 from widgets.graph.view import OVERVIEW_LOD, GraphView
 from widgets.theme import THEMES
 

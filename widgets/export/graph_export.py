@@ -23,7 +23,7 @@ from PySide6.QtSvg import QSvgGenerator
 from PySide6.QtWidgets import QApplication, QGraphicsItem
 
 from core.layout.export_dot import call_to_dot
-from core.layout.compound import Layout
+from core.layout.boxes import Layout
 from core.model.step_state import step_texts, step_view
 from core.model.trace import CallInfo, Trace
 from widgets.export.sheet import Sheet, layout_sheet, paint_sheet
@@ -361,7 +361,7 @@ def export_call(call: CallInfo, path, fmt: str | None = None, *, theme: str = "p
         return save_json(call, path, trace)
     if fmt == "dot":
         if collapsed is None:
-            from core.layout.compound import default_collapsed
+            from core.layout.groups import default_collapsed
 
             collapsed = default_collapsed(call)
         Path(path).write_text(call_to_dot(call, title=title, collapsed=frozenset(collapsed), states=states,

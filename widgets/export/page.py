@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QRectF
 
-from core.layout.compound import group_info
+from core.layout.groups import group_info
 from widgets.export.sheet import Sheet
 
 log = logging.getLogger(__name__)

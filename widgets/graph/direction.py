@@ -7,7 +7,7 @@ top down.
 
 from __future__ import annotations
 
-from core.layout.compound import DIRECTIONS
+from core.layout.boxes import DIRECTIONS
 
 DIRECTION_NAMES = {
     "TB": "&Top Down (Gradients Flow Down)",

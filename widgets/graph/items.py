@@ -14,7 +14,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter, QPainterPath, QPen, QPolygonF
 from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem
 
-from core.layout.compound import EdgePath, GroupBox, NodeBox, SavedBox
+from core.layout.boxes import EdgePath, GroupBox, NodeBox, SavedBox
 from widgets.theme import Theme
 
 MIN_TEXT_PX = 6.0  # text smaller than this on screen is drawn as a summary at this size

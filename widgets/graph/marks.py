@@ -16,7 +16,9 @@ from PySide6.QtGui import QFontMetricsF, QPainter, QPainterPath, QPainterPathStr
 from PySide6.QtWidgets import QGraphicsItem, QGraphicsScene, QStyleOptionGraphicsItem
 
 from core.model import anatomy
-from core.layout.compound import Layout, node_index, open_nodes
+from core.layout.boxes import Layout
+from core.layout.groups import node_index
+from core.layout.visible import open_nodes
 from core.model.trace import CallInfo
 from widgets.graph.items import MIN_TEXT_PX, EdgeItem, NodeItem, SavedItem, color, edge_path, font
 from widgets.graph.teaching import Placer, beside, teaching_items

@@ -12,7 +12,8 @@ from PySide6.QtCore import QPointF, QRectF
 from PySide6.QtWidgets import QGraphicsView
 from PySide6.QtGui import QTransform
 
-from core.layout.compound import Layout, group_info
+from core.layout.boxes import Layout
+from core.layout.groups import group_info
 from core.layout.opening import READABLE_SCALE
 
 MAX_FIT = 1.5

@@ -18,7 +18,7 @@ from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QLabel, QMenu
 
 from core.model.graph_query import CallDiff, ancestors, compare_calls, descendants, loss_to_leaf_paths, path_edges
-from core.layout.compound import group_info
+from core.layout.groups import group_info
 from core.model.nesting import link_nested, nested_calls
 from core.model.trace import CallInfo
 

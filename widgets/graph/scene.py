@@ -15,9 +15,14 @@ from PySide6.QtWidgets import QGraphicsScene, QGraphicsSimpleTextItem
 
 from core.model.anatomy import stale_tip
 from core.model.causes import blamed_nodes
-from core.layout.compound import Layout, default_collapsed, edge_shapes, format_shape, group_info, layout_call, node_label
+from core.layout.boxes import Layout
+from core.layout.compound import layout_call
+from core.layout.groups import default_collapsed, group_info
+from core.layout.visible import edge_shapes, node_label
+from core.model.values import format_shape
 from core.layout.opening import opening_layout
-from core.layout.compound import paused_gc, prepare_folds
+from core.layout.groups import paused_gc
+from core.layout.visible import prepare_folds
 from core.model.trace import CallInfo
 from widgets.graph.items import EdgeItem, GroupBoxItem, NodeItem, NodeStyle, SavedItem, color, font
 from widgets.graph.minimap import OverviewItem

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from core.layout.compound import Layout
+from core.layout.boxes import Layout
 from core.model.trace import CallInfo
 
 

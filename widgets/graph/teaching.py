@@ -13,7 +13,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QPainter, QPen
 from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem
 
-from core.layout.compound import open_nodes
+from core.layout.visible import open_nodes
 from core.model.causes import cut_text, hook_lines, hook_tips, node_notes
 from core.model.edge_marks import edge_mark_tip, mark_text
 from core.model.values import edge_grad_text, leaf_value_lines, seed_text

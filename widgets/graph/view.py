@@ -16,7 +16,8 @@ from PySide6.QtCore import QCoreApplication, QDeadlineTimer, QEvent, QPointF, Qt
 from PySide6.QtGui import QBrush, QKeySequence, QPainter, QTransform
 from PySide6.QtWidgets import QGraphicsScene, QGraphicsView, QWidget
 
-from core.layout.compound import Layout, group_info
+from core.layout.boxes import Layout
+from core.layout.groups import group_info
 from core.model.nesting import nested_calls
 from core.model.trace import CallInfo
 from widgets.graph.items import EdgeItem, GroupBoxItem, NodeItem, NodeStyle, SavedItem, color
@@ -89,7 +90,7 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, StepStatesMixin, QG
         self._exporting = False
         self._press: QPointF | None = None
         self.engine = "auto"
-        self.direction = "TB"  # "TB", "LR" or "forward" (core.layout.compound.DIRECTIONS)
+        self.direction = "TB"  # "TB", "LR" or "forward" (core.layout.boxes.DIRECTIONS)
         self._runner = LayoutRunner(self)
         self._runner.sig_done.connect(self._on_done)
         self._runner.sig_failed.connect(self._on_failed)

@@ -10,7 +10,9 @@ from dataclasses import replace
 
 import pytest
 
-from core.layout.compound import boundary_line, build_visible, default_collapsed, group_info, layout_call, node_label
+from core.layout.compound import layout_call
+from core.layout.groups import default_collapsed, group_info
+from core.layout.visible import boundary_line, build_visible, node_label
 from core.layout.opening import opening_layout
 from core.layout.dot import dot_available
 from core.layout.layered import layered
@@ -423,7 +425,7 @@ def test_border_edges_of_every_group_match_a_walk_of_its_members(make):
 
 
 def test_the_layout_thread_prepares_the_next_fold():
-    from core.layout.compound import prepare_folds
+    from core.layout.visible import prepare_folds
 
     c = residual_mlp_call(400, "blocks")  # 2,402 nodes: the stack opens as 7 runs
     info = group_info(c)
@@ -496,7 +498,7 @@ def test_blocks_that_differ_are_not_stacked():
 
 
 def test_preparing_folds_stops_when_asked():
-    from core.layout.compound import prepare_folds
+    from core.layout.visible import prepare_folds
 
     c = residual_mlp_call(400, "blocks")
     info = group_info(c)

@@ -150,7 +150,7 @@ loss.backward()
 def test_resnet18_and_bert_sized_models_open_readable(view, tmp_path):
     pytest.importorskip("torch")
     from core.worker.capture.recorder import capture_script
-    from core.layout.compound import group_info
+    from core.layout.groups import group_info
 
     script = tmp_path / "models.py"
     script.write_text(MODELS)
@@ -171,7 +171,7 @@ def test_resnet18_and_bert_sized_models_open_readable(view, tmp_path):
 
 
 def test_the_layout_thread_prepares_the_next_fold_once_the_scene_is_shown(view, qtbot):
-    from core.layout.compound import group_info
+    from core.layout.groups import group_info
 
     c = residual_mlp_call(400, "blocks")  # 2,402 nodes: "blocks" opens into 7 runs
     info = group_info(c)

@@ -1,0 +1,108 @@
+"""What a layout is made of: the drawn boxes, edge routes and group rectangles, with the sizes
+they are estimated from. Qt-free.
+
+Sizes are estimated from character counts (7 px a character at an 11 px font). The builders of
+the visible graph (``core.layout.visible``), the built-in engine (``core.layout.compound``) and
+Graphviz (``core.layout.dot``) all produce these types.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+CHAR_W = 7.0
+SMALL_CHAR_W = 5.8
+LINE_H = 15.0
+PAD_X = 12.0
+PAD_Y = 8.0
+MIN_W = 64.0
+SAVED_H = 17.0
+SAVED_GAP = 8.0
+GROUP_PAD = 12.0
+GROUP_LABEL = 22.0
+GROUP_BOTTOM = 12.0
+MARGIN = 24.0
+DIRECTIONS = ("TB", "LR", "forward")
+
+
+@dataclass(frozen=True)
+class NodeBox:
+    """A drawn box; x, y is the top-left corner. ``layer`` is the row counted from the top."""
+
+    id: str
+    x: float
+    y: float
+    w: float
+    h: float
+    layer: int
+    label: str
+    kind: str  # a NodeInfo kind, or "group" for a collapsed group
+
+
+@dataclass(frozen=True)
+class EdgePath:
+    """An edge from a node to one of its next_functions; points run from src to dst."""
+
+    src: str
+    dst: str
+    input_nr: int
+    points: list[tuple[float, float]]
+    slot: int = 0  # index in the source's ``next`` list
+    count: int = 1  # trace edges merged into this one (collapsed groups)
+
+
+@dataclass(frozen=True)
+class GroupBox:
+    path: str
+    x: float
+    y: float
+    w: float
+    h: float
+    collapsed: bool
+    count: int  # trace nodes inside
+    label: str = ""  # the path relative to the enclosing drawn group
+    depth: int = 0  # nesting depth among drawn groups
+
+
+@dataclass(frozen=True)
+class SavedBox:
+    """A tensor saved for backward, drawn beside its node."""
+
+    node: str
+    name: str
+    tensor: str | None
+    x: float
+    y: float
+    w: float
+    h: float
+    label: str
+    state: str = "saved"  # "saved", "freed" or "stale"
+
+
+@dataclass(frozen=True)
+class Layout:
+    nodes: dict[str, NodeBox]
+    edges: list[EdgePath]
+    groups: list[GroupBox]
+    width: float
+    height: float
+    saved: list[SavedBox] = field(default_factory=list)
+    members: dict[str, str] = field(default_factory=dict)  # trace node id -> drawn box id
+    engine: str = "layered"
+    crossings: int = 0
+    direction: str = "TB"  # "TB", "LR" or "forward" (edge points then run from input to consumer)
+
+
+
+def group_id(path: str) -> str:
+    return "group:" + path
+
+
+def text_size(label: str, kind: str) -> tuple[float, float]:
+    lines = label.split("\n")
+    w = max(MIN_W, max(len(s) for s in lines) * CHAR_W + 2 * PAD_X)
+    h = len(lines) * LINE_H + 2 * PAD_Y
+    if kind == "accumulate_grad":
+        w += h * 0.5  # rounded ends
+    return w, h
+
