@@ -18,7 +18,7 @@ from core.protocol import messages as protocol
 from core.client.handle import run_capture
 from core.client.run_errors import script_problem
 from core.client.launchers import LauncherError
-from core.programs.model_files import is_huggingface_folder
+from core.programs.openers import HUGGINGFACE, opener_for
 from core.model.rank_files import received_trace, save_ranks
 from core.model.step_state import short_values
 from app.cli.summary import trace_summary
@@ -27,11 +27,11 @@ from core.model.trace import Trace, TraceFormatError
 
 def _trace(args) -> int:
     script = Path(args.script)
-    problem = None if is_huggingface_folder(script) else script_problem(script)
+    problem = None if HUGGINGFACE.accepts(script) else script_problem(script)
     if problem:
         print(f"backprop-studio: {problem}", file=sys.stderr)
         return 2
-    if script.suffix.lower() == ".json":
+    if opener_for(script).opens_as_trace:
         print(f"backprop-studio: {script} is a saved trace, not a script: open it with "
               f"'python main.py view {script}'", file=sys.stderr)
         return 2
@@ -71,7 +71,7 @@ def _other_ranks(ranks: dict[int, object]) -> dict[int, Trace]:
 
 def _step(args) -> int:
     script = Path(args.script)
-    problem = None if is_huggingface_folder(script) else script_problem(script)
+    problem = None if HUGGINGFACE.accepts(script) else script_problem(script)
     if problem:
         print(f"backprop-studio: {problem}", file=sys.stderr)
         return 2

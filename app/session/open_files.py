@@ -11,13 +11,12 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QLineEdit, QMessageBox, QWidget
 
-from core.programs import model_files
+from core.programs import model_kinds
+from core.programs.openers import SCRIPT, is_weights_file
 from core.programs.program import OPEN_FILTER, display_source, file_kind, is_openable
 from core.model.trace import ErrorInfo
 
 __all__ = ["OPEN_FILTER", "display_source", "file_kind", "is_openable", "ask_fix", "split_dropped"]
-
-WEIGHT_SUFFIXES = model_files.CHECKPOINT_SUFFIXES + model_files.SAFETENSORS_SUFFIXES
 
 
 def ask_fix(parent: QWidget, error: ErrorInfo, options: dict, path: str | None = None) -> dict | None:
@@ -55,8 +54,8 @@ def ask_shapes(parent: QWidget, options: dict, why: str) -> dict | None:
         if not ok or not text.strip():
             return None
         try:
-            model_files.parse_shapes(text)
-        except model_files.ModelFileError as exc:
+            model_kinds.parse_shapes(text)
+        except model_kinds.ModelFileError as exc:
             QMessageBox.warning(parent, "Input shapes", str(exc))
             continue
         return {**options, "input_shapes": text.strip()}
@@ -65,8 +64,8 @@ def ask_shapes(parent: QWidget, options: dict, why: str) -> dict | None:
 def split_dropped(paths: list[str]) -> tuple[str | None, dict]:
     """The file to open among dropped ``paths`` and its load options: a script dropped with a
     state_dict or safetensors file opens with those weights."""
-    scripts = [p for p in paths if p.endswith(".py")]
-    weights = [p for p in paths if Path(p).suffix.lower() in WEIGHT_SUFFIXES]
+    scripts = [p for p in paths if SCRIPT.accepts(p)]
+    weights = [p for p in paths if is_weights_file(p)]
     if scripts and weights:
         return scripts[0], {"weights": str(Path(weights[0]).resolve())}
     for p in paths:
