@@ -46,7 +46,7 @@ def first_frame(json_path: Path, repeats: int = 15) -> None:
     """In this (torch-free) process: decoded worker message -> Trace -> first painted frame."""
     from PySide6.QtWidgets import QApplication
 
-    from core.model.trace import Trace
+    from core.model.trace_json import trace_from_dict
     from widgets.graph.view import GraphView
 
     app = QApplication.instance() or QApplication([])
@@ -56,7 +56,7 @@ def first_frame(json_path: Path, repeats: int = 15) -> None:
     view.show()
     app.processEvents()
     start = time.perf_counter()
-    trace = Trace.from_dict(data)
+    trace = trace_from_dict(data)
     call = trace.calls[0]
     decoded = time.perf_counter()
     view.set_call(call, sync=True)

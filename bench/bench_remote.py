@@ -47,6 +47,7 @@ from core.protocol import wire
 from core.client.handle import WorkerClient, run_capture  # noqa: E402
 from core.client.launchers import from_command  # noqa: E402
 from core.model.trace import Trace, paused_gc  # noqa: E402
+from core.model.trace_json import load_trace, trace_from_dict  # noqa: E402
 from core.protocol.columns import ColumnReader, encode_lines  # noqa: E402
 from bench.send_trace import as_the_worker_holds_it  # noqa: E402
 
@@ -209,7 +210,7 @@ def in_process(trace: Trace, codecs: list[str]) -> dict:
         t0 = time.process_time()
         text = json.dumps(trace.to_dict(), separators=(",", ":")).encode()
         t1 = time.process_time()
-        Trace.from_dict(json.loads(text))
+        trace_from_dict(json.loads(text))
         t2 = time.process_time()
     out["json"] = {"encode": t1 - t0, "decode": t2 - t1, "raw": len(text)}
     t0 = time.process_time()
@@ -262,7 +263,7 @@ def main() -> None:
         if not trace_file.is_file():
             result = run_capture(str(script), timeout=900)
             result.trace.save(trace_file)
-        trace = as_the_worker_holds_it(Trace.load(trace_file))
+        trace = as_the_worker_holds_it(load_trace(trace_file))
         cpu = in_process(trace, codecs)
         print(f"\n{label}, in one process (CPU seconds; MB):")
         print(f"  {'encoding':<9}{'raw MB':>8}{'encode':>8}{'decode':>8}" +

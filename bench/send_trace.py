@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core.protocol import messages as protocol
 from core.model.trace import Trace  # noqa: E402
+from core.model.trace_json import load_trace
 from core.protocol.wire import PROTOCOL_VERSION, pick_codec  # noqa: E402
 from core.worker.main import Channel  # noqa: E402
 
@@ -32,7 +33,7 @@ def as_the_worker_holds_it(trace: Trace) -> Trace:
 
 def main() -> None:
     path, codec = sys.argv[1], sys.argv[2]
-    trace = as_the_worker_holds_it(Trace.load(path))
+    trace = as_the_worker_holds_it(load_trace(path))
     channel = Channel(os.dup(1))
     channel.send({"type": "hello", "pid": os.getpid(), "protocol": PROTOCOL_VERSION, "devices": []})
     cmd = json.loads(sys.stdin.readline())  # the run command

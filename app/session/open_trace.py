@@ -15,7 +15,8 @@ from PySide6.QtWidgets import QFileDialog
 
 from app.window.actions import make_action
 from core.client.run_errors import script_problem
-from core.model.trace import Trace, TraceFormatError
+from core.model.trace import TraceFormatError
+from core.model.trace_json import load_trace
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ def open_trace(window, path: str) -> bool:
         window._show_problem(problem)
         return False
     try:
-        trace = Trace.load(path)
+        trace = load_trace(path)
     except TraceFormatError as exc:
         window._show_problem(str(exc))
         return False

@@ -34,7 +34,8 @@ from PySide6.QtCore import QObject, Signal
 
 from core.protocol import messages as protocol
 from core.model.step_state import StepTracker, same_run_check
-from core.model.trace import CallInfo, Trace, TraceFormatError, call_from_dict
+from core.model.trace import CallInfo, Trace, TraceFormatError
+from core.model.trace_json import call_from_dict
 
 
 

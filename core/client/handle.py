@@ -22,7 +22,8 @@ from typing import Callable
 from core.client.launchers import launcher_error, run_payload, send_run_files, start_failure
 from core.client.process import WorkerProcess, typed
 from core.client.run_errors import STOPPED, _source, death_error, summary_dict
-from core.model.trace import CallInfo, ErrorInfo, Trace, TraceFormatError, call_from_dict
+from core.model.trace import CallInfo, ErrorInfo, Trace, TraceFormatError
+from core.model.trace_json import call_from_dict, trace_from_dict
 from core.protocol import messages as protocol
 from core.protocol.step_pack import unpack_steps
 from core.protocol.wire import ENCODINGS, RAW
@@ -305,7 +306,7 @@ class WorkerClient:
 
     def _finish_with_trace(self, worker: WorkerProcess, run: dict, msg: protocol.TraceDone) -> None:
         try:
-            trace = Trace.from_dict(msg.trace)
+            trace = trace_from_dict(msg.trace)
             streamed = self._streamed_calls(run, msg.streamed)
             if streamed:
                 trace = replace(trace, calls=streamed + list(trace.calls))

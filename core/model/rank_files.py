@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 from core.model.trace import Trace, TraceFormatError
+from core.model.trace_json import load_trace, trace_from_dict
 
 _RANK_NAME = re.compile(r"^(?P<stem>.+)\.rank(?P<rank>[0-9]+)$")
 
@@ -44,7 +45,7 @@ def received_trace(data) -> Trace:
         return data
     if isinstance(data, TraceFormatError):
         raise data
-    return Trace.from_dict(data or {})
+    return trace_from_dict(data or {})
 
 
 def rank_path(out: Path, rank: int) -> Path:
@@ -85,7 +86,7 @@ def sibling_ranks(path: Path, trace: Trace) -> dict[int, Trace]:
         if candidate == path or not candidate.is_file():
             continue
         try:
-            other = Trace.load(candidate)
+            other = load_trace(candidate)
         except (TraceFormatError, OSError, UnicodeDecodeError):
             continue
         r = rank_of(other)

@@ -1,6 +1,7 @@
 """The trace's JSON round trip: dataclasses to plain dicts, and back with every field checked.
 
-``Trace.to_dict`` / ``Trace.from_dict`` (core.model.trace) call into this module. Reading is
+``Trace.to_dict`` (core.model.trace) writes a trace; ``trace_from_dict``, ``trace_from_json`` and
+``load_trace`` here read one back (this module imports core.model.trace, never the reverse). Reading is
 hand-written rather than a schema library's: a first pass trusts the data and fills each frozen
 dataclass's ``__dict__`` directly (several times faster on a 50,000-node trace); anything odd
 makes it start over in careful mode, which checks every field and names the first bad one in
@@ -9,43 +10,16 @@ a ``TraceFormatError``. The format is described in ``docs/trace-format.md``.
 
 from __future__ import annotations
 
+import json
 from dataclasses import MISSING, fields
 from itertools import chain
 from operator import attrgetter
+from pathlib import Path
 from typing import Any, Callable
 
 from core.model.trace import (FORMAT, VERSION, CallInfo, Edge, ErrorInfo, GradInfo, MemorySample, NodeInfo, Saved,
-                        Stale, StorageInfo, TensorInfo, Trace, TraceFormatError, Values, _fast_spec, paused_gc)
-
-# Optional keys written only when set: keeps 5,000-node traces small.
-_SPARSE_KEYS = frozenset(("sample", "min", "max", "mean", "tensor", "value", "freed", "approx", "origin", "cuts",
-                          "edge_marks", "hooks", "recomputed", "numpy", "output_nr"))
-
-
-
-_PRIMITIVES = (int, float, str, bool, type(None))
-
-
-def _plain(obj: Any) -> Any:
-    """Dataclasses to JSON-ready dicts, fast: ``dataclasses.asdict`` deep-copies every value
-    and took 12 s on a 50,000-node trace. Lists of plain values are shared, not copied."""
-    if hasattr(obj, "__dataclass_fields__"):
-        return {
-            k: _plain(v)
-            for k, v in obj.__dict__.items()
-            if not k.startswith("_") and not (k in _SPARSE_KEYS and (v is None or (v is False and k in ("freed", "approx"))))
-        }
-    if isinstance(obj, list):
-        for item in obj:
-            if type(item) not in _PRIMITIVES:
-                return [_plain(v) for v in obj]
-        return obj
-    if isinstance(obj, dict):
-        return {k: _plain(v) for k, v in obj.items() if not (isinstance(k, str) and k.startswith("_"))}
-    if isinstance(obj, tuple):
-        return [_plain(v) for v in obj]
-    return obj
-
+                        Stale, StorageInfo, TensorInfo, Trace, TraceFormatError, Values, _fast_spec, _plain,
+                              paused_gc)
 
 # -- reading -------------------------------------------------------------------------------
 
@@ -418,6 +392,35 @@ def trace_from_dict(data: Any, source: str = "trace") -> Trace:
             return _read(data, _Reader(source))
         except _Retry:
             return _read(data, _Reader(source, careful=True))
+
+
+def trace_from_json(text: str, source: str = "trace") -> Trace:
+    """A Trace from the text of a trace file; a TraceFormatError names what is wrong, ``source`` first."""
+    try:
+        with paused_gc():
+            data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TraceFormatError(
+            f"{source}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
+            "the file may be truncated"
+        ) from None
+    except RecursionError:
+        raise TraceFormatError(f"{source}: JSON nested too deeply to be a trace") from None
+    except ValueError as exc:  # e.g. an integer of thousands of digits
+        raise TraceFormatError(f"{source}: not readable JSON: {exc}") from None
+    return trace_from_dict(data, source)
+
+
+def load_trace(path: str | Path) -> Trace:
+    """The trace saved at ``path`` (``Trace.save``); a TraceFormatError says why it cannot be read."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceFormatError(f"{path}: cannot read: {exc}") from None
+    except MemoryError:
+        raise TraceFormatError(f"{path}: too big to read") from None
+    return trace_from_json(text, str(path))
 
 
 def _read(data: Any, r: "_Reader") -> Trace:

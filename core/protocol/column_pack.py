@@ -18,7 +18,6 @@ from itertools import accumulate, chain, compress, repeat
 from operator import is_not
 from typing import Any
 
-import core.model.trace  # noqa: F401  (first: it loads core.model.trace_json, which needs it)
 from core.model import trace_json as tj
 
 _NONE = type(None)

@@ -36,7 +36,8 @@ from typing import Callable, Iterable, Iterator
 # Imported now, not when first needed: while a script runs, the worker hides the app's modules.
 from core.model.memory import format_bytes
 from core.protocol.switch_interval import quick_switch
-from core.model.trace import CallInfo, Trace, TraceFormatError, call_to_dict, paused_gc
+from core.model.trace import CallInfo, Trace, TraceFormatError, paused_gc
+from core.model.trace_json import call_to_dict
 from core.protocol.columns import ColumnReader, encode_lines
 
 PROTOCOL_VERSION = 5  # bumped whenever a message changes meaning; both ends must agree

@@ -33,6 +33,7 @@ from pathlib import Path
 # Imported now: while a script runs the app's modules are out of sys.modules (core.worker.main).
 from core.protocol import messages as protocol
 from core.model.trace import ErrorInfo, Trace, TraceFormatError
+from core.model.trace_json import load_trace
 
 CHILD_GROUPS: set[int] = set()  # process groups to end with the worker (see worker_remote.end_group)
 PARENT_ENV = "BACKPROP_STUDIO_DDP_PARENT"  # the pid of the process that started this one
@@ -138,7 +139,7 @@ def run_ranks(worker, cmd: dict):
         for r in range(nproc):
             path = Path(out) / f"rank{r}.json"
             if path.is_file():
-                traces[r] = Trace.load(path)
+                traces[r] = load_trace(path)
     except (OSError, TraceFormatError) as exc:
         traces = {}
         load_error = str(exc)

@@ -14,7 +14,7 @@ import time
 from core.protocol import messages as protocol
 from core.protocol.step_pack import pack_records
 from core.protocol.switch_interval import quick_switch
-from core.model.trace import call_to_dict
+from core.model.trace_json import call_to_dict
 
 STEP_BATCH, STEP_BATCH_S = 1000, 0.05  # finished nodes are sent at least this often
 STEP_BATCH_RUN_ON_S = 0.5  # while backward runs on (Continue): fewer, bigger batches, fewer frames

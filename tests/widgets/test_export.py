@@ -18,6 +18,7 @@ from PySide6.QtWidgets import QMainWindow
 from core.layout.export_dot import call_to_dot
 from core.layout.visible import node_label
 from core.model.trace import Trace
+from core.model.trace_json import load_trace
 from tests.fixtures_graphs import edge_count, mlp_call, residual_mlp_call
 from widgets.export import graph_export as export
 from widgets.graph.view import GraphView
@@ -139,9 +140,9 @@ def test_dot_has_every_node_and_edge(tmp_path):
 def test_json_round_trip(tmp_path, captured):
     trace, call = captured["13_mlp_classifier"]
     whole = export.export_call(call, tmp_path / "t.json", trace=trace)
-    assert Trace.load(whole) == trace
+    assert load_trace(whole) == trace
     single = export.export_call(call, tmp_path / "c.json")
-    assert Trace.load(single).calls == [call]
+    assert load_trace(single).calls == [call]
 
 
 # -- frames, GIF, geometry ---------------------------------------------------------------------

@@ -7,7 +7,7 @@ import pytest
 from core.model.attrs import decode_value, saved_label
 from core.worker.capture.recorder import capture_script
 from core.model.causes import grad_none_cause
-from core.model.trace import Trace
+from core.model.trace_json import trace_from_json
 from core.model.values import leaf_value_lines, seed_text
 
 CUTS = """
@@ -31,7 +31,7 @@ def cut_trace(tmp_path_factory):
     path.write_text(textwrap.dedent(CUTS))
     trace = capture_script(str(path))
     assert trace.error is None, trace.error
-    return Trace.from_json(trace.to_json())  # every new field survives the JSON round trip
+    return trace_from_json(trace.to_json())  # every new field survives the JSON round trip
 
 
 def _cuts(call):
@@ -132,7 +132,7 @@ y.backward()
 def test_broadcast_and_dtype_marks_and_edge_grads(tmp_path):
     path = tmp_path / "bc.py"
     path.write_text(textwrap.dedent(BROADCAST))
-    call = Trace.from_json(capture_script(str(path)).to_json()).calls[0]
+    call = trace_from_json(capture_script(str(path)).to_json()).calls[0]
     by_name = {}
     for n in call.nodes:
         by_name.setdefault(n.name, []).append(n)
@@ -200,7 +200,7 @@ def test_hooks_are_captured_and_drawn(tmp_path, qtbot):
         z = m(torch.ones(1, 2, requires_grad=True)).sum() + y
         z.backward()
     """))
-    call = Trace.from_json(capture_script(str(path)).to_json()).calls[0]
+    call = trace_from_json(capture_script(str(path)).to_json()).calls[0]
     named = {t.name: t for t in call.tensors if t.name}
     assert named["x"].hooks == ["double_grad (line 4)"]
     assert named["y"].hooks == ["<lambda> (line 8)"]
@@ -239,7 +239,7 @@ def test_checkpointing_nested_backward_and_recomputed_saved_tensors(tmp_path):
 
     path = tmp_path / "ckpt.py"
     path.write_text(textwrap.dedent(CHECKPOINT))
-    trace = Trace.from_json(capture_script(str(path)).to_json())
+    trace = trace_from_json(capture_script(str(path)).to_json())
     # the nested call finishes (and is stored) before the call it ran inside
     assert [c.index for c in trace.calls] == [1, 0, 2]
     outer, nested, plain = sorted(trace.calls, key=lambda c: c.index)
@@ -278,7 +278,7 @@ def test_calls_list_shows_options_grad_history_and_groups_gradcheck(tmp_path, qt
         inp = torch.randn(3, dtype=torch.float64, requires_grad=True)
         torch.autograd.gradcheck(f, (inp,))
     """))
-    trace = Trace.from_json(capture_script(str(path)).to_json())
+    trace = trace_from_json(capture_script(str(path)).to_json())
     history = grad_history(trace)
     c0, c1, c2 = trace.calls[:3]
     assert history[c0.id] == ["x.grad 4"]
@@ -311,7 +311,7 @@ def test_numpy_arrays_sharing_memory_are_shown_in_the_storage_view(tmp_path, qtb
         copied = torch.tensor(array)
         back = shared.numpy()
     """))
-    trace = Trace.from_json(capture_script(str(path)).to_json())
+    trace = trace_from_json(capture_script(str(path)).to_json())
     named = {t.name: t for t in trace.tensors if t.name}
     storage = next(s for s in trace.storages if s.id == named["shared"].storage)
     peers = {a["name"]: a for a in storage.numpy}
@@ -507,7 +507,7 @@ def test_the_seed_gradient_given_to_backward_is_recorded_and_shown(tmp_path):
     path = tmp_path / "seed.py"
     path.write_text("import torch\nx = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)\ny = x * 2\n"
                     "y.backward(torch.tensor([0.5, 1.0, 2.0]))\nz = (x * x).sum()\nz.backward()\n")
-    first, second = Trace.from_json(capture_script(str(path)).to_json()).calls
+    first, second = trace_from_json(capture_script(str(path)).to_json()).calls
     assert first.options["seed"] == [{"numel": 3, "data": [0.5, 1.0, 2.0]}]
     assert seed_text(first, first.node(first.roots[0])) == "seed: gradient = [0.5, 1, 2]"
     assert "seed" not in second.options
@@ -554,7 +554,7 @@ def test_checkpoint_node_shows_and_opens_its_nested_backward(tmp_path, qtbot, mo
     qtbot.addWidget(view)
     view.resize(900, 900)
     view.show()
-    view.set_peer_calls(Trace.from_json(trace.to_json()).calls)  # a trace read from a file links too
+    view.set_peer_calls(trace_from_json(trace.to_json()).calls)  # a trace read from a file links too
     view.set_call(next(c for c in view._peers if c.index == 0), sync=True)
     assert "backward #1: 6 nodes" in view.node_items[ckpt.id].box.label
     opened = []

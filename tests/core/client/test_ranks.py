@@ -134,7 +134,7 @@ def test_saved_ranks_open_together_and_export_together(qtbot, window, tmp_path, 
     from app.window.export_dialog import run_export
     from app.session.open_trace import open_trace
     from core.model.rank_files import rank_of, rank_path, sibling_ranks
-    from core.model.trace import Trace
+    from core.model.trace_json import load_trace
 
     script = tmp_path / "ddp_linear.py"
     script.write_text(DDP_SCRIPT)
@@ -172,8 +172,8 @@ def test_saved_ranks_open_together_and_export_together(qtbot, window, tmp_path, 
     again = tmp_path / "export" / "again.json"
     written = run_export(w, path=str(again))
     assert written == [again, again.with_name("again.rank1.json")]
-    by_rank = {rank_of(Trace.load(p)): Trace.load(p) for p in written}
-    assert sorted(by_rank) == [0, 1] and rank_of(Trace.load(again)) == 0  # the shown rank at the path
+    by_rank = {rank_of(load_trace(p)): load_trace(p) for p in written}
+    assert sorted(by_rank) == [0, 1] and rank_of(load_trace(again)) == 0  # the shown rank at the path
     assert by_rank[1].calls[0].leaf_grads == rank1.leaf_grads
     assert sorted(sibling_ranks(again, by_rank[0])) == [0, 1]
     only = tmp_path / "export" / "only.json"

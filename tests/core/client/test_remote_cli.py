@@ -129,11 +129,11 @@ def test_trace_json_of_a_ddp_run_writes_every_rank(tmp_path, capsys):
     assert main(["trace", str(script), "--nproc", "2", "--rank", "1", "--json", str(out), "--quiet"]) == 0
     other = tmp_path / "run.rank0.json"
     assert f"traces of 2 ranks written: {out}, {other}" in capsys.readouterr().out
-    from core.model.trace import Trace
+    from core.model.trace_json import load_trace
 
     by_rank = {}
     for path in (out, other):
-        (call,) = Trace.load(path).calls
+        (call,) = load_trace(path).calls
         by_rank[call.options["all_reduce"]["rank"]] = call
     assert sorted(by_rank) == [0, 1]
     local = {r: grads["module.bias"] for r, grads in local_grads().items()}

@@ -36,7 +36,7 @@ def _run_show(script: Path, env_extra: dict) -> subprocess.CompletedProcess:
 def test_show_gives_the_call_of_a_traced_run(tmp_path):
     pytest.importorskip("torch")
     from core.client.handle import run_capture
-    from core.model.trace import Trace
+    from core.model.trace_json import load_trace
 
     script = tmp_path / "loss.py"
     script.write_text(SCRIPT, encoding="utf-8")
@@ -44,7 +44,7 @@ def test_show_gives_the_call_of_a_traced_run(tmp_path):
     proc = _run_show(script, {"SHOW_OUT": str(out)})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str(out.resolve())
-    shown = Trace.load(out)
+    shown = load_trace(out)
     traced = run_capture(str(script), timeout=300).trace  # show() does nothing inside a traced run
     assert traced.error is None and traced.output.strip() == "None"
     assert len(shown.calls) == len(traced.calls) == 1

@@ -15,8 +15,8 @@ import pytest
 
 from core.layout.compound import layout_call
 from app.cli.summary import trace_summary
-from core.model.trace import (ErrorInfo, GradInfo, MemorySample, StorageInfo, Trace, TraceFormatError, Values,
-                        call_from_dict)
+from core.model.trace import ErrorInfo, GradInfo, MemorySample, StorageInfo, Trace, TraceFormatError, Values
+from core.model.trace_json import call_from_dict, trace_from_dict, trace_from_json
 from tests.fixtures_graphs import mlp_call, mul_call
 from widgets.panels.inspector import InspectorPanel
 
@@ -92,7 +92,7 @@ def _show_everything(trace: Trace, inspector: InspectorPanel) -> None:
 def test_the_base_trace_is_accepted_and_shown(qtbot):
     inspector = InspectorPanel()
     qtbot.addWidget(inspector)
-    trace = Trace.from_json(json.dumps(_base()))
+    trace = trace_from_json(json.dumps(_base()))
     assert [c.id for c in trace.calls] == ["c0", "c1"]
     _show_everything(trace, inspector)
 
@@ -109,7 +109,7 @@ def test_mutated_traces_are_shown_or_refused_naming_the_field(qtbot):
             data = _mutate(data, rng)
         text = json.dumps(data)
         try:
-            trace = Trace.from_json(text, "fuzz.json")
+            trace = trace_from_json(text, "fuzz.json")
         except TraceFormatError as exc:
             refused += 1
             assert str(exc).startswith("fuzz.json: "), exc
@@ -140,7 +140,7 @@ def test_mutated_traces_are_shown_or_refused_naming_the_field(qtbot):
 ])
 def test_hostile_documents_are_refused_with_a_reason(text, words):
     with pytest.raises(TraceFormatError) as info:
-        Trace.from_json(text, "bad.json")
+        trace_from_json(text, "bad.json")
     assert words in str(info.value)
 
 
@@ -158,7 +158,7 @@ def test_non_finite_values_as_the_capture_writes_them_are_accepted(qtbot):
     values["data"][:3] = ["nan", "inf", "-inf"]
     grad = data["calls"][0]["tensors"][2]["grad"]["values"]
     grad["sample"], grad["min"], grad["max"] = ["nan", 1.0], "nan", "inf"
-    trace = Trace.from_dict(data)
+    trace = trace_from_dict(data)
     inspector = InspectorPanel()
     qtbot.addWidget(inspector)
     _show_everything(trace, inspector)

@@ -25,8 +25,8 @@ from core.client.handle import run_capture
 from core.client.process import ROOT
 from core.client.launchers import from_command
 from core.worker.channel import Channel
-from core.model.trace import (ErrorInfo, GradInfo, MemorySample, Saved, StorageInfo, Trace, TraceFormatError, Values,
-                        call_from_dict, call_to_dict, trace_from_dict)
+from core.model.trace import ErrorInfo, GradInfo, MemorySample, Saved, StorageInfo, Trace, TraceFormatError, Values
+from core.model.trace_json import call_from_dict, call_to_dict, trace_from_dict
 from tests.fixtures_graphs import mlp_call, mul_call, residual_mlp_call
 
 try:

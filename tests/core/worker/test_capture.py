@@ -214,7 +214,7 @@ def test_statistics_past_the_exact_budget_are_marked_approximate(tmp_path):
     assert second.max == sample.max().item() and second.min == sample.min().item()
     assert second.sample == tensors[1][:24].tolist()
     # The trace says so, and only where it is true.
-    from core.model.trace import _plain
+    from core.model.trace_json import _plain
 
     assert _plain(second)["approx"] is True and "approx" not in _plain(first)
 

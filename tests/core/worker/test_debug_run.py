@@ -14,7 +14,7 @@ import pytest
 
 from core.client.handle import WorkerClient, run_capture
 from core.model.step_state import leaf_digest, same_run_check
-from core.model.trace import call_from_dict
+from core.model.trace_json import call_from_dict
 from core.protocol.messages import StepperState
 
 WAIT_S = 60.0
