@@ -51,10 +51,13 @@ def held_by_nodes(call: CallInfo) -> tuple[list[HeldBy], int]:
     return rows, sum(everything.values())
 
 
+# The one byte unit of the app (the memory chart's axis, the memory and Problems panels, the
+# inspector): KB, MB and GB of 2**10, 2**20 and 2**30 bytes, as PyTorch's memory summaries count.
 BYTE_UNITS = (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10))
 
 
 def format_bytes(n: int) -> str:
+    """``512 B``, ``2.0 MB`` (2 * 2**20 bytes): a byte count in the app's one unit (``BYTE_UNITS``)."""
     for unit, size in BYTE_UNITS:
         if n >= size:
             return f"{n / size:.1f} {unit}"

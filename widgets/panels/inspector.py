@@ -20,6 +20,7 @@ from core.model.attrs import decoded_text, script_names
 from core.model.causes import cut_text, grad_none_cause, hook_tips
 from core.model.edge_marks import edge_mark_tip, mark_text
 from core.model.formulas import formula_for, formula_lines
+from core.model.memory import format_bytes
 from core.programs.notebook import where as line_where
 from core.model.storage_map import contiguity as is_contiguous
 from core.model.trace import CallInfo, NodeInfo, Stale, TensorInfo, Values
@@ -112,16 +113,6 @@ def format_values(values: Values, shape: list[int], dtype: str = "float32") -> s
     if stats_text:
         lines.append(stats_text + ("   (from a sample)" if values.approx else ""))
     return "\n".join(lines)
-
-
-def format_bytes(n: int) -> str:
-    """A byte count in B/KiB/MiB/GiB."""
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"
 
 
 def stale_sentence(stale: Stale) -> str:
