@@ -22,13 +22,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from core.model.memory import format_bytes
 from core.model.storage_map import (
     StorageGrid, StoragePicture, cell_description, contiguity, hops_shown, index_text, shape_text, sharing,
     storage_picture, stride_sentence, stride_text, tensor_label, tensor_table,
 )
 from core.model.storage_peers import numpy_rows, shared_caption
 from core.model.trace import StorageInfo, TensorInfo
-from widgets.panels.inspector import format_bytes, format_number
+from widgets.panels.inspector import format_number
 
 log = logging.getLogger(__name__)
 
