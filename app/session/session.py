@@ -32,6 +32,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
+from app.session.opening import opening_call, opening_node
 from core.protocol import messages as protocol
 from core.model.step_state import StepTracker, same_run_check
 from core.model.trace import CallInfo, Trace, TraceFormatError
@@ -144,6 +145,14 @@ class Session(QObject):
     def selected(self) -> str | None:
         """The selected node's id (None when no node is selected)."""
         return self.selection.node
+
+    def opening_call(self) -> CallInfo | None:
+        """The call the trace opens on (see ``app.session.opening``)."""
+        return opening_call(self.trace, self.opens_on)
+
+    def opening_node(self) -> str | None:
+        """The node described while the current call has no selection (see ``app.session.opening``)."""
+        return opening_node(self.call)
 
     def set_call(self, call: CallInfo | None) -> None:
         self.call = call

@@ -17,8 +17,8 @@ class SelectionWiring:
     """Shows the session's trace and current call, and keeps every view on the one selection."""
 
     def show_trace(self, trace: Trace) -> None:
-        """Show a trace: calls list, problems, memory, and the first call's graph (the call last
-        stepped, for the trace of a debug run that ran to its end)."""
+        """Show a trace: calls list, problems, memory, and the graph of the call the session opens
+        it on (``Session.opening_call``: the first call, or the one last stepped)."""
         self.inspector.cells = trace.cells
         if trace.source and (trace.cells or trace.mode == "model"):
             # What ran: a notebook's cells, or the script that opened a saved model.
@@ -32,8 +32,7 @@ class SelectionWiring:
             self.problems.show_error(trace.error)
         nodes = sum(c.node_count for c in trace.calls)
         self.counts_label.setText(f"{len(trace.calls)} graph(s), {trace.call_count} backward call(s), {nodes} nodes")
-        shown = [c for c in trace.calls if c.snapshot == "full" and c.nodes]
-        first = next((c for c in shown if c.index == self.session.opens_on), shown[0] if shown else None)
+        first = self.session.opening_call()
         if first is None:
             self.session.set_call(None)
             named = [t for t in trace.tensors if t.name]
@@ -81,12 +80,9 @@ class SelectionWiring:
 
     def _on_scene_ready(self, _call_id: str = "") -> None:
         self._update_zoom_label()
-        if self.call is not None and self.session.selected is None and self.call.roots:
-            # Describe, without moving the fitted view, the node a failed call is about (the one
-            # whose saved tensor was changed in place), else the root (the loss).
-            call = self.call
-            stale = next((n.id for n in call.nodes if n.stale is not None), None) if call.error else None
-            self.inspector.show_node(call, stale or call.roots[0])
+        node = self.session.opening_node() if self.session.selected is None else None
+        if node is not None:  # described, without moving the fitted view
+            self.inspector.show_node(self.call, node)
         self.sig_trace_shown.emit()
 
     def _select_call_index(self, index: int) -> None:
