@@ -48,7 +48,8 @@ from core.client.handle import WorkerClient, run_capture  # noqa: E402
 from core.client.launchers import from_command  # noqa: E402
 from core.model.trace import Trace, paused_gc  # noqa: E402
 from core.model.trace_json import load_trace, trace_from_dict  # noqa: E402
-from core.protocol.columns import ColumnReader, encode_lines  # noqa: E402
+from core.protocol.column_reader import ColumnReader  # noqa: E402
+from core.protocol.columns import encode_lines  # noqa: E402
 from bench.send_trace import as_the_worker_holds_it  # noqa: E402
 
 EXAMPLES = [("4,802 nodes", ROOT / "resources/examples/50_big_residual_mlp.py"),

@@ -38,7 +38,8 @@ from core.model.memory import format_bytes
 from core.protocol.switch_interval import quick_switch
 from core.model.trace import CallInfo, Trace, TraceFormatError, paused_gc
 from core.model.trace_json import call_to_dict
-from core.protocol.columns import ColumnReader, encode_lines
+from core.protocol.column_reader import ColumnReader
+from core.protocol.columns import encode_lines
 
 PROTOCOL_VERSION = 5  # bumped whenever a message changes meaning; both ends must agree
 CHUNK = 1 << 20  # raw bytes compressed at a time

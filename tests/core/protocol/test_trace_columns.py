@@ -18,6 +18,7 @@ from dataclasses import FrozenInstanceError, fields, replace
 import pytest
 
 from core.protocol import column_pack
+from core.protocol import column_reader as tr
 from core.protocol import columns as tc
 from core.protocol.column_pack import pack_floats
 from core.protocol import wire
@@ -67,7 +68,7 @@ def same_json(a, b) -> bool:
 
 def test_every_record_comes_back_equal_and_typed():
     trace = full_trace()
-    back = tc.decode(tc.encode(trace))
+    back = tr.decode(tc.encode(trace))
     assert back == trace
     assert back.to_json() == trace.to_json()
     # Types survive: an int stays an int, a float a float, a complex pair a list, text values text.
@@ -85,7 +86,7 @@ def test_every_record_comes_back_equal_and_typed():
 
 def test_rows_are_built_as_the_frozen_dataclasses_themselves():
     trace = full_trace()
-    back = tc.decode(tc.encode(trace))
+    back = tr.decode(tc.encode(trace))
     node, tensor = back.calls[0].nodes[0], back.calls[0].tensors[2]
     assert type(node) is type(trace.calls[0].nodes[0]) and type(tensor.grad) is GradInfo
     assert type(tensor.values) is Values and type(back.calls[0].storages[0]) is StorageInfo
@@ -113,7 +114,7 @@ def test_a_big_call_round_trips_bit_for_bit_and_is_smaller_than_json():
     values[0] = replace(values[0], min=float("nan"), max=float("-inf"), mean=5e-324)  # doubles, bit for bit
     call = replace(call, tensors=[replace(t, values=v) for t, v in zip(call.tensors, values)])
     data = tc.encode(call)
-    back = tc.decode(data, "call")
+    back = tr.decode(data, "call")
     assert back.nodes == call.nodes and back.roots == call.roots
     for a, b in zip(back.tensors, call.tensors):
         assert struct.pack("<3d", a.values.min, a.values.max, a.values.mean) == \
@@ -149,39 +150,39 @@ def test_a_wrong_value_is_named_by_its_field_path():
     bad[len(trace.calls[0].tensors) + 1] = [2, -3]  # the second tensor of the second call
     with pytest.raises(TraceFormatError, match=r"field 'calls\[1\]\.tensors\[1\]\.shape': expected a list of "
                                                r"non-negative integers, got list"):
-        tc.decode(_replace_column(data, "calls.tensors.shape", bad))
+        tr.decode(_replace_column(data, "calls.tensors.shape", bad))
     names = [n.name for c in trace.calls for n in c.nodes]
     names[2] = 7
     with pytest.raises(TraceFormatError, match=r"field 'calls\[0\]\.nodes\[2\]\.name': expected a string, got 7"):
-        tc.decode(_replace_column(data, "calls.nodes.name", names))
+        tr.decode(_replace_column(data, "calls.nodes.name", names))
     # An edge to a node that is not in the call, as the JSON reader says it.
     targets = [e.node for c in trace.calls for n in c.nodes for e in n.next if e is not None]
     targets[0] = "n_nowhere"
     first = next(n for n in trace.calls[0].nodes if any(n.next))
     where = f"calls[0].nodes[{trace.calls[0].nodes.index(first)}].next[0]"
     with pytest.raises(TraceFormatError, match=re.escape(f"field '{where}': node 'n_nowhere' is not in")):
-        tc.decode(_replace_column(data, "calls.nodes.next.node", targets))
+        tr.decode(_replace_column(data, "calls.nodes.next.node", targets))
 
 
 def test_missing_cut_short_and_foreign_columns_are_refused():
     data = tc.encode(full_trace())
     items = _columns(data)
     with pytest.raises(TraceFormatError, match="end early"):
-        tc.decode(_join(items[:-1]))
+        tr.decode(_join(items[:-1]))
     with pytest.raises(TraceFormatError, match=r"field 'calls\[0\]\.nodes\[0\]\.name': missing"):
-        tc.decode(_join([i for i in items if i[0] != "calls.nodes.name"]))
+        tr.decode(_join([i for i in items if i[0] != "calls.nodes.name"]))
     with pytest.raises(TraceFormatError, match="not a columnar Backprop Studio trace"):
-        tc.decode(_join([["", "head", {"format": "other"}]] + items[1:]))
+        tr.decode(_join([["", "head", {"format": "other"}]] + items[1:]))
     (times,) = [i for i in items if i[0] == "memory.t"]
     assert times[1] == "f64" and times[2][0] is None  # twelve doubles, packed
     times[2][1] = times[2][1][:-12] + "="  # eleven and a half
     with pytest.raises(TraceFormatError, match="field 'memory.t': the packed numbers do not match their count"):
-        tc.decode(_join(items))
+        tr.decode(_join(items))
     times[2][1] = pack_floats([0.5] * 11)
     with pytest.raises(TraceFormatError, match=r"field 'memory\[0\].t': expected 12 rows, got 11"):
-        tc.decode(_join(items))
+        tr.decode(_join(items))
     with pytest.raises(TraceFormatError, match="not readable JSON"):
-        tc.decode(data[:200] + b"{oops\n" + data[200:])
+        tr.decode(data[:200] + b"{oops\n" + data[200:])
 
 
 @pytest.mark.parametrize("block_rows", [tc.BLOCK_ROWS, 3])
@@ -199,7 +200,7 @@ def test_whatever_the_columns_accept_the_json_reader_accepts_too(block_rows, mon
         item = rng.choice([i for i in items if i[1] == "vals" and i[2]])
         item[2][rng.randrange(len(item[2]))] = rng.choice(odd)
         try:
-            trace = tc.decode(_join(items))
+            trace = tr.decode(_join(items))
         except TraceFormatError as exc:
             assert "field '" in str(exc) or "column" in str(exc), exc
             refused += 1
@@ -374,7 +375,7 @@ def test_each_column_is_packed_by_what_it_holds():
     assert text.split("\n") == [tid for s in call.storages for tid in s.tensors]
     assert kinds["tensors.nbytes"][0] == "vals"  # 2 ** 70 does not fit 64 bits: as JSON
     assert kinds["tensors.name"][0] == "vals"
-    back = tc.decode(data, "call")
+    back = tr.decode(data, "call")
     assert back == call and back.tensors[5].name == "two\nlines" and back.tensors[0].nbytes == 2 ** 70
     assert [type(t.shape[0]) for t in back.tensors if t.shape] == [int] * sum(1 for t in back.tensors if t.shape)
 
@@ -411,7 +412,7 @@ def test_a_packed_column_that_is_wrong_is_named(path, kind, payload, message):
     (item,) = [i for i in items if i[0] == path and (i[1] == kind or kind not in ("lens", "mask"))]
     item[1], item[2] = kind, payload
     with pytest.raises(TraceFormatError, match=rf"field '{re.escape(path)}': {message}"):
-        tc.decode(_join(items), "call")
+        tr.decode(_join(items), "call")
 
 
 def test_string_indices_past_their_table_are_refused():
@@ -421,7 +422,7 @@ def test_string_indices_past_their_table_are_refused():
     table, at = item[2]
     item[2] = [table[:1], at]  # indices now point past a one-string table
     with pytest.raises(TraceFormatError, match=r"field 'nodes.name': string indices out of range"):
-        tc.decode(_join(items), "call")
+        tr.decode(_join(items), "call")
 
 
 def test_a_big_frame_leaves_its_objects_out_of_later_collections(monkeypatch):
@@ -592,7 +593,7 @@ def test_a_leafs_gradient_travels_once_as_a_row_of_its_tensors_grads():
     rows = column_pack.unpack_ints(refs[1])
     assert rows.count(-1) == 1 and sorted(r for r in rows if r >= 0) == list(range(len(rows) - 1))
     assert "leaf_grads#keys" in _kinds(data) and "leaf_grads.sample" not in _kinds(data)  # only "extra"'s data
-    back = tc.decode(data, "call")
+    back = tr.decode(data, "call")
     assert back == shared == copied
     grads = {t.name: t.grad.values for t in back.tensors if t.grad is not None}
     assert all(back.leaf_grads[name] is values for name, values in grads.items())  # one object, as sent
@@ -617,7 +618,7 @@ def test_leaf_gradient_rows_that_are_wrong_are_named(rows, message):
     else:
         item[2] = column_pack.pack_ints([-2] * count)
     with pytest.raises(TraceFormatError, match=rf"field 'leaf_grads[^']*': {message}"):
-        tc.decode(_join(items), "call")
+        tr.decode(_join(items), "call")
 
 
 def test_floats_that_are_float32_travel_in_four_bytes_and_come_back_equal():
@@ -679,7 +680,7 @@ def test_big_tables_travel_in_blocks_each_built_as_it_comes(monkeypatch):
     lines = tc.encode(call).splitlines()
     done = [json.loads(line)[2] for line in lines if json.loads(line)[:2] == ["nodes", "done"]]
     assert done == [50, 50, 50, 32]
-    reader = tc.ColumnReader("call")
+    reader = tr.ColumnReader("call")
     first_tensor = next(i for i, line in enumerate(lines) if line.startswith(b'["tensors.'))
     for line in lines[:first_tensor]:
         reader.feed(line)
@@ -691,7 +692,7 @@ def test_big_tables_travel_in_blocks_each_built_as_it_comes(monkeypatch):
     assert back == call and back.nodes == reader.built["nodes"]
     trace = full_trace()
     monkeypatch.setattr(tc, "BLOCK_ROWS", 3)  # blocks that run across the two calls
-    assert tc.decode(tc.encode(trace)).to_json() == trace.to_json()
+    assert tr.decode(tc.encode(trace)).to_json() == trace.to_json()
 
 
 def test_a_streamed_calls_nested_tables_travel_inside_its_blocks(monkeypatch):
@@ -721,13 +722,13 @@ def test_a_wrong_value_in_a_later_block_is_named_by_its_row_in_the_whole_table(m
     assert first == 10
     with pytest.raises(TraceFormatError, match=r"field 'calls\[1\]\.tensors\[0\]\.shape': expected a list of "
                                                r"non-negative integers"):
-        tc.decode(_join(items))
+        tr.decode(_join(items))
 
 
 def test_a_leafs_gradient_refers_to_its_row_across_blocks(monkeypatch):
     monkeypatch.setattr(tc, "BLOCK_ROWS", 2)
     call = _call_with_leaf_grads(True)
-    back = tc.decode(tc.encode(call), "call")
+    back = tr.decode(tc.encode(call), "call")
     assert back == call
     grads = {t.name: t.grad.values for t in back.tensors if t.grad is not None}
     assert len(grads) > 2 and all(back.leaf_grads[name] is values for name, values in grads.items())
@@ -752,7 +753,7 @@ def test_blocks_whose_row_counts_are_wrong_are_refused(monkeypatch, change, mess
     items = _columns(tc.encode(residual_mlp_call(blocks=30)))
     change(items)
     with pytest.raises(TraceFormatError, match=message):
-        tc.decode(_join(items), "call")
+        tr.decode(_join(items), "call")
 
 
 def _where(items: list, path: str, kind: str, last: bool = False) -> int:
@@ -762,7 +763,7 @@ def _where(items: list, path: str, kind: str, last: bool = False) -> int:
 
 def test_a_lone_calls_links_are_checked_from_its_id_columns_and_named_when_wrong():
     call = residual_mlp_call(blocks=20)
-    assert tc.decode(tc.encode(call), "call") == call
+    assert tr.decode(tc.encode(call), "call") == call
     items = _columns(tc.encode(call))
     (targets,) = [i for i in items if i[0] == "nodes.next.node"]
     names = targets[2].split("\n")
@@ -770,11 +771,11 @@ def test_a_lone_calls_links_are_checked_from_its_id_columns_and_named_when_wrong
     targets[1], targets[2] = "vals", names
     owner = next(i for i, n in enumerate(call.nodes) if sum(map(len, (m.next for m in call.nodes[:i + 1]))) > 5)
     with pytest.raises(TraceFormatError, match=rf"field 'nodes\[{owner}\]\.next\[\d\]': node 'n_nowhere' is not in"):
-        tc.decode(_join(items), "call")
+        tr.decode(_join(items), "call")
     items = _columns(tc.encode(call))
     (ids,) = [i for i in items if i[0] == "nodes.id"]
     names = ids[2].split("\n")
     names[3] = names[2]
     ids[1], ids[2] = "vals", names
     with pytest.raises(TraceFormatError, match=rf"field 'nodes\[3\]\.id': node id '{names[2]}' appears twice"):
-        tc.decode(_join(items), "call")
+        tr.decode(_join(items), "call")
