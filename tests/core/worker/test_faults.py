@@ -335,7 +335,7 @@ def test_a_project_with_its_own_core_package(tmp_path):
     result = _run(tmp_path, BACKWARD + textwrap.dedent("""\
         import os, sys
         from core import VALUE
-        from core.model.trace import load
+        from core.trace import load
         print("value", VALUE, load())
         print("main", __name__, os.path.basename(__file__))
         print("cwd", os.getcwd() == os.path.dirname(os.path.abspath(__file__)))
