@@ -17,10 +17,11 @@ from app.window.actions import make_action
 from core.client.run_errors import script_problem
 from core.model.trace import TraceFormatError
 from core.model.trace_json import load_trace
+from core.programs.openers import TRACE
 
 log = logging.getLogger(__name__)
 
-TRACE_SUFFIXES = (".json",)
+TRACE_SUFFIXES = TRACE.suffixes
 
 
 def is_trace_path(path: str) -> bool:
