@@ -21,6 +21,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from core.client.show_link import send_open
+from core.worker.capture.tensor_capture import LineTags, capture_tensor
+
 __all__ = ["record", "show"]
 
 ROOT = Path(__file__).resolve().parent
@@ -36,8 +39,6 @@ def show(tensor, *, save: str | os.PathLike | None = None, open_window: bool = T
     """
     if os.environ.get("BACKPROP_STUDIO_WORKER"):
         return None
-    from core.worker.capture.tensor_capture import capture_tensor
-
     trace = capture_tensor(tensor, sys._getframe(1))
     if save is None:
         folder = Path(tempfile.gettempdir()) / "backprop-studio-show"
@@ -46,8 +47,6 @@ def show(tensor, *, save: str | os.PathLike | None = None, open_window: bool = T
     path = str(Path(save).resolve())
     trace.save(path)
     if open_window:
-        from core.client.show_link import send_open
-
         if not send_open(path):
             _start_window(path)
     return path
@@ -60,8 +59,6 @@ def record():
     if os.environ.get("BACKPROP_STUDIO_WORKER"):
         yield
         return
-    from core.worker.capture.tensor_capture import LineTags
-
     with LineTags(sys._getframe(2).f_code.co_filename):
         yield
 

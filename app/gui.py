@@ -2,7 +2,8 @@
 
 A ``.json`` file is opened as a saved trace (nothing runs). Without a display (no
 ``DISPLAY`` or ``WAYLAND_DISPLAY`` on Linux), ``--screenshot`` renders offscreen and the
-window says what to do instead of Qt's platform-plugin abort.
+window says what to do instead of Qt's platform-plugin abort. This module loads Qt;
+``app.main`` imports it only for the window, and says so when Qt cannot be loaded.
 """
 
 from __future__ import annotations
@@ -14,6 +15,19 @@ import sys
 import threading
 import traceback
 from pathlib import Path
+
+from PySide6.QtCore import QSize, QTimer
+from PySide6.QtWidgets import QApplication
+
+from app.cli.commands import add_load_options, load_options
+from app.session.open_trace import is_trace_path, open_trace
+from app.session.show_server import ShowServer
+from app.window.resources import DEFAULT_EXAMPLE, icon
+from app.window.screen_fit import proportion_docks
+from app.window.window import MainWindow
+from core.client.run_errors import script_problem
+from core.model.trace import ErrorInfo
+from core.programs.model_files import is_huggingface_folder
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +54,6 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                         "each as it opens")
     parser.add_argument("--size", default=None, help="window size, WIDTHxHEIGHT (default: fit the screen; "
                         "1400x860 for --screenshot)")
-    from app.cli.commands import add_load_options
-
     add_load_options(parser)
     return parser.parse_args(argv)
 
@@ -54,8 +66,6 @@ def _install_excepthooks(window_ref: list) -> None:
         log.error("unexpected error: %s", text)
         window = window_ref[0] if window_ref else None
         if window is not None:
-            from core.model.trace import ErrorInfo
-
             window.problems.show_error(ErrorInfo(type=exc_type.__name__, message=str(exc), traceback=text,
                                                  kind="internal"), title="Backprop Studio hit an error")
         else:
@@ -83,25 +93,10 @@ def main(argv: list[str]) -> int:
             return 2
     script = args.script
     if script:
-        from core.client.handle import script_problem
-
-        from core.programs.model_files import is_huggingface_folder
-
         problem = None if is_huggingface_folder(script) else script_problem(script)
         if problem:
             sys.stderr.write(f"backprop-studio: {problem}\n")
             return 2
-    try:
-        from PySide6.QtCore import QSize, QTimer
-        from PySide6.QtWidgets import QApplication
-    except ImportError as exc:  # a broken Qt install: say so instead of a traceback
-        sys.stderr.write(f"backprop-studio: cannot load Qt (PySide6): {exc}\n")
-        return 2
-    from app.session.open_trace import is_trace_path, open_trace
-    from app.window.resources import DEFAULT_EXAMPLE, icon
-    from app.window.screen_fit import proportion_docks
-    from app.window.window import MainWindow
-
     script = script or str(DEFAULT_EXAMPLE)
     app = QApplication.instance() or QApplication([sys.argv[0]])
     app.setApplicationName("Backprop Studio")
@@ -112,8 +107,6 @@ def main(argv: list[str]) -> int:
     window = MainWindow(timeout=args.timeout)
     window_ref.append(window)
     if not args.screenshot:
-        from app.session.show_server import ShowServer
-
         # show(tensor) from a notebook or script opens its graph in this window.
         window.show_server = ShowServer(window)
         window.show_server.sig_open.connect(window.open_sent_trace)
@@ -173,8 +166,6 @@ def main(argv: list[str]) -> int:
         window.sig_trace_shown.connect(shoot)
         QTimer.singleShot(int((args.timeout + 60) * 1000), give_up)
     window.show()
-    from app.cli.commands import load_options
-
     opened = open_trace(window, script) if is_trace_path(script) else \
         window.open_script(script, load=load_options(args))
     if not opened and args.screenshot:

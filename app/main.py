@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import sys
+
+from app.cli import commands as cli
 
 HEADLESS = ("trace", "step", "export", "hosts")
 USAGE = """usage: backprop-studio [SCRIPT] [--device DEV] [--screenshot OUT.png] ...
@@ -31,18 +34,19 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["--help-window"]:
         argv = ["--help"]
     if argv and argv[0] in HEADLESS:
-        from app.cli import commands as cli
-
         try:
             return cli.main(argv)
         except BrokenPipeError:
             # The reader went away (`... | head`): stop quietly, as command-line tools do.
-            import os
-
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 1
     if argv and argv[0] == "view":  # main.py view TRACE.json [--screenshot OUT.png]: open a saved trace
         argv = argv[1:]
-    from app.gui import main as gui_main
-
+    try:
+        from app.gui import main as gui_main  # here, not above: the headless commands never load Qt
+    except ImportError as exc:
+        if not (exc.name or "").startswith(("PySide6", "shiboken6")):
+            raise
+        sys.stderr.write(f"backprop-studio: cannot load Qt (PySide6): {exc}\n")  # a broken Qt install
+        return 2
     return gui_main(argv)

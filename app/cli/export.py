@@ -15,7 +15,7 @@ import sys
 import threading
 from pathlib import Path
 
-from app.cli.hosts import worker_options
+from app.cli.hosts import add_worker_args, worker_options
 from core.protocol import messages as protocol
 from core.client.handle import capture_run, run_capture
 from core.model.nesting import link_nested
@@ -80,8 +80,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="cpu, cuda:N or mps (default cpu)")
     p.add_argument("--mode", choices=("auto", "script", "model"), default="auto")
     p.add_argument("--timeout", type=float, default=600.0, help="time limit per script in seconds (default 600)")
-    from app.cli.hosts import add_worker_args
-
     add_worker_args(p)
     return p
 

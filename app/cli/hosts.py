@@ -20,6 +20,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from core.client.handle import CHECK_TIMEOUT, CheckFailed, check_worker
 from core.client.launchers import CODECS, Launcher, LauncherError, from_command, from_host, resolve
 
 if TYPE_CHECKING:
@@ -99,8 +100,6 @@ def check_report(name: str, hello, seconds: float) -> list[str]:
 def check_host(launcher: Launcher, timeout: float | None = None) -> tuple[bool, list[str]]:
     """Start a worker behind ``launcher`` and end it (``core.client.handle.check_worker``): whether it
     came up, and the lines saying what it reported (``check_report``) or why it did not."""
-    from core.client.handle import CHECK_TIMEOUT, CheckFailed, check_worker
-
     started = time.monotonic()
     try:
         hello = check_worker(launcher, CHECK_TIMEOUT if timeout is None else timeout)

@@ -15,6 +15,7 @@ import logging
 from PySide6.QtCore import QObject, Qt, Signal
 
 from app.cli.hosts import device_label, load_hosts
+from app.window.hosts_dialog import add_menu_action
 from core.protocol import messages as protocol
 from core.client.handle import WorkerClient
 from core.client.launchers import LauncherError, from_host
@@ -123,8 +124,6 @@ def keep_picked(box, device, hosts: HostWorkers | None) -> int:
 def install(window) -> None:
     """Start a worker on every saved host, list their devices in ``window.device_box``, and add
     Run > Hosts… (saving there starts the hosts' workers again)."""
-    from app.window.hosts_dialog import add_menu_action
-
     handle = window.handle
     refill = lambda *_: fill_picker(window.device_box, handle.hosts)  # noqa: E731
 

@@ -18,7 +18,7 @@ from app.session.session import SessionState
 from core.protocol import messages as protocol
 from core.model.step_state import short_values, step_texts, step_view
 from core.protocol.switch_interval import quick_switch
-from core.model.trace import CallInfo
+from core.model.trace import CallInfo, ErrorInfo
 
 STEPPING_STATES = (SessionState.PAUSED, SessionState.STEPPING, SessionState.DEBUGGING, SessionState.STARTING)
 UNFOLD_MS = 150  # stepping rests this long on a node in a folded module before the fold opens
@@ -109,8 +109,6 @@ class StepController(QObject):
             self.views.inspector.show_node(call, node_id)
 
     def _on_warning(self, text: str) -> None:
-        from core.model.trace import ErrorInfo
-
         self.views.problems.show_error(ErrorInfo(type="NotDeterministic", message=text, kind="stepping"),
                                        title="Stepping does not show the traced numbers")
         self._status(text)

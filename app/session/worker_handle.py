@@ -13,6 +13,7 @@ import logging
 from PySide6.QtCore import QObject, Signal
 
 from core.protocol import messages as protocol
+from app.session.host_devices import split_device
 from core.client.handle import WorkerClient
 
 log = logging.getLogger(__name__)
@@ -77,8 +78,6 @@ class WorkerHandle(QObject):
         the file, see core.programs.program); returns its id.
 
         A device ``HOST::DEVICE`` runs on that saved host's worker (app.session.host_devices)."""
-        from app.session.host_devices import split_device
-
         host, device = split_device(device)
         client = self.hosts.client_for(host) if host and self.hosts is not None else None
         if client is not self.client and self.client.running:

@@ -16,8 +16,10 @@ from PySide6.QtWidgets import QMainWindow, QMessageBox
 
 from app.window.actions import build_actions, build_menus, build_toolbar
 from app.window.export_dialog import add_export_action
+from app.session.host_devices import install as install_hosts
 from app.session.host_devices import keep_picked
 from app.session.open_trace import add_open_trace_action
+from app.session.ranks import install as install_ranks
 from app.window.resources import icon
 from app.window.screen_fit import fit_window
 from app.session.session import Session
@@ -63,11 +65,7 @@ class MainWindow(RunWiring, SelectionWiring, WindowViews, QMainWindow):
         self._restore_settings()
         fit_window(self, settings())  # the first size follows the screen, remembered per screen
         self._update_actions()
-        from app.session.host_devices import install as install_hosts
-
         install_hosts(self)  # saved hosts' devices join the picker
-        from app.session.ranks import install as install_ranks
-
         install_ranks(self)  # Run > Run with torchrun…, and the DDP rank picker over the Calls list
 
     # -- the session's state, as the exporters and tests read it --------------------------------------
