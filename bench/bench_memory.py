@@ -22,7 +22,8 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from core.worker.memory import MemorySampler, saved_tensor_bytes  # noqa: E402
+from core.worker.memory import MemorySampler  # noqa: E402
+from core.worker.saved_bytes import saved_tensor_bytes  # noqa: E402
 
 SCRIPT = ROOT / "resources" / "examples" / "50_big_residual_mlp.py"
 

@@ -34,7 +34,8 @@ import torch  # noqa: E402
 from core.protocol.messages import StepperState  # noqa: E402
 from core.worker.capture.recorder import Capture  # noqa: E402
 from core.client.handle import run_capture  # noqa: E402
-from core.worker.memory import MemorySampler, saved_tensor_bytes  # noqa: E402
+from core.worker.memory import MemorySampler  # noqa: E402
+from core.worker.saved_bytes import saved_tensor_bytes  # noqa: E402
 from core.worker.stepper import BackwardStepper  # noqa: E402
 from core.worker.main import apply_device  # noqa: E402
 

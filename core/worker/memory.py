@@ -1,8 +1,8 @@
 """Memory over time while a script runs, and who holds it (runs in the worker; torch imported lazily).
 
 ``MemorySampler`` reads a *source* (process RSS on CPU, the caching allocator on CUDA, or a
-scripted fake for tests) on a daemon thread at a fixed rate, off the script's thread, and
-also synchronously at *marks*. A run begins "starting" (imports, data, model set-up); the
+scripted fake for tests: ``core.worker.memory_sources``) on a daemon thread at a fixed rate,
+off the script's thread, and also synchronously at *marks*. A run begins "starting" (imports, data, model set-up); the
 capture marks the script's first op and each new graph after a backward ("forward"), the
 start of each backward call ("backward") and its end ("between"), so phase boundaries are
 exact in time rather than rounded to the sampling period. ``note()`` adds a marked sample
@@ -12,8 +12,8 @@ During a forward pass ``on_node()`` adds each new node's saved tensors to the ru
 (a few microseconds per node, under 5% of the run's time) and samples at most every 0.2 ms,
 naming the op that ran, so the chart shows forward saving memory as it happens.
 
-Saved-tensor bytes are computed only on the script's thread: at marks and in ``tick()``,
-which the capture may call as often as it likes. ``tick()`` walks at most every
+Saved-tensor bytes (``core.worker.saved_bytes``) are computed only on the script's thread: at
+marks and in ``tick()``, which the capture may call as often as it likes. ``tick()`` walks at most every
 ``saved_interval`` and spends at most ~5% of the script's time walking (a 5,000-node graph
 takes ~20 ms), so calling it from a per-op hook stays cheap.
 Walking grad_fn graphs from the sampler thread is not safe: the autograd engine frees saved
@@ -28,20 +28,18 @@ them as ``{"type": "memory", "samples": [...]}``).
 from __future__ import annotations
 
 import bisect
-import gc
 import logging
-import os
 import threading
 import time
 from dataclasses import asdict
 from itertools import count
-from typing import Callable, Iterable, Sequence
+from typing import Callable
 
 # Imported here, not inside the functions: they run while the script does, when the app's
 # modules are out of sys.modules (the worker keeps the script's imports its own).
-from core.worker.capture.snapshot import node_name
-from core.worker.stepper import number_nodes, root_nodes
 from core.model.trace import MemorySample
+from core.worker.memory_sources import source_for
+from core.worker.saved_bytes import node_storages
 
 log = logging.getLogger(__name__)
 
@@ -53,236 +51,6 @@ SAVED_DUTY = 20  # tick() waits 20x as long as its last walk took: <= 5% overhea
 OP_INTERVAL_S = 0.0002  # at most one sample per 0.2 ms from the ops of a forward pass
 OP_DUTY = 0.05  # per-op accounting stops for a while once it took 5% of the run's time
 MAX_SAMPLES = 200_000
-
-
-# -- sources --------------------------------------------------------------------------------------
-
-
-class CpuSource:
-    """Resident set size of this process.
-
-    On Linux one ``pread`` of ``/proc/self/statm`` on a descriptor kept open: psutil opens,
-    reads and closes the file, and each of those system calls lets go of the GIL, which the
-    sampler thread must then win back from the script. Elsewhere psutil.
-    """
-
-    device = "cpu"
-
-    def __init__(self):
-        self._fd: int | None = None
-        self._process = None
-        try:
-            self._fd = os.open("/proc/self/statm", os.O_RDONLY)
-            self._page = os.sysconf("SC_PAGE_SIZE")
-            return
-        except (OSError, ValueError, AttributeError):
-            pass
-        try:
-            import psutil
-
-            self._process = psutil.Process()
-        except Exception as exc:  # psutil missing or the process table unreadable
-            log.warning("process memory is not readable (%s); RSS reads as 0", exc)
-
-    def read(self) -> dict:
-        if self._fd is not None:
-            return {"rss": int(os.pread(self._fd, 256, 0).split()[1]) * self._page}
-        if self._process is not None:
-            return {"rss": self._process.memory_info().rss}
-        return {"rss": 0}
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-    def __del__(self):
-        self.close()
-
-
-class CudaSource:
-    """The CUDA caching allocator's counters for one device ("cuda" means cuda:0).
-
-    ``torch.cuda.memory_stats`` is empty before CUDA is initialised and never initialises it,
-    so reading from the sampler thread cannot create a context on its own.
-    """
-
-    def __init__(self, device: str = "cuda"):
-        import torch
-
-        dev = torch.device(device)
-        self.index = dev.index if dev.index is not None else 0
-        self.device = f"cuda:{self.index}"
-        self._cuda = torch.cuda
-        self._host = CpuSource()  # the process's host memory too: a CUDA script still fills RAM
-
-    def read(self) -> dict:
-        stats = self._cuda.memory_stats(self.index)  # one call: each counter alone rebuilds all stats
-        return {
-            "allocated": stats.get("allocated_bytes.all.current", 0),
-            "reserved": stats.get("reserved_bytes.all.current", 0),
-            "max_allocated": stats.get("allocated_bytes.all.peak", 0),
-            "rss": self._host.read()["rss"],
-        }
-
-
-class FakeCudaSource:
-    """Scripted allocator values, so tests drive the CUDA code paths without a GPU.
-
-    ``values`` holds ``(allocated, reserved)`` pairs or dicts; each read returns the next one
-    and the last repeats once the script runs out. Thread-safe: marks read from the script's
-    thread while the sampler thread reads too.
-    """
-
-    def __init__(self, values: Sequence[tuple[int, int] | dict], device: str = "cuda:0"):
-        if not values:
-            raise ValueError("FakeCudaSource needs at least one value")
-        self.device = device
-        self.values = [v if isinstance(v, dict) else {"allocated": v[0], "reserved": v[1]} for v in values]
-        self.reads = 0
-        self._peak = 0
-        self._lock = threading.Lock()
-
-    def read(self) -> dict:
-        with self._lock:
-            value = dict(self.values[min(self.reads, len(self.values) - 1)])
-            self.reads += 1
-            self._peak = max(self._peak, value.get("allocated", 0))
-            value.setdefault("max_allocated", self._peak)
-            return value
-
-
-def source_for(device: str):
-    """The source that measures ``device``: the CUDA allocator for CUDA, process RSS otherwise."""
-    if str(device).startswith("cuda"):
-        return CudaSource(device)
-    return CpuSource()
-
-
-# -- saved tensors -------------------------------------------------------------------------------
-
-# Saved tensors are read through ``node._raw_saved_<name>`` (a SavedTensor) and its ``data``: the
-# tensor the graph holds, or None once a backward freed it. Unlike ``node._saved_<name>`` this
-# raises nothing for freed tensors (an exception costs ~20 us, a whole freed graph tens of ms), it
-# still counts tensors modified in place since they were saved (they are held all the same), and
-# with saved-tensor hooks it sees what the pack hook returned (``save_on_cpu``'s CPU copy).
-_raw_names: dict[type, tuple[str, ...]] = {}
-
-
-def _raw_saved_names(node) -> tuple[str, ...]:
-    cls = type(node)
-    names = _raw_names.get(cls)
-    if names is None:
-        names = _raw_names[cls] = tuple(a for a in dir(node) if a.startswith("_raw_saved_"))
-    return names
-
-
-def _storages_of(value, tensor_type, out: dict) -> None:
-    if isinstance(value, tensor_type):
-        try:
-            st = value.untyped_storage()
-            ptr = st.data_ptr()
-            if ptr:
-                device = value.get_device()
-                out[ptr if device < 0 else (device, ptr)] = st.nbytes()
-        except Exception:  # sparse, nested and other storage-less tensors
-            pass
-    elif isinstance(value, (tuple, list)):
-        for v in value:
-            if isinstance(v, tensor_type):
-                _storages_of(v, tensor_type, out)
-
-
-def node_storages(node, tensor_type=None) -> dict:
-    """The distinct storages one node's saved tensors hold: ``data_ptr`` (``(device, data_ptr)``
-    off the CPU) -> nbytes. Cheap (a few microseconds): the per-op accounting of a forward pass uses it."""
-    if tensor_type is None:
-        import torch
-
-        tensor_type = torch.Tensor
-    storages: dict = {}
-    for attr in _raw_saved_names(node):
-        try:
-            raw = getattr(node, attr)
-        except Exception:  # a custom Function's saved tensors after its backward
-            continue
-        for saved in raw if isinstance(raw, (tuple, list)) else (raw,):
-            try:
-                data = saved.data
-            except Exception:
-                continue
-            if data is not None:
-                _storages_of(data, tensor_type, storages)
-    return storages
-
-
-def _walk_saved(roots: Iterable) -> tuple[list, list[dict]]:
-    """Nodes reachable from ``roots`` in Snapshotter's DFS preorder, each with the distinct
-    storages its saved tensors hold: ``data_ptr`` (``(device, data_ptr)`` off the CPU) -> nbytes.
-
-    The cyclic GC is paused meanwhile: the walk allocates a wrapper per node and tensor, which
-    on a big graph would otherwise set off full collections that cost more than the walk.
-    """
-    import torch
-
-    tensor_type = torch.Tensor
-    held: list[dict] = []
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        order, _ = number_nodes(root_nodes(roots))
-        for node in order:
-            held.append(node_storages(node, tensor_type))
-    finally:
-        if was_enabled:
-            gc.enable()
-    return order, held
-
-
-def saved_storages(roots: Iterable) -> dict:
-    """Every distinct storage held by saved tensors of the graphs behind ``roots``: key -> nbytes."""
-    seen: dict = {}
-    for storages in _walk_saved(roots)[1]:
-        seen.update(storages)
-    return seen
-
-
-def saved_tensor_bytes(roots: Iterable) -> int:
-    """Bytes of distinct storages held by saved tensors of the graphs behind ``roots``.
-
-    ``roots`` are tensors (their grad_fn) or graph nodes. A storage saved by several nodes,
-    or twice by one (``b * b``), counts once; tensors a backward already freed count 0.
-    Call it on the thread that runs the script (see the module docstring).
-    """
-    seen: dict = {}
-    for storages in _walk_saved(roots)[1]:
-        seen.update(storages)
-    return sum(seen.values())
-
-
-def memory_report(roots: Iterable) -> dict:
-    """Who holds memory: ``{"nodes": held_by_nodes rows, "total": bytes, "node_count"}`` in one walk."""
-    order, storages = _walk_saved(roots)
-    seen: dict = {}
-    rows = []
-    for i, (node, held) in enumerate(zip(order, storages)):
-        seen.update(held)
-        if held:
-            rows.append({"node_index": i, "name": node_name(node), "bytes": sum(held.values()),
-                         "tensors": len(held)})
-    rows.sort(key=lambda r: (-r["bytes"], r["node_index"]))
-    return {"nodes": rows, "total": sum(seen.values()), "node_count": len(order)}
-
-
-def held_by_nodes(roots: Iterable) -> list[dict]:
-    """Nodes ranked by the bytes their saved tensors hold: the "who holds memory" view.
-
-    Each row is ``{"node_index", "name", "bytes", "tensors"}``; ``node_index`` is the node's
-    position in the DFS preorder that numbers trace nodes n0, n1, ... . A storage saved by two
-    nodes counts in both rows (the total, from ``memory_report`` or ``saved_tensor_bytes``,
-    counts it once); nodes holding nothing are left out. Largest first, ties in graph order.
-    """
-    return memory_report(roots)["nodes"]
 
 
 # -- the sampler ---------------------------------------------------------------------------------

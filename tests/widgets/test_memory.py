@@ -10,15 +10,9 @@ torch = pytest.importorskip("torch")
 from PySide6.QtCore import QPointF, Qt  # noqa: E402
 from PySide6.QtGui import QColor  # noqa: E402
 
-from core.worker.memory import (  # noqa: E402
-    CpuSource,
-    CudaSource,
-    FakeCudaSource,
-    MemorySampler,
-    held_by_nodes,
-    memory_report,
-    saved_tensor_bytes,
-)
+from core.worker.memory import MemorySampler  # noqa: E402
+from core.worker.memory_sources import CpuSource, CudaSource, FakeCudaSource  # noqa: E402
+from core.worker.saved_bytes import held_by_nodes, memory_report, saved_tensor_bytes  # noqa: E402
 from core.model.trace import MemorySample  # noqa: E402
 from widgets.memory.chart import MB, MemoryChart  # noqa: E402
 

@@ -31,7 +31,7 @@ from core.worker.capture.call_record import module_classes, summary_of  # noqa: 
 from core.worker.capture.creation import CreationTags, _CreationMode, _register_post_hook, clear_call_sites, is_device_error
 from core.worker.capture.cuts import CutRecorder
 from core.worker.capture.edge_grads import EdgeGradRecorder
-from core.worker.memory import saved_storages
+from core.worker.saved_bytes import saved_storages
 from core.worker.capture.names import NameTable, untraced
 from core.worker.capture.numpy_peers import numpy_peers
 from core.programs.program import ProgramError, load_program

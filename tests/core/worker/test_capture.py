@@ -266,7 +266,7 @@ def test_capture_holds_no_activation_through_backward(tmp_path):
 
 
 def test_cuda_samples_carry_host_rss():
-    from core.worker.memory import CpuSource, CudaSource
+    from core.worker.memory_sources import CpuSource, CudaSource
 
     class Allocator:  # torch.cuda's counters, without a GPU
         @staticmethod
