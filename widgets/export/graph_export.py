@@ -21,13 +21,18 @@ from PySide6.QtCore import QBuffer, QIODevice, QMarginsF, QRectF, QSize, QSizeF
 from PySide6.QtGui import QColor, QFontMetricsF, QImage, QPageLayout, QPageSize, QPainter, QPdfWriter
 from PySide6.QtSvg import QSvgGenerator
 from PySide6.QtWidgets import QApplication, QGraphicsItem
+import shiboken6
 
 from core.layout.export_dot import call_to_dot
+from core.layout.groups import default_collapsed
 from core.layout.boxes import Layout
 from core.model.step_state import step_texts, step_view
 from core.model.trace import CallInfo, Trace
+from widgets.export.page import plan_page
 from widgets.export.sheet import Sheet, layout_sheet, paint_sheet
 from widgets.graph.items import color, font
+from widgets.graph.teaching import set_show_slots, set_show_values
+from widgets.graph.view import GraphView
 from widgets.theme import get_theme
 
 log = logging.getLogger(__name__)
@@ -320,8 +325,6 @@ def offscreen_view(call: CallInfo, *, theme="print", collapsed=None, show_saved=
     """A GraphView that is never shown, holding ``call`` laid out with the given state; with
     ``collapsed`` None, folded as the view opens it (big graphs: the readable overview)."""
     ensure_app()
-    from widgets.graph.view import GraphView
-
     view = GraphView(theme=theme)
     try:
         view.resize(1200, 900)
@@ -332,8 +335,6 @@ def offscreen_view(call: CallInfo, *, theme="print", collapsed=None, show_saved=
         if show_shapes:
             view.set_show_shapes(True)
         if values or slots:
-            from widgets.graph.teaching import set_show_slots, set_show_values
-
             set_show_values(view, values)
             set_show_slots(view, slots)
         if states:
@@ -342,8 +343,6 @@ def offscreen_view(call: CallInfo, *, theme="print", collapsed=None, show_saved=
             view.set_edge_texts(edge_texts)
         yield view
     finally:
-        import shiboken6
-
         shiboken6.delete(view)
 
 
@@ -361,8 +360,6 @@ def export_call(call: CallInfo, path, fmt: str | None = None, *, theme: str = "p
         return save_json(call, path, trace)
     if fmt == "dot":
         if collapsed is None:
-            from core.layout.groups import default_collapsed
-
             collapsed = default_collapsed(call)
         Path(path).write_text(call_to_dot(call, title=title, collapsed=frozenset(collapsed), states=states,
                                           edge_texts=edge_texts, theme=theme), encoding="utf-8")
@@ -372,8 +369,6 @@ def export_call(call: CallInfo, path, fmt: str | None = None, *, theme: str = "p
                         slots=slots) as view:
         opts = dict(title=title, caption=caption, background=background)
         if page is not None:
-            from widgets.export.page import plan_page
-
             fold = collapsed is None if fold is None else fold
             opts["plan"] = plan_page(view, page, fmt, make_sheet, fold=fold, deepen=collapsed is None,
                                      caption=caption, title=title)
@@ -426,7 +421,7 @@ def _step_name(call: CallInfo, record: dict) -> str:
 
 def export_gif(frames, path, duration_ms: int = 700, *, steps: list[dict] | None = None, **frame_options) -> Path:
     """An animated GIF from frame PNGs, or from a call and its ``steps`` (frames made first)."""
-    from PIL import Image
+    from PIL import Image  # Pillow loads only when a GIF is written: nothing else needs it
 
     if isinstance(frames, CallInfo):
         with tempfile.TemporaryDirectory(prefix="bps-frames-") as tmp:

@@ -45,6 +45,12 @@ def font(family: str, px: int, bold: bool = False) -> QFont:
     return f
 
 
+@lru_cache(maxsize=4096)
+def text_width(text: str, family: str, px: int, bold: bool) -> float:
+    """How wide ``text`` is drawn in ``font(family, px, bold)``: tags and notes are sized by it."""
+    return QFontMetricsF(font(family, px, bold)).horizontalAdvance(text)
+
+
 def summary_px(lod: float, px: float, room: float) -> int:
     """Scene pixel size for text of ``px`` at ``lod``: ``px`` while it reads (>= 6 px on screen);
     below that, as large as 6 screen pixels when that fits ``room`` (scene px), else 0 (no text).

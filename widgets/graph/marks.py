@@ -9,10 +9,9 @@ In-place, stale and device marks are always drawn; links and view tags only with
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 from PySide6.QtCore import QPointF, QRectF, Qt
-from PySide6.QtGui import QFontMetricsF, QPainter, QPainterPath, QPainterPathStroker, QPen
+from PySide6.QtGui import QPainter, QPainterPath, QPainterPathStroker, QPen
 from PySide6.QtWidgets import QGraphicsItem, QGraphicsScene, QStyleOptionGraphicsItem
 
 from core.model import anatomy
@@ -20,7 +19,7 @@ from core.layout.boxes import Layout
 from core.layout.groups import node_index
 from core.layout.visible import open_nodes
 from core.model.trace import CallInfo
-from widgets.graph.items import MIN_TEXT_PX, EdgeItem, NodeItem, SavedItem, color, edge_path, font
+from widgets.graph.items import MIN_TEXT_PX, EdgeItem, NodeItem, SavedItem, color, edge_path, font, text_width
 from widgets.graph.teaching import Placer, beside, teaching_items
 from widgets.graph.links import LinkEnd, Obstacles, label_spot, link_route, rect_tuple, route_path, spanning_pairs
 from widgets.theme import Theme
@@ -43,12 +42,7 @@ _CACHE = QGraphicsItem.DeviceCoordinateCache
 
 
 def tag_size(text: str, theme: Theme, bold: bool) -> tuple[float, float]:
-    return _text_width(text, theme.font_family, theme.small_font_px, bold) + 10, theme.small_font_px + 5.0
-
-
-@lru_cache(maxsize=4096)
-def _text_width(text: str, family: str, px: int, bold: bool) -> float:
-    return QFontMetricsF(font(family, px, bold)).horizontalAdvance(text)
+    return text_width(text, theme.font_family, theme.small_font_px, bold) + 10, theme.small_font_px + 5.0
 
 
 def paint_tag(p: QPainter, rect: QRectF, kind: str, text: str, theme: Theme, lod: float = 1.0) -> None:

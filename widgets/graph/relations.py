@@ -21,6 +21,7 @@ from core.model.graph_query import CallDiff, ancestors, compare_calls, descendan
 from core.layout.groups import group_info
 from core.model.nesting import link_nested, nested_calls
 from core.model.trace import CallInfo
+from widgets.graph.items import GroupBoxItem, NodeItem
 
 
 @dataclass
@@ -197,8 +198,6 @@ class RelationsMixin:
 
     def context_menu(self, pos: QPoint) -> QMenu:
         """The menu for a right-click at ``pos`` (viewport coordinates)."""
-        from widgets.graph.items import GroupBoxItem, NodeItem
-
         menu = QMenu(self)
         item = self._item_at(pos, NodeItem)
         node = item.node_id if item is not None and not item.node_id.startswith("group:") else None

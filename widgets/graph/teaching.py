@@ -9,6 +9,8 @@ rebuilt, themed and exported with them.
 
 from __future__ import annotations
 
+import math
+
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QPainter, QPen
 from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem
@@ -17,7 +19,7 @@ from core.layout.visible import open_nodes
 from core.model.causes import cut_text, hook_lines, hook_tips, node_notes
 from core.model.edge_marks import edge_mark_tip, mark_text
 from core.model.values import edge_grad_text, leaf_value_lines, seed_text
-from widgets.graph.items import MIN_TEXT_PX, EdgeItem, color, edge_path, font
+from widgets.graph.items import MIN_TEXT_PX, EdgeItem, color, edge_path, font, text_width
 from widgets.theme import Theme
 
 STUB_LEN = 22.0
@@ -38,10 +40,8 @@ class NoteItem(QGraphicsItem):
         self.target = target
         self.theme = theme
         self.stub = stub
-        from widgets.graph.marks import _text_width
-
         px = theme.small_font_px
-        text_w = max(_text_width(line, theme.font_family, px, False) for line in lines) + 8
+        text_w = max(text_width(line, theme.font_family, px, False) for line in lines) + 8
         text_h = len(lines) * (px + 3) + 4
         self._top = STUB_LEN if stub else 0.0
         if stub:  # the text sits beside the stub's end, close to the node, clear of mid-edge labels
@@ -433,8 +433,6 @@ def _slot_spots(points, w: float, h: float, direction: str) -> list[tuple[float,
 
 def _middle(points) -> tuple[float, float]:
     """The point halfway along a polyline."""
-    import math
-
     lengths = [math.dist(points[i - 1], points[i]) for i in range(1, len(points))]
     half = sum(lengths) / 2
     for i, seg in enumerate(lengths, 1):

@@ -14,7 +14,9 @@ from PySide6.QtCore import QRect, QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QImage, QPainter
 from PySide6.QtSvg import QSvgGenerator
 from PySide6.QtWidgets import QApplication
+import shiboken6
 
+from widgets.export.graph_export import ensure_app
 from widgets.memory.chart import MemoryChart
 
 FORMATS = ("png", "svg")
@@ -84,8 +86,6 @@ def export_samples(samples, path, *, reference=None, reference_label: str = "ref
     """Headless: a chart of ``samples`` (and a ``reference`` run on the same scale) written to ``path``."""
     if not samples:
         raise MemoryExportError(f"{path}: the run recorded no memory samples")
-    from widgets.export.graph_export import ensure_app
-
     ensure_app()
     chart = MemoryChart(theme=theme)
     try:
@@ -100,6 +100,4 @@ def export_samples(samples, path, *, reference=None, reference_label: str = "ref
         return export_chart(chart, path, theme=theme, size=size)
     finally:
         # Destroyed now, not at interpreter exit after the QApplication (which can crash).
-        import shiboken6
-
         shiboken6.delete(chart)

@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 from core.model.memory import format_bytes, held_by_nodes
 from core.model.trace import CallInfo
 from widgets.memory.chart import MemoryChart
+from widgets.memory.export import export_chart
 
 CPU_NOTE = "CPU: RSS and saved tensors; allocated / reserved appear on CUDA"
 CUDA_NOTE = "CUDA: allocated, reserved, the cache between them, saved tensors"
@@ -154,8 +155,6 @@ class MemoryPanel(QWidget):
 
     def export(self, path) -> Path:
         """Write the chart (with its reference and zoom) to ``path`` (.png or .svg) in the print theme."""
-        from widgets.memory.export import export_chart
-
         return export_chart(self.chart, path)
 
     def _export_dialog(self) -> None:

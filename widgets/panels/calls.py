@@ -7,7 +7,7 @@ import logging
 from PySide6.QtCore import QEvent, QModelIndex, QPersistentModelIndex, QRect, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QPainter, QPalette, QPen
 from PySide6.QtWidgets import (
-    QListWidget, QListWidgetItem, QStyle, QStyledItemDelegate, QStyleOptionViewItem, QVBoxLayout, QWidget,
+    QListWidget, QListWidgetItem, QMenu, QStyle, QStyledItemDelegate, QStyleOptionViewItem, QVBoxLayout, QWidget,
 )
 
 from core.model.call_notes import call_flags, grad_history, group_calls
@@ -253,8 +253,6 @@ class CallsPanel(QWidget):
         self.list.addItem(item)
 
     def _context_menu(self, pos) -> None:
-        from PySide6.QtWidgets import QMenu
-
         item = self.list.itemAt(pos)
         call_id = item.data(CALL_ID_ROLE) if item is not None else None
         if call_id not in self._index_of:

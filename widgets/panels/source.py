@@ -14,9 +14,9 @@ import logging
 import re
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, QRect, QSize, Qt, Signal
+from PySide6.QtCore import QEvent, QPointF, QRect, QSize, Qt, Signal
 from PySide6.QtGui import (
-    QColor, QFont, QFontDatabase, QMouseEvent, QPainter, QPalette, QSyntaxHighlighter,
+    QColor, QFont, QFontDatabase, QMouseEvent, QPainter, QPalette, QPolygonF, QSyntaxHighlighter,
     QTextCharFormat, QTextCursor, QTextDocument, QTextFormat,
 )
 from PySide6.QtWidgets import QLabel, QPlainTextEdit, QTextEdit, QVBoxLayout, QWidget
@@ -218,9 +218,6 @@ class _Editor(QPlainTextEdit):
             painter.setBrush(QColor("#d73a3a"))
             painter.drawEllipse(QRect(int(x), int(y), d, d))
         if line == self.paused_line:
-            from PySide6.QtCore import QPointF
-            from PySide6.QtGui import QPolygonF
-
             # The paused line's arrow, outlined so it reads over a breakpoint's dot.
             painter.setPen(QColor("#5a4300"))
             painter.setBrush(QColor("#ffc933"))

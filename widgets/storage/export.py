@@ -11,9 +11,11 @@ from pathlib import Path
 from PySide6.QtCore import QMarginsF, QPoint, QRect, QSize, QSizeF, Qt
 from PySide6.QtGui import QColor, QImage, QPageLayout, QPageSize, QPainter, QPalette, QPdfWriter
 from PySide6.QtSvg import QSvgGenerator
-from PySide6.QtWidgets import QAbstractScrollArea, QApplication, QTreeWidget
+from PySide6.QtWidgets import QAbstractScrollArea, QApplication, QFileDialog, QMessageBox, QTreeWidget
 
 from core.model.trace import Trace
+from widgets.export.graph_export import ensure_app
+from widgets.storage.view import StorageView
 
 FORMATS = ("png", "svg", "pdf")
 
@@ -125,8 +127,6 @@ def render_storage(view, path, fmt: str | None = None, *, width: int = 760, scal
 
 def export_storage(trace: Trace, name: str, path, fmt: str | None = None, **options) -> Path:
     """Headless: the storage view of the tensor ``name`` written to ``path``."""
-    from widgets.export.graph_export import ensure_app
-
     ensure_app()
     source, tid = find_tensor(trace, name)
     storages = trace.storages if source is trace else getattr(source, "storages", None)
@@ -143,8 +143,6 @@ def export_view_copy(view, path, fmt: str | None = None, **options) -> Path:
 
 def _render_new_view(table, tensor_id, storages, path, fmt, **options) -> Path:
     """Render the storage of ``tensor_id`` through a StorageView made for this one picture."""
-    from widgets.storage.view import StorageView
-
     view = StorageView()
     try:
         view.set_tensor(table, tensor_id, storages)
@@ -155,8 +153,6 @@ def _render_new_view(table, tensor_id, storages, path, fmt, **options) -> Path:
 
 def export_storage_dialog(window) -> Path | None:
     """File > Export Storage View: ask for a file name and write the Storage view there."""
-    from PySide6.QtWidgets import QFileDialog, QMessageBox
-
     view = window.storage
     if view.tensor_id() is None:
         QMessageBox.information(window, "Export Storage View", "Select a tensor first: the Storage view is empty.")
