@@ -44,7 +44,9 @@ def driver_source(path: str | Path, options: dict | None = None) -> str:
 
 
 def _driver(p: Path, what: str, call: str) -> str:
-    return (_HEADER.format(name=p.name, what=what, loader=call.split("(")[0])
+    # The name as a Python literal in ASCII: a newline (or any line break) in a file's name stays inside
+    # the comment instead of starting a line of code.
+    return (_HEADER.format(name=ascii(p.name), what=what, loader=call.split("(")[0])
             + f"\nmodel, example_input = {call}\n")
 
 

@@ -109,16 +109,31 @@ def read_cells(path: str | Path) -> list[tuple[int, str, str]]:
     return cells
 
 
+_PYTHON_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def python_lines(src: str) -> list[str]:
+    """``src`` split where Python ends a line (\\n, \\r\\n, \\r) and nowhere else.
+
+    ``str.splitlines`` also breaks at U+2028, U+2029, \\x0b, \\x0c, \\x1c-\\x1e and \\x85, which Python
+    and Jupyter read as part of the line: a comment holding one would become code, and a string
+    holding one a SyntaxError."""
+    lines = _PYTHON_LINE_BREAK.split(src)
+    if lines[-1] == "":
+        lines.pop()
+    return lines
+
+
 def notebook_script(path: str | Path) -> NotebookScript:
     """The code cells of ``path`` as one script, with the line map and the skipped lines."""
-    out: list[str] = [f"# {Path(path).name}: the code cells of this notebook, run in order",
+    out: list[str] = [f"# {ascii(Path(path).name)}: the code cells of this notebook, run in order",
                       "display = print  # IPython's display(), for cells that call it without importing it"]
     cells: list[dict] = []
     skipped: list[dict] = []
     for position, kind, src in read_cells(path):
         if kind != "code":
             continue
-        lines = src.splitlines()
+        lines = python_lines(src)
         cells.append({"cell": position, "first": len(out) + 1, "lines": len(lines)})
         out.append(f"# %% cell {position}")
         cell_magic = None
