@@ -19,6 +19,7 @@ from app.cli.hosts import add_worker_args, worker_options
 from core.protocol import messages as protocol
 from core.client.handle import capture_run, run_capture
 from core.model.nesting import link_nested
+from core.model.step_state import step_texts, step_view
 from core.model.trace import CallInfo, Trace
 
 FORMATS = ("png", "svg", "pdf", "dot", "json")
@@ -146,7 +147,7 @@ def _check_args(args, batch: bool) -> None:
 
 def _export_storage(args, script: Path, trace) -> tuple[list[str], list[str]]:
     """``--storage NAME``: the Storage view of one tensor, in the print look."""
-    from widgets.storage.export import StorageExportError, export_storage
+    from widgets.storage.export import StorageExportError, export_storage  # Qt loads only when exporting
 
     out = output_path(args.output, script, args.format or "png")
     fmt = _format(args, out)
@@ -207,15 +208,12 @@ def _write_outputs(args, script: Path, batch: bool, trace: Trace, index: int, st
         raise ScriptError(f"call #{index} ran no backward step to draw (it was never backwarded)")
     if want_steps and call.index != index:
         raise ScriptError(f"call #{index} was kept as a summary only, so its steps cannot be drawn")
-    from core.model.step_state import step_texts
-    from widgets.export.graph_export import export_call, export_frames, export_gif, strip_call
+    from widgets.export.graph_export import export_call, export_frames, export_gif, strip_call  # Qt: exports only
 
     states = edge_texts = None
     if args.step is not None:
         if args.step > len(steps):
             raise ScriptError(f"--step {args.step}: call #{call.index} has only {len(steps)} steps")
-        from core.model.step_state import step_view
-
         view = step_view(call, steps, upto=args.step)
         states, edge_texts = view.states, step_texts(call, view)
     out = output_path(args.output, script, args.format or "png")
@@ -254,7 +252,7 @@ def _write_outputs(args, script: Path, batch: bool, trace: Trace, index: int, st
 
 def _export_memory(args, script: Path) -> tuple[list[str], list[str]]:
     """Run ``script`` (and ``--reference``) and write the memory chart."""
-    from widgets.memory.export import MemoryExportError, export_samples
+    from widgets.memory.export import MemoryExportError, export_samples  # Qt loads only when exporting
 
     out = output_path(args.output, script, args.format if args.format in ("png", "svg") else "svg")
     if out.suffix.lower() not in (".png", ".svg"):

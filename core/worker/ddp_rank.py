@@ -11,11 +11,17 @@ the ``AccumulateGrad`` nodes whose gradients the all-reduce touches.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import torch
+
+from core.worker.capture.recorder import Capture
+from core.worker.capture.snapshot import values_of
+from core.worker.ddp import die_with_parent
+from core.worker.env import apply_device
 
 
 class DDPWatch:
@@ -53,8 +59,6 @@ class DDPWatch:
         self.local[key] = grad.detach().clone()
 
     def call_hook(self, capture):
-        from core.worker.capture.snapshot import values_of
-
         def hook(index, api, roots, real):
             self.local.clear()
             try:
@@ -76,8 +80,6 @@ class DDPWatch:
 
 
 def _plain(values) -> dict:
-    from dataclasses import asdict
-
     return {k: v for k, v in asdict(values).items() if v is not None}
 
 
@@ -106,22 +108,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--load", default=None, help="JSON: how to open the file (weights, input_shapes)")
     parser.add_argument("script")
     args = parser.parse_args(argv)
-    from core.worker.ddp import die_with_parent
-
     die_with_parent()  # torchrun starts ranks in sessions of their own: one ending ends them
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    from core.worker.capture.recorder import Capture
-    from core.worker.main import apply_device
-
     device = args.device
     if device.startswith("cuda") and torch.cuda.is_available():
         device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0')) % torch.cuda.device_count()}"
     apply_device(device)
     watch = DDPWatch()
     watch.install()
-    import json
-
     capture = Capture(args.script, device=device, mode=args.mode, load=json.loads(args.load) if args.load else None)
     capture.call_hook = watch.call_hook(capture)
     trace = capture.run()

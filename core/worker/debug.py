@@ -14,6 +14,7 @@ import time
 from core.protocol import messages as protocol
 from core.protocol.step_pack import pack_records
 from core.protocol.switch_interval import quick_switch
+from core.model.step_state import leaf_digest
 from core.model.trace_json import call_to_dict
 
 STEP_BATCH, STEP_BATCH_S = 1000, 0.05  # finished nodes are sent at least this often
@@ -141,7 +142,6 @@ class Stepping:
     def _step_hook(self, capture, step: dict | None = None, debug: DebugPlan | None = None):
         """A call hook that runs backward calls under a BackwardStepper: call ``step['call']``
         (a stepping run), or each call where ``debug`` pauses (a debug run)."""
-        from core.model.step_state import leaf_digest
         from core.worker.stepper import BackwardStepper  # imported now: the script's run hides the app's modules
 
         step = step or {}

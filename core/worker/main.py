@@ -61,6 +61,7 @@ from core.worker import remote as worker_remote
 from core.model.trace import ErrorInfo, Trace
 from core.worker.channel import Channel, _open_fault_file, _private_fd
 from core.worker.interrupts import INTERRUPTS
+from core.worker.memory_marks import describe_node, install_marks, script_line
 from core.worker.env import (_flush_quietly, _patch_exit, _say_no_input, apply_device, check_device, list_devices,
                              script_environment, seed_run)
 from core.worker.debug import DebugPlan, Stepping
@@ -161,7 +162,7 @@ class Worker(Stepping):
                     return  # the script closed the channel: the parent reads the rest from the fallback file
 
     def _sampler(self, capture, device: str, rate: float, run_id):
-        from core.worker.memory import MemorySampler
+        from core.worker.memory import MemorySampler  # torch's: loaded once main() has set the fault handler
 
         self.sampler = MemorySampler(
             device if device.startswith("cuda") else "cpu",
@@ -169,7 +170,6 @@ class Worker(Stepping):
             saved_bytes_fn=capture.live_saved_storages,
             on_batch=lambda batch: self.channel.send({"type": "memory", "run": run_id, "samples": batch}),
         )
-        from core.worker.memory_marks import describe_node
 
         def on_node(node) -> None:
             md = node.metadata
@@ -181,7 +181,7 @@ class Worker(Stepping):
         return self.sampler
 
     def run(self, cmd: dict) -> None:
-        from core.worker.capture.recorder import Capture
+        from core.worker.capture.recorder import Capture  # torch's: loaded once main() has set the fault handler
 
         self.channel.codec = wire.pick_codec(cmd.get("compress"))
         self.channel.columns = "columns" in (cmd.get("encodings") or ())
@@ -238,8 +238,6 @@ class Worker(Stepping):
                 capture.started = time.perf_counter()
                 remove_marks = None
                 if sampler is not None:
-                    from core.worker.memory_marks import install_marks, script_line
-
                     sampler.origin = capture.started
                     sampler.start()
                     remove_marks = install_marks(sampler.note, script_line(capture.names))
@@ -356,10 +354,6 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         pass
     import torch
-
-    import core.worker.capture.recorder  # noqa: F401  (loaded before the script hides the app's modules)
-    import core.worker.memory  # noqa: F401
-    import core.worker.stepper  # noqa: F401
 
     channel.send({"type": "hello", "pid": os.getpid(), "torch": torch.__version__, "devices": list_devices(),
                   "python": sys.version.split()[0], "protocol": wire.PROTOCOL_VERSION,
