@@ -87,7 +87,8 @@ def check_report(name: str, hello, seconds: float) -> list[str]:
     on = f"on {hello.host}, " if hello.host and hello.host != name else ""
     codecs = " or ".join(hello.codecs) if hello.codecs else "zlib"
     lines = [f"{name}: ready in {seconds:.1f} s: {on}Python {hello.python or '?'}, torch {hello.torch or '?'}, "
-             f"protocol {hello.protocol}, compresses traces with {codecs}"]
+             f"protocol {hello.protocol}, compresses traces with {codecs}"
+             + (", runs the worker code the app sent" if hello.sent_code else "")]
     for d in hello.devices:
         if d.get("kind") == "error":
             lines.append(f"  {name}: {d.get('name') or d.get('id')}")
@@ -113,7 +114,8 @@ def add_worker_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--host", metavar="NAME|DEST", help="run on a saved host, or on any ssh destination "
                    "(user@host, ssh://user@host:port, a ~/.ssh/config alias)")
     g.add_argument("--worker-command", metavar="CMD", help="run the worker behind this command, e.g. "
-                   "\"docker exec -i box python -m core.worker\"")
+                   "\"docker exec -i box python\" (one that ends in a Python gets the worker's code sent; "
+                   "\"... python -m core.worker\" where Backprop Studio is installed there)")
     g.add_argument("--remote-cwd", metavar="DIR", help="run the script in this folder on the host")
     g.add_argument("--send-folder", action="store_true", default=None,
                    help="also send the files beside the script")
@@ -155,7 +157,7 @@ def add_hosts_parser(sub) -> None:
     a = hs.add_parser("add", help="save a host: an ssh destination, or --worker-command for any other launcher")
     a.add_argument("name")
     a.add_argument("dest", nargs="?", help="ssh destination (default: NAME)")
-    a.add_argument("--python", default="python3", help="the host's Python with torch and this app installed")
+    a.add_argument("--python", default="python3", help="the host's Python with torch (the app sends the worker's code)")
     a.add_argument("--worker-command", help="a whole worker command instead of ssh (srun, docker exec -i, kubectl exec -i)")
     a.add_argument("--remote-cwd", help="run scripts in this folder on the host")
     a.add_argument("--send-folder", action="store_true", help="send the files beside each script")

@@ -20,9 +20,10 @@ COLUMNS = ("Name", "ssh destination", "or worker command", "Python on the host",
 SEND = len(COLUMNS) - 1  # a check box: send the files beside each script
 HELP = ("A host runs the worker where the GPU is. Give an ssh destination (user@host, "
         "ssh://user@host:port or a ~/.ssh/config alias; your keys and agent are used, no password "
-        "is stored) and the host's Python with torch and Backprop Studio installed, or a whole worker command such as "
-        "<code>srun -p gpu python -m core.worker</code>, <code>docker exec -i box python -m core.worker</code> "
-        "or <code>kubectl exec -i pod -- python -m core.worker</code>.")
+        "is stored) and the host's Python with torch (the app sends the worker's code), or a whole worker command "
+        "such as <code>srun -p gpu python</code>, <code>docker exec -i box python</code> or "
+        "<code>kubectl exec -i pod -- python</code> (end it in <code>-m core.worker</code> to use a "
+        "Backprop Studio installed there).")
 
 
 def row_to_host(values: list[str], send_folder: bool = False) -> dict:

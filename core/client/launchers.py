@@ -28,6 +28,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from core.client.bootstrap import remote_command, with_bootstrap
 from core.client.run_errors import death_error
 from core.model.trace import ErrorInfo
 from core.protocol import messages as protocol
@@ -57,9 +58,15 @@ class Launcher:
     remote_cwd: str | None = None  # run the script in this remote folder instead of a temporary one
     send_folder: bool = False  # also send the files beside the script
     env: dict = field(default_factory=dict)  # extra environment for the local command (tests, PATH)
+    send_code: bool = False  # the command ends in a bare interpreter: the worker's code goes down stdin
 
     def describe(self) -> str:
-        return f"{self.name} ({shlex.join(self.argv)})"
+        if not self.send_code:
+            return f"{self.name} ({shlex.join(self.argv)})"
+        # the bootstrap program is two words at the end, or the tail of ssh's remote command
+        argv = self.argv
+        words = list(argv[:-2]) if argv[-2:-1] == ("-c",) else [*argv[:-1], argv[-1].split(" -c ")[0]]
+        return f"{self.name} ({shlex.join(words)}, the worker's code sent)"
 
     @property
     def program(self) -> str:
@@ -76,10 +83,11 @@ def ssh_argv(dest: str, python: str = DEFAULT_PYTHON, ssh: str | None = None,
              options: tuple[str, ...] = ()) -> tuple[str, ...]:
     """``ssh`` with no terminal, no password prompt, a keep-alive and a limit on connecting
     (an unreachable host says so in 20 s, not after the system's two minutes), running the
-    worker on ``dest``."""
+    worker on ``dest`` (its code sent by the app where ``python`` is a bare interpreter:
+    ``core.client.bootstrap``)."""
     exe = ssh or shutil.which("ssh") or "ssh"
     return (exe, "-T", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=15", "-o",
-            f"ConnectTimeout={SSH_CONNECT_TIMEOUT}", *options, "--", dest, worker_command(python))
+            f"ConnectTimeout={SSH_CONNECT_TIMEOUT}", *options, "--", dest, remote_command(python)[0])
 
 
 # What ssh(1) takes as its destination: [user@]host (a ~/.ssh/config alias, a name, an IPv4 or
@@ -105,10 +113,12 @@ def from_host(host: dict) -> Launcher:
         if not _DEST.match(dest):
             raise LauncherError(f"host '{name}': 'dest' {dest!r} is not an ssh destination ({DEST_FORMS})")
         options = tuple(shlex.split(host.get("ssh_options", "")))
-        return Launcher(argv=ssh_argv(dest, host.get("python") or DEFAULT_PYTHON, options=options), kind="ssh",
-                        **common)
+        python = host.get("python") or DEFAULT_PYTHON
+        return Launcher(argv=ssh_argv(dest, python, options=options), kind="ssh",
+                        send_code=remote_command(python)[1], **common)
     if kind == "command":
-        return Launcher(argv=split_command(host.get("command", ""), f"host '{name}': 'command'"), **common)
+        argv, send = with_bootstrap(split_command(host.get("command", ""), f"host '{name}': 'command'"))
+        return Launcher(argv=argv, send_code=send, **common)
     raise LauncherError(f"host '{name}': 'kind' must be 'ssh' or 'command', not {kind!r}")
 
 
@@ -125,9 +135,12 @@ def split_command(command: str, what: str = "--worker-command") -> tuple[str, ..
 
 
 def from_command(command: str, name: str | None = None, **options) -> Launcher:
-    """A launcher from a whole command line (``--worker-command "docker exec -i box python -m core.worker"``)."""
+    """A launcher from a whole command line (``--worker-command "docker exec -i box python -m core.worker"``);
+    one that ends in a bare interpreter (``"docker exec -i box python"``) gets the worker's code sent."""
     argv = split_command(command)
-    return Launcher(name=name or os.path.basename(argv[0]), argv=argv, **options)
+    name = name or os.path.basename(argv[0])
+    argv, send = with_bootstrap(argv)
+    return Launcher(name=name, argv=argv, send_code=send, **options)
 
 
 def resolve(spec: str, hosts: list[dict] | None = None, **options) -> Launcher:
@@ -322,6 +335,7 @@ def start_failure(launcher: Launcher, code: int, output: str) -> str:
     if launcher.kind == "ssh" and code == SSH_FAILED:
         hint = " (check that 'ssh' to it works without a password prompt: keys or an agent)"
     elif code == 127 or "No module named" in output:
-        hint = " (is Python with torch and Backprop Studio installed there? set the host's python)"
+        hint = (" (is Python with torch there? set the host's python)" if launcher.send_code else
+                " (is Python with torch and Backprop Studio installed there? set the host's python)")
     return (f"the worker on {launcher.name} did not start: {launcher.program} exited with "
             f"code {code}{said}{hint}")

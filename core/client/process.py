@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from core.client.bootstrap import code_message
 from core.client.launchers import fault_in_output, missing_command, transfer_progress
 from core.model.trace import paused_gc
 from core.protocol import messages as protocol
@@ -42,6 +43,9 @@ FRAME_CAP = 10.0
 # A frame from which no byte has come for this long is not on its way (the worker stopped
 # in the middle of it): the run is ended without waiting out FRAME_CAP.
 FRAME_STALL = 2.0
+# How long a command waits for the worker's code to go down the pipe before it (core.client.bootstrap):
+# as long as the launcher takes to reach its host and start the interpreter.
+CODE_WAIT = 60.0
 
 
 class WorkerProcess:
@@ -83,12 +87,15 @@ class WorkerProcess:
         self._output_done = threading.Event()
         self._exited = threading.Event()
         self._fault_cache: str | None = None
+        self._code_sent = threading.Event()  # set once nothing more is to be written before commands
 
     def start(self) -> None:
         env = dict(os.environ)
         # The worker restores the user's PYTHONPATH before the script runs (its children inherit it).
         env["BACKPROP_STUDIO_PYTHONPATH"] = env.get("PYTHONPATH", "")
-        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        sends_code = self.launcher is not None and self.launcher.send_code
+        if not sends_code:  # a worker whose code the app sends imports it from its own folder, not this tree
+            env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         env["PYTHONUNBUFFERED"] = "1"
         env["PYTHONFAULTHANDLER"] = "1"
         cmd = [self.python, "-m", "core.worker"]
@@ -115,6 +122,11 @@ class WorkerProcess:
             # ssh / docker / kubectl not installed: reported like any worker that did not start.
             self.proc = subprocess.Popen(missing_command(self.launcher, exc), stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            sends_code = False
+        if sends_code:  # the bootstrap reads it before anything else (core.client.bootstrap)
+            threading.Thread(target=self._send_code, name=f"worker-{self.id}-code", daemon=True).start()
+        else:
+            self._code_sent.set()
         threading.Thread(target=self._wait, name=f"worker-{self.id}-wait", daemon=True).start()
         threading.Thread(target=self._read_protocol, name=f"worker-{self.id}-proto", daemon=True).start()
         threading.Thread(target=self._read_output, name=f"worker-{self.id}-output", daemon=True).start()
@@ -123,8 +135,18 @@ class WorkerProcess:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def _send_code(self) -> None:
+        """Write the worker's packed code down its stdin; commands wait until it is all there."""
+        try:
+            self.proc.stdin.write(code_message())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            pass  # the command ended first: its exit is reported like any worker that did not start
+        finally:
+            self._code_sent.set()
+
     def send(self, msg: dict) -> bool:
-        if not self.alive:
+        if not self.alive or not self._code_sent.wait(CODE_WAIT):
             return False
         try:
             self.proc.stdin.write((json.dumps(msg) + "\n").encode())

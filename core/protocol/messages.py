@@ -72,6 +72,7 @@ class Hello(_Base):
     protocol: int = 1  # core.protocol.wire.PROTOCOL_VERSION of the worker; the app refuses another one
     codecs: list = field(default_factory=list)  # compressions the worker can send big messages in
     host: str = ""  # the worker machine's host name
+    sent_code: bool = False  # the worker runs the code the app sent with its start (core.client.bootstrap)
 
 
 @_message("devices")

@@ -16,7 +16,7 @@ The script runs as under ``python script.py``: cwd and ``sys.path[0]`` are its f
 ``widgets``) are out of ``sys.modules``, ``sys.path`` and ``PYTHONPATH`` while it runs, so a
 project with its own ``core`` package imports its own.
 
-Messages sent: ``hello`` (pid, torch version, devices), ``started``, ``call`` and
+Messages sent: ``hello`` (pid, torch version, devices, whether the app sent this code), ``started``, ``call`` and
 ``call_done`` (progress), ``call_trace`` (each captured call as soon as it is complete, so a
 crash keeps it; a loop's repeated call past the first few as its summary, since the capture
 keeps it in full only while it is the last), ``call_summary`` (an earlier streamed call was
@@ -321,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="core.worker")
     parser.add_argument("--fault-file", default=None)
     parser.add_argument("--fallback-file", default=None)
+    parser.add_argument("--sent-code", action="store_true")  # started by core.client.bootstrap's program
     args = parser.parse_args(argv)
     worker_remote.become_group_leader()
 
@@ -357,7 +358,8 @@ def main(argv: list[str] | None = None) -> int:
 
     channel.send({"type": "hello", "pid": os.getpid(), "torch": torch.__version__, "devices": list_devices(),
                   "python": sys.version.split()[0], "protocol": wire.PROTOCOL_VERSION,
-                  "codecs": wire.available_codecs(), "host": socket.gethostname()})
+                  "codecs": wire.available_codecs(), "host": socket.gethostname(),
+                  "sent_code": args.sent_code})
     worker = Worker(channel, command_fd, fault)
     try:
         worker.serve()

@@ -21,7 +21,7 @@ import psutil
 import pytest
 import torch
 
-from core.client import launchers
+from core.client import bootstrap, launchers
 from core.protocol import wire
 from core.client.handle import ClientState, WorkerClient, run_capture
 from core.client.process import ROOT
@@ -681,7 +681,8 @@ def test_ending_a_ddp_run_ends_torchrun_and_every_rank(launcher, tmp_path, how):
 def test_host_records_and_bad_input():
     host = {"name": "gpu-box", "kind": "ssh", "dest": "me@gpu-box", "python": "/opt/venv/bin/python"}
     l = from_host(host)
-    assert l.argv[-2:] == ("me@gpu-box", "/opt/venv/bin/python -m core.worker")
+    assert l.argv[-2] == "me@gpu-box" and l.send_code  # a bare interpreter: the app sends the worker's code
+    assert shlex.split(l.argv[-1]) == ["/opt/venv/bin/python", "-c", bootstrap.BOOTSTRAP]
     assert "BatchMode=yes" in l.argv and "ConnectTimeout=20" in l.argv
     assert resolve("gpu-box", [host]).argv == l.argv
     direct = resolve("alice@10.0.0.7")

@@ -30,7 +30,7 @@ def test_hosts_add_list_remove(capsys):
     capsys.readouterr()
     assert main(["hosts"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("gpu-box (") and out[0].endswith("me@gpu-box '/opt/venv/bin/python -m core.worker')")
+    assert out[0].startswith("gpu-box (") and out[0].endswith("me@gpu-box /opt/venv/bin/python, the worker's code sent)")
     assert out[1].startswith("lab (sh -c ")
     assert main(["hosts", "list"]) == 0
     assert capsys.readouterr().out.splitlines() == out
