@@ -9,11 +9,11 @@ import errno
 import os
 import re
 import signal
-import tokenize
 from pathlib import Path
 
 from core.protocol import messages as protocol
 from core.model.trace import CallInfo, ErrorInfo, with_fields
+from core.programs.openers import read_script
 
 STOPPED = "stopped by you"
 
@@ -87,15 +87,6 @@ def summary_dict(call: dict | CallInfo) -> dict | CallInfo:
     if isinstance(call, CallInfo):  # sent in columns (core.protocol.columns)
         return with_fields(call, nodes=[], tensors=[], storages=[], roots=[], snapshot="summary")
     return {**call, "nodes": [], "tensors": [], "storages": [], "roots": [], "snapshot": "summary"}
-
-
-def read_script(path: str | os.PathLike) -> str:
-    """A script's text decoded as Python decodes it (a PEP 263 coding cookie, a BOM, else UTF-8).
-
-    Raises OSError, or ValueError (SyntaxError, UnicodeDecodeError) for an unknown coding.
-    """
-    with tokenize.open(path) as f:
-        return f.read()
 
 
 def _source(path: str) -> str:

@@ -23,10 +23,17 @@ from core.programs.notebook import NotebookError, notebook_script, skipped_notes
 from core.programs.opener import Opener, Program, ProgramError
 
 
-def read_script(p: Path) -> str:
-    """The text as Python decodes it: a PEP 263 coding cookie, a BOM, else UTF-8."""
-    with tokenize.open(p) as f:
-        return f.read()
+def read_script(p: str | Path) -> str:
+    """The text as Python decodes it: a PEP 263 coding cookie, a BOM, else UTF-8.
+
+    Raises OSError, or ValueError for text Python cannot decode (an unknown or missing coding,
+    bytes that are not UTF-8): tokenize's SyntaxError for a bad cookie becomes a ValueError too.
+    """
+    try:
+        with tokenize.open(p) as f:
+            return f.read()
+    except SyntaxError as exc:
+        raise ValueError(exc.msg if exc.msg else str(exc)) from None
 
 
 class ScriptOpener(Opener):
@@ -42,7 +49,7 @@ class ScriptOpener(Opener):
         p = Path(path)
         try:
             source = read_script(p)
-        except (OSError, ValueError) as exc:  # ValueError: SyntaxError / UnicodeDecodeError of the coding
+        except (OSError, ValueError) as exc:  # ValueError: a coding Python cannot decode
             raise ProgramError(f"cannot read {p}: {exc}") from None
         program = Program(source)
         weights = options.get("weights")
@@ -68,7 +75,7 @@ class ModelFileOpener(ScriptOpener):
             return False
         try:
             tree = ast.parse(read_script(p))
-        except (OSError, ValueError, SyntaxError):  # unreadable or not Python: it opens as a script
+        except (OSError, ValueError, SyntaxError):  # unreadable or not Python (ast): it opens as a script
             return False
         return "build" in _top_level_names(tree) or {"model", "example_input"} <= _top_level_names(tree)
 
