@@ -14,7 +14,7 @@ import pytest
 
 from tests.fixtures_graphs import call as make_call
 from tests.fixtures_graphs import leaf, mul_call, node, tensor
-from widgets.graph.items import color
+from widgets.graph.painting import color
 from widgets.graph.marks import ShareLinkItem
 from widgets.graph.scene import tooltip
 from widgets.graph.view import GraphView

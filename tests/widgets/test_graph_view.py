@@ -11,7 +11,8 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication
 
 from tests.fixtures_graphs import edge_count, mlp_call, mul_call, residual_mlp_call
-from widgets.graph.items import EdgeItem, NodeItem, color
+from widgets.graph.items import EdgeItem, NodeItem
+from widgets.graph.painting import color
 from core.layout.groups import group_info
 from widgets.graph.view import OVERVIEW_LOD, GraphView
 from widgets.theme import THEMES

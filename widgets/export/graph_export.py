@@ -30,7 +30,7 @@ from core.model.step_state import step_texts, step_view
 from core.model.trace import CallInfo, Trace
 from widgets.export.page import plan_page
 from widgets.export.sheet import Sheet, layout_sheet, paint_sheet
-from widgets.graph.items import color, font
+from widgets.graph.painting import color, font
 from widgets.graph.teaching import set_show_slots, set_show_values
 from widgets.graph.view import GraphView
 from widgets.theme import get_theme

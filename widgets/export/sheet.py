@@ -13,7 +13,7 @@ from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QPen
 from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem
 
-from widgets.graph.items import color, font
+from widgets.graph.painting import color, font
 from widgets.graph.minimap import LEGEND_ENTRIES, paint_legend_entry
 from widgets.theme import Theme
 

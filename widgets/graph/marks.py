@@ -19,9 +19,10 @@ from core.layout.boxes import Layout
 from core.layout.groups import node_index
 from core.layout.visible import open_nodes
 from core.model.trace import CallInfo
-from widgets.graph.items import MIN_TEXT_PX, EdgeItem, NodeItem, SavedItem, color, edge_path, font, text_width
+from widgets.graph.items import EdgeItem, NodeItem, SavedItem, edge_path
 from widgets.graph.teaching import Placer, beside, teaching_items
 from widgets.graph.links import LinkEnd, Obstacles, label_spot, link_route, rect_tuple, route_path, spanning_pairs
+from widgets.graph.painting import MIN_TEXT_PX, color, font, text_width
 from widgets.theme import Theme
 
 # kind -> (line and text colour, fill colour, bold): theme attribute names

@@ -13,7 +13,7 @@ from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QPainterPath, QPen, Q
 from PySide6.QtWidgets import QGraphicsItem, QGraphicsView, QWidget
 
 from core.layout.boxes import Layout
-from widgets.graph.items import NodeStyle, color, font, node_colors, paint_node
+from widgets.graph.painting import NodeStyle, color, font, node_colors, paint_node
 from widgets.graph.marks import paint_legend_sample
 from widgets.theme import Theme
 

@@ -24,8 +24,9 @@ from core.layout.opening import opening_layout
 from core.layout.groups import paused_gc
 from core.layout.visible import prepare_folds
 from core.model.trace import CallInfo
-from widgets.graph.items import EdgeItem, GroupBoxItem, NodeItem, NodeStyle, SavedItem, color, font
+from widgets.graph.items import EdgeItem, GroupBoxItem, NodeItem, SavedItem
 from widgets.graph.minimap import OverviewItem
+from widgets.graph.painting import NodeStyle, color, font
 from widgets.theme import Theme
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,8 @@ from core.layout.visible import open_nodes
 from core.model.causes import cut_text, hook_lines, hook_tips, node_notes
 from core.model.edge_marks import edge_mark_tip, mark_text
 from core.model.values import edge_grad_text, leaf_value_lines, seed_text
-from widgets.graph.items import MIN_TEXT_PX, EdgeItem, color, edge_path, font, text_width
+from widgets.graph.items import EdgeItem, edge_path
+from widgets.graph.painting import MIN_TEXT_PX, color, font, text_width
 from widgets.theme import Theme
 
 STUB_LEN = 22.0
