@@ -95,7 +95,7 @@ def main() -> int:
 def per_op(model, inputs) -> None:
     """What the per-op accounting of a forward pass costs: ``on_node`` for each node of one graph,
     against the forward pass that made them (the capture calls it once per new node)."""
-    from core.worker.stepper import number_nodes, root_nodes
+    from core.worker.capture.node_graph import number_nodes, root_nodes
 
     t0 = time.perf_counter()
     loss = model(inputs).pow(2).mean()

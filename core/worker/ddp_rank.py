@@ -19,7 +19,7 @@ from dataclasses import asdict, replace
 import torch
 
 from core.worker.capture.recorder import Capture
-from core.worker.capture.snapshot import values_of
+from core.worker.capture.values import values_of
 from core.worker.ddp import die_with_parent
 from core.worker.env import apply_device
 

@@ -12,8 +12,8 @@ from typing import Iterable
 
 # Imported here, not inside the functions: they run while the script does, when the app's
 # modules are out of sys.modules (the worker keeps the script's imports its own).
-from core.worker.capture.snapshot import node_name
-from core.worker.stepper import number_nodes, root_nodes
+from core.worker.capture.node_graph import node_name
+from core.worker.capture.node_graph import number_nodes, root_nodes
 
 
 # Saved tensors are read through ``node._raw_saved_<name>`` (a SavedTensor) and its ``data``: the

@@ -28,8 +28,9 @@ from typing import Any, Callable, Iterable
 import torch
 
 from core.protocol.messages import StepperState
-from core.worker.capture.snapshot import STACK_LIMIT, ValueBatch, _flat_head, _plain_list
-from core.worker.capture.snapshot import FULL_VALUES, node_kind, node_name, number_nodes, root_nodes, values_of  # noqa: F401
+from core.worker.capture.values import STACK_LIMIT, ValueBatch, _flat_head, _plain_list
+from core.worker.capture.node_graph import node_kind, node_name, number_nodes, root_nodes
+from core.worker.capture.values import FULL_VALUES, values_of
 
 log = logging.getLogger(__name__)
 

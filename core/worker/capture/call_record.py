@@ -21,8 +21,11 @@ from core.worker.capture.edge_grads import EdgeGradRecorder
 from core.worker.capture.names import untraced
 from core.worker.capture.nesting import grad_states, inside_gradcheck, inside_reentrant_checkpoint, nested_options
 from core.worker.capture.script_errors import error_info
-from core.worker.capture.snapshot import Snapshotter, grad_fn_of, label_nodes, values_of
-from core.worker.capture.snapshot import root_nodes as shared_root_nodes
+from core.worker.capture.node_graph import label_nodes
+from core.worker.capture.node_graph import root_nodes as shared_root_nodes
+from core.worker.capture.snapshot import Snapshotter
+from core.worker.capture.node_graph import grad_fn_of
+from core.worker.capture.values import values_of
 from core.model.trace import CallInfo, paused_gc
 
 _ORIG_TENSOR_BACKWARD = torch.Tensor.backward

@@ -9,7 +9,7 @@ left alone: the hooks would cost a value copy per edge.
 
 from __future__ import annotations
 
-from core.worker.capture.snapshot import values_of
+from core.worker.capture.values import values_of
 from core.model.trace import GradInfo, fast_new
 
 LIMIT = 300

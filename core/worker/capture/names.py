@@ -16,7 +16,7 @@ from types import FrameType
 
 import torch
 
-from core.worker.capture.snapshot import grad_fn_of
+from core.worker.capture.node_graph import grad_fn_of
 
 MAX_LIST_ITEMS = 64
 OP_FRAME = "<op>"  # name of the capture's call frames that carry the script's file and line

@@ -27,7 +27,6 @@ from typing import Any, Callable
 import torch
 
 from core.worker.capture.call_record import _ORIG_BACKWARD, _ORIG_GRAD, _ORIG_TENSOR_BACKWARD, CallRecording
-from core.worker.capture.call_record import module_classes, summary_of  # noqa: F401  (part of this module's interface)
 from core.worker.capture.creation import CreationTags, _CreationMode, _register_post_hook, clear_call_sites, is_device_error
 from core.worker.capture.cuts import CutRecorder
 from core.worker.capture.edge_grads import EdgeGradRecorder
@@ -36,7 +35,9 @@ from core.worker.capture.names import NameTable, untraced
 from core.worker.capture.numpy_peers import numpy_peers
 from core.programs.program import ProgramError, load_program
 from core.worker.capture.script_errors import error_info, format_tb, script_line
-from core.worker.capture.snapshot import Snapshotter, grad_fn_of, label_nodes, number_nodes
+from core.worker.capture.node_graph import label_nodes
+from core.worker.capture.snapshot import Snapshotter
+from core.worker.capture.node_graph import grad_fn_of, number_nodes
 from core.model.trace import CallInfo, ErrorInfo, Trace
 
 log = logging.getLogger(__name__)

@@ -17,15 +17,9 @@ import torch
 
 from core.worker.capture.cuts import cuts_of, hook_names
 from core.worker.capture.edge_marks import edge_marks
-from core.worker.capture.node_graph import (  # noqa: F401  (re-exported: the stepper and the capture import them from here)
-    grad_fn_of, inherit_origin, label_nodes, multi_output_labels, node_kind, node_name, number_nodes, root_nodes,
-    saved_attr_names,
-)
+from core.worker.capture.node_graph import grad_fn_of, node_kind, node_name, number_nodes, saved_attr_names
 from core.model.trace import Edge, GradInfo, NodeInfo, Saved, Stale, StorageInfo, TensorInfo, fast_new
-from core.worker.capture.values import (  # noqa: F401  (re-exported, as above)
-    APPROX_SAMPLE, CHUNK_ELEMENTS, CPU_EXACT_BUDGET, EXACT_LIMIT, FULL_VALUES, SAMPLE_VALUES, STACK_LIMIT,
-    VALUE_BUDGET, ValueBatch, _flat_head, _json_number, _plain_list, values_of,
-)
+from core.worker.capture.values import FULL_VALUES, VALUE_BUDGET, ValueBatch, _json_number
 
 
 def dtype_name(dtype) -> str:

@@ -21,7 +21,8 @@ from torch.overrides import TorchFunctionMode
 
 from core.worker.capture.cuts import CutRecorder
 from core.worker.capture.names import NameTable
-from core.worker.capture.snapshot import Snapshotter, label_nodes
+from core.worker.capture.node_graph import label_nodes
+from core.worker.capture.snapshot import Snapshotter
 from core.model.trace import CallInfo, Trace
 
 

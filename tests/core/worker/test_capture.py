@@ -179,7 +179,7 @@ def test_inplace_nodes_and_devices_are_marked():
 
 
 def test_statistics_of_a_big_tensor_are_exact(tmp_path):
-    from core.worker.capture.snapshot import values_of
+    from core.worker.capture.values import values_of
 
     torch.manual_seed(3)
     t = torch.randn(3_000_000) * 0.1 + 0.01
@@ -198,7 +198,7 @@ def test_statistics_of_a_big_tensor_are_exact(tmp_path):
 
 
 def test_statistics_past_the_exact_budget_are_marked_approximate(tmp_path):
-    from core.worker.capture.snapshot import ValueBatch
+    from core.worker.capture.values import ValueBatch
 
     torch.manual_seed(4)
     tensors = [torch.randn(100_000) for _ in range(3)]

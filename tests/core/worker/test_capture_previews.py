@@ -9,7 +9,8 @@ from pathlib import Path
 
 import torch
 
-from core.worker.capture.snapshot import Snapshotter, number_nodes
+from core.worker.capture.snapshot import Snapshotter
+from core.worker.capture.node_graph import number_nodes
 from core.worker.capture.values import IN_PLACE_WIDTH, STACK_LIMIT, ValueBatch, _unravel
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -21,7 +21,8 @@ from torch import nn
 from core.worker.capture.recorder import Capture
 from core.protocol.messages import StepEnd, StepperState
 from core.worker.capture.snapshot import Snapshotter
-from core.worker.stepper import BackwardStepper, StepperStopped, engine_order, number_nodes, root_nodes, step_all
+from core.worker.stepper import BackwardStepper, StepperStopped, engine_order, step_all
+from core.worker.capture.node_graph import number_nodes, root_nodes
 
 WAIT_S = 20.0
 EXAMPLES = Path(__file__).resolve().parents[3] / "resources" / "examples"
