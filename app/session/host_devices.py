@@ -16,9 +16,11 @@ from PySide6.QtCore import QObject, Qt, Signal
 
 from app.cli.hosts import device_label, load_hosts
 from app.window.hosts_dialog import add_menu_action
+from core.protocol import events
 from core.protocol import messages as protocol
 from core.client.handle import WorkerClient
 from core.client.launchers import LauncherError, from_host
+from core.model.memory import format_bytes
 
 log = logging.getLogger(__name__)
 
@@ -59,13 +61,13 @@ class HostWorkers(QObject):
             self.clients[launcher.name] = client
 
     def _relay(self, name: str, event: protocol._Base) -> None:
-        if isinstance(event, (protocol.Hello, protocol.SpareFailed)):
+        if isinstance(event, (protocol.Hello, events.SpareFailed)):
             self._sig_hello.emit(name, event)
         else:
             self.handle.sig_event.emit(event)  # a run on the host: the same signals as a local run
 
-    def _on_hello(self, name: str, event: protocol.Hello | protocol.SpareFailed) -> None:
-        if isinstance(event, protocol.SpareFailed):
+    def _on_hello(self, name: str, event: protocol.Hello | events.SpareFailed) -> None:
+        if isinstance(event, events.SpareFailed):
             self.failed[name] = event.message
             self.sig_failed.emit(name, self.failed[name])
             return
@@ -147,7 +149,7 @@ def install(window) -> None:
     start()
 
 
-def show_transfer(window, event: protocol.Transfer) -> None:
+def show_transfer(window, event: events.Transfer) -> None:
     """The status bar's progress bar follows a trace arriving, or a model file leaving, over a slow
     link; and a big trace from the local worker (uncompressed columns) while the app reads it."""
     raw = max(int(event.raw or 0), 1)
@@ -163,7 +165,7 @@ def show_transfer(window, event: protocol.Transfer) -> None:
         bar.setValue(int(1000 * min(event.sent, raw) / raw))
         bar.setFormat(f"sending {name} %p%")
         bar.setTextVisible(True)
-        bar.setToolTip(f"Sending {name} to the host: {event.sent / 1e6:.1f} of {raw / 1e6:.1f} MB "
+        bar.setToolTip(f"Sending {name} to the host: {format_bytes(event.sent)} of {format_bytes(raw)} "
                        f"({event.codec or 'uncompressed'})")
         bar.show()
         return
@@ -172,8 +174,8 @@ def show_transfer(window, event: protocol.Transfer) -> None:
     bar.setFormat("trace %p%")
     bar.setTextVisible(True)
     codec = "uncompressed" if event.codec in (None, "raw") else event.codec
-    bar.setToolTip(f"Receiving the trace: {event.received / 1e6:.1f} MB received ({codec}), "
-                   f"{event.decoded / 1e6:.1f} of {raw / 1e6:.1f} MB decoded")
+    bar.setToolTip(f"Receiving the trace: {format_bytes(event.received)} received ({codec}), "
+                   f"{format_bytes(event.decoded)} of {format_bytes(raw)} decoded")
     bar.show()
 
 

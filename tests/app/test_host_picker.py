@@ -12,6 +12,8 @@ from core.client.process import ROOT
 PY = sys.executable
 EXAMPLES = ROOT / "resources" / "examples"
 
+MB = 2**20  # the app's byte unit (core.model.memory.format_bytes)
+
 
 @pytest.fixture
 def hosts_window(qtbot, tmp_path, monkeypatch):
@@ -189,21 +191,21 @@ def test_reconnect_hosts_starts_their_workers_again(qtbot, hosts_window, tmp_pat
 
 def test_transfer_progress_in_the_status_bar(hosts_window):
     from app.session.host_devices import end_transfer, show_transfer
-    from core.protocol.messages import Transfer
+    from core.protocol.events import Transfer
 
     w = hosts_window
-    show_transfer(w, Transfer(received=2_000_000, decoded=12_500_000, raw=50_000_000, codec="zlib"))
+    show_transfer(w, Transfer(received=2 * MB, decoded=int(12.5 * MB), raw=50 * MB, codec="zlib"))
     assert (w.busy.minimum(), w.busy.maximum(), w.busy.value()) == (0, 1000, 250)
     assert w.busy.text() == "trace 25%"
-    assert w.busy.toolTip() == "Receiving the trace: 2.0 MB received (zlib), 12.5 of 50.0 MB decoded"
+    assert w.busy.toolTip() == "Receiving the trace: 2.0 MB received (zlib), 12.5 MB of 50.0 MB decoded"
     end_transfer(w)
     assert w.busy.maximum() == 0 and not w.busy.isTextVisible()
     # The local worker's traces come in raw columns: a small one flashes no bar, a big one has its bar.
     show_transfer(w, Transfer(received=1_000_004, decoded=1_000_000, raw=3_000_000, codec="raw"))
     assert w.busy.maximum() == 0 and not w.busy.isTextVisible()
-    show_transfer(w, Transfer(received=6_000_012, decoded=6_000_000, raw=12_000_000, codec="raw"))
+    show_transfer(w, Transfer(received=6 * MB + 12, decoded=6 * MB, raw=12 * MB, codec="raw"))
     assert (w.busy.maximum(), w.busy.value(), w.busy.text()) == (1000, 500, "trace 50%")
-    assert w.busy.toolTip() == "Receiving the trace: 6.0 MB received (uncompressed), 6.0 of 12.0 MB decoded"
+    assert w.busy.toolTip() == "Receiving the trace: 6.0 MB received (uncompressed), 6.0 MB of 12.0 MB decoded"
     end_transfer(w)
 
 
@@ -224,16 +226,16 @@ def test_upload_progress_in_the_status_bar(qtbot):
     from PySide6.QtWidgets import QProgressBar
 
     from app.session.host_devices import show_transfer
-    from core.protocol.messages import Transfer
+    from core.protocol.events import Transfer
 
     bar = QProgressBar()
     qtbot.addWidget(bar)
     window = SimpleNamespace(busy=bar)
-    event = Transfer(of="upload", name="tiny-bert/model.safetensors", sent=30_000_000, raw=120_000_000, codec="zlib")
+    event = Transfer(of="upload", name="tiny-bert/model.safetensors", sent=30 * MB, raw=120 * MB, codec="zlib")
     show_transfer(window, event)
     assert (bar.maximum(), bar.value(), bar.text()) == (1000, 250, "sending model.safetensors 25%")
-    assert bar.toolTip() == "Sending model.safetensors to the host: 30.0 of 120.0 MB (zlib)"
-    show_transfer(window, replace(event, sent=120_000_000))  # all sent: busy again while the run starts
+    assert bar.toolTip() == "Sending model.safetensors to the host: 30.0 MB of 120.0 MB (zlib)"
+    show_transfer(window, replace(event, sent=120 * MB))  # all sent: busy again while the run starts
     assert bar.maximum() == 0 and not bar.isTextVisible()
 
 
