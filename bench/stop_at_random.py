@@ -30,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from core.protocol import events
 from core.protocol import messages as protocol
 from core.client.handle import STOP_GRACE, WorkerClient  # noqa: E402
 from core.client.launchers import from_command  # noqa: E402
@@ -69,7 +70,7 @@ def main() -> int:
     def handle(event) -> None:
         if isinstance(event, protocol.StepPaused):
             paused.set()
-        if isinstance(event, protocol.Finished):
+        if isinstance(event, events.Finished):
             box["result"] = event.result
             done.set()
 

@@ -12,6 +12,7 @@ import logging
 
 from PySide6.QtCore import QObject, Signal
 
+from core.protocol import events
 from core.protocol import messages as protocol
 from app.session.host_devices import split_device
 from core.client.handle import WorkerClient
@@ -50,7 +51,7 @@ class WorkerHandle(QObject):
     """Memory right after a stepped node ran (a protocol.StepMemory: t, saved_bytes, allocated)."""
     sig_transfer = Signal(object)
     """Bytes of a compressed trace received from a remote worker, or of a model file sent to it (a
-    protocol.Transfer)."""
+    events.Transfer)."""
     sig_bad_message = Signal(str)
     """The worker sent a message that does not match the protocol: what is wrong, naming the field."""
     sig_rank_trace = Signal(object)
@@ -131,7 +132,7 @@ class WorkerHandle(QObject):
     }
 
     def _dispatch(self, event: protocol._Base) -> None:
-        if isinstance(event, protocol.Finished):
+        if isinstance(event, events.Finished):
             if event.run == self.current_run:
                 self.current_run = None
             self.sig_finished.emit(event.result)

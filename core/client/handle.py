@@ -24,6 +24,7 @@ from core.client.process import WorkerProcess, typed
 from core.client.run_errors import STOPPED, _source, death_error, summary_dict
 from core.model.trace import CallInfo, ErrorInfo, Trace, TraceFormatError
 from core.model.trace_json import call_from_dict, trace_from_dict
+from core.protocol import events
 from core.protocol import messages as protocol
 from core.protocol.step_pack import unpack_steps
 from core.protocol.wire import ENCODINGS, RAW
@@ -194,7 +195,7 @@ class WorkerClient:
 
     def _set_state(self, state: ClientState) -> None:
         self.state = state
-        self.on_event(protocol.State(state=state))
+        self.on_event(events.State(state=state))
 
     def _launch(self, worker: WorkerProcess, run_id: int, path: str, device: str, mode: str, timeout: float,
                 step: dict | None = None, extra: dict | None = None):
@@ -276,11 +277,11 @@ class WorkerClient:
             run = self._run
             current = run is not None and run["worker"] is worker
         if not current:
-            if isinstance(msg, protocol.Exit) and self.launcher is not None and worker.hello is None:
+            if isinstance(msg, events.Exit) and self.launcher is not None and worker.hello is None:
                 with worker._lock:
                     said = worker.output_tail.decode("utf-8", errors="replace")
                 why = worker.refused or start_failure(self.launcher, msg.code or 0, said)
-                self.on_event(protocol.SpareFailed(message=why))
+                self.on_event(events.SpareFailed(message=why))
             return  # a spare's exit, or an old worker's last words
         if isinstance(msg, protocol.CallTrace):  # kept for the result; not passed on (a big graph)
             run.setdefault("calls", {})[msg.position] = msg.call
@@ -290,7 +291,7 @@ class WorkerClient:
             if isinstance(call, (dict, CallInfo)):  # a CallInfo when sent in columns
                 run["calls"][msg.position] = summary_dict(call)
             return
-        if isinstance(msg, protocol.BadMessage):
+        if isinstance(msg, events.BadMessage):
             run.setdefault("bad_messages", []).append(msg.error)
         if isinstance(msg, protocol.Steps):  # previews sent once per batch (core.protocol.step_pack)
             unpack_steps({"records": msg.records, "previews": msg.extra.pop("previews", None)})
@@ -299,7 +300,7 @@ class WorkerClient:
                 self.on_event(protocol.Step(call=msg.call, record=record, extra=dict(msg.extra)))
         elif isinstance(msg, protocol.TraceDone):
             self._finish_with_trace(worker, run, msg)
-        elif isinstance(msg, protocol.Exit):
+        elif isinstance(msg, events.Exit):
             self._finish_dead_run(code=msg.code, run=run)
         else:
             self.on_event(msg)
@@ -385,7 +386,7 @@ class WorkerClient:
                 self._set_state(ClientState.READY)
         trace = replace(trace, output=output)
         result = RunResult(trace, output, output_bytes, elapsed, run["id"], run.get("bad_messages"))
-        self.on_event(protocol.Finished(run=run["id"], result=result))
+        self.on_event(events.Finished(run=run["id"], result=result))
 
 
 def run_capture(path: str, device: str = "cpu", mode: str = "auto", timeout: float = DEFAULT_TIMEOUT,
@@ -412,7 +413,7 @@ def capture_run(path: str, memory_rate: float | None = None, launcher=None, **ru
     def handle(event: protocol._Base) -> None:
         if on_event is not None:
             on_event(event)
-        if isinstance(event, protocol.Finished):
+        if isinstance(event, events.Finished):
             box["result"] = event.result
             done.set()
 
@@ -443,7 +444,7 @@ def check_worker(launcher, timeout: float = CHECK_TIMEOUT) -> protocol.Hello:
     box: list = []
 
     def on_event(event: protocol._Base) -> None:
-        if isinstance(event, (protocol.Hello, protocol.Refused, protocol.SpareFailed)) and not box:
+        if isinstance(event, (protocol.Hello, events.Refused, events.SpareFailed)) and not box:
             box.append(event)
             answer.set()
 

@@ -26,6 +26,7 @@ from typing import Callable
 from core.client.bootstrap import code_message
 from core.client.launchers import fault_in_output, missing_command, transfer_progress
 from core.model.trace import paused_gc
+from core.protocol import events
 from core.protocol import messages as protocol
 from core.protocol.wire import ProtocolMismatch, StreamDecoder, check_hello, read_ahead
 
@@ -362,7 +363,7 @@ class WorkerProcess:
         # Let the output reader drain what the worker printed last.
         drained = self._output_done.wait(timeout=2)
         self.ready.set()
-        self._deliver(protocol.Exit(code=code))
+        self._deliver(events.Exit(code=code))
         self.finished.set()
         # The worker is gone: its pipes are closed now rather than whenever the garbage collector
         # gets to them (hundreds of runs and stops would otherwise pile up open descriptors).
@@ -399,14 +400,14 @@ class WorkerProcess:
                 check_hello(data, f"the worker on {self.launcher.name}" if self.launcher else "the worker")
             except ProtocolMismatch as exc:
                 self.refused = str(exc)
-                self._deliver(protocol.Refused(message=self.refused))
+                self._deliver(events.Refused(message=self.refused))
                 self.kill()
                 return
         msg = typed(data)
-        if isinstance(msg, protocol.BadMessage) and isinstance(data, dict) and data.get("type") == "hello":
+        if isinstance(msg, events.BadMessage) and isinstance(data, dict) and data.get("type") == "hello":
             # A hello the app cannot read: refused, naming the field (not a 120 s wait for a ready worker).
             self.refused = f"the worker's hello cannot be read: {msg.error}"
-            self._deliver(protocol.Refused(message=self.refused))
+            self._deliver(events.Refused(message=self.refused))
             self.kill()
             return
         if isinstance(msg, protocol.Hello):
@@ -453,7 +454,7 @@ class WorkerProcess:
                 self.output_tail += chunk
                 if len(self.output_tail) > OUTPUT_TAIL:
                     del self.output_tail[: len(self.output_tail) - OUTPUT_TAIL]
-            self._deliver(protocol.Output(text=chunk.decode("utf-8", errors="replace")))
+            self._deliver(events.Output(text=chunk.decode("utf-8", errors="replace")))
         self._output_done.set()
         if self.finished.is_set():  # the protocol reader finished first and left this pipe open
             try:
@@ -479,7 +480,7 @@ def typed(data) -> protocol._Base:
         return protocol.event_from_dict(data)
     except protocol.ProtocolError as exc:
         log.warning("a worker message does not match the protocol: %s", exc)
-        return protocol.BadMessage(error=str(exc), raw=data)
+        return events.BadMessage(error=str(exc), raw=data)
 
 
 def _private_temp(kind: str, suffix: str) -> Path | None:

@@ -9,8 +9,8 @@ Qt-free and torch-free: the worker, the client, the GUI and the CLI all import i
 
 ``core.client.handle`` hands every message on as its dataclass, with the client's own events
 (``state``, ``output``, ``exit``, ``refused``, ``spare_failed``, ``transfer``, ``finished``,
-``bad_message``), which never cross the wire, defined in ``core.protocol.events`` and re-exported
-here (``EVENTS``). Readers use the
+``bad_message``), which never cross the wire, defined in ``core.protocol.events``
+(``event_from_dict`` here reads both). Readers use the
 attributes; ``msg["field"]`` / ``msg.get("field")`` still read a message as the dict it was
 sent as, for scripts written against the dict form.
 
@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from core.protocol.record import _TYPES, ProtocolError, _Base  # noqa: F401  (ProtocolError: part of this module's names)
+from core.protocol.events import EVENTS
+from core.protocol.record import _TYPES, ProtocolError, _Base
 from core.model.trace import CallInfo, Trace, TraceFormatError
 
 # Messages that carry a trace or a call may hold them read already (core.protocol.wire's columns).
@@ -379,20 +380,6 @@ def command_from_dict(data: dict) -> _Base:
     if cls is None:
         raise ProtocolError(f"unknown command {data.get('cmd')!r}")
     return cls.from_dict(data)
-
-
-# The client's own events (``State``, ``Output``, ``Finished``, ``BadMessage``...), never on the wire.
-from core.protocol.events import (  # noqa: E402,F401  (defined apart; part of this module's names)
-    EVENTS,
-    BadMessage,
-    Exit,
-    Finished,
-    Output,
-    Refused,
-    SpareFailed,
-    State,
-    Transfer,
-)
 
 
 def event_from_dict(data: dict) -> _Base:

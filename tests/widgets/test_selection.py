@@ -78,12 +78,12 @@ def test_every_view_follows_the_one_selection(qtbot, window):
 def test_a_malformed_worker_message_is_shown_and_kept_with_the_run(qtbot, window):
     """Said in the Output panel and the status bar when it arrives, listed in Problems with the
     result; the run's trace is shown as usual."""
-    from core.protocol import messages as protocol
+    from core.protocol import events
     from core.client.handle import RunResult
     from core.model.trace import Trace
 
     error = "'call' message: field 'index' must be int, got str 'three'"
-    window.handle.sig_event.emit(protocol.BadMessage(error=error, raw={"type": "call", "index": "three"}))
+    window.handle.sig_event.emit(events.BadMessage(error=error, raw={"type": "call", "index": "three"}))
     assert f"the worker sent a message the app cannot read: {error}" in window.output.text()
     assert error in window.state_label.text()
     session = window.session
@@ -91,6 +91,6 @@ def test_a_malformed_worker_message_is_shown_and_kept_with_the_run(qtbot, window
     window.handle.current_run = 99
     shown = Trace(calls=list(window.trace.calls), script=window.trace.script, call_count=window.trace.call_count)
     result = RunResult(shown, "", 0, 0.2, 99, [error])
-    window.handle.sig_event.emit(protocol.Finished(run=99, result=result))
+    window.handle.sig_event.emit(events.Finished(run=99, result=result))
     assert window.trace is shown
     assert [p.summary for p in window.problems.problems() if error in p.details or error in p.summary]

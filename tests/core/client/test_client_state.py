@@ -8,7 +8,7 @@ import time
 import pytest
 
 from core.client.handle import ClientState, WorkerClient
-from core.protocol import messages as protocol
+from core.protocol import events
 
 WAIT_S = 60.0
 
@@ -21,9 +21,9 @@ def test_client_states_of_one_run(tmp_path):
     results = []
 
     def on_event(e):
-        if isinstance(e, protocol.State):
+        if isinstance(e, events.State):
             states.append(e.state)
-        elif isinstance(e, protocol.Finished):
+        elif isinstance(e, events.Finished):
             results.append(e.result)
             finished.set()
 

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from core.protocol import events as client_events
 from core.protocol import messages as protocol
 from core.protocol.messages import ProtocolError, StepBegin, command_from_dict, message_from_dict
 
@@ -62,8 +63,8 @@ def test_messages_read_as_attributes_and_as_the_dict_they_were():
         msg["nope"]
     # The client's own events are typed by the same table.
     ev = protocol.event_from_dict({"type": "transfer", "of": "trace", "received": 10, "decoded": 40, "raw": 80})
-    assert isinstance(ev, protocol.Transfer) and (ev.of, ev.raw) == ("trace", 80)
-    assert set(protocol.EVENTS).isdisjoint(protocol.MESSAGES)
+    assert isinstance(ev, client_events.Transfer) and (ev.of, ev.raw) == ("trace", 80)
+    assert set(client_events.EVENTS).isdisjoint(protocol.MESSAGES)
 
 
 FAKE_WORKER = '''
@@ -106,7 +107,7 @@ def test_a_malformed_worker_message_is_reported_by_field_and_nothing_is_lost(tmp
     events = []
     result = run_capture(str(script), launcher=from_command(command, name="fake"), timeout=30,
                          on_event=events.append)
-    (bad,) = [e for e in events if isinstance(e, protocol.BadMessage)]
+    (bad,) = [e for e in events if isinstance(e, client_events.BadMessage)]
     assert bad.error == "'call' message: field 'index' must be int, got str 'three'"
     assert bad.raw["index"] == "three" and bad.raw["line"] == 4  # kept as received
     # The messages after it still arrive, typed, and the run ends with its trace.
@@ -178,6 +179,6 @@ def test_a_hello_that_cannot_be_read_is_refused_naming_the_field(tmp_path):
     events = []
     result = run_capture(str(script), launcher=from_command(command, name="fake"), timeout=30,
                          on_event=events.append)
-    refused = [e for e in events if isinstance(e, protocol.Refused)]
+    refused = [e for e in events if isinstance(e, client_events.Refused)]
     assert refused and "'hello' message: field 'pid' must be int, got str 'one'" in refused[0].message
     assert "field 'pid'" in result.trace.error.message
