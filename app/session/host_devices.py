@@ -17,7 +17,6 @@ from PySide6.QtCore import QObject, Qt, Signal
 from app.cli.hosts import device_label, load_hosts
 from app.window.hosts_dialog import add_menu_action
 from core.protocol import events
-from core.protocol import events
 from core.protocol import messages as protocol
 from core.client.handle import WorkerClient
 from core.client.launchers import LauncherError, from_host
