@@ -27,7 +27,7 @@ from app.window.screen_fit import proportion_docks
 from app.window.window import MainWindow
 from core.client.run_errors import script_problem
 from core.model.trace import ErrorInfo
-from core.programs.model_files import is_huggingface_folder
+from core.programs.model_kinds import is_huggingface_folder
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,6 @@ from core.model.trace import CallInfo, Trace, TraceFormatError
 from core.model.trace_json import call_from_dict
 
 
-
 class SessionState(str, Enum):
     """What the session is doing (the module's docstring says what each state means)."""
 

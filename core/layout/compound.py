@@ -35,12 +35,12 @@ from core.layout.boxes import (
     group_id,
 )
 from core.layout.dot import dot_available, layout_dot
-from core.layout.groups import group_info, paused_gc
+from core.layout.groups import group_info
 from core.layout.layered import LAYER_GAP, layered
 from core.layout.visible import Visible, build_visible
 from core.model.anatomy import device_changes
 from core.model.edge_marks import mark_text
-from core.model.trace import CallInfo
+from core.model.trace import CallInfo, paused_gc
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import logging
 import weakref
 from collections import Counter
 
-from core.model.trace import CallInfo, paused_gc  # noqa: F401 (paused_gc is re-exported for layout users)
+from core.model.trace import CallInfo, paused_gc
 
 log = logging.getLogger(__name__)
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core.layout.boxes import text_size
-from core.layout.groups import GroupInfo, group_info, node_index, paused_gc
+from core.layout.groups import GroupInfo, group_info, node_index
 from core.model.attrs import saved_label, shown_value, tensor_words
 from core.model.nesting import nested_lines
-from core.model.trace import CallInfo, NodeInfo
+from core.model.trace import CallInfo, NodeInfo, paused_gc
 from core.model.values import format_shape
 
 

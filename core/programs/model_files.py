@@ -21,9 +21,7 @@ import sys
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from core.programs.model_kinds import (  # noqa: F401  (model_kind and the suffixes are asked for here too)
-    CHECKPOINT_SUFFIXES, DTYPES, EXPORT_SUFFIXES, MODEL_SUFFIXES, SAFETENSORS_SUFFIXES, TORCHSCRIPT_SUFFIXES,
-    ModelFileError, is_huggingface_folder, model_kind, parse_shapes, recorded_shapes)
+from core.programs.model_kinds import SAFETENSORS_SUFFIXES, ModelFileError, model_kind, parse_shapes, recorded_shapes
 
 SEED = 0  # example inputs are random but the same on every run
 

@@ -21,9 +21,8 @@ from core.layout.groups import default_collapsed, group_info
 from core.layout.visible import edge_shapes, node_label
 from core.model.values import format_shape
 from core.layout.opening import opening_layout
-from core.layout.groups import paused_gc
 from core.layout.visible import prepare_folds
-from core.model.trace import CallInfo
+from core.model.trace import CallInfo, paused_gc
 from widgets.graph.items import EdgeItem, GroupBoxItem, NodeItem, SavedItem
 from widgets.graph.minimap import OverviewItem
 from widgets.graph.painting import NodeStyle, color, font

@@ -22,7 +22,7 @@ from core.model.nesting import nested_calls
 from core.model.trace import CallInfo
 from widgets.graph.items import EdgeItem, GroupBoxItem, NodeItem, SavedItem
 from widgets.graph.marks import MarksMixin
-from widgets.graph.nav import MAX_FIT, MAX_ZOOM, NavigationMixin  # noqa: F401 - public constants
+from widgets.graph.nav import NavigationMixin
 from widgets.graph.painting import NodeStyle, color
 from widgets.graph.relations import RelationsMixin
 from widgets.graph.state import GraphState

@@ -12,7 +12,8 @@ torch = pytest.importorskip("torch")
 
 from core.worker.capture.recorder import capture_script  # noqa: E402
 from core.client.handle import run_capture  # noqa: E402
-from core.programs.model_files import ModelFileError, example_inputs, model_kind, parse_shapes  # noqa: E402
+from core.programs.model_files import example_inputs  # noqa: E402
+from core.programs.model_kinds import ModelFileError, model_kind, parse_shapes  # noqa: E402
 from core.programs.program import ProgramError, display_source, file_kind, load_program  # noqa: E402
 
 NET_PY = textwrap.dedent("""\
