@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -11,6 +13,7 @@ def _run(code: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_core_imports_without_qt():
     code = (
         "import importlib, pkgutil, sys\n"
@@ -30,6 +33,7 @@ def test_core_imports_without_qt():
     assert int(result.stdout.strip()) >= 6
 
 
+@pytest.mark.slow
 def test_gui_side_modules_do_not_import_torch():
     code = (
         "import importlib, pkgutil, sys\n"

@@ -16,6 +16,7 @@ def _main(*args, timeout=180):
                           timeout=timeout)
 
 
+@pytest.mark.slow
 def test_trace_writes_json_with_the_documented_keys(tmp_path):
     out = tmp_path / "out.json"
     result = _main("trace", EXAMPLES / "02_polynomial.py", "--json", out)
@@ -28,6 +29,7 @@ def test_trace_writes_json_with_the_documented_keys(tmp_path):
     assert {n["name"] for n in call["nodes"]} == {"AddBackward0", "MulBackward0", "PowBackward0", "AccumulateGrad"}
 
 
+@pytest.mark.slow
 def test_trace_reports_a_failing_script(tmp_path):
     result = _main("trace", EXAMPLES / "08_inplace_error.py")
     assert result.returncode == 1
@@ -36,6 +38,7 @@ def test_trace_reports_a_failing_script(tmp_path):
     assert "error at line 14: RuntimeError" in result.stdout
 
 
+@pytest.mark.slow
 def test_step_writes_every_node_in_engine_order(tmp_path):
     torch = pytest.importorskip("torch")
     out = tmp_path / "steps.json"
@@ -59,6 +62,7 @@ def test_step_writes_every_node_in_engine_order(tmp_path):
         assert torch.allclose(torch.tensor(have), torch.tensor(want), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_step_stops_at_the_failing_node(tmp_path):
     result = _main("step", EXAMPLES / "09_backward_twice.py", "--call", 1)
     assert result.returncode == 1
@@ -77,6 +81,7 @@ def test_help_lists_every_command_with_one_line(capsys):
     assert all(len(words) > 4 for words in lines)  # each says what it does
 
 
+@pytest.mark.slow
 def test_step_by_breakpoint_writes_the_same_runs_call(tmp_path):
     script = tmp_path / "unseeded.py"
     script.write_text("import torch\n"

@@ -36,6 +36,7 @@ def _items(box):
     return [(box.itemText(i), box.itemData(i)) for i in range(box.count())]
 
 
+@pytest.mark.slow
 def test_host_devices_listed_and_used(qtbot, hosts_window, tmp_path):
     w = hosts_window
     box = w.device_box
@@ -57,6 +58,7 @@ def test_host_devices_listed_and_used(qtbot, hosts_window, tmp_path):
     assert w.state_label.text().endswith(" s on lab: cpu")
 
 
+@pytest.mark.slow
 def test_a_host_still_connecting_is_listed_as_such_and_left_running_nowhere(qtbot, tmp_path, monkeypatch):
     import psutil
 
@@ -80,6 +82,7 @@ def test_a_host_still_connecting_is_listed_as_such_and_left_running_nowhere(qtbo
     qtbot.waitUntil(lambda: not sleeping(), timeout=10_000)  # closing the window ends the host's command
 
 
+@pytest.mark.slow
 def test_a_host_device_picked_before_its_host_said_hello_stays_picked(qtbot, hosts_window):
     """``--device lab::cpu`` on the command line: the local worker's devices come first and must
     not take the pick back to the local CPU; the host's own entry replaces it when it comes."""
@@ -117,6 +120,7 @@ def test_all_reduce_is_marked_on_the_parameters(qtbot):
                                     "after this node, and [2, 2, 2] once averaged over the ranks.")
 
 
+@pytest.mark.slow
 def test_hosts_dialog_checks_saves_and_restarts(qtbot, hosts_window, tmp_path):
     from PySide6.QtCore import Qt
 
@@ -146,6 +150,7 @@ def test_hosts_dialog_checks_saves_and_restarts(qtbot, hosts_window, tmp_path):
     assert not any(str(box.itemData(i)).startswith("gone::") for i in range(box.count()))
 
 
+@pytest.mark.slow
 def test_hosts_dialog_tests_the_selected_host(qtbot, hosts_window, tmp_path):
     from app.window.hosts_dialog import HostsDialog
 
@@ -172,6 +177,7 @@ def test_hosts_dialog_tests_the_selected_host(qtbot, hosts_window, tmp_path):
     assert dialog.report.text() == "row 3: host 'bad': 'dest' 'me@bad host' is not an ssh destination (user@host, ssh://user@host:port or a ~/.ssh/config alias)"
 
 
+@pytest.mark.slow
 def test_reconnect_hosts_starts_their_workers_again(qtbot, hosts_window, tmp_path):
     w = hosts_window
     box = w.device_box
@@ -189,6 +195,7 @@ def test_reconnect_hosts_starts_their_workers_again(qtbot, hosts_window, tmp_pat
     assert box.itemText(box.findData("gone::cpu")) == "gone: cpu (CPU)"
 
 
+@pytest.mark.slow
 def test_transfer_progress_in_the_status_bar(hosts_window):
     from app.session.host_devices import end_transfer, show_transfer
     from core.protocol.events import Transfer
@@ -239,6 +246,7 @@ def test_upload_progress_in_the_status_bar(qtbot):
     assert bar.maximum() == 0 and not bar.isTextVisible()
 
 
+@pytest.mark.slow
 def test_a_host_run_whose_script_closes_the_pipe_says_so_and_the_host_runs_again(qtbot, hosts_window, tmp_path):
     """The script closes the worker's pipe on a host: the run ends within seconds (not at the
     time limit), the Problems panel says why and the streamed call stays, and the next run on
@@ -267,6 +275,7 @@ def test_a_host_run_whose_script_closes_the_pipe_says_so_and_the_host_runs_again
     assert w.state_label.text().endswith(" s on lab: cpu")
 
 
+@pytest.mark.slow
 def test_a_host_whose_waiting_worker_died_runs_the_next_script_on_a_fresh_one(qtbot, hosts_window):
     """The host's worker, started with the window, dies while it waits (a dropped connection):
     the next run on that host starts a fresh worker instead of waiting on the dead one."""

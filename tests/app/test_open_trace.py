@@ -97,6 +97,7 @@ def _main(args, env=None, timeout=120):
                           timeout=timeout, env=env, cwd=str(ROOT))
 
 
+@pytest.mark.slow
 def test_view_and_json_as_script_take_screenshots_without_a_display(tmp_path):
     path = _saved(tmp_path)
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
@@ -113,6 +114,7 @@ def test_view_and_json_as_script_take_screenshots_without_a_display(tmp_path):
     assert result.returncode == 2 and "is a saved trace, not a script" in result.stderr
 
 
+@pytest.mark.slow
 def test_screenshot_of_an_unreadable_script_says_why(tmp_path):
     loop = tmp_path / "loop.py"
     loop.symlink_to(tmp_path / "loop2.py")

@@ -39,6 +39,7 @@ def _inside(window, widget, screen: QRect) -> bool:
     return screen.contains(QRect(top_left, widget.size()))
 
 
+@pytest.mark.slow
 def test_every_dock_is_on_a_1280x800_screen(qtbot, window, tmp_path):
     settings = QSettings(str(tmp_path / "fit.ini"), QSettings.Format.IniFormat)
     size = fit_window(window, settings, LAPTOP)
@@ -58,6 +59,7 @@ def test_every_dock_is_on_a_1280x800_screen(qtbot, window, tmp_path):
     assert settings.value(screen_key(window.screen(), available)) is not None
 
 
+@pytest.mark.slow
 def test_the_storage_view_shows_every_cell_of_a_3x4_tensor(qtbot, window, tmp_path):
     fit_window(window, None, LAPTOP)
     window.show()
@@ -88,6 +90,7 @@ def test_the_storage_view_shows_every_cell_of_a_3x4_tensor(qtbot, window, tmp_pa
     assert "dtype: float32" in tree.topLevelItem(0).toolTip(0)
 
 
+@pytest.mark.slow
 def test_the_size_is_remembered_per_screen(qtbot, window, tmp_path):
     settings = QSettings(str(tmp_path / "fit.ini"), QSettings.Format.IniFormat)
     available = window.screen().availableGeometry()
@@ -108,6 +111,7 @@ def test_the_size_is_remembered_per_screen(qtbot, window, tmp_path):
         again.handle.close()
 
 
+@pytest.mark.slow
 def test_long_names_break_between_words_and_accumulate_grad_shows_its_leaf(qtbot, window):
     from widgets.panels.inspector import breakable
 

@@ -3,6 +3,8 @@
 import gc
 import weakref
 
+import pytest
+
 from app.session.session import SETTLE_NODES, settle_heap
 from core.model.trace import Trace
 from tests.fixtures_graphs import mul_call, residual_mlp_call
@@ -12,6 +14,7 @@ class Cycle:
     pass
 
 
+@pytest.mark.slow
 def test_big_trace_freezes_what_survives_and_releases_it_at_the_next_one():
     gc.unfreeze()
     try:

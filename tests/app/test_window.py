@@ -21,6 +21,7 @@ def _open(qtbot, window, path, timeout=60_000):
         window.open_script(str(path))
 
 
+@pytest.mark.slow
 def test_example_graph_inspector_and_search(qtbot, window):
     _open(qtbot, window, EXAMPLES / "01_multiply.py")
     call = window.call
@@ -48,6 +49,7 @@ def test_example_graph_inspector_and_search(qtbot, window):
     assert window.source.highlighted_lines() == [mul.line]
 
 
+@pytest.mark.slow
 def test_stride_of_a_transposed_tensor(qtbot, window, tmp_path):
     script = tmp_path / "t.py"
     script.write_text("import torch\nw = torch.arange(12.0).view(3, 4).requires_grad_()\n"
@@ -62,6 +64,7 @@ def test_stride_of_a_transposed_tensor(qtbot, window, tmp_path):
     assert "2.0" in window.inspector.text()
 
 
+@pytest.mark.slow
 def test_failing_script_keeps_previous_graph(qtbot, window, tmp_path):
     _open(qtbot, window, EXAMPLES / "02_polynomial.py")
     before = window.call
@@ -75,6 +78,7 @@ def test_failing_script_keeps_previous_graph(qtbot, window, tmp_path):
     assert "RuntimeError" in window.state_label.text()
 
 
+@pytest.mark.slow
 def test_worker_crash_leaves_window_usable(qtbot, window, tmp_path):
     crash = tmp_path / "crash.py"
     crash.write_text("import os\nimport torch\nos.abort()\n")
@@ -86,6 +90,7 @@ def test_worker_crash_leaves_window_usable(qtbot, window, tmp_path):
     assert {n.name for n in window.call.nodes} == {"MulBackward0", "AccumulateGrad"}
 
 
+@pytest.mark.slow
 def test_gui_process_never_imports_torch(tmp_path):
     out = tmp_path / "shot.png"
     code = textwrap.dedent(f"""
@@ -123,6 +128,7 @@ def test_real_window_under_xvfb(tmp_path):
     assert most < 0.9 * image.size[0] * image.size[1]
 
 
+@pytest.mark.slow
 def test_step_continue_and_replay(qtbot, window):
     _open(qtbot, window, EXAMPLES / "01_multiply.py")
     call = window.call
@@ -155,6 +161,7 @@ def test_step_continue_and_replay(qtbot, window):
                     {n.name for n in window.call.nodes} >= {"PowBackward0", "AccumulateGrad"}, timeout=60_000)
 
 
+@pytest.mark.slow
 def test_stepping_stops_at_the_inplace_error(qtbot, window):
     _open(qtbot, window, EXAMPLES / "08_inplace_error.py")
     # The failed call opens on the node it is about, without selecting it (the view stays fitted).
@@ -169,6 +176,7 @@ def test_stepping_stops_at_the_inplace_error(qtbot, window):
     assert "SigmoidBackward0" in window.state_label.text()
 
 
+@pytest.mark.slow
 def test_recent_files_drop_and_rerun_on_change(qtbot, window, tmp_path):
     from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
     from PySide6.QtGui import QDropEvent
@@ -193,6 +201,7 @@ def test_recent_files_drop_and_rerun_on_change(qtbot, window, tmp_path):
     assert window.act_stop.shortcut().toString() == "Shift+F5" and window.act_run.shortcut().toString() == "Ctrl+R"
 
 
+@pytest.mark.slow
 def test_anatomy_script_shows_tensors_and_storage(qtbot, window):
     _open(qtbot, window, EXAMPLES / "20_views_and_strides.py")
     assert window.call is None
@@ -216,6 +225,7 @@ for i in range(3):
 """
 
 
+@pytest.mark.slow
 def test_debug_run_steps_continues_and_runs_to_the_next_call(qtbot, window, tmp_path):
     from PySide6.QtCore import Qt
 
@@ -262,6 +272,7 @@ def test_debug_run_steps_continues_and_runs_to_the_next_call(qtbot, window, tmp_
     assert window.call.index == 2  # the call last stepped stays on screen
 
 
+@pytest.mark.slow
 def test_restart_while_paused_then_stop(qtbot, window, tmp_path):
     script = tmp_path / "debugged.py"
     script.write_text(DEBUGGED)
@@ -311,6 +322,7 @@ def test_session_states_of_a_run_and_a_debug_run(qtbot, window, tmp_path):
     assert session.state is SessionState.IDLE and not session.active and len(session.steps) == 3
 
 
+@pytest.mark.slow
 def test_run_while_running_keeps_the_window_responsive(qtbot, window, tmp_path):
     slow = tmp_path / "slow.py"
     slow.write_text("import time\nimport torch\nwhile True:\n    time.sleep(0.05)\n")
@@ -327,6 +339,7 @@ def test_run_while_running_keeps_the_window_responsive(qtbot, window, tmp_path):
     assert window.trace.error is None and window.call.leaf_grads["x"].data == [3.0, 3.0]
 
 
+@pytest.mark.slow
 def test_nondeterministic_rerun_is_said(qtbot, window, tmp_path):
     script = tmp_path / "urandom.py"
     script.write_text("import os\nimport torch\n"
@@ -341,6 +354,7 @@ def test_nondeterministic_rerun_is_said(qtbot, window, tmp_path):
     window.act_stop.trigger()
 
 
+@pytest.mark.slow
 def test_gutter_breakpoint_and_debug_to_call(qtbot, window, tmp_path):
     from PySide6.QtCore import QPoint, Qt
 

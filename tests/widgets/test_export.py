@@ -137,6 +137,7 @@ def test_dot_has_every_node_and_edge(tmp_path):
         assert "<svg" in done.stdout
 
 
+@pytest.mark.slow
 def test_json_round_trip(tmp_path, captured):
     trace, call = captured["13_mlp_classifier"]
     whole = export.export_call(call, tmp_path / "t.json", trace=trace)
@@ -148,6 +149,7 @@ def test_json_round_trip(tmp_path, captured):
 # -- frames, GIF, geometry ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_frames_and_gif(qapp, tmp_path):
     c = mlp_call()
     steps = walk_steps(c)
@@ -200,6 +202,7 @@ def test_check_geometry_finds_problems(qapp):
     assert any("of n2" in p for p in problems)
 
 
+@pytest.mark.slow
 def test_render_keeps_the_view_as_it_was(qtbot, tmp_path):
     view = GraphView()
     qtbot.addWidget(view)
@@ -261,6 +264,7 @@ def test_forward_direction_in_an_export(qapp, tmp_path):
     assert "arrows: forward order, from the inputs to the loss" in pos
 
 
+@pytest.mark.slow
 def test_cli_page_and_direction(tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "slide.png"
@@ -281,6 +285,7 @@ def _cli(*args, timeout=240):
                           text=True, timeout=timeout, env=env)
 
 
+@pytest.mark.slow
 def test_cli_one_script_with_steps_frames_and_gif(tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "mul.svg"
@@ -295,6 +300,7 @@ def test_cli_one_script_with_steps_frames_and_gif(tmp_path):
         assert g.n_frames == 3
 
 
+@pytest.mark.slow
 def test_cli_batch_goes_on_after_a_bad_script(tmp_path):
     pytest.importorskip("torch")
     bad = tmp_path / "missing.py"
@@ -324,6 +330,7 @@ def _stub_window(qtbot):
     return w
 
 
+@pytest.mark.slow
 def test_dialog_exports_the_window_state_and_reports_errors(qtbot, tmp_path, monkeypatch):
     from app.window import export_dialog
 

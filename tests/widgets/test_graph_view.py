@@ -261,6 +261,7 @@ def test_no_call_and_empty_call(view, qtbot):
     assert not view.minimap.isVisible()
 
 
+@pytest.mark.slow
 def test_big_graph_switches_to_overview_when_zoomed_out(view):
     c = residual_mlp_call(833)
     view.set_call(c, sync=True, collapsed=frozenset())

@@ -28,6 +28,7 @@ def table_row(window) -> str | None:
     return item.data(0, Qt.ItemDataRole.UserRole) if item is not None else None
 
 
+@pytest.mark.slow
 def test_every_view_follows_the_one_selection(qtbot, window):
     session, call, trace = window.session, window.call, window.trace
     leaf_a = next(n for n in call.nodes if n.label == "a")
@@ -75,6 +76,7 @@ def test_every_view_follows_the_one_selection(qtbot, window):
     assert highlighted(window) == [mul.id] and session.selected == mul.id
 
 
+@pytest.mark.slow
 def test_a_malformed_worker_message_is_shown_and_kept_with_the_run(qtbot, window):
     """Said in the Output panel and the status bar when it arrives, listed in Problems with the
     result; the run's trace is shown as usual."""

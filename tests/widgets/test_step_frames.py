@@ -4,6 +4,8 @@ current node is kept in view (folds around it open once stepping rests)."""
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from app.session.session import SessionState
 from core.protocol.messages import StepperState
 from widgets.panels.calls import CALL_ID_ROLE
@@ -50,6 +52,7 @@ def _in_view(graph, box_id):
     return seen.contains(graph.node_items[box_id].sceneBoundingRect())
 
 
+@pytest.mark.slow
 def test_a_step_touches_only_the_items_it_changed_and_keeps_the_node_in_view(qtbot, window, tmp_path):
     session = _debug(qtbot, window, tmp_path)
     graph = window.graph
@@ -120,6 +123,7 @@ def _finish(qtbot, window, drive):
     return seen
 
 
+@pytest.mark.slow
 def test_continue_ends_where_stepping_every_node_ends(qtbot, window, tmp_path):
     session = _debug(qtbot, window, tmp_path)
     continued = _finish(qtbot, window, window.act_continue.trigger)
@@ -192,6 +196,7 @@ def test_deltas_draw_what_a_full_redraw_draws_with_folded_modules(qtbot):
     assert sum(bool(e.value_text) for e in live.edge_items) >= len(live.edge_items) - 2
 
 
+@pytest.mark.slow
 def test_a_debug_run_that_ends_opens_its_trace_on_the_call_last_stepped(qtbot, window, tmp_path):
     session = _debug(qtbot, window, tmp_path)
     with qtbot.waitSignal(session.sig_paused, timeout=30_000):

@@ -328,6 +328,7 @@ def test_numpy_arrays_sharing_memory_are_shown_in_the_storage_view(tmp_path, qtb
     assert view.shared_label.text() == "No other captured tensor uses this storage."
 
 
+@pytest.mark.slow
 def test_storage_view_exports_headless_and_from_the_app(tmp_path, qtbot):
     from PySide6.QtGui import QImage
 
@@ -514,6 +515,7 @@ def test_the_seed_gradient_given_to_backward_is_recorded_and_shown(tmp_path):
     assert seed_text(second, second.node(second.roots[0])) == "seed: 1 (d out / d out)"
 
 
+@pytest.mark.slow
 def test_call_options_reach_the_app_through_the_worker(tmp_path):
     """Calls are streamed as soon as they are stored: options must be on them by then."""
     from core.client.handle import run_capture
@@ -527,6 +529,7 @@ def test_call_options_reach_the_app_through_the_worker(tmp_path):
     assert by_index[3].options["seed"] == [{"numel": 1, "data": [3.0]}]
 
 
+@pytest.mark.slow
 def test_checkpoint_node_shows_and_opens_its_nested_backward(tmp_path, qtbot, monkeypatch):
     from PySide6.QtCore import Qt
     from PySide6.QtTest import QTest

@@ -133,6 +133,7 @@ PRODUCT = "import torch\na = torch.tensor([2.0, 3.0], requires_grad=True)\n" \
           "b = torch.tensor([4.0, -1.0], requires_grad=True)\nc = (a * b).sum()\nprint('ran remotely')\nc.backward()\n"
 
 
+@pytest.mark.slow
 def test_trace_and_step_through_launcher(launcher, tmp_path):
     launcher, _ = launcher
     script = write(tmp_path, "product.py", PRODUCT)
@@ -156,6 +157,7 @@ def test_trace_and_step_through_launcher(launcher, tmp_path):
     assert hello["protocol"] == wire.PROTOCOL_VERSION == 5 and "zlib" in hello["codecs"]
 
 
+@pytest.mark.slow
 def test_a_spare_worker_that_died_while_waiting_is_replaced(launcher, tmp_path):
     """The worker started ahead of the first run dies while it waits (the connection dropped, the
     out-of-memory killer): the run does not go to it and hang, it gets a fresh worker, with the
@@ -192,6 +194,7 @@ def test_a_spare_worker_that_died_while_waiting_is_replaced(launcher, tmp_path):
     assert call.leaf_grads["a"].data == ga.tolist() and call.leaf_grads["b"].data == gb.tolist()
 
 
+@pytest.mark.slow
 def test_stop_ends_the_remote_process_group(launcher, tmp_path):
     """A script that ignores Stop and started a child: the connection is cut, the host cleans up."""
     launcher, mark = launcher
@@ -213,6 +216,7 @@ def test_stop_ends_the_remote_process_group(launcher, tmp_path):
     assert err.kind == "cancelled" and err.message == "stopped by you at line 6"  # the loop's sleep
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("silenced", [False, True])
 def test_fault_names_the_line(launcher, tmp_path, silenced):
     """A crash's dump comes back with the output and names the signal and the line, also when the
@@ -227,6 +231,7 @@ def test_fault_names_the_line(launcher, tmp_path, silenced):
     assert err.line == 4
 
 
+@pytest.mark.slow
 def test_a_worker_that_exits_without_a_word_names_its_launchers_code(launcher, tmp_path):
     """The code a launcher run ends with is the launcher's (the worker's own where the launcher passes
     it on): the message names the program it came from, not "the worker"."""
@@ -274,6 +279,7 @@ def through_link(link: Path, args: str, name: str, mark: str) -> launchers.Launc
     return from_command(f"sh -c {shlex.quote(worker)}", name=name, compress="zlib", env={"BPS_TEST_MARK": mark})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ending", ["", "crash", "spin", "spin behind a launcher", "spin behind a slow link"])
 def test_a_loops_repeated_calls_travel_as_summaries(tmp_path, ending):
     """A loop's calls past the first three are kept as summaries, but the last is kept in full:
@@ -319,6 +325,7 @@ def test_a_loops_repeated_calls_travel_as_summaries(tmp_path, ending):
     assert_no_process(mark)
 
 
+@pytest.mark.slow
 def test_time_limit_names_the_line(launcher, tmp_path):
     launcher, _ = launcher
     script = write(tmp_path, "spin.py", "import time\nn = 0\nwhile True:\n    n += 1\n")
@@ -359,6 +366,7 @@ CHAIN = ("import torch\nx = torch.randn(64, requires_grad=True)\ny = x\n"
 CUT_CALL = r"; a captured call was cut off: \d+(\.\d)? (B|KB) of it had arrived \(about \d+%\), and it is lost"
 
 
+@pytest.mark.slow
 def test_a_link_cut_in_the_middle_of_a_trace_says_what_was_lost(tmp_path):
     """The link goes dead while a captured call travels, its command still running: the app ends
     it within seconds instead of at the time limit, and the error says the worker's messages
@@ -379,6 +387,7 @@ def test_a_link_cut_in_the_middle_of_a_trace_says_what_was_lost(tmp_path):
     assert_no_process(mark)
 
 
+@pytest.mark.slow
 def test_a_link_that_closes_its_end_midway_ends_the_run_and_says_so(tmp_path):
     """The link on the way exits in the middle of a captured call: the worker's next message finds
     its pipe's far end closed, so the worker ends the run and says which end closed (not that the
@@ -395,6 +404,7 @@ def test_a_link_that_closes_its_end_midway_ends_the_run_and_says_so(tmp_path):
     assert_no_process(mark)
 
 
+@pytest.mark.slow
 def test_a_script_that_closes_the_workers_pipe_ends_its_run(launcher, tmp_path):
     """The script closes the worker's pipe and runs on: behind a launcher nothing more could come
     back (there is no fallback file there), so the worker ends the run at its next message, with
@@ -492,6 +502,7 @@ def installed_copy(target: Path) -> Path | None:
     return target if done.returncode == 0 and (target / "core" / "worker" / "main.py").is_file() else None
 
 
+@pytest.mark.slow
 def test_worker_runs_with_only_torch_and_the_standard_library(tmp_path):
     """From an installed copy of the package, outside the source tree, with numpy, psutil and Qt
     blocked: trace, step and memory samples still work, and the trace comes back compressed."""
@@ -536,6 +547,7 @@ def test_protocol_version_mismatch_is_refused(tmp_path):
     assert any(e.get("type") == "refused" for e in events)
 
 
+@pytest.mark.slow
 def test_checking_a_host_reports_what_its_worker_says(launcher):
     from core.client.handle import check_worker
 
@@ -566,6 +578,7 @@ def test_an_ssh_uri_reaches_a_host_off_port_22(sshd):
     assert_no_process(mark)
 
 
+@pytest.mark.slow
 def test_checking_a_host_that_does_not_come_up_says_why():
     from core.client.handle import CheckFailed, check_worker
 
@@ -588,6 +601,7 @@ def test_checking_a_host_that_does_not_come_up_says_why():
     assert_no_process(mark)  # the silent command is ended, not left sleeping
 
 
+@pytest.mark.slow
 def test_script_folder_and_remote_cwd_travel(tmp_path):
     mark = uuid.uuid4().hex
     (tmp_path / "helper.py").write_text("SCALE = 3.0\n")
@@ -612,6 +626,7 @@ def test_script_folder_and_remote_cwd_travel(tmp_path):
     assert_no_process(mark)
 
 
+@pytest.mark.slow
 def test_ddp_two_ranks_on_gloo(tmp_path):
     from tests.core.client.test_ranks import DDP_SCRIPT, local_grads
 
@@ -644,6 +659,7 @@ def test_ddp_two_ranks_on_gloo(tmp_path):
     assert set(ar["nodes"]) == marked and len(marked) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["stop", "time limit"])
 def test_ending_a_ddp_run_ends_torchrun_and_every_rank(launcher, tmp_path, how):
     """torchrun starts each rank in a session of its own, so no signal to a process group
@@ -733,6 +749,7 @@ def test_frames_stream_in_chunks_and_report_progress():
         wire.StreamDecoder(print).feed(b'{"type": "frame", "codec": "lz4", "raw": 1}\n')
 
 
+@pytest.mark.slow
 def test_ddp_model_file_with_weights(tmp_path):
     """``--weights`` reaches every rank: the reduced grads are those of the file's weights."""
     from safetensors.torch import save_file
@@ -760,6 +777,7 @@ def test_ddp_model_file_with_weights(tmp_path):
         assert torch.allclose(grad, (per_rank[0][name] + per_rank[1][name]) / 2, atol=1e-6), name
 
 
+@pytest.mark.slow
 def test_the_wait_for_a_frame_ends_when_its_bytes_stop_coming():
     """Before ending a run the app waits while a frame arrives (a loop's last call on a slow link),
     but not for a frame the worker stopped in the middle of: it waits while bytes keep coming

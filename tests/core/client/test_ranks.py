@@ -2,6 +2,7 @@
 switches the shown trace to rank 1, whose grads equal rank 0's after the all-reduce and whose
 parameters carry the all-reduce mark with rank 1's own local gradient."""
 
+import pytest
 import torch
 
 from app.session.session import SessionState
@@ -29,6 +30,7 @@ def local_grads() -> dict:
     return out
 
 
+@pytest.mark.slow
 def test_torchrun_dialog_and_switching_ranks(qtbot, window, tmp_path):
     from app.session.ranks import TorchrunDialog, set_torchrun
 
@@ -126,6 +128,7 @@ def test_torchrun_dialog_and_switching_ranks(qtbot, window, tmp_path):
     assert not picker.row.isVisible()
 
 
+@pytest.mark.slow
 def test_saved_ranks_open_together_and_export_together(qtbot, window, tmp_path, capsys):
     """``trace --nproc 2 --json run.json`` writes run.json (rank 0) and run.rank1.json; opening
     either brings back the picker over both ranks (a stray or broken file beside them left out);

@@ -39,6 +39,7 @@ def test_hosts_add_list_remove(capsys):
     assert "no saved host is named 'gpu-box'" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_hosts_check_reports_each_worker_or_why_not(capsys):
     assert main(["hosts", "check"]) == 2
     assert "no saved hosts to check" in capsys.readouterr().out
@@ -76,6 +77,7 @@ def test_check_report_names_devices_that_cannot_be_used():
         "  gpu-box: cpu (CPU)"]
 
 
+@pytest.mark.slow
 def test_trace_on_a_saved_host(tmp_path, capsys):
     script = tmp_path / "square.py"
     script.write_text("import torch\nx = torch.tensor(3.0, requires_grad=True)\ny = x * x\ny.backward()\n")
@@ -118,6 +120,7 @@ def test_all_reduce_summary_lists_each_rank():
     assert all_reduce_summary(None) == []
 
 
+@pytest.mark.slow
 def test_trace_json_of_a_ddp_run_writes_every_rank(tmp_path, capsys):
     """``trace --nproc 2 --rank 1 --json OUT``: OUT holds rank 1's trace, ``OUT.rank0.json`` rank 0's,
     each with its own local gradients and the same reduced ones."""
@@ -146,6 +149,7 @@ def test_trace_json_of_a_ddp_run_writes_every_rank(tmp_path, capsys):
     assert by_rank[0].leaf_grads["module.bias"].data == by_rank[1].leaf_grads["module.bias"].data
 
 
+@pytest.mark.slow
 def test_stepping_a_ddp_script_runs_it_as_one_process(tmp_path, capsys):
     """Debug and step pause the script in the worker itself: a DDP script set for torchrun runs as
     rank 0 of a world of 1 there, its process group starts, and every step and grad is rank 0's own;

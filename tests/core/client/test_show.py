@@ -33,6 +33,7 @@ def _run_show(script: Path, env_extra: dict) -> subprocess.CompletedProcess:
                           cwd=str(script.parent))
 
 
+@pytest.mark.slow
 def test_show_gives_the_call_of_a_traced_run(tmp_path):
     pytest.importorskip("torch")
     from core.client.handle import run_capture
@@ -59,6 +60,7 @@ def test_show_gives_the_call_of_a_traced_run(tmp_path):
     assert sorted(t.name for t in leaves) == ["b", "w"] and all(t.grad is None for t in leaves)
 
 
+@pytest.mark.slow
 def test_show_reaches_a_running_window(qtbot, tmp_path):
     pytest.importorskip("torch")
     from app.session.show_server import ShowServer
@@ -91,6 +93,7 @@ def test_show_reaches_a_running_window(qtbot, tmp_path):
     assert "PyQt" not in stderr and json.loads(out.read_text())["calls"][0]["api"] == "unreached"
 
 
+@pytest.mark.slow
 def test_caller_needs_no_qt(tmp_path):
     """show() imports no Qt in the caller, with or without a window to reach."""
     pytest.importorskip("torch")
@@ -111,6 +114,7 @@ def test_caller_needs_no_qt(tmp_path):
     assert proc.returncode == 0, proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.qt_log_ignore("This plugin does not support raise", "This plugin does not support activateWindow")
 def test_window_opens_a_sent_trace(qtbot, tmp_path, monkeypatch):
     """The window shows a trace file, as show() sends it: graph, source and no run."""

@@ -26,6 +26,7 @@ def _calls(name: str):
     return [c for c in trace.calls if c.nodes and not c.same_as][:3]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(p.name for p in EXAMPLES.glob("[0-9]*.py")))
 def test_every_example_opens_readable_and_fits_a_slide(view, name, tmp_path):
     from PySide6.QtGui import QImage
@@ -78,6 +79,7 @@ def _for_ocr(image):
     return QImage(out.data, w, h, w, QImage.Format_Grayscale8).copy()
 
 
+@pytest.mark.slow
 def test_screenshot_of_the_graph_region_alone(tmp_path):
     pytest.importorskip("torch")
     import os
@@ -147,6 +149,7 @@ loss.backward()
 '''
 
 
+@pytest.mark.slow
 def test_resnet18_and_bert_sized_models_open_readable(view, tmp_path):
     pytest.importorskip("torch")
     from core.worker.capture.recorder import capture_script

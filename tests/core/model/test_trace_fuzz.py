@@ -97,6 +97,7 @@ def test_the_base_trace_is_accepted_and_shown(qtbot):
     _show_everything(trace, inspector)
 
 
+@pytest.mark.slow
 def test_mutated_traces_are_shown_or_refused_naming_the_field(qtbot):
     inspector = InspectorPanel()
     qtbot.addWidget(inspector)

@@ -65,6 +65,7 @@ def test_parse_shapes():
     assert torch.equal(x, example_inputs([([2, 3], "float32")]))  # the same on every run
 
 
+@pytest.mark.slow
 def test_export_program_grads_equal_a_plain_run(tmp_path):
     model = small_model()
     x = torch.randn(5, 4)
@@ -99,6 +100,7 @@ def test_torchscript_needs_shapes_then_matches(tmp_path):
     assert traced_grads(trace) == plain_grads(model, example_inputs([([2, 4], "float32")]))
 
 
+@pytest.mark.slow
 def test_safetensors_checkpoint_with_its_model_class(tmp_path):
     from safetensors.torch import save_file
 
@@ -149,6 +151,7 @@ def test_pickled_model_refused_unless_trusted(tmp_path):
     assert traced_grads(trace) == plain_grads(model, example_inputs([([2, 4], "float32")]))
 
 
+@pytest.mark.slow
 def test_cli_flags(tmp_path):
     from app.cli import commands as cli
     from safetensors.torch import save_file
@@ -170,6 +173,7 @@ def test_cli_flags(tmp_path):
     assert data["calls"][0]["leaf_grads"]["fc2.bias"]["data"] == [2.0, 2.0]
 
 
+@pytest.mark.slow
 def test_huggingface_folder_offline(tmp_path):
     transformers = pytest.importorskip("transformers")
     config = transformers.BertConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
@@ -214,6 +218,7 @@ def test_dropped_script_and_weights_open_together(tmp_path):
     assert split_dropped(["/a/readme.txt"]) == (None, {})
 
 
+@pytest.mark.slow
 def test_window_asks_before_running_a_pickled_model(qtbot, tmp_path, monkeypatch):
     monkeypatch.setenv("BACKPROP_STUDIO_SETTINGS", str(tmp_path / "settings.ini"))
     from PySide6.QtWidgets import QInputDialog, QMessageBox

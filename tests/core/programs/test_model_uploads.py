@@ -50,6 +50,7 @@ def assert_empty(folder: Path) -> None:
     assert left == [], "files left on the host"
 
 
+@pytest.mark.slow
 def test_export_program_travels(host, tmp_path):
     launcher, remote_tmp = host
     torch.manual_seed(3)
@@ -68,6 +69,7 @@ def test_export_program_travels(host, tmp_path):
     assert_empty(remote_tmp)
 
 
+@pytest.mark.slow
 def test_safetensors_weights_travel_with_their_script(host, tmp_path):
     from safetensors.torch import save_file
 
@@ -93,6 +95,7 @@ def test_safetensors_weights_travel_with_their_script(host, tmp_path):
     assert_empty(remote_tmp)
 
 
+@pytest.mark.slow
 def test_notebook_and_model_folder_travel(tmp_path):
     remote_tmp = tmp_path / "host-tmp"
     remote_tmp.mkdir()
@@ -179,6 +182,7 @@ THROTTLE = ("import sys, time\n"
             "    time.sleep(0.02)\n")
 
 
+@pytest.mark.slow
 def test_stop_during_an_upload_leaves_nothing_on_the_host(tmp_path):
     """A slow link (about 1.5 MB/s): Stop while the weights are on their way ends the run, and the
     half-received file, the worker and the link are gone."""

@@ -87,6 +87,7 @@ def test_traceback_lines_become_cells():
         'Traceback:\n  File "/x/nb.ipynb", cell 3, line 2, in <module>\n  File "/lib/a.py", line 7, in f\n')
 
 
+@pytest.mark.slow
 def test_notebook_runs_in_the_worker(tmp_path):
     torch = pytest.importorskip("torch")
     from core.client.handle import run_capture
@@ -120,6 +121,7 @@ def test_notebook_runs_in_the_worker(tmp_path):
     assert trace.source.splitlines()[trace.cells[0]["first"] - 1] == "# %% cell 2"
 
 
+@pytest.mark.slow
 def test_notebook_syntax_error_names_its_cell(tmp_path):
     pytest.importorskip("torch")
     from core.client.handle import run_capture
@@ -144,6 +146,7 @@ def test_source_panel_numbers_cells(qtbot, tmp_path):
     assert panel.editor.labels == {}
 
 
+@pytest.mark.slow
 def test_window_opens_a_notebook(qtbot, tmp_path, monkeypatch):
     pytest.importorskip("torch")
     monkeypatch.setenv("BACKPROP_STUDIO_SETTINGS", str(tmp_path / "settings.ini"))

@@ -131,6 +131,7 @@ def test_missing_cut_short_and_foreign_columns_are_refused():
         tr.decode(data[:200] + b"{oops\n" + data[200:])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("block_rows", [tc.BLOCK_ROWS, 3])
 def test_whatever_the_columns_accept_the_json_reader_accepts_too(block_rows, monkeypatch):
     """Seeded mutations of single column values: each is refused with a TraceFormatError, or read

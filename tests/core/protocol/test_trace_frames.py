@@ -118,6 +118,7 @@ y.sum().backward()
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(zstandard is None, reason="zstandard is not installed")
 @pytest.mark.parametrize("worker_has_zstd", [True, False])
 def test_the_trace_travels_in_zstd_where_both_ends_have_it_else_zlib(tmp_path, worker_has_zstd):
@@ -144,6 +145,7 @@ def test_the_trace_travels_in_zstd_where_both_ends_have_it_else_zlib(tmp_path, w
     assert call.node_count == 702 and call.leaf_grads["x"].data == [1.0, 1.0, 1.0]
 
 
+@pytest.mark.slow
 def test_a_local_worker_sends_its_trace_in_uncompressed_columns(tmp_path):
     """No launcher: the run command asks for raw frames, so the call and the trace travel in
     columns through the pipe, uncompressed, and come back with the same grads."""

@@ -82,6 +82,7 @@ def test_backward_errors_show_no_capture_frames(tmp_path):
     assert not [f for f in frames if any(f'{name}"' in f and "/core/" in f for name in capture_files)]
 
 
+@pytest.mark.slow
 def test_the_worker_runs_the_scripts_atexit_functions_in_its_folder(tmp_path):
     from core.client.handle import run_capture
 

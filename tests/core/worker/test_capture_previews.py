@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from core.worker.capture.snapshot import Snapshotter
@@ -32,6 +33,7 @@ def test_wide_tensors_reduced_in_place_give_their_own_exact_statistics():
         assert v.sample == w.reshape(-1)[:8].tolist()
 
 
+@pytest.mark.slow
 def test_transposed_preview_reads_row_major_values_without_loading_sympy():
     code = (
         "import sys, torch\n"

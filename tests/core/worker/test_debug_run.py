@@ -105,6 +105,7 @@ def debug_unseeded(driver, script) -> tuple:
     return graph, steps, result
 
 
+@pytest.mark.slow
 def test_unseeded_debug_run_steps_its_own_numbers(driver, tmp_path):
     script = write(tmp_path, "unseeded.py", UNSEEDED)
     runs = []
@@ -127,6 +128,7 @@ def test_unseeded_debug_run_steps_its_own_numbers(driver, tmp_path):
     assert runs[0][1] != runs[1][1]
 
 
+@pytest.mark.slow
 def test_loop_paused_at_call_3_then_resumed_captures_the_rest(driver, tmp_path):
     script = write(tmp_path, "loop.py", LOOP)
     driver.client.run(script, debug={"pause_all": False, "skip_to": 3})
@@ -151,6 +153,7 @@ def test_loop_paused_at_call_3_then_resumed_captures_the_rest(driver, tmp_path):
         pytest.approx(expect, rel=1e-5)
 
 
+@pytest.mark.slow
 def test_breakpoint_line_next_call_and_continue(driver, tmp_path):
     script = write(tmp_path, "two.py", """\
         import torch
@@ -176,6 +179,7 @@ def test_breakpoint_line_next_call_and_continue(driver, tmp_path):
     assert w.grad.values.data == [14.0, 14.0]
 
 
+@pytest.mark.slow
 def test_stop_while_paused_leaves_nothing_behind(driver, tmp_path):
     script = write(tmp_path, "unseeded.py", UNSEEDED)
     before = {t.name for t in threading.enumerate()}
@@ -200,6 +204,7 @@ def test_stop_while_paused_leaves_nothing_behind(driver, tmp_path):
     assert trace.error is None and trace.call_count == 2 and not driver.graphs.get(1)
 
 
+@pytest.mark.slow
 def test_rerun_with_recorded_seeds_is_checked(tmp_path):
     script = write(tmp_path, "unseeded.py", UNSEEDED)
     first = run_capture(script).trace
@@ -218,6 +223,7 @@ def test_rerun_with_recorded_seeds_is_checked(tmp_path):
     assert problem is not None and "not deterministic" in problem and "values differ from the trace" in problem
 
 
+@pytest.mark.slow
 def test_second_run_while_running_does_not_block(tmp_path):
     script = write(tmp_path, "slow.py", "import time\nwhile True:\n    time.sleep(0.05)\n")
     events: queue.Queue = queue.Queue()

@@ -36,6 +36,7 @@ def test_every_example_has_expectations():
     assert scripts == set(EXPECTATIONS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(n for n in EXPECTATIONS if n not in BIG))
 def test_example(name):
     exp = EXPECTATIONS[name]
@@ -112,6 +113,7 @@ def test_model_file_is_run_as_a_model():
     assert all(g.data is not None or g.sample is not None for g in call.leaf_grads.values())
 
 
+@pytest.mark.slow
 def test_big_example_node_count():
     trace = capture_script(str(EXAMPLES / "50_big_residual_mlp.py"))
     want = EXPECTATIONS["50_big_residual_mlp.py"]["calls"][0]

@@ -94,6 +94,7 @@ def _one_call(result) -> None:
     assert calls[0].leaf_grads["x"].data == [2.0, 2.0, 2.0]
 
 
+@pytest.mark.slow
 def test_fork_pool_returns_and_leaves_no_child(tmp_path):
     result = _run(tmp_path, BACKWARD + textwrap.dedent("""\
         import multiprocessing as mp
@@ -108,6 +109,7 @@ def test_fork_pool_returns_and_leaves_no_child(tmp_path):
     _one_call(result)
 
 
+@pytest.mark.slow
 def test_spawn_process_runs_the_script_as_main(tmp_path):
     result = _run(tmp_path, """\
         import multiprocessing as mp
@@ -125,6 +127,7 @@ def test_spawn_process_runs_the_script_as_main(tmp_path):
     assert "from the child" in result.output
 
 
+@pytest.mark.slow
 def test_hung_pool_children_are_killed_at_the_time_limit(tmp_path):
     result = _run(tmp_path, BACKWARD + textwrap.dedent("""\
         import multiprocessing as mp, time
@@ -140,6 +143,7 @@ def test_hung_pool_children_are_killed_at_the_time_limit(tmp_path):
     _one_call(result)
 
 
+@pytest.mark.slow
 def test_orphan_children_do_not_outlive_the_run(tmp_path):
     result = _run(tmp_path, BACKWARD + textwrap.dedent("""\
         import subprocess, multiprocessing as mp, time
@@ -155,6 +159,7 @@ def test_orphan_children_do_not_outlive_the_run(tmp_path):
     _one_call(result)
 
 
+@pytest.mark.slow
 def test_input_fails_at_once_with_a_message(tmp_path):
     result = _run(tmp_path, BACKWARD + "name = input('your name? ')\n", limit=30)
     err = result.trace.error
@@ -163,6 +168,7 @@ def test_input_fails_at_once_with_a_message(tmp_path):
     _one_call(result)
 
 
+@pytest.mark.slow
 def test_reading_stdin_finds_it_empty(tmp_path):
     result = _run(tmp_path, BACKWARD + "import sys\nprint('read', len(sys.stdin.read()), 'characters')\n", limit=30)
     assert result.trace.error is None
@@ -170,6 +176,7 @@ def test_reading_stdin_finds_it_empty(tmp_path):
     _one_call(result)
 
 
+@pytest.mark.slow
 def test_closing_stdout_and_stderr_keeps_the_result(tmp_path):
     result = _run(tmp_path, BACKWARD + "import os\nprint('bye', flush=True)\nos.close(1)\nos.close(2)\n", limit=30)
     assert result.trace.error is None
@@ -177,12 +184,14 @@ def test_closing_stdout_and_stderr_keeps_the_result(tmp_path):
     _one_call(result)
 
 
+@pytest.mark.slow
 def test_closing_every_descriptor_keeps_the_result(tmp_path):
     result = _run(tmp_path, BACKWARD + "import os\nos.closerange(3, 65536)\ny = x * 3\n", limit=30)
     assert result.trace.error is None
     _one_call(result)
 
 
+@pytest.mark.slow
 def test_writes_to_fd_3_cannot_forge_a_result(tmp_path):
     forged = ('{"type":"trace","run":1,"trace":{"format":"backprop-studio-trace","version":1,'
               '"calls":[],"error":{"type":"Forged","message":"forged"}}}\n')
@@ -198,6 +207,7 @@ def test_writes_to_fd_3_cannot_forge_a_result(tmp_path):
     _one_call(result)
 
 
+@pytest.mark.slow
 def test_fork_then_crash_names_the_parent_crash(tmp_path):
     result = _run(tmp_path, BACKWARD + textwrap.dedent("""\
         import ctypes, os
@@ -225,6 +235,7 @@ def test_calls_before_a_hard_exit_are_kept(tmp_path, ending, kind, line):
     assert result.trace.source.startswith("import torch")
 
 
+@pytest.mark.slow
 def test_time_limit_names_the_line_even_when_sigusr1_is_ignored(tmp_path):
     result = _run(tmp_path, BACKWARD + textwrap.dedent("""\
         import signal, time
@@ -268,6 +279,7 @@ def _stop(tmp_path, source: str):
     return box["result"]
 
 
+@pytest.mark.slow
 def test_stop_names_the_line(tmp_path):
     result = _stop(tmp_path, BACKWARD + "while True:\n    sum(range(100))\n")
     err = result.trace.error
@@ -276,6 +288,7 @@ def test_stop_names_the_line(tmp_path):
     _one_call(result)
 
 
+@pytest.mark.slow
 def test_stop_of_a_script_that_swallows_interrupts_names_the_line(tmp_path):
     result = _stop(tmp_path, BACKWARD + textwrap.dedent("""\
         import signal
@@ -291,6 +304,7 @@ def test_stop_of_a_script_that_swallows_interrupts_names_the_line(tmp_path):
     _one_call(result)
 
 
+@pytest.mark.slow
 def test_long_unbroken_output_and_progress_bars(tmp_path):
     result = _run(tmp_path, BACKWARD + textwrap.dedent("""\
         import sys
@@ -305,6 +319,7 @@ def test_long_unbroken_output_and_progress_bars(tmp_path):
     _one_call(result)
 
 
+@pytest.mark.slow
 def test_fault_file_is_private_and_never_follows_a_symlink(tmp_path, private_tmp):
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")
@@ -325,6 +340,7 @@ def test_fault_file_is_private_and_never_follows_a_symlink(tmp_path, private_tmp
     assert list(private_tmp.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_project_with_its_own_core_package(tmp_path):
     (tmp_path / "core").mkdir()
     (tmp_path / "core" / "__init__.py").write_text("VALUE = 42\n")
@@ -354,6 +370,7 @@ def test_a_project_with_its_own_core_package(tmp_path):
     _one_call(result)
 
 
+@pytest.mark.slow
 def test_children_do_not_inherit_the_app_on_pythonpath(tmp_path):
     (tmp_path / "core.py").write_text("WHO = 'the project'\n")
     result = _run(tmp_path, """\
@@ -364,6 +381,7 @@ def test_children_do_not_inherit_the_app_on_pythonpath(tmp_path):
     assert "child sees the project" in result.output
 
 
+@pytest.mark.slow
 def test_latin1_script_with_a_coding_cookie(tmp_path):
     script = tmp_path / "latin.py"
     script.write_bytes("# -*- coding: latin-1 -*-\n".encode() + BACKWARD.encode()
@@ -375,6 +393,7 @@ def test_latin1_script_with_a_coding_cookie(tmp_path):
     assert result.trace.calls[0].line == 4
 
 
+@pytest.mark.slow
 def test_directory_and_symlink_loop_are_named(tmp_path):
     loop = tmp_path / "loop.py"
     loop.symlink_to(tmp_path / "loop2.py")
@@ -389,6 +408,7 @@ def test_directory_and_symlink_loop_are_named(tmp_path):
         assert words in out.stderr
 
 
+@pytest.mark.slow
 def test_export_name_template_stays_in_the_chosen_folder(tmp_path):
     from app.cli.export import safe_name
 
@@ -405,6 +425,7 @@ def test_export_name_template_stays_in_the_chosen_folder(tmp_path):
     assert not (tmp_path / "graph.dot").exists()
 
 
+@pytest.mark.slow
 def test_non_finite_gradients_reach_the_window(tmp_path):
     script = tmp_path / "nan.py"
     script.write_text("import torch\nx = torch.zeros(2000, requires_grad=True)\n(x.sqrt() * 0).sum().backward()\n")
@@ -414,6 +435,7 @@ def test_non_finite_gradients_reach_the_window(tmp_path):
     assert grad.numel == 2000 and "nan" in grad.sample
 
 
+@pytest.mark.slow
 def test_an_ended_workers_pipes_are_closed_without_close(private_tmp):
     """A worker that ends by itself (a finished run, a Stop) leaves no open pipe in the app."""
     worker = WorkerProcess(lambda msg: None)

@@ -20,6 +20,7 @@ def _saved_at_calls(trace) -> list[int]:
     return out
 
 
+@pytest.mark.slow
 def test_phases_cover_forward_and_backward():
     trace = run_capture(str(EXAMPLES / "13_mlp_classifier.py"), timeout=120).trace
     phases = {s.phase for s in trace.memory}
@@ -51,6 +52,7 @@ def phases_in_order(trace) -> list[str]:
     return out
 
 
+@pytest.mark.slow
 def test_leak_grows_and_fix_does_not():
     leak = _saved_at_calls(run_capture(str(EXAMPLES / "30_graph_leak.py"), timeout=120).trace)
     fixed = _saved_at_calls(run_capture(str(EXAMPLES / "31_graph_leak_fixed.py"), timeout=120).trace)
@@ -62,6 +64,7 @@ def test_leak_grows_and_fix_does_not():
     assert max(fixed[1:]) - min(fixed[1:]) < 100_000
 
 
+@pytest.mark.slow
 def test_no_sampling_when_rate_is_zero(tmp_path):
     from core.client.handle import WorkerClient
     import threading
@@ -85,6 +88,7 @@ def test_no_sampling_when_rate_is_zero(tmp_path):
     assert box["r"].trace.memory == [] and box["r"].trace.calls[0].leaf_grads["x"].data == [2.0, 2.0]
 
 
+@pytest.mark.slow
 def test_export_memory_headless_writes_an_svg(tmp_path):
     import subprocess
     import sys

@@ -17,6 +17,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_failure_modes(tmp_path, case):
     source, etype, kind, line, fragment = CASES[case]
@@ -36,6 +37,7 @@ def test_failure_modes(tmp_path, case):
         assert "leaving" in result.output
 
 
+@pytest.mark.slow
 def test_megabytes_of_output(tmp_path):
     script = tmp_path / "flood.py"
     script.write_text("for i in range(100000):\n    print('x' * 50)\nprint('done')\n")
@@ -46,6 +48,7 @@ def test_megabytes_of_output(tmp_path):
     assert len(result.output) <= 64 * 1024
 
 
+@pytest.mark.slow
 def test_devices_reported_and_bad_device(tmp_path):
     script = tmp_path / "ok.py"
     script.write_text("import os\nprint(os.environ['BACKPROP_STUDIO_DEVICE'])\n")
@@ -59,6 +62,7 @@ def test_devices_reported_and_bad_device(tmp_path):
     assert "cuda:7" in bad.trace.error.message
 
 
+@pytest.mark.slow
 def test_cancel_then_run_again(tmp_path):
     import threading
 
@@ -94,6 +98,7 @@ def test_cancel_then_run_again(tmp_path):
         client.close()
 
 
+@pytest.mark.slow
 def test_a_stop_that_comes_before_the_run_ends_it_before_the_first_line(tmp_path):
     """Stop pressed while the worker is still starting reaches it before the run command: the run
     ends before the script's first line, as "stopped by you". Before, the run forgot the Stop and
