@@ -4,9 +4,7 @@ traces, steps, stops, reports a crash and a time-out, and leaves no process behi
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import shlex
 import shutil
 import socket
@@ -25,9 +23,7 @@ from core.client import bootstrap, launchers
 from core.protocol import wire
 from core.client.handle import ClientState, WorkerClient, run_capture
 from core.client.process import ROOT
-from core.model.memory import format_bytes
 from core.client.launchers import LauncherError, from_command, from_host, resolve
-from core.model.trace import Trace
 
 PY = sys.executable
 
@@ -247,84 +243,6 @@ def test_a_worker_that_exits_without_a_word_names_its_launchers_code(launcher, t
     assert call.leaf_grads["a"].data == [4.0, -1.0] and call.leaf_grads["b"].data == [2.0, 3.0]
 
 
-LOOP = """import torch
-from torch import nn
-torch.manual_seed(0)
-blocks = nn.ModuleList(nn.Linear(8, 8) for _ in range(100))
-x = torch.randn(4, 8)
-for step in range(6):
-    h = x
-    for block in blocks:
-        h = h + torch.relu(block(h))
-    h.pow(2).mean().backward()
-"""
-
-
-def _loop_grad() -> list:
-    """blocks.0's weight gradient after LOOP's six calls (each adds the same one), by torch.autograd.grad."""
-    scope: dict = {}
-    exec(LOOP.split("for step")[0], scope)  # the same seed, blocks and input
-    h = scope["x"]
-    for block in scope["blocks"]:
-        h = h + torch.relu(block(h))
-    (g,) = torch.autograd.grad(h.pow(2).mean(), scope["blocks"][0].weight)
-    return (6 * g).reshape(-1).tolist()
-
-
-def through_link(link: Path, args: str, name: str, mark: str) -> launchers.Launcher:
-    """A worker whose messages pass the Python program ``link`` (run with ``args``) on their way
-    to the app: ``sh -c 'worker | link'``."""
-    worker = f"cd {shlex.quote(str(ROOT))} && {shlex.quote(PY)} -m core.worker | " \
-             f"{shlex.quote(PY)} {shlex.quote(str(link))} {args}"
-    return from_command(f"sh -c {shlex.quote(worker)}", name=name, compress="zlib", env={"BPS_TEST_MARK": mark})
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("ending", ["", "crash", "spin", "spin behind a launcher", "spin behind a slow link"])
-def test_a_loops_repeated_calls_travel_as_summaries(tmp_path, ending):
-    """A loop's calls past the first three are kept as summaries, but the last is kept in full:
-    it is streamed as its summary (the full call would be dropped as soon as another came), and
-    comes in full with the trace at the end. Over a slow link that is four graphs sent instead
-    of one per step. A crash after the loop keeps the summary; a run the app ends at its time
-    limit gets the last call whole when the app asks for the stacks."""
-    crash, spin = ending == "crash", ending.startswith("spin")
-    text = LOOP + ("import ctypes\nctypes.string_at(0)\n" if crash else "while True:\n    pass\n" if spin else "")
-    mark = uuid.uuid4().hex
-    events = []
-    launcher = local_launcher(mark) if "launcher" in ending else \
-        through_link(ROOT / "bench/slow_link.py", "100000", "slow", mark) if "slow" in ending \
-        else None  # the last call, 63 KB in zlib, takes 0.6 s on that link: the app waits for it
-    result = run_capture(str(write(tmp_path, "loop.py", text)), timeout=15 if spin else 120, on_event=events.append,
-                         launcher=launcher)
-    # The end of each frame, and of those the whole graphs (150 KB of columns each; a summary's are 24 KB).
-    ends = [e for e in events if e.get("type") == "transfer" and e["decoded"] == e["raw"]]
-    whole = ["call_trace"] * 4 if spin else ["call_trace"] * 3 + ([] if crash else ["trace"])
-    assert [e["of"] for e in ends if e["raw"] > 100_000] == whole
-    assert [e["of"] for e in ends if e["raw"] < 50_000] == ["call_trace"] * 3  # the summaries
-    calls = result.trace.calls
-    assert [c.snapshot for c in calls] == ["full"] * 3 + ["summary"] * (3 if crash else 2) + ([] if crash else ["full"])
-    assert all(c.node_count == 602 and c.same_as == "c0" for c in calls[1:])
-    last = calls[5]
-    want = _loop_grad()
-    assert len(last.leaf_grads) == 200
-
-    def matches(values) -> bool:  # a preview: the first 8 of the 64 values, and their extremes
-        return values.sample == pytest.approx(want[:8], rel=1e-5, abs=1e-9) and values.numel == 64 and \
-            (values.min, values.max) == pytest.approx((min(want), max(want)), rel=1e-5)
-
-    assert matches(last.leaf_grads["blocks.0.weight"])
-    if crash:
-        assert (result.trace.error.kind, result.trace.error.line) == ("crash", 12)
-    elif spin:  # the stacks came first, and name the line the script was at
-        assert (result.trace.error.kind, result.trace.error.line) in (("timeout", 11), ("timeout", 12))
-    else:
-        assert result.trace.error is None
-    if not crash:
-        assert len(last.nodes) == 602
-        assert matches(next(t for t in last.tensors if t.name == "blocks.0.weight").grad.values)
-    assert_no_process(mark)
-
-
 @pytest.mark.slow
 def test_time_limit_names_the_line(launcher, tmp_path):
     launcher, _ = launcher
@@ -334,74 +252,6 @@ def test_time_limit_names_the_line(launcher, tmp_path):
     assert err.kind == "timeout", err
     assert "time limit of 4 s" in err.message
     assert err.line in (3, 4)
-
-
-def cut_link(spawn: bool) -> str:
-    """A link process that passes the worker's messages on until a captured call's frame has
-    begun, then that frame's header, first chunk and 100 bytes more. ``spawn``: it starts the
-    worker itself (stdin and stderr are the link's), then carries nothing more while it keeps
-    running: a connection gone dead. Otherwise it reads the worker's stdout on its stdin and
-    exits: a link that closed its end."""
-    head = ("import os, subprocess, sys, time\n"
-            "worker = subprocess.Popen([sys.executable, '-m', 'core.worker'], stdout=subprocess.PIPE)\n"
-            "src = worker.stdout.fileno()\n") if spawn else "import os\nsrc = 0\n"
-    return head + ("buf, sent, end = b'', 0, None\n"
-                   "while True:\n"
-                   "    d = os.read(src, 65536)\n"
-                   "    if not d: break\n"
-                   "    buf += d\n"
-                   "    at = buf.find(b'\"of\": \"call_trace\"')\n"
-                   "    nl = buf.find(b'\\n', at) if at >= 0 else -1\n"
-                   "    if nl >= 0 and len(buf) >= nl + 5:\n"
-                   "        end = nl + 5 + int.from_bytes(buf[nl + 1:nl + 5], 'big') + 100\n"
-                   "    if end is not None and len(buf) >= end:\n"
-                   "        os.write(1, buf[sent:end]); break\n"
-                   "    if at < 0:\n"
-                   "        os.write(1, buf[sent:]); sent = len(buf)\n") + \
-        ("os.close(1)\ntime.sleep(300)\n" if spawn else "os._exit(0)\n")
-
-
-CHAIN = ("import torch\nx = torch.randn(64, requires_grad=True)\ny = x\n"
-         "for _ in range(300):\n    y = torch.tanh(y) * 1.01\ny.sum().backward()\nprint('done', flush=True)\n")
-CUT_CALL = r"; a captured call was cut off: \d+(\.\d)? (B|KB) of it had arrived \(about \d+%\), and it is lost"
-
-
-@pytest.mark.slow
-def test_a_link_cut_in_the_middle_of_a_trace_says_what_was_lost(tmp_path):
-    """The link goes dead while a captured call travels, its command still running: the app ends
-    it within seconds instead of at the time limit, and the error says the worker's messages
-    stopped, which message was cut off, how much of it had come, and that it is lost; nothing
-    is left running."""
-    mark = uuid.uuid4().hex
-    link = write(tmp_path, "cut_link.py", cut_link(spawn=True))
-    launcher = from_command(f"{shlex.quote(PY)} {shlex.quote(str(link))}", name="cut", compress="zlib",
-                            env={"BPS_TEST_MARK": mark})
-    result = run_capture(str(write(tmp_path, "chain.py", CHAIN)), launcher=launcher, timeout=100)
-    err = result.trace.error
-    assert result.trace.calls == []  # the one call was in the frame cut off
-    assert (err.type, err.kind) == ("ConnectionLost", "disconnected"), err
-    assert re.fullmatch(rf"the worker's messages from cut stopped before the run finished, while "
-                        rf"{re.escape(os.path.basename(PY))} still ran \(the link dropped, or the script closed the "
-                        rf"worker's pipe\); the app ended it{CUT_CALL}", err.message), err
-    assert result.elapsed < 60  # not the time limit of 100 s
-    assert_no_process(mark)
-
-
-@pytest.mark.slow
-def test_a_link_that_closes_its_end_midway_ends_the_run_and_says_so(tmp_path):
-    """The link on the way exits in the middle of a captured call: the worker's next message finds
-    its pipe's far end closed, so the worker ends the run and says which end closed (not that the
-    script closed it); the app names the call cut off; nothing is left running."""
-    mark = uuid.uuid4().hex
-    launcher = through_link(write(tmp_path, "cut_link.py", cut_link(spawn=False)), "", "cut", mark)
-    result = run_capture(str(write(tmp_path, "chain.py", CHAIN)), launcher=launcher, timeout=100)
-    err = result.trace.error
-    assert result.trace.calls == []
-    assert (err.type, err.kind) == ("ConnectionLost", "disconnected"), err
-    assert re.fullmatch(r"the link from cut closed its end of the worker's pipe before the run finished, so nothing "
-                        rf"more could come back: the worker ended the run{CUT_CALL}", err.message), err
-    assert result.elapsed < 60
-    assert_no_process(mark)
 
 
 @pytest.mark.slow
@@ -626,74 +476,6 @@ def test_script_folder_and_remote_cwd_travel(tmp_path):
     assert_no_process(mark)
 
 
-@pytest.mark.slow
-def test_ddp_two_ranks_on_gloo(tmp_path):
-    from tests.core.client.test_ranks import DDP_SCRIPT, local_grads
-
-    script = write(tmp_path, "ddp_linear.py", DDP_SCRIPT)
-    events = []
-    result = run_capture(str(script), timeout=120, ddp={"nproc": 2, "rank": 1}, on_event=events.append)
-    trace = result.trace
-    assert trace.error is None, (trace.error, result.output[-2000:])
-    (call,) = trace.calls
-    (other,) = [e for e in events if e.get("type") == "rank_trace"]
-    assert other.rank == 0 and isinstance(other.trace, Trace)  # sent in columns, read on arrival
-    assert other.trace.calls[0].options["all_reduce"]["rank"] == 0
-    assert other.trace.calls[0].leaf_grads == call.leaf_grads  # equal on every rank after the all-reduce
-    ar = call.options["all_reduce"]
-    assert ar["rank"] == 1 and ar["world_size"] == 2 and ar["backend"] == "gloo"
-    assert sorted(ar["ranks"]) == ["0", "1"]  # both ranks captured
-    local = local_grads()  # each rank's local gradient computed here
-    for name in ("module.weight", "module.bias"):
-        for r in ("0", "1"):
-            got_local = torch.tensor(ar["ranks"][r][name]["local"]["data"])
-            assert torch.allclose(got_local, local[int(r)][name], atol=1e-6)
-        reduced0 = ar["ranks"]["0"][name]["reduced"]["data"]
-        reduced1 = ar["ranks"]["1"][name]["reduced"]["data"]
-        assert reduced0 == reduced1  # equal on every rank after the all-reduce
-        mean = (local[0][name] + local[1][name]) / 2
-        assert torch.allclose(torch.tensor(reduced1), mean, atol=1e-6)
-        assert call.leaf_grads[name].data == reduced1
-    # The all-reduce is marked on the AccumulateGrad nodes of both parameters.
-    marked = {n.id for n in call.nodes if n.kind == "accumulate_grad"}
-    assert set(ar["nodes"]) == marked and len(marked) == 2
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("how", ["stop", "time limit"])
-def test_ending_a_ddp_run_ends_torchrun_and_every_rank(launcher, tmp_path, how):
-    """torchrun starts each rank in a session of its own, so no signal to a process group
-    reaches them. Stop ends the worker's wait for torchrun at once and ends torchrun; a worker
-    killed outright (what the time limit does after the stacks) takes torchrun with it; either
-    way the ranks end with torchrun (``core.worker.ddp.die_with_parent``). Before, Stop waited in
-    ``waitpid`` until the app killed the worker, and both left torchrun and its ranks running."""
-    from tests.core.client.test_ranks import DDP_SCRIPT
-
-    launcher, mark = launcher
-    script = write(tmp_path, "ddp_loop.py", DDP_SCRIPT.replace(
-        "dist.destroy_process_group()\n",
-        "dist.barrier()\nif rank == 0:\n    print('both ranks looping', flush=True)\n"
-        "import time\nwhile True:\n    time.sleep(0.05)\n"))
-    started = []
-
-    def end(client):
-        started.extend(p for p in marked_processes(mark) if "ddp_rank" in " ".join(p.cmdline()))
-        torchrun = [p for p in started if "torch.distributed.run" in " ".join(p.cmdline())]
-        assert len(torchrun) == 1 and len(started) == 3  # torchrun and its 2 ranks
-        if how == "stop":
-            client.cancel()
-        else:
-            client._timed_out(client._run["id"], 120)
-
-    err = run_then(launcher, script, "both ranks looping", end, timeout=120, ddp={"nproc": 2, "rank": 0})
-    if how == "stop":  # the worker stopped the run itself, not the app's kill after the grace
-        assert (err.type, err.kind, err.message) == ("KeyboardInterrupt", "cancelled", "stopped by you")
-    else:
-        assert err.kind == "timeout" and err.message.startswith("the run passed its time limit of 120 s")
-    gone, alive = psutil.wait_procs(started, timeout=10)
-    assert not alive, [p.cmdline() for p in alive]
-
-
 def test_host_records_and_bad_input():
     host = {"name": "gpu-box", "kind": "ssh", "dest": "me@gpu-box", "python": "/opt/venv/bin/python"}
     l = from_host(host)
@@ -720,97 +502,3 @@ def test_host_records_and_bad_input():
         resolve("not a host; rm -rf /")
 
 
-def test_frames_stream_in_chunks_and_report_progress():
-    import json as _json
-
-    msg = {"type": "trace", "trace": {"calls": [{"id": f"c{i}", "nodes": list(range(200))} for i in range(3000)]}}
-    raw = _json.dumps(msg, separators=(",", ":")).encode()
-    for codec in wire.available_codecs():
-        header = (_json.dumps(wire.frame_header("trace", len(raw), codec)) + "\n").encode()
-        body = b"".join(wire.frame_chunks(raw, codec))
-        assert len(body) < len(raw) / 5
-        stream = b'{"type":"call","index":0}\n' + header + body + b'{"type":"bye"}\n'
-        lines, seen = [], []
-        decoder = wire.StreamDecoder(lines.append, lambda h, got, dec: seen.append((h["of"], got, dec)))
-        for at in range(0, len(stream), 7777):  # arbitrary cuts, as a pipe delivers them
-            decoder.feed(stream[at:at + 7777])
-        assert lines == [b'{"type":"call","index":0}', raw, b'{"type":"bye"}']
-        assert len(seen) >= 2 and seen[-1] == ("trace", len(body), len(raw))  # progress to the end
-        assert decoder.cut_off() == ""  # it ended between messages
-        last = []
-        cut = wire.StreamDecoder(lines.append, lambda h, got, dec: last.append((got, dec)))
-        cut.feed(header + body[:-6])  # the last chunk and the end mark missing
-        assert cut.partial  # a connection closed mid-frame is noticed, and said in words
-        got, dec = last[-1] if last else (0, 0)
-        share = f" (about {100 * dec // len(raw)}%)" if dec else ""  # none decoded: no share to tell
-        assert dec < len(raw) and got > 0
-        assert cut.cut_off() == f"the trace was cut off: {format_bytes(got)} of it had arrived{share}, and it is lost"
-    with pytest.raises(wire.ProtocolMismatch, match="unknown codec 'lz4'"):
-        wire.StreamDecoder(print).feed(b'{"type": "frame", "codec": "lz4", "raw": 1}\n')
-
-
-@pytest.mark.slow
-def test_ddp_model_file_with_weights(tmp_path):
-    """``--weights`` reaches every rank: the reduced grads are those of the file's weights."""
-    from safetensors.torch import save_file
-
-    script = write(tmp_path, "ddp_model.py", (
-        "import torch, torch.distributed as dist, torch.nn as nn\n"
-        "from torch.nn.parallel import DistributedDataParallel as DDP\n"
-        "dist.init_process_group('gloo')\ntorch.manual_seed(0)\n"
-        "model = DDP(nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 1)))\n"
-        "example_input = torch.ones(4, 3) * (1 + dist.get_rank())\n"))
-    torch.manual_seed(5)
-    ref = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 1))
-    save_file({f"module.{k}": v for k, v in ref.state_dict().items()}, str(tmp_path / "w.safetensors"))
-    result = run_capture(str(script), timeout=120, ddp={"nproc": 2, "rank": 1},
-                         load={"weights": str(tmp_path / "w.safetensors")})
-    assert result.trace.error is None, (result.trace.error, result.output[-2000:])
-    got = {k: torch.tensor(v.data) for k, v in result.trace.calls[0].leaf_grads.items()}
-    per_rank = []
-    for rank in (0, 1):
-        ref.zero_grad()
-        ref(torch.ones(4, 3) * (1 + rank)).sum().backward()
-        per_rank.append({f"module.{k}": p.grad.flatten().clone() for k, p in ref.named_parameters()})
-    assert sorted(got) == ["module.0.bias", "module.0.weight", "module.1.bias", "module.1.weight"]
-    for name, grad in got.items():
-        assert torch.allclose(grad, (per_rank[0][name] + per_rank[1][name]) / 2, atol=1e-6), name
-
-
-@pytest.mark.slow
-def test_the_wait_for_a_frame_ends_when_its_bytes_stop_coming():
-    """Before ending a run the app waits while a frame arrives (a loop's last call on a slow link),
-    but not for a frame the worker stopped in the middle of: it waits while bytes keep coming
-    (here 1.2 s of them), then ``stall`` s more, well short of the cap."""
-    from core.client.process import WorkerProcess
-
-    w = WorkerProcess(lambda msg: None)
-    w.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        decoder = wire.StreamDecoder(lambda msg: None)
-        decoder.feed((json.dumps(wire.frame_header("call_trace", 10_000_000, "zlib")) + "\n").encode())
-        assert decoder.partial
-        w._decoder = decoder
-        for trickle in (0.0, 1.2):
-            def arriving(until=time.monotonic() + trickle):
-                while time.monotonic() < until:
-                    w.bytes_at = time.monotonic()
-                    time.sleep(0.05)
-
-            feeder = threading.Thread(target=arriving)
-            feeder.start()
-            began = time.monotonic()
-            w._let_frames_arrive(start=0.3, cap=30.0, stall=0.5)
-            waited = time.monotonic() - began
-            feeder.join()
-            assert trickle + 0.4 <= waited < trickle + 5.0, (trickle, waited)
-            w.feeding = True  # the decoder building what came also counts as arriving
-            timer = threading.Timer(1.0, lambda: setattr(w, "feeding", False))
-            timer.start()
-            began = time.monotonic()
-            w._let_frames_arrive(start=0.3, cap=30.0, stall=0.5)
-            assert time.monotonic() - began >= 1.0
-            timer.join()
-    finally:
-        w.proc.kill()
-        w.proc.wait()
