@@ -206,7 +206,8 @@ def test_stop_on_a_host_with_only_torch_leaves_nothing(torch_only, tmp_path):
     finally:
         client.close()
     err = box["result"].trace.error
-    assert err.kind == "cancelled" and err.message == "stopped by you at line 5"
+    # The interrupt lands on one of the loop's two lines.
+    assert err.kind == "cancelled" and err.message in ("stopped by you at line 4", "stopped by you at line 5")
     hello = next(e for e in events if e.get("type") == "hello")
     assert hello["sent_code"] is True
     assert_no_process(mark)
