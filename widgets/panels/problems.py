@@ -1,22 +1,25 @@
 """Problems of a run: the script's error, errors raised by backward calls, stale saved tensors.
 
-Each problem is one row; the details pane shows the message, traceback and fault report in
-full. Activating a row asks the app to show the line, call and node it is about.
+Each problem is one row; the details pane shows the message, traceback and fault report, long
+lines cut for display (Copy takes the full text). Activating a row asks the app to show the
+line, call and node it is about.
 """
 
 from __future__ import annotations
 
 import html
 import logging
+import re
 from dataclasses import dataclass
 
 from PySide6.QtCore import QEvent, QSize, Qt, QUrl, Signal
-from PySide6.QtGui import QColor, QFontDatabase, QPalette
+from PySide6.QtGui import QAction, QColor, QFontDatabase, QGuiApplication, QKeySequence, QPalette
 from PySide6.QtWidgets import (
     QHeaderView, QSplitter, QStyle, QTextBrowser, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget,
 )
 
 from core.model.trace import CallInfo, ErrorInfo, NodeInfo, Trace
+from widgets.display_text import cut_line, cut_text
 from widgets.panels.inspector import stale_sentence
 
 log = logging.getLogger(__name__)
@@ -44,6 +47,7 @@ class Problem:
     call: str | None = None
     node: str | None = None
     where: str = ""
+    text: str = ""  # the whole problem as plain text, uncut: what Copy puts on the clipboard
 
 
 class ProblemsPanel(QWidget):
@@ -70,6 +74,12 @@ class ProblemsPanel(QWidget):
         header.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
         self.tree.currentItemChanged.connect(self._on_current)
         self.tree.itemActivated.connect(self._on_activated)
+        copy = QAction("Copy", self.tree)
+        copy.setShortcut(QKeySequence.StandardKey.Copy)
+        copy.setShortcutContext(Qt.ShortcutContext.WidgetShortcut)
+        copy.triggered.connect(self.copy_current)
+        self.tree.addAction(copy)
+        self.tree.setContextMenuPolicy(Qt.ContextMenuPolicy.ActionsContextMenu)
         self.details = QTextBrowser(self)
         self.details.setOpenLinks(False)
         self.details.anchorClicked.connect(self._on_anchor)
@@ -103,6 +113,17 @@ class ProblemsPanel(QWidget):
     def problems(self) -> list[Problem]:
         """The listed problems, in row order."""
         return list(self._problems)
+
+    def current_text(self) -> str:
+        """The selected problem in full, as plain text ("" when none is selected)."""
+        problem = self._problem_for(self.tree.currentItem())
+        return problem.text if problem is not None else ""
+
+    def copy_current(self) -> None:
+        """Put the selected problem, uncut, on the clipboard."""
+        text = self.current_text()
+        if text:
+            QGuiApplication.clipboard().setText(text)
 
     def set_trace(self, trace: Trace | None) -> None:
         """List the trace's error, every call's error and every stale saved tensor."""
@@ -143,11 +164,11 @@ class ProblemsPanel(QWidget):
     # rows
 
     def _add(self, problem: Problem, at: int | None = None) -> None:
-        item = QTreeWidgetItem([problem.summary, problem.where])
+        item = QTreeWidgetItem([cut_line(problem.summary), cut_line(problem.where)])
         icon = (QStyle.StandardPixmap.SP_MessageBoxCritical if problem.severity == "error"
                 else QStyle.StandardPixmap.SP_MessageBoxWarning)
         item.setIcon(0, self.style().standardIcon(icon))
-        item.setToolTip(0, problem.summary)
+        item.setToolTip(0, cut_line(problem.summary, 1_000))
         if at is None:
             self._problems.append(problem)
             self.tree.addTopLevelItem(item)
@@ -165,27 +186,33 @@ class ProblemsPanel(QWidget):
         heading = title or KIND_HEADINGS.get(error.kind, "Error")
         if call is not None and title is None:
             heading = f"Backward call #{call.index} ({call.api}) raised"
-        message = error.message.strip().splitlines()[0] if error.message.strip() else ""
+        message = _first_line(error.message)
         summary = f"{error.type}: {message}" if message else error.type
         if call is not None:
             summary = f"#{call.index} {summary}"
-        parts = [f"<p class='title'>{html.escape(heading)}</p>",
-                 f"<p><b>{html.escape(error.type)}</b>: {html.escape(error.message)}</p>"]
+        parts = [f"<p class='title'>{html.escape(heading)} <a class='muted' href='copy:'>Copy</a></p>",
+                 f"<p><b>{html.escape(cut_line(error.type))}</b>: "
+                 f"{html.escape(cut_text(error.message))}</p>"]
+        text = [heading, f"{error.type}: {error.message}"]
         if error.line:
-            where = f"<a href='line:{error.line}'>{html.escape(error.where or f'line {error.line}')}</a>"
+            where = f"<a href='line:{error.line}'>{html.escape(cut_line(error.where or f'line {error.line}'))}</a>"
+            text.append(f"at {error.where or f'line {error.line}'}" + (f" of {error.file}" if error.file else ""))
             if error.file:
-                where += f" <span class='muted'>of {html.escape(error.file)}</span>"
+                where += f" <span class='muted'>of {html.escape(cut_line(error.file, 1_000))}</span>"
             parts.append(f"<p>at {where}</p>")
         if error.traceback:
             parts.append(f"<p class='section'>Traceback</p>{_code(error.traceback)}")
+            text += ["", error.traceback.rstrip()]
         if error.fault:
             parts.append("<p class='section'>Fault report <span class='muted'>(faulthandler: where each "
                          f"thread was when the process died)</span></p>{_code(error.fault)}")
+            text += ["", "Fault report:", error.fault.rstrip()]
         line = error.line if error.line else (call.line if call is not None else None)
         located = _where(line, call)
         if error.where:  # a notebook: "cell 4, line 2"
             located = " · ".join([error.where] + ([f"call #{call.index}"] if call is not None else []))
-        return Problem("error", summary, "".join(parts), line, call.id if call else None, None, located)
+        return Problem("error", summary, "".join(parts), line, call.id if call else None, None, located,
+                       "\n".join(text))
 
     def _stale_problem(self, call: CallInfo, node: NodeInfo) -> Problem:
         stale = node.stale
@@ -198,7 +225,8 @@ class ProblemsPanel(QWidget):
         if node.line:
             details += f"<p>The node was created at <a href='line:{node.line}'>line {node.line}</a>.</p>"
         line = stale.op_line or node.line
-        return Problem("warning", summary, details, line, call.id, node.id, _where(line, call))
+        return Problem("warning", summary, details, line, call.id, node.id, _where(line, call),
+                       f"{summary}\n{node.name}{label} {_plain(stale_sentence(stale))}")
 
     def show_selection(self, node_id: str | None) -> None:
         """Mark the problem about ``node_id`` (the app's selection), if one is listed; emits nothing."""
@@ -228,7 +256,9 @@ class ProblemsPanel(QWidget):
     def _on_anchor(self, url: QUrl) -> None:
         scheme, _, value = url.toString().partition(":")
         current = self._problem_for(self.tree.currentItem())
-        if scheme == "line" and value.isdigit():
+        if scheme == "copy":
+            self.copy_current()
+        elif scheme == "line" and value.isdigit():
             self.sig_line_activated.emit(int(value))
         elif scheme == "node":
             if current is not None and current.call is not None:
@@ -265,7 +295,19 @@ class ProblemsPanel(QWidget):
 
 def _code(text: str) -> str:
     return (f"<table class='code' width='100%' cellspacing='0' cellpadding='6'><tr><td>"
-            f"<pre>{html.escape(text.rstrip())}</pre></td></tr></table>")
+            f"<pre>{html.escape(cut_text(text.rstrip()))}</pre></td></tr></table>")
+
+
+def _first_line(text: str) -> str:
+    """The first non-blank line of ``text``, found without splitting the whole of it."""
+    start = len(text) - len(text.lstrip())
+    end = text.find("\n", start)
+    head = text[start:end if end >= 0 else len(text)].strip()
+    return head.splitlines()[0] if head else ""
+
+
+def _plain(fragment: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", fragment.replace("<br>", "\n")))
 
 
 def _same_error(a: ErrorInfo, b: ErrorInfo) -> bool:
