@@ -14,38 +14,34 @@ the run already captures every graph.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from core.client.show_link import send_open
+from core.client.show_link import send_open, write_private
 from core.worker.capture.tensor_capture import LineTags, capture_tensor
 
 __all__ = ["record", "show"]
 
 ROOT = Path(__file__).resolve().parent
-_counter = itertools.count(1)
 
 
 def show(tensor, *, save: str | os.PathLike | None = None, open_window: bool = True) -> str | None:
     """Capture the graph that produced ``tensor`` and show it in Backprop Studio.
 
     ``save``: where to write the trace (JSON, the format of ``trace --json``); a temporary
-    file by default. ``open_window=False`` only writes it. Returns the trace's path, or None
+    file only the user can read by default. ``open_window=False`` only writes it. Returns the trace's path, or None
     inside a Backprop Studio run.
     """
     if os.environ.get("BACKPROP_STUDIO_WORKER"):
         return None
     trace = capture_tensor(tensor, sys._getframe(1))
-    if save is None:
-        folder = Path(tempfile.gettempdir()) / "backprop-studio-show"
-        folder.mkdir(parents=True, exist_ok=True)
-        save = folder / f"show-{os.getpid()}-{next(_counter)}.json"
-    path = str(Path(save).resolve())
-    trace.save(path)
+    if save is None:  # a private file: a shared temp folder must not let others read or replace it
+        path = write_private(trace.to_json())
+    else:
+        path = str(Path(save).resolve())
+        trace.save(path)
     if open_window:
         if not send_open(path):
             _start_window(path)

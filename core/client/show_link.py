@@ -4,6 +4,9 @@ The window listens with ``QLocalServer`` on ``address()``, a Unix socket path pr
 user; ``show()`` connects with the standard library's ``socket``, so the caller's process
 (a notebook kernel) needs no Qt. Where Unix sockets are missing (Windows), ``show()``
 starts a new window instead.
+
+The traces ``show()`` writes go to a folder only the user can enter (``private_folder()``),
+under names nobody can guess, created afresh (never through a link another user planted).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import getpass
 import json
 import os
 import socket
+import stat
 import tempfile
 from pathlib import Path
 
@@ -28,6 +32,42 @@ def address() -> str:
     except Exception:
         user = str(os.getuid()) if hasattr(os, "getuid") else "user"
     return str(Path(tempfile.gettempdir()) / f"backprop-studio-{user}.sock")
+
+
+def private_folder() -> Path:
+    """A folder for ``show()``'s traces that only this user can read or enter.
+
+    ``backprop-studio-<user>`` in the temp folder, made 0700; when that name is taken by a
+    link, a file or a folder another user owns or can enter, a fresh folder with an
+    unguessable name (``tempfile.mkdtemp``) is used instead.
+    """
+    base = Path(tempfile.gettempdir())
+    if not hasattr(os, "getuid"):  # Windows: the temp folder is the user's own
+        return Path(tempfile.mkdtemp(prefix="backprop-studio-", dir=base))
+    folder = base / f"backprop-studio-{os.getuid()}"
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return Path(tempfile.mkdtemp(prefix="backprop-studio-", dir=base))
+    try:
+        info = os.lstat(folder)
+    except OSError:
+        info = None
+    if (info is None or not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid()
+            or stat.S_IMODE(info.st_mode) & 0o077):
+        return Path(tempfile.mkdtemp(prefix="backprop-studio-", dir=base))
+    return folder
+
+
+def write_private(text: str, prefix: str = "show-", suffix: str = ".json") -> str:
+    """Write ``text`` to a new file in ``private_folder()``: an unguessable name, created
+    exclusively (``O_EXCL``, no link followed), readable by the user only (0600). Returns its path."""
+    fd, path = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=private_folder())
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    return path
 
 
 def send_open(path: str, timeout: float = TIMEOUT) -> bool:
