@@ -106,6 +106,7 @@ def main(argv: list[str]) -> int:
     _install_excepthooks(window_ref)
     window = MainWindow(timeout=args.timeout)
     window_ref.append(window)
+    window.interactive = not args.screenshot  # a screenshot shows a refusal instead of waiting on a dialog
     if not args.screenshot:
         # show(tensor) from a notebook or script opens its graph in this window.
         window.show_server = ShowServer(window)

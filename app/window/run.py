@@ -139,7 +139,7 @@ class RunWiring:
         if trace.error is not None:
             self.last_error = trace.error
             fix = open_files.ask_fix(self, trace.error, self.load_options, self.script_path) \
-                if trace.error.reason else None
+                if trace.error.reason and self.interactive else None
             if fix is not None:
                 script = fix.pop("script", None)
                 if script:  # weights opened alone: run them with the script of their model

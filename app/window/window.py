@@ -44,6 +44,8 @@ class MainWindow(RunWiring, SelectionWiring, WindowViews, QMainWindow):
         self.setAcceptDrops(True)
         self.resize(1400, 860)
         self.last_error = None
+        # False with --screenshot: nobody can answer a dialog, so a fix that needs one is not offered
+        self.interactive = True
         self._run_started = 0.0
         self.handle = handle or WorkerHandle(self)
         self.session = Session(self.handle, self)
