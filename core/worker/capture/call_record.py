@@ -5,12 +5,19 @@ while the script runs (``core.worker.capture.recorder`` installs them). Each cal
 the real call (the engine frees saved tensors as it goes) and completed after it (leaf
 ``.grad``, retained grads, results, the error if it raised). Calls in a loop whose graph has
 the same structure as an earlier call keep a summary only, except the first few and the last.
+
+The script's threads may call backward at the same time: which calls run is kept per thread
+(``ThreadState``), and reading and storing a call's graph holds the capture's lock. A call
+made while one of this thread's calls runs, or from inside an autograd node (a backward hook,
+reentrant checkpointing; on CUDA the node runs on the engine's device thread, not the caller's),
+is nested: it belongs to the call whose graph holds that node.
 """
 
 from __future__ import annotations
 
 import inspect
 import sys
+import threading
 import time
 from dataclasses import replace
 
@@ -31,28 +38,64 @@ from core.model.trace import CallInfo, paused_gc
 _ORIG_TENSOR_BACKWARD = torch.Tensor.backward
 _ORIG_BACKWARD = torch.autograd.backward
 _ORIG_GRAD = torch.autograd.grad
+_current_node = getattr(torch._C, "_current_autograd_node", lambda: None)
+
+
+class ThreadState(threading.local):
+    """What a capture keeps per thread of the script."""
+
+    def __init__(self):
+        self.depth = 0  # captured calls running on this thread
+        self.running: list[int] = []  # their indices, innermost last
+        self.tagging = True  # whether this thread's ops tag the nodes they make
 
 
 class CallRecording:
     """The per-call half of a capture (mixed into ``core.worker.capture.recorder.Capture``)."""
 
+    _local: ThreadState
+    _lock: threading.RLock
+
+    @property
+    def tagging(self) -> bool:
+        """Whether an op run now tags its node: not inside a backward call (the engine's own
+        ops, a checkpoint's recomputation), on whichever thread the engine runs it."""
+        return self._local.tagging and _current_node() is None
+
+    @tagging.setter
+    def tagging(self, value: bool) -> None:
+        self._local.tagging = value
+
+    def _is_nested(self) -> bool:
+        """Whether a backward call made now runs inside another one."""
+        return self._local.depth > 0 or _current_node() is not None
+
+    def _outer_call(self) -> int | None:
+        """The running call a call made now is nested in: this thread's innermost, else the
+        call whose graph holds the autograd node running now (None: a call of its own)."""
+        if self._local.running:
+            return self._local.running[-1]
+        node = _current_node()
+        if node is None or not self._running:
+            return None
+        seen = _safe_metadata(node).get("bps_seen")
+        return seen if seen in self._running else self._running[-1]
+
     def _tensor_backward(self, tensor, gradient=None, retain_graph=None, create_graph=False, inputs=None):
         def real():
             return _ORIG_TENSOR_BACKWARD(tensor, gradient, retain_graph, create_graph, inputs=inputs)
 
-        if self._depth:
+        if self._is_nested():
             return real()
-        self._seed = gradient
-        return self._record("Tensor.backward", [tensor], real, retain_graph, create_graph, inputs)
+        return self._record("Tensor.backward", [tensor], real, retain_graph, create_graph, inputs, gradient)
 
     def _autograd_backward(self, *args, **kwargs):
         def real():
             return _ORIG_BACKWARD(*args, **kwargs)
 
-        if self._depth and not inside_reentrant_checkpoint(sys._getframe(1)):
+        if self._is_nested() and not inside_reentrant_checkpoint(sys._getframe(1)):
             return real()
         bound = _bind(_ORIG_BACKWARD, args, kwargs)
-        self._seed = bound.get("grad_tensors")
         return self._record(
             "autograd.backward",
             _as_list(bound.get("tensors")),
@@ -60,16 +103,16 @@ class CallRecording:
             bound.get("retain_graph"),
             bound.get("create_graph", False),
             bound.get("inputs"),
+            bound.get("grad_tensors"),
         )
 
     def _autograd_grad(self, *args, **kwargs):
         def real():
             return _ORIG_GRAD(*args, **kwargs)
 
-        if self._depth:
+        if self._is_nested():
             return real()
         bound = _bind(_ORIG_GRAD, args, kwargs)
-        self._seed = bound.get("grad_outputs")
         return self._record(
             "autograd.grad",
             _as_list(bound.get("outputs")),
@@ -77,21 +120,25 @@ class CallRecording:
             bound.get("retain_graph"),
             bound.get("create_graph", False),
             bound.get("inputs"),
+            bound.get("grad_outputs"),
         )
 
     # -- one captured call ---------------------------------------------------------------------
-    def _record(self, api, roots, real, retain_graph, create_graph, inputs):
-        index = self.call_count
-        self.call_count += 1
-        line = self.names.user_line(sys._getframe(2))
-        # A backward run by reentrant checkpointing inside another call's backward: captured as
-        # its own call, marked as nested in the running one (core.worker.capture.nesting).
-        outer = self._running[-1] if self._running else None
-        seed, self._seed = self._seed, None  # the gradient argument backward starts from (None: ones)
+    def _record(self, api, roots, real, retain_graph, create_graph, inputs, seed=None):
+        """``seed``: the gradient argument backward starts from (None: ones)."""
+        local = self._local
+        with self._lock:
+            index = self.call_count
+            self.call_count += 1
+            line = self.names.user_line(sys._getframe(2))
+            # A backward run by reentrant checkpointing inside another call's backward: captured as
+            # its own call, marked as nested in the running one (core.worker.capture.nesting).
+            outer = self._outer_call()
+            self._running.append(index)
         within = inside_gradcheck(sys._getframe(2))
-        self._running.append(index)
-        self._depth += 1
-        was_tagging, self.tagging = self.tagging, False
+        local.running.append(index)
+        local.depth += 1
+        was_tagging, local.tagging = local.tagging, False
         t0 = time.perf_counter()
         # Options known before the call, merged in by _after (a stored call is streamed at once).
         extra: dict = {}
@@ -103,16 +150,17 @@ class CallRecording:
                      if isinstance(g, torch.Tensor) else None for g in _as_list(seed)]
         if any(v is not None for v in seeds):
             extra["seed"] = seeds
-        if outer is not None:
-            extra.update(nested_options(outer))
-            self._nested.setdefault(outer, []).append(index)
-        self._extra[index] = extra
         try:
-            with torch._C.DisableTorchFunction(), paused_gc(), untraced():
-                snap, nodes, ids, structure, root_ids, input_ids = self._before(roots, inputs, index)
-            self.phase = "backward"
-            self.on_event({"type": "call", "index": index, "api": api, "line": line, "nodes": len(nodes),
-                           "t": time.perf_counter() - self.started})
+            with self._lock:
+                if outer is not None:
+                    extra.update(nested_options(outer))
+                    self._nested.setdefault(outer, []).append(index)
+                self._extra[index] = extra
+                with torch._C.DisableTorchFunction(), paused_gc(), untraced():
+                    snap, nodes, ids, structure, root_ids, input_ids = self._before(roots, inputs, index)
+                self.phase = "backward"
+                self.on_event({"type": "call", "index": index, "api": api, "line": line, "nodes": len(nodes),
+                               "t": time.perf_counter() - self.started})
             error = None
             result = None
             try:
@@ -125,16 +173,18 @@ class CallRecording:
                 error = error_info(exc, line, self.names)
                 raise
             finally:
-                with torch._C.DisableTorchFunction(), paused_gc(), untraced():
+                with self._lock, torch._C.DisableTorchFunction(), paused_gc(), untraced():
                     self._after(api, index, line, snap, nodes, ids, structure, root_ids, input_ids, result,
-                            error, retain_graph, create_graph, t0)
+                                error, retain_graph, create_graph, t0)
             return result
         finally:
-            if outer is None:
-                self.names.release()
-            self.tagging = was_tagging
-            self._running.pop()
-            self._depth -= 1
+            with self._lock:
+                if outer is None:
+                    self.names.release()
+                self._running.remove(index)
+            local.tagging = was_tagging
+            local.running.pop()
+            local.depth -= 1
 
     def _before(self, roots, inputs, index):
         self.names.refresh(self.names.user_frames(sys._getframe(3)))

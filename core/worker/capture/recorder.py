@@ -17,6 +17,7 @@ import linecache
 import logging
 import os
 import sys
+import threading
 import time
 import traceback
 import types
@@ -26,7 +27,7 @@ from typing import Any, Callable
 
 import torch
 
-from core.worker.capture.call_record import _ORIG_BACKWARD, _ORIG_GRAD, _ORIG_TENSOR_BACKWARD, CallRecording
+from core.worker.capture.call_record import _ORIG_BACKWARD, _ORIG_GRAD, _ORIG_TENSOR_BACKWARD, CallRecording, ThreadState
 from core.worker.capture.creation import CreationTags, _CreationMode, _register_post_hook, clear_call_sites, is_device_error
 from core.worker.capture.cuts import CutRecorder
 from core.worker.capture.edge_grads import EdgeGradRecorder
@@ -71,19 +72,18 @@ class Capture(CreationTags, CallRecording):
         self.names = NameTable(self.script)
         self.calls: list[CallInfo] = []
         self.call_count = 0
-        self.tagging = True
-        self._depth = 0
+        self._local = ThreadState()  # calls running on each thread, whether its ops tag nodes
+        self._lock = threading.RLock()  # held while a call's graph is read and stored
         self._structures: dict[str, tuple[str, int]] = {}  # hash -> (first call id, count)
         self._pending: int | None = None  # index into calls of the last full repeated call
         self._module_stack: list[int] = []
         self.inplace: dict[int, list[tuple[int, int | None, str]]] = {}
         self.device_error: str | None = None
         self.cuts = CutRecorder()
-        self._seed = None  # gradient / grad_tensors / grad_outputs of the call being recorded
         self._extra: dict[int, dict] = {}  # call index -> options known before the call ran
         self._grad_before: dict[int, dict[str, str]] = {}  # call index -> named leaves' .grad state before it
         self._nested: dict[int, list[int]] = {}  # call index -> indices of the calls nested in it
-        self._running: list[int] = []  # indices of the calls running now (nested: reentrant checkpointing)
+        self._running: list[int] = []  # indices of the calls running now, on every thread
         self._edge_grads: dict[int, EdgeGradRecorder] = {}  # call index -> hooks recording edge gradients
         self.phase = "starting"  # the first op of the script emits "forward"
         self.on_node: Callable[[Any], None] | None = None  # each new graph node, as the forward pass makes it
