@@ -81,11 +81,17 @@ def read_cells(path: str | Path) -> list[tuple[int, str, str]]:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise NotebookError(f"cannot read {path}: {exc}") from None
+    if not text.strip():
+        raise NotebookError(f"{path}: not a notebook: the file is empty")
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise NotebookError(f"{path}: not a notebook: invalid JSON at line {exc.lineno}, column {exc.colno} "
                             f"({exc.msg})") from None
+    except RecursionError:  # the decoder recurses per level: "[" * 100_000 in a cell's outputs
+        raise NotebookError(f"{path}: not a notebook: its JSON is too deeply nested to read") from None
+    except ValueError as exc:  # e.g. an integer of thousands of digits
+        raise NotebookError(f"{path}: not a notebook: unreadable JSON ({exc})") from None
     if not isinstance(doc, dict):
         raise NotebookError(f"{path}: not a notebook: the top level is not a JSON object")
     if isinstance(doc.get("cells"), list):
