@@ -8,8 +8,10 @@ program holds ``archive_format`` or ``models/model.json``, a TorchScript archive
 
 from __future__ import annotations
 
+import json
 import pickletools
 import re
+import struct
 import zipfile
 from pathlib import Path
 
@@ -22,6 +24,8 @@ MODEL_SUFFIXES = EXPORT_SUFFIXES + CHECKPOINT_SUFFIXES + SAFETENSORS_SUFFIXES + 
 # torch.nn.modules.linear or __main__, is a class of a whole pickled model.
 STATE_DICT_MODULES = {"collections", "builtins", "__builtin__", "_codecs", "torch", "torch._utils",
                       "torch.serialization", "torch.storage"}
+ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a zip's first entry, or an empty zip's end record
+SAFETENSORS_HEADER_LIMIT = 100 * 2 ** 20  # bytes: the safetensors library refuses bigger headers too
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool")
 
 
@@ -67,6 +71,83 @@ def _zip_names(p: Path) -> list[str]:
             return z.namelist()
     except (OSError, zipfile.BadZipFile):
         return []
+
+
+# -- what the first bytes say (no torch) -------------------------------------------------------------
+
+
+def _head(p: Path, size: int = 16) -> bytes:
+    try:
+        with open(p, "rb") as f:
+            return f.read(size)
+    except OSError as exc:
+        raise ModelFileError(f"cannot read {p}: {exc.strerror or exc}") from None
+
+
+def check_model_bytes(path: str | Path, kind: str) -> None:
+    """Raise ModelFileError when the file cannot be a model of ``kind`` by its first bytes: empty, or
+    neither a zip (every torch.save since PyTorch 1.6, torch.export, TorchScript) nor, for a
+    checkpoint, a pickle of protocol 2 or later (older torch.save). Read before anything asks
+    whether to trust a pickle, so random bytes are not taken for one."""
+    p = Path(path)
+    head = _head(p)
+    if not head:
+        raise ModelFileError(f"{p.name}: the file is empty")
+    if kind == "safetensors":
+        safetensors_tensor_count(p)
+        return
+    if head.startswith(ZIP_MAGIC) or (kind == "checkpoint" and len(head) > 1 and head[0] == 0x80 and 2 <= head[1] <= 5):
+        return
+    saved = "a zip archive" if kind != "checkpoint" else "a zip archive (or, before PyTorch 1.6, a pickle)"
+    raise ModelFileError(f"{p.name}: not a PyTorch file: it starts with bytes {head[:8].hex(' ')}, "
+                         f"and what torch saves is {saved}")
+
+
+def safetensors_tensor_count(path: str | Path) -> int:
+    """How many tensors a safetensors file's header lists, read without the library: 8 bytes of
+    little-endian header length, then that many bytes of JSON naming each tensor's dtype, shape
+    and byte range. ModelFileError says what is wrong with a file that is not one."""
+    p = Path(path)
+    bad = f"{p.name}: not a valid safetensors file:"
+    try:
+        size = p.stat().st_size
+        with open(p, "rb") as f:
+            first = f.read(8)
+            if len(first) < 8:
+                raise ModelFileError(f"{bad} {size} bytes, too short for the 8-byte header length"
+                                     if size else f"{p.name}: the file is empty")
+            (length,) = struct.unpack("<Q", first)
+            if length > size - 8:
+                raise ModelFileError(f"{bad} its header length ({length:,} bytes) is past the end of the file "
+                                     f"({size:,} bytes)")
+            if length > SAFETENSORS_HEADER_LIMIT:
+                raise ModelFileError(f"{bad} its header length ({length:,} bytes) is over 100 MiB")
+            raw = f.read(length)
+    except OSError as exc:
+        raise ModelFileError(f"cannot read {p}: {exc.strerror or exc}") from None
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise ModelFileError(f"{bad} its header is not JSON") from None
+    if not isinstance(header, dict):
+        raise ModelFileError(f"{bad} its header is not a JSON object")
+    data = size - 8 - length
+    count = 0
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        ok = (isinstance(entry, dict) and isinstance(entry.get("dtype"), str)
+              and isinstance(entry.get("shape"), list) and isinstance(entry.get("data_offsets"), list)
+              and len(entry["data_offsets"]) == 2
+              and all(type(v) is int and v >= 0 for v in entry["shape"] + entry["data_offsets"]))
+        if not ok:
+            raise ModelFileError(f"{bad} tensor {name[:80]!r} has no dtype, shape and data_offsets")
+        start, end = entry["data_offsets"]
+        if not start <= end <= data:
+            raise ModelFileError(f"{bad} tensor {name[:80]!r} lies at bytes {start:,}-{end:,}, past the "
+                                 f"{data:,} bytes of data")
+        count += 1
+    return count
 
 
 def pickled_classes(path: str | Path) -> list[str]:

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from core.programs import model_files
 from core.programs.model_kinds import (CHECKPOINT_SUFFIXES, EXPORT_SUFFIXES, MODEL_SUFFIXES, SAFETENSORS_SUFFIXES,
-                                       TORCHSCRIPT_SUFFIXES, ModelFileError, is_huggingface_folder, model_kind,
-                                       pickled_classes)
+                                       TORCHSCRIPT_SUFFIXES, ModelFileError, check_model_bytes, is_huggingface_folder,
+                                       model_kind, pickled_classes, safetensors_tensor_count)
 from core.programs.notebook import NotebookError, notebook_script, skipped_notes
 from core.programs.opener import Opener, Program, ProgramError
 
@@ -56,6 +56,11 @@ class ScriptOpener(Opener):
         if weights:
             if not Path(weights).is_file():
                 raise ProgramError(f"--weights {weights}: no such file")
+            kind = "safetensors" if Path(weights).suffix.lower() in SAFETENSORS_SUFFIXES else "checkpoint"
+            try:
+                check_model_bytes(weights, kind)
+            except ModelFileError as exc:
+                raise ProgramError(f"--weights {weights}: {exc}", exc.reason) from None
             program.after_exec = lambda ns, w=str(weights): model_files.apply_weights(ns, w)
         return program
 
@@ -153,6 +158,8 @@ class SavedModelOpener(Opener):
 
     def open(self, path: Path, options: dict) -> Program:
         try:
+            if not Path(path).is_dir():  # a file's first bytes say whether it can be one, before any trust asked
+                check_model_bytes(path, self.kind)
             source = self.driver(Path(path), options)
         except ModelFileError as exc:
             raise ProgramError(str(exc), exc.reason) from None
@@ -205,7 +212,14 @@ class SafetensorsOpener(SavedModelOpener):
     what = "a safetensors checkpoint"
 
     def driver(self, p: Path, options: dict) -> str:
-        return model_files.weights_driver(p, options)
+        count = safetensors_tensor_count(p)  # its header read: a file that is not one says so
+        try:
+            return model_files.weights_driver(p, options)
+        except ModelFileError as exc:
+            tensors = f"{count:,} tensor{'' if count == 1 else 's'}"
+            raise ModelFileError(str(exc).replace(" holds weights only (a state_dict)",
+                                                  f" holds weights only ({tensors}, a state_dict)", 1),
+                                 exc.reason) from None
 
 
 class HuggingFaceOpener(SavedModelOpener):
