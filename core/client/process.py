@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from core.client.bootstrap import code_message
+from core.client.descendants import end_descendants
 from core.client.launchers import fault_in_output, missing_command, transfer_progress
 from core.model.trace import paused_gc
 from core.protocol import events
@@ -236,9 +237,10 @@ class WorkerProcess:
             return 0
 
     def kill(self) -> None:
-        """Kill the worker and every process in its group."""
+        """Kill the worker, every process in its group and every process below it."""
         if self.proc is None:
             return
+        end_descendants(self.proc)  # those that left the group with setsid
         if hasattr(os, "killpg"):
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)

@@ -60,6 +60,7 @@ from core.protocol import wire
 from core.worker import remote as worker_remote
 from core.model.trace import ErrorInfo, Trace
 from core.worker.channel import Channel, _open_fault_file, _private_fd
+from core.worker.children import keep_children
 from core.worker.interrupts import INTERRUPTS
 from core.worker.memory_marks import describe_node, install_marks, script_line
 from core.worker.env import (_flush_quietly, _patch_exit, _say_no_input, apply_device, check_device, list_devices,
@@ -324,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sent-code", action="store_true")  # started by core.client.bootstrap's program
     args = parser.parse_args(argv)
     worker_remote.become_group_leader()
+    keep_children()  # children that leave the group with setsid still end with the run
 
     # stdout -> protocol and stdin -> commands at the boundary; private high fds inside.
     channel = Channel(_private_fd(1), fallback=args.fallback_file)
