@@ -79,6 +79,28 @@ def worker_command(python: str = DEFAULT_PYTHON) -> str:
     return f"{python} -m {WORKER_MODULE}"
 
 
+def shell_python(python: str, what: str = "'python'") -> str:
+    """A host's ``python`` field as the remote shell is to run it: split into words as a POSIX
+    shell would (``conda run -n t python``, ``'/opt/my env/bin/python'``) and each word quoted,
+    so nothing in it (``;``, ``|``, ``$(...)``, a backquote) runs as a command of its own. A
+    leading ``~/`` is left to the remote shell, which expands it to the remote home."""
+    try:
+        words = shlex.split(python)
+    except ValueError as exc:
+        raise LauncherError(f"{what}: {exc} in {python!r}") from None
+    if not words:
+        raise LauncherError(f"{what} is empty: give the interpreter to run on the host, such as {DEFAULT_PYTHON!r}")
+    return " ".join(_home_kept(w) for w in words)
+
+
+def _home_kept(word: str) -> str:
+    if word == "~" or word == "~/":
+        return word
+    if word.startswith("~/"):
+        return "~/" + shlex.quote(word[2:])
+    return shlex.quote(word)
+
+
 def ssh_argv(dest: str, python: str = DEFAULT_PYTHON, ssh: str | None = None,
              options: tuple[str, ...] = ()) -> tuple[str, ...]:
     """``ssh`` with no terminal, no password prompt, a keep-alive and a limit on connecting
@@ -87,7 +109,7 @@ def ssh_argv(dest: str, python: str = DEFAULT_PYTHON, ssh: str | None = None,
     ``core.client.bootstrap``)."""
     exe = ssh or shutil.which("ssh") or "ssh"
     return (exe, "-T", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=15", "-o",
-            f"ConnectTimeout={SSH_CONNECT_TIMEOUT}", *options, "--", dest, remote_command(python)[0])
+            f"ConnectTimeout={SSH_CONNECT_TIMEOUT}", *options, "--", dest, remote_command(shell_python(python))[0])
 
 
 # What ssh(1) takes as its destination: [user@]host (a ~/.ssh/config alias, a name, an IPv4 or
@@ -113,7 +135,7 @@ def from_host(host: dict) -> Launcher:
         if not _DEST.match(dest):
             raise LauncherError(f"host '{name}': 'dest' {dest!r} is not an ssh destination ({DEST_FORMS})")
         options = tuple(shlex.split(host.get("ssh_options", "")))
-        python = host.get("python") or DEFAULT_PYTHON
+        python = shell_python(str(host.get("python") or DEFAULT_PYTHON), f"host '{name}': 'python'")
         return Launcher(argv=ssh_argv(dest, python, options=options), kind="ssh",
                         send_code=remote_command(python)[1], **common)
     if kind == "command":
