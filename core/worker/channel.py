@@ -6,7 +6,9 @@ a script's usual reach. Only the process that opened the channel writes on it (a
 child is recognised by its pid), and a script that closes or replaces the descriptor makes
 the channel fall back to a private file the parent reads after the worker exits. A Stop
 that comes while the script's thread sends waits until the message has left whole
-(``core.worker.interrupts``).
+(``core.worker.interrupts``). What the channel calls (``os.write``, the JSON encoder) is
+bound when it is imported, before any script runs: a script that patches ``json.dumps`` or
+``os.write`` in the modules it shares with the worker does not change what is sent.
 Standard library only (a remote worker needs no more than Python and torch).
 """
 
@@ -26,6 +28,16 @@ from core.worker.interrupts import INTERRUPTS
 
 PRIVATE_FD_MIN = 600  # the protocol and command descriptors live above what scripts touch
 
+# Bound now, before any script runs (see above).
+_write = os.write
+_fstat = os.fstat
+_getpid = os.getpid
+_open = os.open
+_close = os.close
+_encoder = json.JSONEncoder(separators=(",", ":"))
+_encoder.iterencode = _encoder.iterencode  # on the object: a patched JSONEncoder class does not reach it
+_dumps = _encoder.encode
+
 
 class Channel:
     """Writes one JSON message per line on the protocol descriptor, from any thread.
@@ -37,7 +49,7 @@ class Channel:
 
     def __init__(self, fd: int, fallback: str | None = None):
         self.fd = fd
-        self.pid = os.getpid()
+        self.pid = _getpid()
         self.fallback = fallback
         self._identity = _identity(fd)
         self._lock = threading.Lock()
@@ -50,7 +62,7 @@ class Channel:
         self.on_lost: Callable[[bool], None] | None = None
 
     def send(self, msg: dict) -> None:
-        if os.getpid() != self.pid:
+        if _getpid() != self.pid:
             return
         with INTERRUPTS.held():  # a Stop landing in the middle would cut the message off (core.worker.interrupts)
             self._send(msg)
@@ -65,7 +77,7 @@ class Channel:
             # The script closed or replaced the pipe on the way: the fallback file gets it as JSON.
         with paused_gc():
             msg = wire.plain_message(msg)
-            data = (json.dumps(msg, separators=(",", ":")) + "\n").encode("utf-8")
+            data = (_dumps(msg) + "\n").encode("utf-8")
         if self.codec not in (None, wire.RAW) and len(data) > wire.FRAME_MIN_BYTES and self._intact():
             self._send_frame(data, msg.get("type", ""))
             if self.broken:
@@ -74,9 +86,7 @@ class Channel:
         with self._lock:
             if _identity(self.fd) == self._identity:
                 try:
-                    view = memoryview(data)
-                    while view:
-                        view = view[os.write(self.fd, view):]
+                    _write_all(self.fd, data)
                     return
                 except OSError:
                     pass
@@ -96,7 +106,7 @@ class Channel:
 
     def _send_frame(self, data: bytes, kind: str) -> None:
         """A big message as compressed chunks; a thread writes while the next chunk is compressed."""
-        header = (json.dumps(wire.frame_header(kind, len(data), self.codec)) + "\n").encode("utf-8")
+        header = wire.header_line(wire.frame_header(kind, len(data), self.codec))
         self._send_chunks(chain([header], wire.frame_chunks(data, self.codec)))
 
     def _send_chunks(self, chunks, pack=None) -> None:
@@ -144,24 +154,26 @@ class Channel:
         if not self.fallback:
             return
         try:
-            fd = os.open(self.fallback, os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0))
+            fd = _open(self.fallback, os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0))
         except OSError:
             return
         try:
-            os.write(fd, data)
+            _write_all(fd, data)
+        except OSError:
+            pass
         finally:
-            os.close(fd)
+            _close(fd)
 
 
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[_write(fd, view):]
 
 
 def _identity(fd: int) -> tuple | None:
     try:
-        st = os.fstat(fd)
+        st = _fstat(fd)
     except OSError:
         return None
     return (st.st_dev, st.st_ino)

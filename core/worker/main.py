@@ -71,6 +71,9 @@ __all__ = ["Channel", "Worker", "apply_device", "check_device", "list_devices", 
            "seed_run"]
 
 DEFAULT_MEMORY_RATE = 50.0  # samples per second while a script runs
+_decoder = json.JSONDecoder()
+_decoder.raw_decode = _decoder.raw_decode  # bound now: a script's patched json does not reach the commands
+_loads = _decoder.decode
 PHASE_OF_EVENT = {"call": "backward", "call_done": "between", "forward": "forward"}  # capture event -> memory phase
 
 
@@ -102,7 +105,7 @@ class Worker(Stepping):
         reader = uploads.CommandReader(self.command_fd)
         for line in reader:
             try:
-                cmd = json.loads(line)
+                cmd = _loads(line)
             except (json.JSONDecodeError, UnicodeDecodeError):
                 continue
             if not isinstance(cmd, dict):

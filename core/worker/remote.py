@@ -38,6 +38,7 @@ from core.model.trace import ErrorInfo, Trace
 # line): a private copy of stderr (core.worker.main), which a script that points its fd 2 at
 # /dev/null, or closes it, does not reach.
 REPORT_FD = 2
+_write = os.write  # bound before any script runs: one that replaces os.write does not silence the line
 
 
 def become_group_leader() -> None:
@@ -70,7 +71,7 @@ def pipe_closed(by_script: bool) -> None:
     line = protocol.PIPE_CLOSED if by_script else protocol.PIPE_BROKEN
     for fd in dict.fromkeys((REPORT_FD, 2)):  # stderr itself where the script closed the private copy too
         try:
-            os.write(fd, f"\n{line}; nothing more could be sent, so the run was ended\n".encode())
+            _write(fd, f"\n{line}; nothing more could be sent, so the run was ended\n".encode())
             break
         except OSError:
             pass
