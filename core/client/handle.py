@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT = 600.0
 STOP_GRACE = 1.0  # seconds a script gets to stop on KeyboardInterrupt before its worker is killed
+# After the app kills a run's worker, how long its exit may take to be reported before the run
+# is ended without it (a reader that is stuck must not keep a run "running" past its limit).
+KILL_GRACE = 8.0
 
 
 def _daemon_timer(seconds: float, fn, *args) -> threading.Timer:
@@ -263,6 +266,8 @@ class WorkerClient:
                 return
             run["reason"] = reason
         run["worker"].kill()
+        # Its exit ends the run; should it not be reported, the run ends anyway.
+        self._timer(run, KILL_GRACE, self._finish_dead_run, None, run)
 
     def _on_worker_message(self, worker: WorkerProcess, msg: protocol._Base) -> None:
         if isinstance(msg, protocol.Hello):
@@ -355,7 +360,10 @@ class WorkerClient:
         if run.get("bad_messages") and not reason:
             # The worker's last messages did not match the protocol: say which field.
             reason = "the worker sent a message the app cannot read (" + "; ".join(run["bad_messages"][-3:]) + ")"
-        if worker.launcher is not None:
+        if worker.stream_error and not reason:
+            err = replace(death_error(code if code is not None else -9, worker.fault_text(), None, run["path"],
+                                      worker.stream_error), type="ChannelError", kind="disconnected")
+        elif worker.launcher is not None:
             err = launcher_error(worker, code, run["path"], reason)
         elif worker.refused and not reason:
             err = ErrorInfo(type="ProtocolError", message=worker.refused, kind="load", file=run["path"])

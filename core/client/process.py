@@ -4,7 +4,8 @@ A worker serves one run: each run gets a fresh interpreter, so a script that pat
 leaks memory or crashes cannot affect the next one. Its messages are read on background
 threads, typed (``core.protocol.messages``) and handed to ``on_message``; a message that does not
 match the protocol becomes a ``BadMessage`` naming the field. When the worker ends, one
-``Exit`` message carries its exit code or signal.
+``Exit`` message carries its exit code or signal. Bytes that cannot be decoded end the run at
+once, saying what was wrong.
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ class WorkerProcess:
         # A worker behind a launcher cannot write our files: its stacks come back as messages.
         self.fault_path = _private_temp("fault", ".txt") if launcher is None else None
         self.fallback_path = _private_temp("result", ".jsonl") if launcher is None else None
+        self.stream_error = ""  # why the protocol stream could not be decoded (the run was ended)
         self.refused = ""  # why the worker's hello was refused (another protocol version)
         self.remote_fault = ""  # stacks a remote worker sent back in answer to ``dump``
         self.frame_at = 0.0  # when the last chunk of a frame (a trace, a captured call) arrived
@@ -340,11 +342,20 @@ class WorkerProcess:
             report(header, got, decoded)
 
         decoder = self._decoder = StreamDecoder(self._handle_line, progress)
-        for chunk in read_ahead(self._chunks(self.proc.stdout.fileno())):
-            self.feeding = True  # building what came counts as arriving (50,000 nodes take a while)
-            decoder.feed(chunk)
-            self.bytes_at, self.feeding = time.monotonic(), False
-        self.cut_off = decoder.cut_off()
+        try:
+            for chunk in read_ahead(self._chunks(self.proc.stdout.fileno())):
+                self.feeding = True  # building what came counts as arriving (50,000 nodes take a while)
+                decoder.feed(chunk)
+                self.bytes_at, self.feeding = time.monotonic(), False
+        except Exception as exc:  # noqa: BLE001 - whatever the bytes were, this reader must report the exit
+            # Nothing after bytes that cannot be decoded can be read: the run ends now, saying why,
+            # with what arrived before them, rather than waiting on a reader that is gone.
+            self.feeding = False
+            self.stream_error = (f"the worker's messages could not be read, so the run was ended: "
+                                 f"{exc if isinstance(exc, ProtocolMismatch) else f'{type(exc).__name__}: {exc}'}")
+            log.warning("worker %s: %s", self.id, self.stream_error)
+            self.kill()
+        self.cut_off = decoder.cut_off() if not self.stream_error else ""
         self._decoder = None  # nothing more arrives: a frame cut off here is not on its way
         decoder.close()
         if self.launcher is not None and not self._exited.wait(HANG_UP_GRACE):

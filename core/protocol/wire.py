@@ -152,6 +152,16 @@ def header_line(header: dict) -> bytes:
     return (_header_json(header) + "\n").encode("utf-8")
 
 
+class BadStream(ProtocolMismatch):
+    """Bytes on the worker's channel that cannot be decoded (a frame header that is not JSON, an
+    unknown codec, a body that does not decompress): nothing after them can be read."""
+
+
+def _excerpt(data: bytes, limit: int = 80) -> str:
+    text = repr(data[:limit])
+    return text + (f" (of {len(data)} bytes)" if len(data) > limit else "")
+
+
 def frame_chunks(raw: bytes, codec: str):
     """The compressed chunks of a frame's body, each as ``4-byte big-endian length + bytes``, then
     a zero length. Compressing slice by slice lets the first bytes leave while the rest is encoded."""
@@ -292,7 +302,8 @@ class StreamDecoder:
     each as it arrives, and the message's JSON goes to ``on_line`` once the zero length comes.
     A columnar frame's columns are parsed as they arrive, and ``on_line`` gets the message
     itself (a dict holding the Trace or CallInfo, or the TraceFormatError that reading it raised).
-    ``on_progress(header, bytes_received, raw_bytes_decoded)`` follows every chunk.
+    ``on_progress(header, bytes_received, raw_bytes_decoded)`` follows every chunk. Bytes that
+    cannot be decoded raise ``BadStream``, naming what was wrong.
     """
 
     def __init__(self, on_line: Callable[[bytes], None],
@@ -328,14 +339,7 @@ class StreamDecoder:
             line = bytes(buf[pos:at])
             self._pos = self._scan = at + 1
             if line.startswith((b'{"type": "frame"', b'{"type":"frame"')):
-                self._frame = json.loads(line)
-                self._dec = decompressor(self._frame.get("codec"))
-                self._parts, self._got, self._decoded = [], 0, 0
-                self._columns = None
-                if self._frame.get("enc") == "columns":
-                    self._columns = ColumnReader(f"the {self._frame.get('of') or 'message'} from the worker")
-                    self._pause_gc()
-                    self._tail = b""
+                self._start_frame(line)
             elif line.strip():
                 self.on_line(line)
             return True
@@ -356,7 +360,12 @@ class StreamDecoder:
             return True
         if len(buf) - pos < 4 + size:
             return False
-        out = self._dec.decompress(bytes(buf[pos + 4:pos + 4 + size]))
+        data = bytes(buf[pos + 4:pos + 4 + size])
+        try:
+            out = self._dec.decompress(data)
+        except Exception as exc:  # zlib.error, zstd's ZstdError: the body is not what its header said
+            raise BadStream(f"{self._what()} does not decompress as {self._frame.get('codec')!r} "
+                            f"({type(exc).__name__}: {exc})") from exc
         self._pos = self._scan = pos + 4 + size
         self._got += 4 + size
         self._decoded += len(out)
@@ -367,6 +376,31 @@ class StreamDecoder:
         if self.on_progress is not None:
             self.on_progress(self._frame, self._got, self._decoded)
         return True
+
+    def _start_frame(self, line: bytes) -> None:
+        """Read a frame's header; one that cannot be read raises BadStream saying why."""
+        try:
+            header = json.loads(line)
+        except ValueError as exc:
+            raise BadStream(f"the worker sent a frame header that is not JSON ({exc}): {_excerpt(line)}") from exc
+        if not isinstance(header, dict):
+            raise BadStream(f"the worker sent a frame header that is not a JSON object: {_excerpt(line)}")
+        try:
+            self._dec = decompressor(header.get("codec"))
+        except ProtocolMismatch as exc:
+            raise BadStream(f"{exc}: {_excerpt(line)}") from exc
+        if header.get("enc") not in (None, "columns"):
+            raise BadStream(f"the worker sent a frame in an unknown encoding {header.get('enc')!r}: {_excerpt(line)}")
+        self._frame = header
+        self._parts, self._got, self._decoded = [], 0, 0
+        self._columns = None
+        if header.get("enc") == "columns":
+            self._columns = ColumnReader(f"the {header.get('of') or 'message'} from the worker")
+            self._pause_gc()
+            self._tail = b""
+
+    def _what(self) -> str:
+        return f"the {self._frame.get('of') or 'message'} frame from the worker"
 
     def _feed_columns(self, out: bytes) -> None:
         """Parse each complete column line now, while the next chunks are on their way."""

@@ -60,6 +60,60 @@ def write(tmp_path, name, text):
     return path
 
 
+@pytest.fixture(scope="module")
+def forged_call(tmp_path_factory):
+    """A real captured call of ``x * 2`` whose gradient is changed from 2 to 42: what a script
+    that wants its own numbers shown would send."""
+    script = tmp_path_factory.mktemp("genuine") / "plain.py"
+    script.write_text(PLAIN)
+    result = run_capture(str(script), timeout=60)
+    assert result.trace.error is None and result.trace.calls[0].leaf_grads["x"].data == [2.0]
+    trace = result.trace.to_dict()
+    call = call_to_dict(result.trace.calls[0])
+    call["leaf_grads"]["x"]["data"] = [42.0]
+    for tensor in call["tensors"]:
+        if tensor.get("grad"):
+            tensor["grad"]["values"]["data"] = [42.0]
+    return call, trace
+
+
+FAKE_WORKER = '''
+import json, os, sys
+out = os.fdopen(1, "wb", buffering=0)
+out.write(json.dumps({{"type": "hello", "pid": os.getpid(), "protocol": {protocol}, "devices": []}}).encode() + b"\\n")
+run = json.loads(sys.stdin.readline())["run"]
+call = json.load(open({call!r}))
+out.write(json.dumps({{"type": "started", "run": run, "t": 0}}).encode() + b"\\n")
+out.write(json.dumps({{"type": "call_trace", "run": run, "position": 0, "call": call}}).encode() + b"\\n")
+out.write({bad!r})
+sys.stdin.read()
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bad, named", [
+    (b'{"type": "frame", "codec": "zlib", "raw": 10, "of": trace}\n',
+     "the worker sent a frame header that is not JSON (Expecting value: line 1 column 53 (char 52)): "
+     "b'{\"type\": \"frame\", \"codec\": \"zlib\", \"raw\": 10, \"of\": trace}'"),
+    (b'{"type": "frame", "codec": "lz4", "raw": 10, "of": "trace"}\n',
+     "the worker sent a frame in an unknown codec 'lz4'"),
+], ids=["header-not-json", "unknown-codec"])
+def test_bytes_that_cannot_be_decoded_end_the_run_at_once_naming_them(tmp_path, forged_call, bad, named):
+    """Before, the reader thread raised and no exit was ever reported: a run with a 20 s limit
+    still ran after 110 s. Now it ends at once, saying what was wrong, with the call that came first."""
+    (tmp_path / "call.json").write_text(json.dumps(forged_call[0]))
+    fake = write(tmp_path, "fake_worker.py", FAKE_WORKER.format(protocol=wire.PROTOCOL_VERSION, bad=bad,
+                                                                call=str(tmp_path / "call.json")))
+    launcher = from_command(f"{shlex.quote(sys.executable)} {shlex.quote(str(fake))}", name="fake")
+    script = write(tmp_path, "s.py", "x = 1\n")
+    result, took = bounded(35, path=str(script), launcher=launcher, timeout=20)
+    err = result.trace.error
+    assert err.type == "ChannelError" and err.kind == "disconnected"
+    assert err.message.startswith(f"the worker's messages could not be read, so the run was ended: {named}")
+    assert [c.leaf_grads["x"].data for c in result.trace.calls] == [[42.0]]  # what came before is kept
+    assert took < 15
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("patch", [
     "import json, functools; json.dumps = functools.partial(json.dumps, indent=2)",
