@@ -33,6 +33,10 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT = 600.0
 STOP_GRACE = 1.0  # seconds a script gets to stop on KeyboardInterrupt before its worker is killed
+# How long a run waits for its worker's hello: its time limit and this much more (torch's import
+# on a loaded machine), or HELLO_WAIT for a run without one (stepping, debugging).
+HELLO_GRACE = 10.0
+HELLO_WAIT = 120.0
 # After the app kills a run's worker, how long its exit may take to be reported before the run
 # is ended without it (a reader that is stuck must not keep a run "running" past its limit).
 KILL_GRACE = 8.0
@@ -203,11 +207,16 @@ class WorkerClient:
     def _launch(self, worker: WorkerProcess, run_id: int, path: str, device: str, mode: str, timeout: float,
                 step: dict | None = None, extra: dict | None = None):
         extra = extra or {}
-        worker.ready.wait(timeout=120)
+        limit = timeout + HELLO_GRACE if timeout and extra.get("debug") is None and not step else HELLO_WAIT
+        said_hello = worker.ready.wait(timeout=limit)
         with self._lock:
             if self._run is None or self._run["id"] != run_id:
                 return
             run = self._run
+        if not said_hello:  # a worker that never came up: not a run that passed its time limit
+            run["no_hello"] = limit
+            self._kill_if_running(run_id, "")
+            return
         cmd = protocol.Run(run=run_id, path=str(Path(path).resolve()), device=device, mode=mode, step=step,
                            debug=extra.get("debug"), seeds=extra.get("seeds"), memory_rate=self.memory_rate,
                            load=extra.get("load"))
@@ -360,7 +369,10 @@ class WorkerClient:
         if run.get("bad_messages") and not reason:
             # The worker's last messages did not match the protocol: say which field.
             reason = "the worker sent a message the app cannot read (" + "; ".join(run["bad_messages"][-3:]) + ")"
-        if worker.stream_error and not reason:
+        if run.get("no_hello") and worker.hello is None:
+            err = ErrorInfo(type="WorkerNotStarted", message=_no_hello(worker, run["no_hello"]), kind="load",
+                            file=run["path"])
+        elif worker.stream_error and not reason:
             err = replace(death_error(code if code is not None else -9, worker.fault_text(), None, run["path"],
                                       worker.stream_error), type="ChannelError", kind="disconnected")
         elif worker.launcher is not None:
@@ -395,6 +407,19 @@ class WorkerClient:
         trace = replace(trace, output=output)
         result = RunResult(trace, output, output_bytes, elapsed, run["id"], run.get("bad_messages"))
         self.on_event(events.Finished(run=run["id"], result=result))
+
+
+def _no_hello(worker: WorkerProcess, limit: float) -> str:
+    """Why a run's worker is not there: it never said hello."""
+    with worker._lock:
+        said = worker.output_tail.decode("utf-8", errors="replace").strip().splitlines()
+    last = f"; its last words: {said[-1].strip()}" if said else ""
+    if worker.launcher is not None:
+        return (f"the worker on {worker.launcher.name} never started: nothing said hello within {limit:g} s of "
+                f"the run's start (the command {worker.launcher.describe()} ran, but does it start "
+                f"'python -m core.worker'?){last}")
+    return (f"the worker never started: it did not say hello within {limit:g} s (its Python, or torch's "
+            f"import, hung or is too slow here){last}")
 
 
 def run_capture(path: str, device: str = "cpu", mode: str = "auto", timeout: float = DEFAULT_TIMEOUT,

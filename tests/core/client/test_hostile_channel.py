@@ -115,6 +115,19 @@ def test_bytes_that_cannot_be_decoded_end_the_run_at_once_naming_them(tmp_path, 
 
 
 @pytest.mark.slow
+def test_a_worker_command_that_never_says_hello_ends_in_time_saying_so(tmp_path):
+    """``--worker-command "sleep 400" --timeout 10``: before, the run ended after 134 s as a time-out
+    of a started run; now after the limit and a few seconds, as a worker that never said hello."""
+    script = write(tmp_path, "s.py", PLAIN)
+    result, took = bounded(40, path=str(script), launcher=from_command("sleep 400"), timeout=10)
+    err = result.trace.error
+    assert (err.type, err.kind) == ("WorkerNotStarted", "load")
+    assert err.message.startswith("the worker on sleep never started: nothing said hello within 20 s of the "
+                                  "run's start (the command sleep (sleep 400) ran")
+    assert took < 28
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("patch", [
     "import json, functools; json.dumps = functools.partial(json.dumps, indent=2)",
     "import json; json.JSONEncoder.encode = lambda self, o: 'nothing'",
