@@ -17,6 +17,11 @@ from core.model.trace import CallInfo, paused_gc
 log = logging.getLogger(__name__)
 
 CHUNK = 64  # a stack of more than twice this many modules opens as runs of this many
+MAX_DEPTH = 64  # module paths deeper than this are drawn as their first MAX_DEPTH parts
+PAGED_ABOVE = 5_000  # a call whose top level would draw more boxes than this is drawn in pages
+PAGE = 1_000  # nodes per page: the call opens on the page nearest the loss
+MAX_PAGES = 128
+PAGE_MARK = "\u22ef"  # "⋯2": the group of the second page of nodes past the first (no module has it)
 
 
 class GroupInfo:
@@ -29,16 +34,22 @@ class GroupInfo:
     def __init__(self, call: CallInfo):
         self._call = weakref.ref(call)
         nodes = call.nodes
-        paths = {n.module for n in nodes if n.module}
+        # group -> how many levels below it were left undrawn (paths deeper than MAX_DEPTH)
+        self.deeper: dict[str, int] = {}
+        capped = {m: self._capped(m) for m in {n.module for n in nodes if n.module}}
+        paths = set(capped.values())
         owners = _owners(call, paths)
         self.module: dict[str, str | None] = {}
-        by_module: dict[str | None, list[int]] = {}
-        for i, n in enumerate(nodes):
-            mod = n.module or None
+        for n in nodes:
+            mod = capped[n.module] if n.module else None
             if mod is None and n.kind == "accumulate_grad":
                 mod = owners.get(n.variable) or _owner_of(n.label, paths)
             self.module[n.id] = mod
-            by_module.setdefault(mod, []).append(i)
+        self._walk: tuple[list[list[int]], list[int]] | None = None  # successors and depths by index
+        self.pages = self._page(call)  # page group -> its page number
+        by_module: dict[str | None, list[int]] = {}
+        for i, n in enumerate(nodes):
+            by_module.setdefault(self.module[n.id], []).append(i)
         self.ancestors: dict[str | None, tuple[str, ...]] = {None: ()}
         self.children: dict[str | None, list[str]] = {}  # the module tree
         self._members: dict[str, list[int]] = {}
@@ -73,6 +84,48 @@ class GroupInfo:
         self._drawn: dict[str, bool] = {}
         self._graph = None
         self._budget = 400_000
+
+    def _capped(self, path: str) -> str:
+        """``path`` cut to MAX_DEPTH parts: each part is a frame inside the last, and thousands of
+        nested frames (a recursive module 3,000 deep) cost time and show nothing readable."""
+        if path.count(".") < MAX_DEPTH:
+            return path
+        parts = path.split(".", MAX_DEPTH)
+        head = ".".join(parts[:MAX_DEPTH])
+        self.deeper[head] = max(self.deeper.get(head, 0), parts[MAX_DEPTH].count(".") + 1)
+        return head
+
+    def _page(self, call: CallInfo) -> dict[str, int]:
+        """Put the nodes of a call whose top level has more than PAGED_ABOVE boxes (a 100,000-op
+        chain, one op with 100,000 inputs) in pages of PAGE nodes (at most MAX_PAGES pages),
+        nearest the loss first: the call opens on the first page drawn and each other page
+        folded into one box "farther from the loss", which opens like a module.
+
+        Pages follow the longest-path depth from the roots: every edge leads to a deeper node,
+        so no path leaves a page and comes back, and each page group is convex.
+        """
+        nodes = call.nodes
+        top = {m.split(".", 1)[0] for m in self.module.values() if m is not None}
+        loose = sum(1 for m in self.module.values() if m is None)
+        if loose + len(top) <= PAGED_ABOVE:
+            return {}
+        index = {n.id: i for i, n in enumerate(nodes)}
+        succ = [[index[e.node] for e in n.next if e is not None and e.node in index] for n in nodes]
+        depth = _depths(succ)
+        self._walk = (succ, depth)
+        order = sorted(range(len(nodes)), key=depth.__getitem__)  # stable: capture order within a depth
+        size = max(PAGE, -(-len(nodes) // MAX_PAGES))
+        count = -(-len(nodes) // size)
+        prefixes = [""] + [f"{PAGE_MARK}{k + 1}" for k in range(1, count)]
+        pages = {p: k for k, p in enumerate(prefixes) if k}
+        for rank, i in enumerate(order):
+            k = rank // size
+            if k:
+                nid = nodes[i].id
+                mod = self.module[nid]
+                self.module[nid] = prefixes[k] + ("." + mod if mod else "")
+        log.info("%d nodes: drawn in pages of %d nodes from the loss", len(nodes), size)
+        return pages
 
     def node_groups(self, node_id: str) -> tuple[str, ...]:
         return self.ancestors[self.module[node_id]]
@@ -212,7 +265,11 @@ class GroupInfo:
         while parent in self.chunk_of:  # a block in a run is named as in the module that holds the run
             parent = self.chunk_of[parent]
         text = g if parent is None or not g.startswith(parent + ".") else g[len(parent) + 1 :]
+        if g in self.pages:
+            return f"farther from the loss ({self.pages[g] + 1} of {len(self.pages) + 1})"
         n = self.repeat.get(g)
+        if g in self.deeper:
+            text += f" (and {self.deeper[g]:,} deeper levels, not drawn)"
         return f"{text} \u00d7 {n}" if n else text
 
     def boundary(self, g: str) -> tuple[int, int]:
@@ -296,9 +353,11 @@ class GroupInfo:
     def _convex(self, g: str) -> bool:
         if self._graph is None:
             call = self._call()
-            index = {n.id: i for i, n in enumerate(call.nodes)}
-            succ = [[index[e.node] for e in n.next if e is not None] for n in call.nodes]
-            self._graph = (succ, _depths(succ), [self.ancestors[m] for m in self.module.values()])
+            if self._walk is None:
+                index = {n.id: i for i, n in enumerate(call.nodes)}
+                succ = [[index[e.node] for e in n.next if e is not None] for n in call.nodes]
+                self._walk = (succ, _depths(succ))
+            self._graph = (*self._walk, [self.ancestors[m] for m in self.module.values()])
         succ, depth, anc = self._graph
         mem = self._members[g]
         dmax = max(map(depth.__getitem__, mem))

@@ -73,12 +73,19 @@ def _tensor_words(call: CallInfo, node: NodeInfo, shapes: dict[str, str]) -> str
     return " ".join(s for s in (name, shapes.get(node.id, "")) if s)
 
 
-def _listed(words: list[str]) -> str:
-    """The first two known tensors, then "+N" for the rest (unknown ones only counted)."""
-    known = [w for w in words if w]
+def _listed(ids: list[str], words) -> str:
+    """The first two known ``words(id)`` of ``ids``, then "+N" for the rest (unknown ones only
+    counted); only those shown are named, as a folded part of a call can have 100,000 inputs."""
+    known = []
+    for n in ids:
+        w = words(n)
+        if w:
+            known.append(w)
+            if len(known) == 2:
+                break
     if not known:
-        return f"{len(words)} tensor{'s' if len(words) != 1 else ''}"
-    return ", ".join(known[:2]) + (f" +{len(words) - 2}" if len(words) > 2 else "")
+        return f"{len(ids)} tensor{'s' if len(ids) != 1 else ''}"
+    return ", ".join(known) + (f" +{len(ids) - 2}" if len(ids) > 2 else "")
 
 
 def boundary_line(call: CallInfo, g: str) -> str:
@@ -121,9 +128,9 @@ def _boundary_line(call: CallInfo, info: GroupInfo, g: str) -> str:
         outs.setdefault(nodes[i].next[slot].node)
     parts = []
     if ins:
-        parts.append("in: " + _listed([_tensor_words(call, nodes[index[n]], shapes) for n in ins]))
+        parts.append("in: " + _listed(list(ins), lambda n: _tensor_words(call, nodes[index[n]], shapes)))
     if outs:
-        parts.append("out: " + _listed([_tensor_words(call, nodes[index[n]], shapes) for n in outs]))
+        parts.append("out: " + _listed(list(outs), lambda n: _tensor_words(call, nodes[index[n]], shapes)))
     text = " \u00b7 ".join(parts) or "no inputs or outputs"
     return text if len(text) <= IO_CHARS else text[: IO_CHARS - 1] + "\u2026"
 
