@@ -17,8 +17,10 @@ Run: python bench/bench_app.py   (offscreen; about two minutes)
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -114,7 +116,9 @@ def step_latency(steps: int = 60, *, scripts=(MLP, BIG), repeat: int = 1, profil
     from app.window.window import MainWindow
 
     app = QApplication.instance() or QApplication([])
-    os.environ["BACKPROP_STUDIO_SETTINGS"] = str(Path(tempfile.mkdtemp()) / "settings.ini")
+    settings = Path(tempfile.mkdtemp(prefix="bench-app-"))
+    atexit.register(shutil.rmtree, settings, ignore_errors=True)  # the folder goes when the bench ends, however
+    os.environ["BACKPROP_STUDIO_SETTINGS"] = str(settings / "settings.ini")
     window = MainWindow(timeout=600)
     window.resize(1400, 860)
     window.show()

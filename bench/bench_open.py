@@ -11,8 +11,10 @@ process (one torch thread), so other work on a shared machine does not inflate t
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -73,6 +75,8 @@ def best(fn, repeat=3) -> float:
 def main() -> None:
     torch.set_num_threads(1)
     folder = Path(tempfile.mkdtemp(prefix="bench-open-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)  # the folder goes when the bench ends, however
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(folder / "inductor"))  # torch.export's cache: here too
     script = folder / "residual.py"
     script.write_text(MODEL_PY, encoding="utf-8")
     ns: dict = {}

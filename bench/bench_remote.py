@@ -28,6 +28,7 @@ launcher, through a pipe and through a 1 MiB/s link: what a loop's calls cost on
 from __future__ import annotations
 
 import argparse
+import atexit
 import gc
 import json
 import os
@@ -234,6 +235,13 @@ def in_process(trace: Trace, codecs: list[str]) -> dict:
     return out
 
 
+def temp_folder() -> Path:
+    """A folder of the bench's own, removed when it ends (however it ends)."""
+    folder = Path(tempfile.mkdtemp(prefix="bench-remote-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeat", type=int, default=3, help="end-to-end runs per case (median)")
@@ -247,7 +255,7 @@ def main() -> None:
     args = ap.parse_args()
     codec = "zstd" if "zstd" in wire.available_codecs() else "zlib"
     if args.loop:
-        compare_whole_runs(f"{LOOP_STEPS} steps of the 4,802-node example", loop_script(Path(tempfile.mkdtemp())),
+        compare_whole_runs(f"{LOOP_STEPS} steps of the 4,802-node example", loop_script(temp_folder()),
                            {"pipe": "launcher, pipe", "link": "launcher, 1 MiB/s link"}, args.repeat, codec,
                            SLOW_RATE)
         return
@@ -255,7 +263,7 @@ def main() -> None:
         compare_whole_runs("50,000 nodes", EXAMPLES[1][1], {"local": "local worker", "pipe": "launcher, pipe",
                                                             "link": "launcher, 10 MiB/s link"}, args.repeat, codec)
         return
-    tmp = Path(tempfile.mkdtemp())
+    tmp = temp_folder()
     codecs = wire.available_codecs()
     for label, script in EXAMPLES:
         if args.only and args.only != label.split()[0].replace(",", ""):

@@ -13,6 +13,7 @@ Prints the medians and their ratios to the local run, measured in this one run.
 from __future__ import annotations
 
 import argparse
+import atexit
 import shlex
 import shutil
 import statistics
@@ -86,6 +87,7 @@ def main() -> None:
 
     n = int((args.mb * 1e6 / 4) ** 0.5)
     tmp = Path(tempfile.mkdtemp(prefix="bench-upload-"))
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)  # the folder goes when the bench ends, however
     script = tmp / "net.py"
     script.write_text(SCRIPT.format(n=n))
     weights = tmp / "net.safetensors"
@@ -112,7 +114,6 @@ def main() -> None:
         ref = medians["local worker (no transfer)"]
         sent = f", files on the host after {arrived:5.2f} s" if launcher is not None else ""
         print(f"{label:36s} median {medians[label]:6.2f} s  ({medians[label] / ref:4.2f}x the local run){sent}")
-    shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

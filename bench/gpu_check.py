@@ -140,13 +140,17 @@ def stepping_frees(device: str) -> bool:
 
 def debug_run(device: str) -> bool:
     """A debug run on the GPU: pause at the call, step two nodes, continue; grads match the trace."""
+    import atexit
     import queue
+    import shutil
     import tempfile
 
     from core.client.handle import WorkerClient
 
     print(f"== a debug run on {device}: paused at backward, stepped in place")
-    script = Path(tempfile.mkdtemp()) / "debugged.py"
+    folder = Path(tempfile.mkdtemp(prefix="gpu-check-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)  # the folder goes when the check ends, however
+    script = folder / "debugged.py"
     script.write_text("import torch\n"
                       "dev = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
                       "w = torch.randn(256, 256, device=dev, requires_grad=True)\n"

@@ -11,7 +11,9 @@ captured tensors were on the GPU. Exits non-zero when a check fails.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -53,6 +55,7 @@ def main() -> int:
         print("no CUDA device: this check needs an NVIDIA GPU")
         return 2
     folder = Path(tempfile.mkdtemp(prefix="gpu-open-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)  # the folder goes when the check ends, however
     nb = folder / "lesson.ipynb"
     nb.write_text(json.dumps({"cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
                                          "source": src} for src in NOTEBOOK_CELLS],

@@ -11,6 +11,7 @@ the app left. A leak shows as a column that keeps growing. Not a test: it prints
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import random
 import shutil
@@ -47,8 +48,11 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=11)
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="soak-"))
+    settings = Path(tempfile.mkdtemp(prefix="soak-settings-"))  # apart: its files are not the app's temp files
+    for folder in (tmp, settings):
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)  # both go when the soak ends, however
     tempfile.tempdir = str(tmp)  # the app's temp files land here, where they can be counted
-    os.environ["BACKPROP_STUDIO_SETTINGS"] = str(tmp.parent / f"{tmp.name}.ini")
+    os.environ["BACKPROP_STUDIO_SETTINGS"] = str(settings / "settings.ini")
 
     from PySide6.QtCore import QEventLoop, QTimer
     from PySide6.QtWidgets import QApplication
@@ -131,7 +135,6 @@ def main() -> int:
           f"threads {first['threads']} → {last['threads']}, fds {first['fds']} → {last['fds']}, "
           f"workers {first['workers']} → {last['workers']}, temp files {first['temp_files']} → {last['temp_files']}")
     print(f"after closing the window: workers {end['workers']}, temp files {end['temp_files']}")
-    shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 

@@ -19,8 +19,10 @@ off. Not a test: the moments are random, and it prints figures.
 from __future__ import annotations
 
 import argparse
+import atexit
 import random
 import shlex
+import shutil
 import sys
 import tempfile
 import threading
@@ -62,6 +64,7 @@ def main() -> int:
     if args.launcher:
         launcher = from_command(f"sh -c {shlex.quote(f'cd {shlex.quote(str(ROOT))} && exec {shlex.quote(sys.executable)} -m core.worker')}")
     folder = Path(tempfile.mkdtemp(prefix="stop-at-random-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)  # the folder goes when the bench ends, however
     script = folder / "loop.py"
     script.write_text(LOOP.replace("LAYERS", str(args.layers)))
     done, paused = threading.Event(), threading.Event()
