@@ -16,7 +16,8 @@ def numpy_rows(storages: Sequence[StorageInfo], storage_id: str | None) -> list[
     info = next((s for s in storages if s.id == storage_id), None) if storage_id else None
     out = []
     for a in (info.numpy or []) if info is not None else []:
-        cells = [a["name"], f"NumPy array ({a['dtype']}), same memory", "[" + ", ".join(map(str, a["shape"])) + "]",
+        dtype = f" ({a['dtype']})" if a.get("dtype") else ""
+        cells = [a["name"], f"NumPy array{dtype}, same memory", "[" + ", ".join(map(str, a["shape"])) + "]",
                  _dims(a["strides"]), str(a["offset"])]
         tip = (f"{a['name']} is a NumPy array on this memory (torch.from_numpy or .numpy()): writing to it "
                "changes the tensor, and the other way round. Autograd does not see writes made through NumPy.")

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from core.model.trace import (FORMAT, VERSION, CallInfo, Edge, ErrorInfo, GradInfo, MemorySample, NodeInfo, Saved,
-                        Stale, StorageInfo, TensorInfo, Trace, TraceFormatError, Values, _fast_spec, _plain,
+                              Stale, StorageInfo, TensorInfo, Trace, TraceFormatError, Values, _fast_spec, _plain,
                               paused_gc)
+from core.model.trace_checks import MAX_CALL_COUNT, check_call, check_trace
 
 # -- reading -------------------------------------------------------------------------------
 
@@ -36,9 +37,12 @@ class _Reader:
     which checks every field and names the first bad one.
     """
 
-    def __init__(self, source: str, careful: bool = False):
+    def __init__(self, source: str, careful: bool = False, whole: bool = False):
         self.source = source
         self.careful = careful
+        # A file opened whole (not a call streamed from a run): the invariants of
+        # core.model.trace_checks are checked too.
+        self.whole = whole
 
     def fail(self, path: str, what: str) -> None:
         if not self.careful:
@@ -165,6 +169,8 @@ class _Reader:
             },
         )
         check_links(c, f"{p}.", self.fail)
+        if self.whole:
+            check_call(c, f"{p}.", self.fail)
         return c
 
     def value_map(self, d, p):
@@ -310,12 +316,18 @@ def _t_options(v):
         return f"expected an object, got {_short(v)}"
     if "inputs" in v and _t_strs(v["inputs"]) is not None:
         return "'inputs': expected a list of tensor ids"
+    for key, check in _OPTION_CHECKS.items():
+        if key in v:
+            problem = check(v[key])
+            if problem is not None:
+                return f"'{key}': {problem}"
     results = v.get("results")
     if results is not None:
         if not isinstance(results, list):
             return "'results': expected a list"
         for item in results:
-            if not isinstance(item, dict) or _t_opt_str(item.get("tensor")) or _t_opt_obj(item.get("values")):
+            if not isinstance(item, dict) or _t_opt_str(item.get("tensor")) or _t_opt_obj(item.get("values")) \
+                    or (item.get("values") is not None and _t_values_dict(item["values"])):
                 return "'results': expected objects with 'tensor' and 'values'"
     return None
 
@@ -328,6 +340,107 @@ def _t_cells(v):
     return None
 
 
+def _t_opt_bool(v):
+    return None if v is None or isinstance(v, bool) else f"expected true, false or null, got {_short(v)}"
+
+
+def _t_opt_count(v):
+    return None if v is None or (_is_int(v) and v >= 0) else f"expected a non-negative integer or null, got {_short(v)}"
+
+
+def _t_call_count(v):
+    if _is_int(v) and 0 <= v <= MAX_CALL_COUNT:
+        return None
+    return f"expected a count of calls from 0 to {MAX_CALL_COUNT:,}, got {_short(v)}"
+
+
+def _t_opt_strs(v):
+    return None if v is None else _t_strs(v)
+
+
+def _t_str_map(v):
+    if not isinstance(v, dict) or not all(isinstance(x, str) for x in v.values()):
+        return f"expected an object of strings, got {_short(v)}"
+    return None
+
+
+def _entries(v, required: dict, optional: dict, what: str):
+    """None when ``v`` is null or a list of objects whose keys pass the given checks, else what was expected."""
+    if v is None:
+        return None
+    if isinstance(v, list):
+        for x in v:
+            if not isinstance(x, dict) or any(k not in x or check(x[k]) for k, check in required.items()) \
+                    or any(k in x and check(x[k]) for k, check in optional.items()):
+                break
+        else:
+            return None
+    return f"expected null or a list of {what}, got {_short(v)}"
+
+
+def _t_pair(check):
+    return lambda v: None if isinstance(v, list) and len(v) == 2 and not any(map(check, v)) else "a pair"
+
+
+def _t_cuts(v):
+    return _entries(v, {"input": _t_count}, {"cause": _t_opt_str, "name": _t_opt_str, "value": _t_opt_str},
+                    "{input, cause, name, value} objects")
+
+
+def _t_marks(v):
+    return _entries(v, {"input": _t_count}, {"sum": _t_pair(_t_shape), "dtype": _t_pair(_t_str)},
+                    "{input, sum: [shape, shape], dtype: [from, to]} objects")
+
+
+def _t_numpy(v):
+    return _entries(v, {"name": _t_str, "shape": _t_shape, "strides": _t_ints, "offset": _t_int}, {"dtype": _t_str},
+                    "{name, shape, strides, offset, dtype} objects")
+
+
+SAVED_DEPTH = 8  # lists in lists a saved value may hold (an op's padding: a list of ints)
+
+
+def _t_saved_value(v):
+    level = [v]
+    for _ in range(SAVED_DEPTH + 1):
+        if any(isinstance(x, dict) for x in level):
+            return "expected a number, a string or a list of them, got an object"
+        level = [y for x in level if isinstance(x, list) for y in x]
+        if not level:
+            return None
+    return f"expected lists nested at most {SAVED_DEPTH} deep"
+
+
+def _t_values_dict(v):
+    """A Values record as options hold it: an object with a count and checked fields."""
+    if not isinstance(v, dict) or "numel" not in v:
+        return "an object with 'numel'"
+    checks = _CHECKS[Values]
+    if any(k not in checks or checks[k](x) for k, x in v.items()):
+        return "an object of Values fields"
+    data, numel = v.get("data"), v["numel"]
+    if data is not None and len(data) != numel:
+        return f"'data' holds {len(data):,} values, but numel is {numel:,}"
+    return None
+
+
+def _t_call_indices(v):
+    if isinstance(v, list) and all(_is_int(x) and x >= 0 for x in v):
+        return None
+    return f"expected a list of call indices, got {_short(v)}"
+
+
+def _t_seeds(v):
+    if isinstance(v, list) and all(x is None or _t_values_dict(x) is None for x in v):
+        return None
+    return f"expected a list of values (objects with 'numel') or nulls, got {_short(v)}"
+
+
+# The options views read (core.model.call_notes, core.model.values, the layout's folded boxes).
+_OPTION_CHECKS = {"grad_before": _t_str_map, "module_classes": _t_str_map, "inside": _t_str, "nested_in": _t_opt_int,
+                  "nested": _t_call_indices, "seed": _t_seeds}
+
+
 _CHECKS: dict[type, dict[str, Any]] = {
     ErrorInfo: {"type": _t_str, "message": _t_str, "line": _t_opt_int, "traceback": _t_str, "kind": _t_str,
                 "file": _t_opt_str, "fault": _t_str, "where": _t_str, "reason": _t_str},
@@ -335,28 +448,32 @@ _CHECKS: dict[type, dict[str, Any]] = {
              "max": _t_opt_num, "mean": _t_opt_num, "approx": _t_bool},
     GradInfo: {"shape": _t_shape, "values": _t_obj},
     TensorInfo: {"id": _t_str, "name": _t_opt_str, "shape": _t_shape, "dtype": _t_str, "device": _t_str,
-                 "requires_grad": _t_bool, "is_leaf": _t_bool, "retains_grad": _t_bool, "stride": _t_ints,
+                 "requires_grad": _t_bool, "is_leaf": _t_bool, "retains_grad": _t_bool, "stride": _t_shape,
                  "storage_offset": _t_count, "storage": _t_opt_str, "version": _t_int, "values": _t_obj,
                  "grad": _t_opt_obj, "base": _t_opt_str, "is_view": _t_bool, "grad_fn": _t_opt_str,
-                 "grad_fn_name": _t_opt_str, "element_size": _t_count, "nbytes": _t_count},
+                 "grad_fn_name": _t_opt_str, "element_size": _t_count, "nbytes": _t_count, "origin": _t_opt_str,
+                 "output_nr": _t_opt_count, "hooks": _t_opt_strs},
     Edge: {"node": _t_str, "input_nr": _t_count},
-    Saved: {"name": _t_str, "tensor": _t_opt_str, "freed": _t_bool},
+    Saved: {"name": _t_str, "tensor": _t_opt_str, "freed": _t_bool, "value": _t_saved_value},
     Stale: {"saved": _t_str, "saved_version": _t_opt_int, "version": _t_opt_int, "message": _t_str,
             "op_line": _t_opt_int, "op": _t_opt_str},
     NodeInfo: {"id": _t_str, "name": _t_str, "kind": _t_str, "next": _t_edges, "saved": _t_objs,
                "variable": _t_opt_str, "tensor": _t_opt_str, "label": _t_opt_str, "line": _t_opt_int,
-               "module": _t_opt_str, "stale": _t_opt_obj, "device": _t_opt_str, "inplace": _t_opt_str},
-    StorageInfo: {"id": _t_str, "nbytes": _t_count, "device": _t_str, "tensors": _t_strs},
+               "module": _t_opt_str, "stale": _t_opt_obj, "device": _t_opt_str, "inplace": _t_opt_str,
+               "cuts": _t_cuts, "edge_marks": _t_marks, "recomputed": _t_opt_bool},
+    StorageInfo: {"id": _t_str, "nbytes": _t_count, "device": _t_str, "tensors": _t_strs, "numpy": _t_numpy},
     CallInfo: {"id": _t_str, "index": _t_count, "api": _t_str, "line": _t_opt_int, "roots": _t_strs,
                "nodes": _t_objs, "tensors": _t_objs, "error": _t_opt_obj, "storages": _t_objs,
                "options": _t_options, "snapshot": _t_str, "same_as": _t_opt_str, "structure": _t_str,
-               "node_count": _t_count, "edge_count": _t_count, "leaf_grads": _t_obj, "duration_s": _t_num},
+               "node_count": _t_count, "edge_count": _t_count, "leaf_grads": _t_obj, "duration_s": _t_num,
+               "edge_grads": _t_obj},
     MemorySample: {"t": _t_num, "device": _t_str, "allocated": _t_count, "reserved": _t_count, "rss": _t_count,
-                   "saved_bytes": _t_count, "phase": _t_str, "max_allocated": _t_count},
+                   "saved_bytes": _t_count, "phase": _t_str, "max_allocated": _t_count, "mark": _t_str,
+                   "where": _t_str},
     Trace: {"calls": _t_objs, "error": _t_opt_obj, "script": _t_str, "source": _t_str, "device": _t_str,
             "mode": _t_str, "output": _t_str, "duration_s": _t_num, "torch_version": _t_str,
-            "call_count": _t_count, "tensors": _t_objs, "storages": _t_objs, "memory": _t_objs,
-            "format": _t_str, "version": _t_count, "cells": _t_cells},
+            "call_count": _t_call_count, "tensors": _t_objs, "storages": _t_objs, "memory": _t_objs,
+            "format": _t_str, "version": _t_count, "cells": _t_cells, "seeds": _t_obj},
 }
 
 
@@ -387,15 +504,22 @@ def trace_from_dict(data: Any, source: str = "trace") -> Trace:
         return data
     if isinstance(data, TraceFormatError):
         raise data
+    return _read_checked(data, source, whole=False)
+
+
+def _read_checked(data: Any, source: str, whole: bool) -> Trace:
     with paused_gc():
         try:
-            return _read(data, _Reader(source))
+            return _read(data, _Reader(source, whole=whole))
         except _Retry:
-            return _read(data, _Reader(source, careful=True))
+            return _read(data, _Reader(source, careful=True, whole=whole))
 
 
 def trace_from_json(text: str, source: str = "trace") -> Trace:
-    """A Trace from the text of a trace file; a TraceFormatError names what is wrong, ``source`` first."""
+    """A Trace from the text of a trace file; a TraceFormatError names what is wrong, ``source`` first.
+
+    A file is checked whole (``core.model.trace_checks``): ids, cycles, values against shapes,
+    views against storages."""
     try:
         with paused_gc():
             data = json.loads(text)
@@ -408,7 +532,7 @@ def trace_from_json(text: str, source: str = "trace") -> Trace:
         raise TraceFormatError(f"{source}: JSON nested too deeply to be a trace") from None
     except ValueError as exc:  # e.g. an integer of thousands of digits
         raise TraceFormatError(f"{source}: not readable JSON: {exc}") from None
-    return trace_from_dict(data, source)
+    return _read_checked(data, source, whole=True)
 
 
 def load_trace(path: str | Path) -> Trace:
@@ -439,7 +563,7 @@ def _read(data: Any, r: "_Reader") -> Trace:
             f"{source}: field 'version': trace version {_short(version)} is newer than this Backprop Studio reads "
             f"(version {VERSION}); update Backprop Studio to open it"
         )
-    return r.obj(
+    trace = r.obj(
         Trace,
         data,
         "",
@@ -451,6 +575,9 @@ def _read(data: Any, r: "_Reader") -> Trace:
             "memory": lambda v, q: r.lst(r.memory, v, q.lstrip(".")),
         },
     )
+    if r.whole:
+        check_trace(trace, r.fail)
+    return trace
 
 
 def check_links(call: CallInfo, prefix: str, fail: Callable[[str, str], None]) -> None:

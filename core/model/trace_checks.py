@@ -1,0 +1,171 @@
+"""What a trace file must hold beyond each field's type, checked when a file is opened.
+
+``core.model.trace_json`` checks each field as it reads it; what is checked here needs several
+fields or records at once: ids that name nodes and tensors of the call, a graph without cycles
+(autograd's never has one), values that fit their shapes, views inside their storages, strides
+one per dimension. Each check calls ``fail(path, what)`` on the first problem, the path naming
+the field as ``calls[0].nodes[3].next[0]``; a file that passes can be shown by every view.
+"""
+
+from __future__ import annotations
+
+import graphlib
+from math import prod
+from operator import attrgetter
+from typing import Any, Callable, Sequence
+
+from core.model.trace import CallInfo, GradInfo, StorageInfo, TensorInfo, Trace, Values
+
+MAX_CALL_COUNT = 2 ** 31 - 1  # Qt's spin boxes (the memory panel's call picker) count to this
+MAX_BYTES = 2 ** 62  # past it, a storage index no longer fits the 64-bit integers views compute in
+
+Fail = Callable[[str, str], None]
+
+
+def _id(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _missing(kind: str, value: Any, owner: str = "this call") -> str:
+    return f"names {kind} '{_id(value)}', which {owner} does not have"
+
+
+# -- values ----------------------------------------------------------------------------------
+
+
+def check_values(v: Values, path: str, fail: Fail, numel: int | None = None) -> None:
+    """``data`` holds ``numel`` values, ``sample`` at most that many, and ``numel`` is the shape's."""
+    if numel is not None and v.numel != numel:
+        fail(f"{path}.numel", f"is {v.numel:,}, but the shape holds {numel:,} elements")
+    if v.data is not None and len(v.data) != v.numel:
+        fail(f"{path}.data", f"holds {len(v.data):,} values, but numel is {v.numel:,}")
+    if v.sample is not None and len(v.sample) > v.numel:
+        fail(f"{path}.sample", f"holds {len(v.sample):,} values, more than numel ({v.numel:,})")
+
+
+def check_grad(g: GradInfo, path: str, fail: Fail) -> None:
+    check_values(g.values, f"{path}.values", fail, prod(g.shape))
+
+
+# -- tensors ---------------------------------------------------------------------------------
+
+
+def check_tensors(tensors: Sequence[TensorInfo], storages: Sequence[StorageInfo], prefix: str, fail: Fail,
+                  node_ids: set | None = None) -> None:
+    """Each tensor of ``tensors`` (``prefix`` names the list, e.g. ``calls[0].tensors``): a stride per
+    dimension, values of its shape, every element inside its storage, and ``grad_fn`` (when
+    ``node_ids`` is given) and ``base`` naming what exists."""
+    by_id = {s.id: s for s in storages}
+    ids = set(map(attrgetter("id"), tensors))
+    for i, t in enumerate(tensors):
+        p = f"{prefix}[{i}]"
+        shape, stride = t.shape, t.stride
+        numel = prod(shape)
+        # A sparse or nested tensor has no strides (and no storage the capture can name).
+        if len(stride) != len(shape) and (stride or t.storage is not None):
+            fail(f"{p}.stride", f"has {len(stride)} entries for the {len(shape)} dimensions of shape {_id(shape)}")
+        check_values(t.values, f"{p}.values", fail, numel)
+        if t.grad is not None:
+            check_grad(t.grad, f"{p}.grad", fail)
+        if numel and len(stride) == len(shape):
+            size = max(t.element_size, 1)
+            end = (t.storage_offset + sum((n - 1) * s for n, s in zip(shape, stride)) + 1) * size
+            field = "storage_offset" if (t.storage_offset + 1) * size > MAX_BYTES else "stride"
+            if end > MAX_BYTES:
+                fail(f"{p}.{field}", f"puts the last element at byte {end:,}, past any storage")
+            info = by_id.get(t.storage) if t.storage is not None else None
+            nbytes = info.nbytes if info is not None else t.nbytes if t.storage is not None else 0
+            if nbytes and end > nbytes:  # 0: not recorded, or a storage resized to nothing
+                field = "storage_offset" if t.storage_offset * size >= nbytes else "stride"
+                fail(f"{p}.{field}", f"the view reaches byte {end:,} of storage '{_id(t.storage)}', "
+                                     f"which holds {nbytes:,} bytes")
+        if node_ids is not None and t.grad_fn is not None and t.grad_fn not in node_ids:
+            fail(f"{p}.grad_fn", _missing("node", t.grad_fn))
+        if t.base is not None and t.base not in ids:
+            fail(f"{p}.base", _missing("tensor", t.base, "this list of tensors"))
+
+
+# -- one call --------------------------------------------------------------------------------
+
+
+def check_call(call: CallInfo, prefix: str, fail: Fail) -> None:
+    """Everything of ``call`` beyond its fields' types and ``check_links`` (ids unique, roots and
+    edges naming nodes): ``prefix`` leads each path, e.g. ``"calls[0]."``."""
+    node_ids = set(call.node_map())
+    tensor_ids = set(call.tensor_map())
+    check_tensors(call.tensors, call.storages, f"{prefix}tensors", fail, node_ids)
+    for i, n in enumerate(call.nodes):
+        p = f"{prefix}nodes[{i}]"
+        if n.variable is not None and n.variable not in tensor_ids:
+            fail(f"{p}.variable", _missing("tensor", n.variable))
+        if n.tensor is not None and n.tensor not in tensor_ids:
+            fail(f"{p}.tensor", _missing("tensor", n.tensor))
+        for j, s in enumerate(n.saved):
+            if s.tensor is not None and s.tensor not in tensor_ids:
+                fail(f"{p}.saved[{j}].tensor", _missing("tensor", s.tensor))
+        for k, cut in enumerate(n.cuts or ()):
+            at = cut["input"]
+            if at >= len(n.next):
+                fail(f"{p}.cuts[{k}].input", f"is {at}, but the node has {len(n.next)} inputs")
+            if n.next[at] is not None:
+                fail(f"{p}.cuts[{k}].input", f"input {at} leads to node '{_id(n.next[at].node)}': "
+                                             "a cut marks an input that gets no gradient")
+        for k, mark in enumerate(n.edge_marks or ()):
+            if mark["input"] >= len(n.next):
+                fail(f"{p}.edge_marks[{k}].input", f"is {mark['input']}, but the node has {len(n.next)} inputs")
+    nodes = call.node_map()
+    for key, grads in call.edge_grads.items():
+        node = nodes.get(key)
+        if node is None:
+            fail(f"{prefix}edge_grads.{_id(key)}", _missing("node", key))
+        elif len(grads) > len(node.next):
+            fail(f"{prefix}edge_grads.{_id(key)}", f"holds {len(grads)} gradients for the {len(node.next)} "
+                                                   f"inputs of node '{_id(key)}'")
+        for j, g in enumerate(grads):
+            if g is not None:
+                check_grad(g, f"{prefix}edge_grads.{_id(key)}[{j}]", fail)
+    for name, values in call.leaf_grads.items():
+        check_values(values, f"{prefix}leaf_grads.{_id(name)}", fail)
+    check_acyclic(call, prefix, fail)
+
+
+def check_acyclic(call: CallInfo, prefix: str, fail: Fail) -> None:
+    """A backward graph has no cycle: name the edge that closes one.
+
+    Edges that all lead to later nodes (a chain, a tree) prove it at once; otherwise the
+    standard library's topological sorter decides and names a cycle's nodes."""
+    index = {n.id: i for i, n in enumerate(call.nodes)}
+    if all(index[e.node] > i for i, n in enumerate(call.nodes) for e in n.next if e is not None):
+        return
+    sorter = graphlib.TopologicalSorter({n.id: [e.node for e in n.next if e is not None] for n in call.nodes})
+    try:
+        sorter.prepare()
+    except graphlib.CycleError as exc:
+        # Each node of the cycle is a next function of the one after it: gradients flow back along it.
+        cycle = list(reversed(exc.args[1]))[:-1]  # the first node is repeated at the end
+        # Name an edge back to a node listed earlier in the file: the one a writer most likely added.
+        at = next(k for k in range(len(cycle)) if index[cycle[(k + 1) % len(cycle)]] <= index[cycle[k]])
+        cycle = cycle[at:] + cycle[:at] + [cycle[at]]
+        src, dst = cycle[0], cycle[1]
+        i = index[src]
+        j = next(k for k, e in enumerate(call.nodes[i].next) if e is not None and e.node == dst)
+        loop = " → ".join(_id(x) for x in cycle[:6]) + (" → …" if len(cycle) > 6 else "")
+        fail(f"{prefix}nodes[{i}].next[{j}]", f"names node '{_id(dst)}', which leads back to '{_id(src)}' "
+                                              f"({loop}): a backward graph has no cycles")
+
+
+# -- the whole trace -------------------------------------------------------------------------
+
+
+def check_trace(trace: Trace, fail: Fail) -> None:
+    """The trace's own tensors, and the calls each call names."""
+    check_tensors(trace.tensors, trace.storages, "tensors", fail)
+    ids: dict[str, int] = {}
+    for i, call in enumerate(trace.calls):
+        if call.id in ids:
+            fail(f"calls[{i}].id", f"call id '{_id(call.id)}' appears twice (calls[{ids[call.id]}] has it)")
+        ids[call.id] = i
+    for i, call in enumerate(trace.calls):
+        if call.same_as is not None and call.same_as not in ids:
+            fail(f"calls[{i}].same_as", _missing("call", call.same_as, "this trace"))
