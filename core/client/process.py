@@ -5,7 +5,9 @@ leaks memory or crashes cannot affect the next one. Its messages are read on bac
 threads, typed (``core.protocol.messages``) and handed to ``on_message``; a message that does not
 match the protocol becomes a ``BadMessage`` naming the field. When the worker ends, one
 ``Exit`` message carries its exit code or signal. Bytes that cannot be decoded end the run at
-once, saying what was wrong.
+once, saying what was wrong. The fault and fallback files are read through the descriptors
+``tempfile`` made them with, so a script that puts a symbolic link or a FIFO in their place is
+neither shown nor waited on.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import logging
 import os
 import select
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -49,6 +52,7 @@ FRAME_STALL = 2.0
 # How long a command waits for the worker's code to go down the pipe before it (core.client.bootstrap):
 # as long as the launcher takes to reach its host and start the interpreter.
 CODE_WAIT = 60.0
+HELD_FILE_CAP = 64 << 20  # the most read back from the fault or fallback file
 
 
 class WorkerProcess:
@@ -68,8 +72,9 @@ class WorkerProcess:
         self.python = python or sys.executable
         self.id = next(self._ids)
         # A worker behind a launcher cannot write our files: its stacks come back as messages.
-        self.fault_path = _private_temp("fault", ".txt") if launcher is None else None
-        self.fallback_path = _private_temp("result", ".jsonl") if launcher is None else None
+        # Each is held open from its creation and read through that descriptor (see above).
+        self.fault_path, self._fault_fd = _private_temp("fault", ".txt") if launcher is None else (None, None)
+        self.fallback_path, self._fallback_fd = _private_temp("result", ".jsonl") if launcher is None else (None, None)
         self.stream_error = ""  # why the protocol stream could not be decoded (the run was ended)
         self.refused = ""  # why the worker's hello was refused (another protocol version)
         self.remote_fault = ""  # stacks a remote worker sent back in answer to ``dump``
@@ -92,6 +97,8 @@ class WorkerProcess:
         self._exited = threading.Event()
         self._fault_cache: str | None = None
         self._code_sent = threading.Event()  # set once nothing more is to be written before commands
+        self._held_lock = threading.Lock()
+        self._unlinked = False  # cleanup() removed the files: their descriptors close once nothing reads them
 
     def start(self) -> None:
         env = dict(os.environ)
@@ -234,7 +241,7 @@ class WorkerProcess:
 
     def _fault_size(self) -> int:
         try:
-            return self.fault_path.stat().st_size if self.fault_path else 0
+            return os.fstat(self._fault_fd).st_size if self._fault_fd is not None else 0
         except OSError:
             return 0
 
@@ -278,7 +285,23 @@ class WorkerProcess:
         for path in (self.fault_path, self.fallback_path):
             if path is not None:
                 try:
-                    path.unlink()
+                    path.unlink()  # whatever is there now: unlink removes a planted link, not its target
+                except OSError:
+                    pass
+        with self._held_lock:
+            self._unlinked = True
+            if self.finished.is_set():  # else the protocol reader closes them once it has read the fallback
+                self._close_held()
+
+    def _close_held(self) -> None:
+        """Close the descriptors of the fault and fallback files (the fault text is kept first)."""
+        self._fault_cache = self.fault_text()
+        for name in ("_fault_fd", "_fallback_fd"):
+            fd = getattr(self, name)
+            setattr(self, name, None)
+            if fd is not None:
+                try:
+                    os.close(fd)
                 except OSError:
                     pass
 
@@ -290,10 +313,11 @@ class WorkerProcess:
             return text.replace(*self.placed) if self.placed[0] else text
         if self._fault_cache is not None:
             return self._fault_cache
-        try:
-            text = self.fault_path.read_text(encoding="utf-8", errors="replace") if self.fault_path else ""
-        except OSError:
-            text = ""
+        text = _read_held(self._fault_fd).decode("utf-8", errors="replace")
+        replaced = _replaced_by(self.fault_path, self._fault_fd)
+        if replaced and text.strip():
+            text += (f"\n(the fault file's name was taken over by {replaced} while the run went on: this is "
+                     f"what the worker wrote to the file it opened)\n")
         if self.proc is not None and self.proc.poll() is not None:
             self._fault_cache = text
         return text
@@ -368,16 +392,18 @@ class WorkerProcess:
         code = self.proc.wait()
         # Messages the worker could not send on its channel (the script closed it).
         try:
-            if self.fallback_path is not None:
-                for raw in self.fallback_path.read_bytes().split(b"\n"):
-                    self._handle_line(raw)
-        except OSError:
-            pass
+            for raw in _read_held(self._fallback_fd).split(b"\n"):
+                self._handle_line(raw)
+        except Exception:  # noqa: BLE001 - the exit below is reported whatever the file held
+            log.exception("worker %s: its fallback file could not be read", self.id)
         # Let the output reader drain what the worker printed last.
         drained = self._output_done.wait(timeout=2)
         self.ready.set()
         self._deliver(events.Exit(code=code))
-        self.finished.set()
+        with self._held_lock:
+            self.finished.set()
+            if self._unlinked:
+                self._close_held()
         # The worker is gone: its pipes are closed now rather than whenever the garbage collector
         # gets to them (hundreds of runs and stops would otherwise pile up open descriptors).
         self._close_pipes(stderr=drained)
@@ -496,11 +522,48 @@ def typed(data) -> protocol._Base:
         return events.BadMessage(error=str(exc), raw=data)
 
 
-def _private_temp(kind: str, suffix: str) -> Path | None:
-    """An empty file only this user can read, made with an unpredictable name and exclusive create."""
+def _private_temp(kind: str, suffix: str) -> tuple[Path | None, int | None]:
+    """An empty file only this user can read, made with an unpredictable name and exclusive
+    create, and the descriptor it was made with (held: read through it, what is at the name later
+    does not matter)."""
     try:
         fd, name = tempfile.mkstemp(prefix=f"backprop-studio-{kind}-", suffix=suffix)
     except OSError:
-        return None
-    os.close(fd)
-    return Path(name)
+        return None, None
+    return Path(name), fd
+
+
+def _read_held(fd: int | None) -> bytes:
+    """What the file open on ``fd`` holds, from its start (``HELD_FILE_CAP`` at most)."""
+    if fd is None:
+        return b""
+    parts, at = [], 0
+    try:
+        while at < HELD_FILE_CAP:
+            part = os.pread(fd, min(1 << 20, HELD_FILE_CAP - at), at)
+            if not part:
+                break
+            parts.append(part)
+            at += len(part)
+    except OSError:
+        pass
+    return b"".join(parts)
+
+
+def _replaced_by(path: Path | None, fd: int | None) -> str:
+    """What now stands at ``path`` in place of the file open on ``fd``, in words ("" when it is that file)."""
+    if path is None or fd is None:
+        return ""
+    try:
+        now, held = os.lstat(path), os.fstat(fd)
+    except FileNotFoundError:
+        return "nothing (it was removed)"
+    except OSError:
+        return ""
+    if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+        return ""
+    if stat.S_ISLNK(now.st_mode):
+        return "a symbolic link"
+    if stat.S_ISFIFO(now.st_mode):
+        return "a FIFO"
+    return "another file"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import stat
 import threading
 from itertools import chain
 from typing import Callable
@@ -37,6 +38,7 @@ _close = os.close
 _encoder = json.JSONEncoder(separators=(",", ":"))
 _encoder.iterencode = _encoder.iterencode  # on the object: a patched JSONEncoder class does not reach it
 _dumps = _encoder.encode
+_NO_FOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 class Channel:
@@ -50,7 +52,8 @@ class Channel:
     def __init__(self, fd: int, fallback: str | None = None):
         self.fd = fd
         self.pid = _getpid()
-        self.fallback = fallback
+        self.fallback: str | None = None
+        self._fallback_id: tuple | None = None
         self._identity = _identity(fd)
         self._lock = threading.Lock()
         self.broken = False  # the script closed or replaced the descriptor
@@ -60,6 +63,13 @@ class Channel:
         # is no fallback file (a worker behind a launcher), with True when the script closed or
         # replaced the descriptor, False when its far end closed (the reader went away).
         self.on_lost: Callable[[bool], None] | None = None
+        if fallback:
+            self.use_fallback(fallback)
+
+    def use_fallback(self, path: str) -> None:
+        """Write to ``path`` (a file the app made) what cannot go down the descriptor; only while
+        it is the file it is now: one the script puts in its place is never written."""
+        self.fallback, self._fallback_id = path, _file_identity(path)
 
     def send(self, msg: dict) -> None:
         if _getpid() != self.pid:
@@ -151,14 +161,18 @@ class Channel:
             self.broken = self.broken or bool(failed)
 
     def _send_fallback(self, data: bytes) -> None:
+        """Append to the fallback file, if it is still the one the app made: never through a
+        symbolic link, into a FIFO (which would block) or another file the script put there."""
         if not self.fallback:
             return
         try:
-            fd = _open(self.fallback, os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0))
+            fd = _open(self.fallback, os.O_WRONLY | os.O_APPEND | _NO_FOLLOW)
         except OSError:
             return
         try:
-            _write_all(fd, data)
+            st = _fstat(fd)
+            if stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) == self._fallback_id:
+                _write_all(fd, data)
         except OSError:
             pass
         finally:
@@ -179,6 +193,19 @@ def _identity(fd: int) -> tuple | None:
     return (st.st_dev, st.st_ino)
 
 
+def _file_identity(path: str) -> tuple | None:
+    """(device, inode) of the regular file at ``path`` (not through a symbolic link), or None."""
+    try:
+        fd = _open(path, os.O_RDONLY | _NO_FOLLOW)
+    except OSError:
+        return None
+    try:
+        st = _fstat(fd)
+        return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
+    finally:
+        _close(fd)
+
+
 def _private_fd(fd: int) -> int:
     """A close-on-exec duplicate of ``fd`` numbered high, out of the script's usual reach."""
     try:
@@ -192,10 +219,20 @@ def _private_fd(fd: int) -> int:
 
 
 def _open_fault_file(path: str):
-    """The parent's fault file (made 0600 by ``tempfile``); never follows a planted symlink."""
+    """The parent's fault file (made 0600 by ``tempfile``); never follows a planted symlink, nor
+    opens a FIFO (which would block) or anything but a regular file."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(path, os.O_WRONLY | _NO_FOLLOW)
     except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            return None
+        os.set_blocking(fd, True)
+        os.ftruncate(fd, 0)
+    except OSError:
+        os.close(fd)
         return None
     os.set_inheritable(fd, False)
     try:

@@ -142,3 +142,41 @@ def test_a_script_that_patches_what_the_channel_uses_changes_nothing_sent(tmp_pa
     assert [c.leaf_grads["x"].data for c in trace.calls] == [[2.0], [5.0]]
     assert result.bad_messages == []
     assert took < 30
+
+
+FAULT_FILE = '''
+import os
+def fault_file():
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            path = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if "backprop-studio-fault-" in path:
+            return path
+    raise SystemExit("no fault file found")
+path = fault_file()
+os.unlink(path)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("replace", ["os.symlink(SECRET, path)", "os.mkfifo(path)"], ids=["symlink", "fifo"])
+def test_a_fault_file_the_script_replaced_is_neither_shown_nor_waited_on(tmp_path, replace):
+    """The script puts a symbolic link (to a file of the user's) or a FIFO where its fault file
+    was, then crashes. Before, the link's target was shown as the crash dump, and a FIFO kept the
+    reader waiting forever. Now the dump the worker wrote is shown, and the run ends at once."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP SECRET\n")
+    script = write(tmp_path, "crash.py", f"SECRET = {str(secret)!r}\n" + FAULT_FILE + replace + "\n"
+                   "import faulthandler\nfaulthandler._sigsegv()\n")
+    line = script.read_text().splitlines().index("faulthandler._sigsegv()") + 1
+    result, took = bounded(45, path=str(script), timeout=30)
+    err = result.trace.error
+    assert (err.type, err.kind) == ("WorkerDied", "crash")
+    assert "TOP SECRET" not in err.fault
+    assert "Fatal Python error: Segmentation fault" in err.fault and err.line == line
+    kind = "a symbolic link" if "symlink" in replace else "a FIFO"
+    assert err.fault.endswith(f"(the fault file's name was taken over by {kind} while the run went on: this is "
+                              f"what the worker wrote to the file it opened)")
+    assert took < 30
