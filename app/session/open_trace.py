@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QFileDialog
 from app.window.actions import make_action
 from core.client.run_errors import script_problem
 from core.model.trace import TraceFormatError
-from core.model.trace_json import load_trace
+from core.model.trace_json import load_notes, load_trace
 from core.programs.openers import TRACE
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,8 @@ def open_trace(window, path: str) -> bool:
     window.show_trace(trace)
     where = f" of {Path(trace.script).name}" if trace.script else ""
     version = f", torch {trace.torch_version}" if trace.torch_version else ""
-    window.state_label.setText(f"Opened the saved trace {name}{where} (recorded on {trace.device}{version})")
+    notes = "".join(f"; {note}" for note in load_notes(trace))  # e.g. a long memory record thinned
+    window.state_label.setText(f"Opened the saved trace {name}{where} (recorded on {trace.device}{version}){notes}")
     ranks = getattr(window, "ranks", None)
     if ranks is not None:  # a DDP run's rank: its other ranks' files come back in the picker
         ranks.opened(path, trace)

@@ -5,17 +5,27 @@ fields or records at once: ids that name nodes and tensors of the call, a graph 
 (autograd's never has one), values that fit their shapes, views inside their storages, strides
 one per dimension. Each check calls ``fail(path, what)`` on the first problem, the path naming
 the field as ``calls[0].nodes[3].next[0]``; a file that passes can be shown by every view.
+
+The sizes the app opens are here too: ``MAX_CALL_NODES`` nodes (and ``MAX_CALL_TENSORS``
+tensors) in one call, refused above before anything is built; past ``MAX_MEMORY_SAMPLES``
+memory samples, ``kept_samples`` picks the ones kept (evenly spread, each stretch's peaks kept).
 """
 
 from __future__ import annotations
 
 import graphlib
+from itertools import repeat
 from math import prod
 from operator import attrgetter
 from typing import Any, Callable, Sequence
 
 from core.model.trace import CallInfo, GradInfo, StorageInfo, TensorInfo, Trace, Values
 
+# A 200,000-node call takes about 6 s to read and 0.5 GB on a shared 2-core machine (bench/big_traces.py);
+# a 1,000,000-node one took over 180 s before this limit.
+MAX_CALL_NODES = 200_000
+MAX_CALL_TENSORS = 400_000  # a node saves a tensor or two: twice the nodes
+MAX_MEMORY_SAMPLES = 100_000  # 33 minutes at 50 Hz; more are thinned on opening
 MAX_CALL_COUNT = 2 ** 31 - 1  # Qt's spin boxes (the memory panel's call picker) count to this
 MAX_BYTES = 2 ** 62  # past it, a storage index no longer fits the 64-bit integers views compute in
 
@@ -169,3 +179,55 @@ def check_trace(trace: Trace, fail: Fail) -> None:
     for i, call in enumerate(trace.calls):
         if call.same_as is not None and call.same_as not in ids:
             fail(f"calls[{i}].same_as", _missing("call", call.same_as, "this trace"))
+
+
+def size_problem(data: dict) -> str | None:
+    """Why a decoded trace is too big to open (a call past ``MAX_CALL_NODES`` nodes), read from the
+    decoded JSON's list lengths before any record is built; None when it is not."""
+    calls = data.get("calls")
+    if not isinstance(calls, list):
+        return None
+    for i, c in enumerate(calls):
+        if not isinstance(c, dict):
+            continue
+        for key, cap in (("nodes", MAX_CALL_NODES), ("tensors", MAX_CALL_TENSORS)):
+            items = c.get(key)
+            if isinstance(items, list) and len(items) > cap:
+                return (f"field 'calls[{i}].{key}': {len(items):,} {key} in call {i}; Backprop Studio opens calls "
+                        f"of up to {cap:,} {key}")
+    tensors = data.get("tensors")
+    if isinstance(tensors, list) and len(tensors) > MAX_CALL_TENSORS:
+        return f"field 'tensors': {len(tensors):,} tensors; Backprop Studio opens traces of up to {MAX_CALL_TENSORS:,}"
+    return None
+
+
+_PEAKS = ("rss", "allocated", "reserved", "saved_bytes")
+
+
+def kept_samples(samples: list, cap: int = MAX_MEMORY_SAMPLES) -> list[int]:
+    """Indices (in order) of at most ``cap`` of ``samples`` (decoded memory samples): the list cut
+    into stretches of equal length, and of each stretch its first sample and those holding its
+    highest RSS, allocated, reserved and saved bytes, so every peak the chart would draw is
+    kept; then samples with a mark (zero_grad, optimizer.step), and evenly spread ones, while
+    room remains."""
+    n = len(samples)
+    if n <= cap:
+        return list(range(n))
+    per = len(_PEAKS) + 1
+    stretch = -(-n * per // cap)  # samples per stretch, rounded up: at most cap // per stretches
+    keep: set[int] = set()
+    dicts = [s if type(s) is dict else {} for s in samples]
+    for key in _PEAKS:
+        column = [v if type(v) is int or type(v) is float else 0 for v in map(dict.get, dicts, repeat(key, n))]
+        for start in range(0, n, stretch):
+            part = column[start:start + stretch]
+            keep.add(start + part.index(max(part)))
+    keep.update(range(0, n, stretch))
+    room = cap - len(keep)
+    if room > 0:
+        marks = [i for i, s in enumerate(samples) if type(s) is dict and s.get("mark") and i not in keep]
+        keep.update(marks[:room])
+    room = cap - len(keep)
+    if room > 0:  # the rest of the room: samples spread evenly over the whole record
+        keep.update(range(0, n, -(-n // room)))
+    return sorted(keep)

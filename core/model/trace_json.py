@@ -20,7 +20,8 @@ from typing import Any, Callable
 from core.model.trace import (FORMAT, VERSION, CallInfo, Edge, ErrorInfo, GradInfo, MemorySample, NodeInfo, Saved,
                               Stale, StorageInfo, TensorInfo, Trace, TraceFormatError, Values, _fast_spec, _plain,
                               paused_gc)
-from core.model.trace_checks import MAX_CALL_COUNT, check_call, check_trace
+from core.model.trace_checks import (MAX_CALL_COUNT, MAX_MEMORY_SAMPLES, check_call, check_trace, kept_samples,
+                                     size_problem)
 
 # -- reading -------------------------------------------------------------------------------
 
@@ -41,8 +42,9 @@ class _Reader:
         self.source = source
         self.careful = careful
         # A file opened whole (not a call streamed from a run): the invariants of
-        # core.model.trace_checks are checked too.
+        # core.model.trace_checks are checked too, and long memory records thinned.
         self.whole = whole
+        self.notes: list[str] = []
 
     def fail(self, path: str, what: str) -> None:
         if not self.careful:
@@ -186,6 +188,14 @@ class _Reader:
 
     def memory(self, d, p):
         return self.obj(MemorySample, d, p)
+
+    def memory_list(self, d, p):
+        """The memory samples; past MAX_MEMORY_SAMPLES in a file, only those ``kept_samples`` picks."""
+        if not isinstance(d, list) or not self.whole or len(d) <= MAX_MEMORY_SAMPLES:
+            return self.lst(self.memory, d, p)
+        keep = kept_samples(d)
+        self.notes = [f"memory: {len(d):,} samples, {len(keep):,} kept (evenly spread, with every peak)"]
+        return [self.memory(d[i], f"{p}[{i}]") for i in keep]
 
 
 _SPECS: dict[type, tuple[tuple[str, ...], frozenset[str]]] = {}
@@ -515,11 +525,16 @@ def _read_checked(data: Any, source: str, whole: bool) -> Trace:
             return _read(data, _Reader(source, careful=True, whole=whole))
 
 
+def load_notes(trace: Trace) -> list[str]:
+    """What opening the file changed, to tell the person who opened it (samples thinned)."""
+    return list(trace.__dict__.get("_load_notes", ()))
+
+
 def trace_from_json(text: str, source: str = "trace") -> Trace:
     """A Trace from the text of a trace file; a TraceFormatError names what is wrong, ``source`` first.
 
     A file is checked whole (``core.model.trace_checks``): ids, cycles, values against shapes,
-    views against storages."""
+    views against storages, and the sizes the app opens."""
     try:
         with paused_gc():
             data = json.loads(text)
@@ -532,6 +547,10 @@ def trace_from_json(text: str, source: str = "trace") -> Trace:
         raise TraceFormatError(f"{source}: JSON nested too deeply to be a trace") from None
     except ValueError as exc:  # e.g. an integer of thousands of digits
         raise TraceFormatError(f"{source}: not readable JSON: {exc}") from None
+    if isinstance(data, dict):
+        problem = size_problem(data)
+        if problem is not None:
+            raise TraceFormatError(f"{source}: {problem}")
     return _read_checked(data, source, whole=True)
 
 
@@ -572,11 +591,13 @@ def _read(data: Any, r: "_Reader") -> Trace:
             "error": r.error,
             "tensors": lambda v, q: r.lst(r.tensor, v, q.lstrip(".")),
             "storages": lambda v, q: r.lst(r.storage, v, q.lstrip(".")),
-            "memory": lambda v, q: r.lst(r.memory, v, q.lstrip(".")),
+            "memory": lambda v, q: r.memory_list(v, q.lstrip(".")),
         },
     )
     if r.whole:
         check_trace(trace, r.fail)
+    if r.notes:
+        trace.__dict__["_load_notes"] = r.notes  # "_": never written back to a file
     return trace
 
 

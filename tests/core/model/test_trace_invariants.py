@@ -19,7 +19,8 @@ import pytest
 from app.cli.summary import trace_summary
 from core.layout.compound import layout_call
 from core.model.trace import Trace, TraceFormatError
-from core.model.trace_json import trace_from_json
+from core.model.trace_checks import MAX_CALL_NODES, MAX_MEMORY_SAMPLES, kept_samples
+from core.model.trace_json import load_notes, trace_from_json
 from tests.core.model.test_trace_fuzz import ODD_VALUES, _base
 
 CASES = 400
@@ -394,3 +395,60 @@ def test_each_inconsistency_is_refused_naming_its_field(case):
     with pytest.raises(TraceFormatError) as info:
         trace_from_json(_edit(edit), "bad.json")
     assert str(info.value).startswith("bad.json: " + words), str(info.value)
+
+
+# -- sizes ----------------------------------------------------------------------------------------
+
+
+def test_a_call_past_the_node_limit_is_refused_before_it_is_built():
+    from bench.big_traces import chain_trace
+
+    text = json.dumps(chain_trace(MAX_CALL_NODES + 1))
+    with pytest.raises(TraceFormatError) as info:
+        trace_from_json(text, "big.json")
+    assert str(info.value) == ("big.json: field 'calls[0].nodes': 200,001 nodes in call 0; Backprop Studio opens "
+                               "calls of up to 200,000 nodes")
+
+
+def test_long_memory_records_are_thinned_keeping_every_peak():
+    from bench.big_traces import memory_trace
+
+    data = memory_trace(MAX_MEMORY_SAMPLES * 3, peak_at=123_457)
+    data["memory"][200_001]["mark"] = "optimizer.step"
+    trace = trace_from_json(json.dumps(data), "long.json")
+    assert MAX_MEMORY_SAMPLES * 0.7 < len(trace.memory) <= MAX_MEMORY_SAMPLES
+    assert max(s.rss for s in trace.memory) == 9_000_000_000
+    assert [s.t for s in trace.memory] == sorted(s.t for s in trace.memory)
+    assert trace.memory[0].t == 0 and trace.memory[-1].rss == max(s.rss for s in trace.memory[-50:])
+    assert any(s.mark == "optimizer.step" for s in trace.memory)
+    assert load_notes(trace) == [f"memory: 300,000 samples, {len(trace.memory):,} kept (evenly spread, with every peak)"]
+    short = memory_trace(1000)
+    assert load_notes(trace_from_json(json.dumps(short))) == []
+
+
+def test_kept_samples_hold_each_stretchs_peaks():
+    samples = [{"rss": i % 7, "allocated": (i * 13) % 11, "reserved": 0, "saved_bytes": 0} for i in range(1000)]
+    keep = kept_samples(samples, cap=100)
+    assert len(keep) <= 100 and keep == sorted(keep)
+    stretch = -(-1000 * 5 // 100)
+    for start in range(0, 1000, stretch):
+        part = range(start, min(start + stretch, 1000))
+        assert max(samples[i]["rss"] for i in part) == max(samples[i]["rss"] for i in keep if i in part)
+
+
+@pytest.mark.slow
+def test_a_million_node_chain_is_refused_in_bounded_time(tmp_path):
+    import time
+
+    from bench.big_traces import chain_trace
+    from core.model.trace_json import load_trace
+
+    path = tmp_path / "chain.json"
+    path.write_text(json.dumps(chain_trace(1_000_000), separators=(",", ":")))
+    start = time.perf_counter()
+    with pytest.raises(TraceFormatError) as info:
+        load_trace(path)
+    took = time.perf_counter() - start
+    assert str(info.value) == (f"{path}: field 'calls[0].nodes': 1,000,000 nodes in call 0; Backprop Studio opens "
+                               "calls of up to 200,000 nodes")
+    assert took < 60, took  # reading the JSON alone: 2-8 s; building the records took over 180 s
