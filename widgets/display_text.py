@@ -7,6 +7,8 @@ is copied or saved is the full text.
 
 from __future__ import annotations
 
+import re
+
 LINE_LIMIT = 2_000
 """The most characters of one line a details view shows."""
 TEXT_LIMIT = 20_000
@@ -25,6 +27,14 @@ def cut_line(text: str, limit: int = NAME_LIMIT) -> str:
     if len(text) <= limit:
         return text
     return text[:limit] + more_note(len(text) - limit)
+
+
+def cut_middle(text: str, limit: int = NAME_LIMIT) -> str:
+    """``text`` with its middle left out past ``2 * limit`` characters: what to hand Qt to elide,
+    which measures all of a text (a 1 MB name took seconds) to show a few dozen characters."""
+    if len(text) <= 2 * limit:
+        return text
+    return text[:limit] + "…" + text[-limit:]
 
 
 def cut_text(text: str, line_limit: int = LINE_LIMIT, text_limit: int = TEXT_LIMIT) -> str:
@@ -54,3 +64,31 @@ def cut_text(text: str, line_limit: int = LINE_LIMIT, text_limit: int = TEXT_LIM
             shown += length + 1
         pos = end + 1
     return "\n".join(out)
+
+
+_RUN = re.compile(r"[^<>]{%d,}" % (NAME_LIMIT * 5))
+_PARTIAL_ENTITY = re.compile(r"&[#\w]*$")
+
+
+def cut_markup(markup: str, line_limit: int = NAME_LIMIT * 5, text_limit: int = TEXT_LIMIT) -> str:
+    """Rich text with each long run of text between tags cut as ``cut_text`` cuts it.
+
+    A safety net for views that build HTML from many fields: a megabyte-long name anywhere in
+    it is laid out as its first ``line_limit`` characters and a note.
+    """
+    if len(markup) < NAME_LIMIT * 5:
+        return markup
+
+    def cut(match: re.Match) -> str:
+        run = match.group(0)
+        shown = cut_text(run, line_limit, text_limit)
+        if shown == run:
+            return run
+        lines = []
+        for line in shown.split("\n"):
+            head, note, rest = line.rpartition("… (")
+            lines.append(_PARTIAL_ENTITY.sub("", head) + note + rest if note and rest.endswith("Copy takes all)")
+                         else line)
+        return "\n".join(lines)
+
+    return _RUN.sub(cut, markup)

@@ -11,6 +11,7 @@ from PySide6.QtGui import QFontMetricsF, QPainter, QPainterPath, QPolygonF
 from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem
 
 from core.layout.boxes import EdgePath, GroupBox, NodeBox, SavedBox
+from widgets.display_text import cut_middle
 from widgets.graph.painting import (
     MIN_TEXT_PX, NodeStyle, color, font, node_outline, paint_node, pen, summary_px, text_metrics,
 )
@@ -261,7 +262,7 @@ class GroupBoxItem(QGraphicsItem):
             r = QRectF(10, 4, self._rect.width() - 20, 14)
             # The fold sign is for the screen (widget is None when a scene is rendered for export).
             sign = "\u2212 " if widget is not None else ""
-            text = QFontMetricsF(f).elidedText(sign + self.group.label, Qt.ElideMiddle, r.width())
+            text = QFontMetricsF(f).elidedText(sign + cut_middle(self.group.label), Qt.ElideMiddle, r.width())
             p.drawText(r, Qt.AlignLeft | Qt.AlignVCenter, text)
 
 

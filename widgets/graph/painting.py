@@ -14,6 +14,7 @@ from functools import lru_cache
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter, QPainterPath, QPen, QPolygonF
 
+from widgets.display_text import cut_middle
 from widgets.theme import Theme
 
 MIN_TEXT_PX = 6.0  # text smaller than this on screen is drawn as a summary at this size
@@ -189,8 +190,12 @@ def _paint_label(p: QPainter, rect: QRectF, style: NodeStyle, theme: Theme, labe
 _ALIGN_CENTER = Qt.AlignCenter
 
 
-@lru_cache(maxsize=4096)
 def _elided(family: str, px: int, bold: bool, text: str, width: float) -> str:
+    return _elided_fitting(family, px, bold, cut_middle(text), width)
+
+
+@lru_cache(maxsize=4096)
+def _elided_fitting(family: str, px: int, bold: bool, text: str, width: float) -> str:
     """Node labels repeat (every AddmmBackward0 is cut the same way): measure each once."""
     return QFontMetricsF(font(family, px, bold)).elidedText(text, Qt.ElideMiddle, width)
 

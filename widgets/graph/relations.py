@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass, field
 
 from PySide6.QtCore import QPoint, Qt
@@ -21,7 +22,10 @@ from core.model.graph_query import CallDiff, ancestors, compare_calls, descendan
 from core.layout.groups import group_info
 from core.model.nesting import link_nested, nested_calls
 from core.model.trace import CallInfo
+from widgets.display_text import cut_line
 from widgets.graph.items import GroupBoxItem, NodeItem
+
+CRUMBS_HEAD, CRUMBS_TAIL = 2, 6  # a deeper module path shows its first and last parts only
 
 
 @dataclass
@@ -66,12 +70,16 @@ class Breadcrumbs(QLabel):
             info = group_info(call)
             chain = [g for g in info.ancestors[path] if info.is_drawn(g)]
             parent = None
-            for g in chain:
-                parts.append(f'<a href="{g}">{info.title(g, parent)}</a>')
+            for k, g in enumerate(chain):
+                if CRUMBS_HEAD <= k < len(chain) - CRUMBS_TAIL:  # a very deep path: its middle is one "…"
+                    if k == CRUMBS_HEAD:
+                        parts.append(f"… {len(chain) - CRUMBS_HEAD - CRUMBS_TAIL:,} more …")
+                else:
+                    parts.append(f'<a href="{html.escape(g)}">{html.escape(cut_line(info.title(g, parent), 80))}</a>')
                 parent = g
         text = " \u203a ".join(parts)
         if note:
-            text += f"<br><span style='color:#8a5a00'>{note}</span>"
+            text += f"<br><span style='color:#8a5a00'>{html.escape(cut_line(note))}</span>"
         self.setText(text)
         self.adjustSize()
         self.setVisible(layout is not None and (path is not None or bool(note)))

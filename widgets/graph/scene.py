@@ -23,6 +23,7 @@ from core.model.values import format_shape
 from core.layout.opening import opening_layout
 from core.layout.visible import prepare_folds
 from core.model.trace import CallInfo, paused_gc
+from widgets.display_text import cut_line
 from widgets.graph.items import EdgeItem, GroupBoxItem, NodeItem, SavedItem
 from widgets.graph.minimap import OverviewItem
 from widgets.graph.painting import NodeStyle, color, font
@@ -87,7 +88,7 @@ def _build_scene(scene, call, layout, theme, show, with_overview) -> SceneItems:
     rect = QRectF(0, 0, layout.width, layout.height)
     if call.error is not None:  # a banner above the graph, part of the scene so exports show it
         f = font(t.font_family, t.font_px, True)
-        message = f"This call raised {call.error.type}: {call.error.message}"
+        message = cut_line(f"This call raised {call.error.type}: {call.error.message}", 1_000)
         out.banner = QGraphicsSimpleTextItem(
             QFontMetricsF(f).elidedText(message, Qt.ElideRight, max(layout.width - 16, 640))
         )

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (
 from core.model.call_notes import call_flags, grad_history, group_calls
 from core.programs.notebook import where as line_where
 from core.model.trace import CallInfo, Trace
+from widgets.display_text import cut_line, cut_text
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ def call_tooltip(call: CallInfo) -> str:
     if call.duration_s:
         lines.append(f"backward took {call.duration_s * 1000:.1f} ms")
     if call.error is not None:
-        lines.append(f"{call.error.type}: {call.error.message}")
+        lines.append(cut_text(f"{call.error.type}: {call.error.message}", 200, 2_000))
     return "\n".join(lines)
 
 
@@ -115,10 +116,10 @@ class _CallDelegate(QStyledItemDelegate):
         painter.setPen(error if state == "error" and not selected else (text if state in ("ok", "error") else muted))
         elide = Qt.TextElideMode.ElideRight
         painter.drawText(head_rect, Qt.AlignmentFlag.AlignLeft, painter.fontMetrics().elidedText(
-            index.data(HEAD_ROLE), elide, head_rect.width()))
+            cut_line(index.data(HEAD_ROLE) or "", 1_000), elide, head_rect.width()))
         painter.setFont(opt.font)
         painter.setPen(muted)
-        detail = painter.fontMetrics().elidedText(index.data(DETAIL_ROLE), elide, detail_rect.width())
+        detail = painter.fontMetrics().elidedText(cut_line(index.data(DETAIL_ROLE) or "", 1_000), elide, detail_rect.width())
         painter.drawText(detail_rect, Qt.AlignmentFlag.AlignLeft, detail)
         painter.restore()
 

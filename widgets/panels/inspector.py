@@ -24,8 +24,11 @@ from core.model.memory import format_bytes
 from core.programs.notebook import where as line_where
 from core.model.storage_map import contiguity as is_contiguous
 from core.model.trace import CallInfo, NodeInfo, Stale, TensorInfo, Values
+from widgets.display_text import cut_line, cut_markup
 
 log = logging.getLogger(__name__)
+
+LIST_LIMIT = 100  # a node's inputs, consumers, saved values or formula lines listed; the rest counted
 
 KIND_WORDS = {
     "backward": "backward function: turns the gradient of its output into gradients of its inputs",
@@ -280,7 +283,7 @@ class InspectorPanel(QWidget):
             .badge {{ background-color: {_mix(base, link, 0.18)}; }}
         """
         self.browser.document().setDefaultStyleSheet(css)
-        self.browser.setHtml(f"<html><body>{body}</body></html>")
+        self.browser.setHtml(f"<html><body>{cut_markup(body)}</body></html>")
 
     @staticmethod
     def _rows(rows: list[tuple[str, str]]) -> str:
@@ -335,7 +338,7 @@ class InspectorPanel(QWidget):
             subtitle.append(f"creates <code>{html.escape(node.label)}</code>")
         if node.line:
             subtitle.append(html.escape(line_where(self.cells, node.line)))
-        parts = [f"<p class='title'>{breakable(node.name)}</p><p>{' · '.join(subtitle)}</p>"]
+        parts = [f"<p class='title'>{breakable(cut_line(node.name))}</p><p>{' · '.join(subtitle)}</p>"]
         if node.stale is not None:
             parts.append(f"<table class='warn' width='100%' cellpadding='6'><tr><td>"
                          f"<b>⚠ Stale saved tensor</b><br>{stale_sentence(node.stale)}</td></tr></table>")
@@ -373,7 +376,10 @@ class InspectorPanel(QWidget):
             formula = formula_for(node.name)
             parts.append(self._section("Local derivative", "what this node computes from the gradient it gets "
                                        "(grad) and what forward saved"))
-            parts.append(self._code("\n".join(map(breakable_formula, lines)), wrap=True))
+            shown = [breakable_formula(cut_line(line, 1_000)) for line in lines[:LIST_LIMIT]]
+            if len(lines) > LIST_LIMIT:
+                shown.append(f"… {len(lines) - LIST_LIMIT:,} more lines")
+            parts.append(self._code("\n".join(shown), wrap=True))
             if formula.note:
                 parts.append(f"<p class='hint' style='margin-top: 2px'>{html.escape(formula.note)}</p>")
 
@@ -381,7 +387,7 @@ class InspectorPanel(QWidget):
         cuts = {c["input"]: c for c in node.cuts or ()}
         if node.next:
             rows = []
-            for i, edge in enumerate(node.next):
+            for i, edge in enumerate(node.next[:LIST_LIMIT]):
                 if edge is None:
                     cut = cuts.get(i)
                     why = html.escape(cut_text(cut)) if cut else "this input needs no gradient"
@@ -389,6 +395,8 @@ class InspectorPanel(QWidget):
                 else:
                     slot = f" <span class='muted'>· input_nr {edge.input_nr}</span>" if edge.input_nr else ""
                     rows.append((f"input {i}", self._node_link(call, edge.node) + slot))
+            if len(node.next) > LIST_LIMIT:
+                rows.append(("", f"<span class='muted'>… {len(node.next) - LIST_LIMIT:,} more inputs</span>"))
             parts.append(self._rows(rows))
         else:
             parts.append("<p class='muted'>none: the gradient stops here</p>")
@@ -396,13 +404,15 @@ class InspectorPanel(QWidget):
         parents = list(dict.fromkeys(call.consumers().get(node.id, [])))
         if parents:
             parts.append(self._section("Gradient comes from"))
-            links = "<br>".join(self._node_link(call, p) for p in parents)
+            links = "<br>".join(self._node_link(call, p) for p in parents[:LIST_LIMIT])
+            if len(parents) > LIST_LIMIT:
+                links += f"<br><span class='muted'>… {len(parents) - LIST_LIMIT:,} more nodes</span>"
             parts.append(f"<p style='margin-top: 4px'>{links}</p>")
 
         if node.saved:
             parts.append(self._section("Saved for backward", "what forward kept so backward can run"))
             rows = []
-            for saved in node.saved:
+            for saved in node.saved[:LIST_LIMIT]:
                 if saved.freed:
                     value = ("<span class='muted'>freed: released by an earlier backward "
                              "(retain_graph=True keeps it)</span>")
@@ -412,6 +422,8 @@ class InspectorPanel(QWidget):
                 else:
                     value = f"= <code>{html.escape(decoded_text(saved.name, saved.value))}</code>"
                 rows.append((saved.name, value))
+            if len(node.saved) > LIST_LIMIT:
+                rows.append(("", f"<span class='muted'>… {len(node.saved) - LIST_LIMIT:,} more saved values</span>"))
             parts.append(self._rows(rows))
         return "".join(parts)
 
@@ -424,7 +436,7 @@ class InspectorPanel(QWidget):
             flags.append("view")
         if t.origin:
             flags.append("detached" if t.origin == "detach" else "made under no_grad")
-        title = breakable(t.name) if t.name else "<span class='muted'>unnamed tensor</span>"
+        title = breakable(cut_line(t.name)) if t.name else "<span class='muted'>unnamed tensor</span>"
         parts = [f"<p class='title'>{title}</p>",
                  f"<p><span class='badge'>&nbsp;{html.escape(t.dtype)}&nbsp;</span> "
                  f"[{shape}] · {html.escape(t.device)} · {' · '.join(flags)}</p>"]
