@@ -405,7 +405,11 @@ class WorkerClient:
             if self.state is not ClientState.CLOSED and self._run is None:
                 self._set_state(ClientState.READY)
         trace = replace(trace, output=output)
-        result = RunResult(trace, output, output_bytes, elapsed, run["id"], run.get("bad_messages"))
+        bad = list(run.get("bad_messages") or ())
+        check = run["worker"].check
+        if check is not None and check.summary():  # messages a script wrote on the worker's channel
+            bad.append(check.summary())
+        result = RunResult(trace, output, output_bytes, elapsed, run["id"], bad)
         self.on_event(events.Finished(run=run["id"], result=result))
 
 

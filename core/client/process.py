@@ -4,10 +4,14 @@ A worker serves one run: each run gets a fresh interpreter, so a script that pat
 leaks memory or crashes cannot affect the next one. Its messages are read on background
 threads, typed (``core.protocol.messages``) and handed to ``on_message``; a message that does not
 match the protocol becomes a ``BadMessage`` naming the field. When the worker ends, one
-``Exit`` message carries its exit code or signal. Bytes that cannot be decoded end the run at
-once, saying what was wrong. The fault and fallback files are read through the descriptors
-``tempfile`` made them with, so a script that puts a symbolic link or a FIFO in their place is
-neither shown nor waited on.
+``Exit`` message carries its exit code or signal.
+
+Every worker gets a key of its own, sent as the first line on its stdin: its messages come
+sealed with it (``core.protocol.wire.Check``), and what fails the check (a line a script wrote
+on the worker's descriptor or into the fallback file) is dropped and counted. Bytes that cannot
+be decoded end the run at once, saying what was wrong. The fault and fallback files are read
+through the descriptors ``tempfile`` made them with, so a script that puts a symbolic link or a
+FIFO in their place is neither shown nor waited on.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from core.client.launchers import fault_in_output, missing_command, transfer_pro
 from core.model.trace import paused_gc
 from core.protocol import events
 from core.protocol import messages as protocol
-from core.protocol.wire import ProtocolMismatch, StreamDecoder, check_hello, read_ahead
+from core.protocol.wire import Check, ProtocolMismatch, StreamDecoder, check_hello, new_key, read_ahead
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +79,7 @@ class WorkerProcess:
         # Each is held open from its creation and read through that descriptor (see above).
         self.fault_path, self._fault_fd = _private_temp("fault", ".txt") if launcher is None else (None, None)
         self.fallback_path, self._fallback_fd = _private_temp("result", ".jsonl") if launcher is None else (None, None)
+        self.check: Check | None = None  # opens the worker's sealed messages (made with its key at start)
         self.stream_error = ""  # why the protocol stream could not be decoded (the run was ended)
         self.refused = ""  # why the worker's hello was refused (another protocol version)
         self.remote_fault = ""  # stacks a remote worker sent back in answer to ``dump``
@@ -112,8 +117,12 @@ class WorkerProcess:
         cmd = [self.python, "-m", "core.worker"]
         if self.fault_path:
             cmd += ["--fault-file", str(self.fault_path)]
+        key = new_key()
+        self.check = Check(key, required=self.launcher is None)  # a launcher's worker may be one that does not seal
+        setup = {"cmd": "channel", "key": key.hex()}  # on stdin: arguments and environment are the script's to read
         if self.fallback_path:
-            cmd += ["--fallback-file", str(self.fallback_path)]
+            setup["fallback"] = str(self.fallback_path)
+        preamble = (json.dumps(setup) + "\n").encode()
         if self.launcher is not None:
             cmd = list(self.launcher.argv)
             env.update(self.launcher.env)
@@ -134,10 +143,10 @@ class WorkerProcess:
             self.proc = subprocess.Popen(missing_command(self.launcher, exc), stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             sends_code = False
-        if sends_code:  # the bootstrap reads it before anything else (core.client.bootstrap)
-            threading.Thread(target=self._send_code, name=f"worker-{self.id}-code", daemon=True).start()
-        else:
-            self._code_sent.set()
+        # The bootstrap reads the code before anything else (core.client.bootstrap), the worker
+        # the channel's set-up line; commands wait until both are down the pipe.
+        threading.Thread(target=self._send_preamble, args=(sends_code, preamble), name=f"worker-{self.id}-code",
+                         daemon=True).start()
         threading.Thread(target=self._wait, name=f"worker-{self.id}-wait", daemon=True).start()
         threading.Thread(target=self._read_protocol, name=f"worker-{self.id}-proto", daemon=True).start()
         threading.Thread(target=self._read_output, name=f"worker-{self.id}-output", daemon=True).start()
@@ -146,10 +155,11 @@ class WorkerProcess:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def _send_code(self) -> None:
-        """Write the worker's packed code down its stdin; commands wait until it is all there."""
+    def _send_preamble(self, code: bool, setup: bytes) -> None:
+        """Write the worker's packed code (where it travels) and the channel's set-up line down
+        its stdin; commands wait until they are all there."""
         try:
-            self.proc.stdin.write(code_message())
+            self.proc.stdin.write((code_message() if code else b"") + setup)
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError, ValueError):
             pass  # the command ended first: its exit is reported like any worker that did not start
@@ -365,7 +375,7 @@ class WorkerProcess:
             self.frame_at = time.monotonic()
             report(header, got, decoded)
 
-        decoder = self._decoder = StreamDecoder(self._handle_line, progress)
+        decoder = self._decoder = StreamDecoder(self._handle_line, progress, self.check)
         try:
             for chunk in read_ahead(self._chunks(self.proc.stdout.fileno())):
                 self.feeding = True  # building what came counts as arriving (50,000 nodes take a while)
@@ -393,7 +403,10 @@ class WorkerProcess:
         # Messages the worker could not send on its channel (the script closed it).
         try:
             for raw in _read_held(self._fallback_fd).split(b"\n"):
-                self._handle_line(raw)
+                if raw.strip():
+                    opened = self.check.line(raw) if self.check is not None else raw
+                    if opened is not None:
+                        self._handle_line(opened)
         except Exception:  # noqa: BLE001 - the exit below is reported whatever the file held
             log.exception("worker %s: its fallback file could not be read", self.id)
         # Let the output reader drain what the worker printed last.

@@ -22,11 +22,23 @@ estimate until the end. The sender encodes column by column while its writer thr
 compresses and writes each batch (zlib and zstd release the GIL: the two use two cores), so
 encoding overlaps the transfer; the app reads the pipe on a thread of its own
 (``read_ahead``) and parses each column as it arrives.
+
+Every message is *sealed* with a key the app makes for each worker and sends as the first line
+on its stdin (``{"cmd": "channel", "key": HEX}``: never in its arguments or environment, which
+a script can read): a line ends in a tab, a sequence number and the HMAC-SHA256 of both, and a
+frame's header is such a line, its body (every byte after the header, the zero length
+included) followed by 32 bytes, the HMAC of that body and the header's number. The app drops
+what fails the check (a line or frame a script wrote on the descriptor, or into the fallback
+file, a replayed or reordered one) and says how many (``Check``): what it shows as the run's
+came from the worker. A script shares the worker's memory, so one set on it could still dig the
+key out; the seal keeps out what is written to the descriptor or the file.
 """
 
 from __future__ import annotations
 
 import gc
+import hashlib
+import hmac
 import json
 import queue
 import threading
@@ -48,12 +60,16 @@ COLUMNS_FIRST = 64 * 1024  # raw bytes of a columnar frame's first batch, then o
 COLUMNS_BATCH = 256 * 1024  # each is compressed and sent while the following columns are encoded
 FREEZE_MIN_BYTES = 8 << 20  # columnar frames this big leave their objects out of later collections
 ZLIB_LEVEL = 1  # level 1 compresses 50 MB of trace JSON 5x in 0.3 s; level 6 gains 20 % for 3x the time
+SEAL_BYTES = 32  # an HMAC-SHA256 digest: what follows a sealed frame's body
+KEY_BYTES = 32
 
 # Bound now: a script that patches ``json.dumps`` (``functools.partial(json.dumps, indent=2)``)
 # or ``zlib`` in the worker, which shares these modules, must not change what it sends.
 _header_json = json.JSONEncoder().encode
 _header_json.__self__.iterencode = _header_json.__self__.iterencode
 _zlib_compressobj = zlib.compressobj
+_hmac_new = hmac.new
+_compare = hmac.compare_digest
 
 
 class ProtocolMismatch(RuntimeError):
@@ -150,6 +166,123 @@ def frame_header(kind: str, raw_bytes: int, codec: str) -> dict:
 def header_line(header: dict) -> bytes:
     """A frame's header as the line that announces it."""
     return (_header_json(header) + "\n").encode("utf-8")
+
+
+def new_key() -> bytes:
+    """A fresh key for one worker's seal."""
+    import secrets
+
+    return secrets.token_bytes(KEY_BYTES)
+
+
+def sealer(key: bytes):
+    """The worker's seal, as two functions: ``seal_line(data)`` numbers and seals one line (a JSON
+    text, with or without its newline); ``seal_frame(header_line)`` seals a frame's header and
+    returns it with ``body``: ``body(piece)`` takes each piece written after the header and
+    hands it back, ``body(None)`` gives the 32 bytes that end the frame. Call them in the order
+    the pieces are written (under the channel's lock). The key lives only in the HMAC state
+    these closures hold: in no attribute or module global a script would come across."""
+    copy = _hmac_new(key, digestmod=hashlib.sha256).copy
+    count = [0]
+
+    def seal_line(data: bytes) -> bytes:
+        count[0] += 1
+        head = b"%d" % count[0]
+        payload = data[:-1] if data.endswith(b"\n") else data
+        mac = copy()
+        mac.update(head + b"\t")
+        mac.update(payload)
+        return b"".join((payload, b"\t", head, b" ", mac.hexdigest().encode(), b"\n"))
+
+    def seal_frame(header: bytes):
+        sealed = seal_line(header)
+        mac = copy()
+        mac.update(b"body %d\n" % count[0])
+
+        def body(piece: bytes | None) -> bytes:
+            if piece is None:
+                return mac.digest()
+            mac.update(piece)
+            return piece
+
+        return sealed, body
+
+    return seal_line, seal_frame
+
+
+class Check:
+    """The app's side of the seal: opens each sealed line and frame body, and keeps why any failed.
+
+    ``required``: the worker seals (the app's own local worker). Otherwise (a worker behind a
+    launcher) the first line tells: a sealed one makes seals required from then on; a hello
+    without one is a worker that does not seal (one driven by hand), whose lines pass as they
+    are. Before that first word nothing of the script's can have run.
+    """
+
+    def __init__(self, key: bytes, required: bool = True):
+        self._copy = _hmac_new(key, digestmod=hashlib.sha256).copy
+        self.sealed: bool | None = True if required else None
+        self.last = 0  # the number of the last line that passed: a smaller one is sent again or out of order
+        self.dropped: list[str] = []  # why each dropped message failed, in order
+
+    def line(self, line: bytes) -> bytes | None:
+        """The line's JSON text, or None when it failed the check (then counted in ``dropped``)."""
+        if self.sealed is False:
+            return line
+        payload, why = self._open(line)
+        if why is None:
+            self.sealed = True
+            return payload
+        if self.sealed is None:  # a launcher's words before the worker's first, or a worker that does not seal
+            if _is_hello(line):
+                self.sealed = False
+            return line
+        self.dropped.append(why)
+        return None
+
+    def _open(self, line: bytes) -> tuple[bytes, str | None]:
+        payload, tab, tag = line.rpartition(b"\t")
+        head, _, mac = tag.partition(b" ")
+        if not tab or not head.isdigit() or len(mac) != 2 * SEAL_BYTES:
+            return line, "a line without a seal"
+        check = self._copy()
+        check.update(head + b"\t")
+        check.update(payload)
+        if not _compare(check.hexdigest().encode(), mac):
+            return line, "a line whose seal does not match"
+        seq = int(head)
+        if seq <= self.last:
+            return line, "a line sent again or out of order"
+        self.last = seq
+        return payload, None
+
+    def body(self):
+        """The HMAC of the body of the frame whose header just passed (``update`` it with each byte)."""
+        mac = self._copy()
+        mac.update(b"body %d\n" % self.last)
+        return mac
+
+    def body_matches(self, mac, seal: bytes) -> bool:
+        if _compare(mac.digest(), seal):
+            return True
+        self.dropped.append("a frame whose seal does not match")
+        return False
+
+    def summary(self) -> str:
+        """The run's warning when messages were dropped ("" when none was)."""
+        if not self.dropped:
+            return ""
+        why = "; ".join(dict.fromkeys(self.dropped))
+        return (f"a message on the worker's channel failed its check: {len(self.dropped)} dropped ({why}); "
+                f"what is shown came from the worker")
+
+
+def _is_hello(line: bytes) -> bool:
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(msg, dict) and msg.get("type") == "hello"
 
 
 class BadStream(ProtocolMismatch):
@@ -302,14 +435,17 @@ class StreamDecoder:
     each as it arrives, and the message's JSON goes to ``on_line`` once the zero length comes.
     A columnar frame's columns are parsed as they arrive, and ``on_line`` gets the message
     itself (a dict holding the Trace or CallInfo, or the TraceFormatError that reading it raised).
-    ``on_progress(header, bytes_received, raw_bytes_decoded)`` follows every chunk. Bytes that
-    cannot be decoded raise ``BadStream``, naming what was wrong.
+    ``on_progress(header, bytes_received, raw_bytes_decoded)`` follows every chunk. With a
+    ``check`` (``Check``), sealed lines and frames are opened and what fails is dropped (the
+    check keeps why). Bytes that cannot be decoded raise ``BadStream``, naming what was wrong.
     """
 
     def __init__(self, on_line: Callable[[bytes], None],
-                 on_progress: Callable[[dict, int, int], None] | None = None):
+                 on_progress: Callable[[dict, int, int], None] | None = None, check: Check | None = None):
         self.on_line = on_line
         self.on_progress = on_progress
+        self.check = check
+        self._mac = None  # the HMAC of the sealed frame being read
         self._buf = bytearray()
         self._pos = 0  # start of what is not consumed yet, within this feed
         self._scan = 0  # where to look for the next newline
@@ -338,6 +474,10 @@ class StreamDecoder:
                 return False
             line = bytes(buf[pos:at])
             self._pos = self._scan = at + 1
+            if self.check is not None:
+                line = self.check.line(line)
+                if line is None:
+                    return True  # failed its check: dropped, and counted there
             if line.startswith((b'{"type": "frame"', b'{"type":"frame"')):
                 self._start_frame(line)
             elif line.strip():
@@ -346,12 +486,20 @@ class StreamDecoder:
         if len(buf) - pos < 4:
             return False
         size = int.from_bytes(buf[pos:pos + 4], "big")
-        if size == 0 and self._columns is not None:
-            self._pos = self._scan = pos + 4
-            self._end_columns()
-            return True
         if size == 0:
-            self._pos = self._scan = pos + 4
+            end = pos + 4 + (SEAL_BYTES if self._mac is not None else 0)
+            if len(buf) < end:
+                return False
+            self._pos = self._scan = end
+            if self._mac is not None:
+                mac, self._mac = self._mac, None
+                mac.update(buf[pos:pos + 4])
+                if not self.check.body_matches(mac, bytes(buf[pos + 4:end])):
+                    self._drop_frame()
+                    return True
+            if self._columns is not None:
+                self._end_columns()
+                return True
             text, header = b"".join(self._parts), self._frame
             self._frame, self._dec, self._parts = None, None, []
             if self.on_progress is not None:
@@ -361,6 +509,9 @@ class StreamDecoder:
         if len(buf) - pos < 4 + size:
             return False
         data = bytes(buf[pos + 4:pos + 4 + size])
+        if self._mac is not None:
+            self._mac.update(buf[pos:pos + 4])
+            self._mac.update(data)
         try:
             out = self._dec.decompress(data)
         except Exception as exc:  # zlib.error, zstd's ZstdError: the body is not what its header said
@@ -394,6 +545,7 @@ class StreamDecoder:
         self._frame = header
         self._parts, self._got, self._decoded = [], 0, 0
         self._columns = None
+        self._mac = self.check.body() if self.check is not None and self.check.sealed else None
         if header.get("enc") == "columns":
             self._columns = ColumnReader(f"the {header.get('of') or 'message'} from the worker")
             self._pause_gc()
@@ -401,6 +553,11 @@ class StreamDecoder:
 
     def _what(self) -> str:
         return f"the {self._frame.get('of') or 'message'} frame from the worker"
+
+    def _drop_frame(self) -> None:
+        """A frame whose seal failed: its message is not handed on."""
+        self._frame, self._dec, self._columns, self._parts, self._tail = None, None, None, [], b""
+        self._resume_gc()
 
     def _feed_columns(self, out: bytes) -> None:
         """Parse each complete column line now, while the next chunks are on their way."""
@@ -457,7 +614,7 @@ class StreamDecoder:
     def close(self) -> None:
         """The stream ended: drop a frame cut off in the middle (and turn the collector back on)."""
         self._resume_gc()
-        self._frame, self._dec, self._columns = None, None, None
+        self._frame, self._dec, self._columns, self._mac = None, None, None, None
 
     def __del__(self) -> None:
         self._resume_gc()

@@ -6,9 +6,12 @@ a script's usual reach. Only the process that opened the channel writes on it (a
 child is recognised by its pid), and a script that closes or replaces the descriptor makes
 the channel fall back to a private file the parent reads after the worker exits. A Stop
 that comes while the script's thread sends waits until the message has left whole
-(``core.worker.interrupts``). What the channel calls (``os.write``, the JSON encoder) is
-bound when it is imported, before any script runs: a script that patches ``json.dumps`` or
-``os.write`` in the modules it shares with the worker does not change what is sent.
+(``core.worker.interrupts``). Every message is sealed with the key the app sent
+(``core.protocol.wire.sealer``), so what a script writes on the descriptor, or into the
+fallback file, is told apart and dropped. What the channel calls (``os.write``, the JSON
+encoder) is bound when it is imported, before any script runs: a script that patches
+``json.dumps`` or ``os.write`` in the modules it shares with the worker does not change what
+is sent.
 Standard library only (a remote worker needs no more than Python and torch).
 """
 
@@ -41,6 +44,10 @@ _dumps = _encoder.encode
 _NO_FOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
+def _unsealed_frame(header: bytes):
+    return header, None
+
+
 class Channel:
     """Writes one JSON message per line on the protocol descriptor, from any thread.
 
@@ -63,8 +70,14 @@ class Channel:
         # is no fallback file (a worker behind a launcher), with True when the script closed or
         # replaced the descriptor, False when its far end closed (the reader went away).
         self.on_lost: Callable[[bool], None] | None = None
+        self._seal_line: Callable[[bytes], bytes] = bytes
+        self._seal_frame = _unsealed_frame
         if fallback:
             self.use_fallback(fallback)
+
+    def seal_with(self, key: bytes) -> None:
+        """Seal every message from now on with ``key`` (``core.protocol.wire.sealer``)."""
+        self._seal_line, self._seal_frame = wire.sealer(key)
 
     def use_fallback(self, path: str) -> None:
         """Write to ``path`` (a file the app made) what cannot go down the descriptor; only while
@@ -94,6 +107,7 @@ class Channel:
                 self._lost()
             return
         with self._lock:
+            data = self._seal_line(data)  # numbered here: in the order the lines are written
             if _identity(self.fd) == self._identity:
                 try:
                     _write_all(self.fd, data)
@@ -127,6 +141,8 @@ class Channel:
         out: queue.Queue = queue.Queue(maxsize=16)
         failed = []
 
+        body = None  # the sealed frame's body HMAC (core.protocol.wire.sealer)
+
         def write() -> None:  # blocks on a slow link
             while True:
                 chunk = out.get()
@@ -134,15 +150,17 @@ class Channel:
                     return
                 if not failed:
                     try:
-                        _write_all(self.fd, chunk if pack is None else pack(chunk))
+                        piece = chunk if pack is None else pack(chunk)
+                        _write_all(self.fd, body(piece) if body is not None else piece)
                     except OSError as exc:
                         failed.append(exc)
                 if chunk is None:
                     return
 
         with self._lock:
+            header, body = self._seal_frame(next(chunks))
             try:
-                _write_all(self.fd, next(chunks))
+                _write_all(self.fd, header)
             except OSError:
                 self.broken = True
                 return
@@ -156,6 +174,11 @@ class Channel:
                     out.put(chunk)
                 out.put(None)
                 writer.join()
+                if body is not None and not failed:
+                    try:
+                        _write_all(self.fd, body(None))  # the seal that ends the frame
+                    except OSError as exc:
+                        failed.append(exc)
             finally:
                 quick_switch(False, "frame")
             self.broken = self.broken or bool(failed)

@@ -2,7 +2,11 @@
 
 Started by ``core.client.handle`` as ``python -m core.worker --fault-file PATH``; at the process
 boundary stdin carries commands and stdout the protocol (so any command whose stdin and
-stdout are the worker's can start it). Inside, both move to private descriptors numbered
+stdout are the worker's can start it). The first line on stdin sets up the channel, before
+anything is sent: ``{"cmd": "channel", "key": HEX, "fallback": PATH}``, the key that seals every
+message (``core.protocol.wire``) and the local worker's fallback file, neither of which is in
+the worker's arguments or environment, where a script could read them; a first line that is
+any other command is served as one, and the channel is not sealed. Inside, both move to private descriptors numbered
 high and marked close-on-exec; fd 0 becomes ``/dev/null`` (``input()`` fails at once with a
 message saying scripts get no input) and fds 1 and 2 point at the stderr pipe, so whatever
 the script prints (from Python or from C) can never corrupt the protocol, and a script that
@@ -51,6 +55,7 @@ import threading
 import time
 from contextlib import nullcontext
 from dataclasses import replace
+from itertools import chain
 from pathlib import Path
 
 from core.worker import ddp
@@ -80,9 +85,11 @@ PHASE_OF_EVENT = {"call": "backward", "call_done": "between", "forward": "forwar
 class Worker(Stepping):
     STEP_COMMANDS = protocol.STEP_COMMANDS
 
-    def __init__(self, channel: Channel, command_fd: int = 0, fault=None):
+    def __init__(self, channel: Channel, command_fd: int = 0, fault=None, reader=None, pending=()):
         self.channel = channel
         self.command_fd = command_fd
+        self.reader = reader  # the command reader main() read the channel's set-up line with
+        self.pending = list(pending)  # lines it read that are commands
         self.fault = fault
         self.cancelled = False
         self.script_cwd: str | None = None  # the folder the last script ran in: its atexit functions run there too
@@ -102,8 +109,8 @@ class Worker(Stepping):
         self.inbox = uploads.Inbox()  # files sent before a run (a saved model, weights): core.protocol.uploads
 
     def read_commands(self) -> None:
-        reader = uploads.CommandReader(self.command_fd)
-        for line in reader:
+        reader = self.reader or uploads.CommandReader(self.command_fd)
+        for line in chain(self.pending, reader):
             try:
                 cmd = _loads(line)
             except (json.JSONDecodeError, UnicodeDecodeError):
@@ -331,10 +338,22 @@ def main(argv: list[str] | None = None) -> int:
     keep_children()  # children that leave the group with setsid still end with the run
 
     # stdout -> protocol and stdin -> commands at the boundary; private high fds inside.
-    channel = Channel(_private_fd(1), fallback=args.fallback_file)
-    if args.fallback_file is None:  # behind a launcher: a pipe the script closes ends the run
-        channel.on_lost = worker_remote.pipe_closed
+    channel = Channel(_private_fd(1))
     command_fd = _private_fd(0)
+    reader, pending = uploads.CommandReader(command_fd), []
+    first = next(iter(reader), None)  # the channel's set-up (see above), before the first message
+    setup = _channel_setup(first)
+    if setup is not None:
+        channel.seal_with(bytes.fromhex(setup["key"]))
+        if setup.get("fallback"):
+            channel.use_fallback(str(setup["fallback"]))
+    elif first is not None:
+        pending.append(first)
+    if args.fallback_file is not None:
+        channel.use_fallback(args.fallback_file)
+    if channel.fallback is None:  # behind a launcher: a pipe the script closes ends the run
+        channel.on_lost = worker_remote.pipe_closed
+    del first, setup
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
@@ -365,13 +384,29 @@ def main(argv: list[str] | None = None) -> int:
                   "python": sys.version.split()[0], "protocol": wire.PROTOCOL_VERSION,
                   "codecs": wire.available_codecs(), "host": socket.gethostname(),
                   "sent_code": args.sent_code})
-    worker = Worker(channel, command_fd, fault)
+    worker = Worker(channel, command_fd, fault, reader, pending)
     try:
         worker.serve()
     finally:
         uploads.remove_all()  # files that arrived for a run that never came
     _leave(worker.script_cwd)
     return 0
+
+
+def _channel_setup(line: str | None) -> dict | None:
+    """The set-up command in the first line on stdin, or None when it is another command."""
+    try:
+        cmd = _loads(line) if line else None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    if not isinstance(cmd, dict) or cmd.get("cmd") != "channel":
+        return None
+    try:
+        if len(bytes.fromhex(str(cmd.get("key")))) < 16:
+            return None
+    except ValueError:
+        return None
+    return cmd
 
 
 _REAL_EXIT = os._exit  # saved before _patch_exit replaces it

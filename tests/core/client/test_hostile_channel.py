@@ -77,9 +77,110 @@ def forged_call(tmp_path_factory):
     return call, trace
 
 
+def forged_messages(forged: tuple, script: str) -> str:
+    """A call and a whole trace, each a well-formed line of the protocol, with grad 42."""
+    call, trace = forged
+    trace = {**trace, "calls": [call], "script": script}
+    lines = [{"type": "call_trace", "run": 1, "position": 0, "call": call},
+             {"type": "trace", "run": 1, "streamed": 0, "trace": trace}]
+    return "".join(json.dumps(m) + "\n" for m in lines)
+
+
+def assert_genuine(result, dropped: int):
+    trace = result.trace
+    assert trace.error is None, trace.error
+    assert [c.leaf_grads["x"].data for c in trace.calls] == [[2.0]]
+    assert [t.grad.values.data for t in trace.calls[0].tensors if t.grad is not None] == [[2.0]]
+    warning = [m for m in result.bad_messages if "failed its check" in m]
+    assert warning and warning[0].startswith(f"a message on the worker's channel failed its check: {dropped} dropped (")
+
+
+@pytest.mark.slow
+def test_a_trace_forged_on_the_descriptor_is_dropped_and_said(tmp_path, forged_call):
+    """Before, the forged line was taken as the run's trace: x.grad showed 42, with no warning."""
+    forged = tmp_path / "forged.jsonl"
+    script = tmp_path / "forge.py"
+    forged.write_text(forged_messages(forged_call, str(script)))
+    script.write_text(FIND_PIPES + PLAIN + textwrap.dedent(f'''
+        data = open({str(forged)!r}, "rb").read()
+        fds = write_pipes()
+        assert fds, "no pipe to write to"
+        for fd in fds:
+            os.write(fd, data)
+        '''))
+    result, _ = bounded(60, path=str(script), timeout=30)
+    assert_genuine(result, dropped=2)
+    assert result.bad_messages[-1].endswith("(a line without a seal); what is shown came from the worker")
+
+
+@pytest.mark.slow
+def test_a_trace_forged_in_the_fallback_file_is_dropped_and_said(tmp_path, forged_call, monkeypatch):
+    """The script closes the descriptor (so the worker's messages go to its fallback file) and
+    writes a forged trace into that file, found by its name in /proc/self/cmdline (before) or in
+    the temporary folder. Before, the forged trace was the run's."""
+    import tempfile
+
+    private = tmp_path / "tmp"
+    private.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
+    forged = tmp_path / "forged.jsonl"
+    script = tmp_path / "forge.py"
+    forged.write_text(forged_messages(forged_call, str(script)))
+    script.write_text(FIND_PIPES + textwrap.dedent(f'''
+        import glob
+        words = open("/proc/self/cmdline", "rb").read().decode().split("\\0")
+        files = [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--fallback-file"]
+        files = files or glob.glob({str(private)!r} + "/backprop-studio-result-*")
+        assert files, "no fallback file found"
+        for fd in write_pipes():
+            os.close(fd)
+        ''') + PLAIN + textwrap.dedent(f'''
+        for path in files:
+            with open(path, "ab") as f:
+                f.write(open({str(forged)!r}, "rb").read())
+        '''))
+    result, _ = bounded(60, path=str(script), timeout=30)
+    assert_genuine(result, dropped=2)
+
+
+def test_the_seal_refuses_a_changed_replayed_or_reordered_line():
+    key = wire.new_key()
+    seal_line, _ = wire.sealer(key)
+    first, second = seal_line(b'{"type": "call", "index": 0}\n'), seal_line(b'{"type": "call", "index": 1}\n')
+    check = wire.Check(key)
+    assert check.line(first.rstrip(b"\n")) == b'{"type": "call", "index": 0}'
+    assert check.line(first.rstrip(b"\n")) is None  # sent again
+    changed = second.replace(b'"index": 1', b'"index": 7')
+    assert check.line(changed.rstrip(b"\n")) is None
+    assert check.line(second.rstrip(b"\n")) == b'{"type": "call", "index": 1}'
+    other = wire.Check(wire.new_key())
+    assert other.line(first.rstrip(b"\n")) is None  # another worker's key
+    assert check.dropped == ["a line sent again or out of order", "a line whose seal does not match"]
+    reordered = wire.Check(key)
+    assert reordered.line(second.rstrip(b"\n")) is not None
+    assert reordered.line(first.rstrip(b"\n")) is None
+
+
+def test_a_sealed_frame_whose_body_was_changed_is_dropped():
+    key = wire.new_key()
+    seal_line, seal_frame = wire.sealer(key)
+    raw = json.dumps({"type": "trace", "run": 1, "pad": "x" * 5000}).encode()
+    header, body = seal_frame(wire.header_line(wire.frame_header("trace", len(raw), "zlib")))
+    chunks = b"".join(body(c) for c in wire.frame_chunks(raw, "zlib")) + body(None)
+    after = seal_line(b'{"type": "bye"}')
+    for stream, expected in ((header + chunks + after, [raw, b'{"type": "bye"}']),
+                             (header + chunks[:-1] + b"!" + after, [b'{"type": "bye"}'])):
+        got = []
+        check = wire.Check(key)
+        wire.StreamDecoder(got.append, check=check).feed(stream)
+        assert got == expected
+        assert check.dropped == ([] if len(expected) == 2 else ["a frame whose seal does not match"])
+
+
 FAKE_WORKER = '''
 import json, os, sys
 out = os.fdopen(1, "wb", buffering=0)
+sys.stdin.readline()  # the channel's set-up line: this worker does not seal
 out.write(json.dumps({{"type": "hello", "pid": os.getpid(), "protocol": {protocol}, "devices": []}}).encode() + b"\\n")
 run = json.loads(sys.stdin.readline())["run"]
 call = json.load(open({call!r}))

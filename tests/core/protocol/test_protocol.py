@@ -76,6 +76,7 @@ from core.protocol.wire import PROTOCOL_VERSION
 out = os.fdopen(1, "w", buffering=1)
 def send(msg):
     out.write(json.dumps(msg) + "\\n")
+sys.stdin.readline()  # the channel's set-up line: this worker does not seal its messages
 send({{"type": "hello", "pid": PID, "protocol": PROTOCOL_VERSION, "devices": []}})
 run = json.loads(sys.stdin.readline())["run"]
 send({{"type": "started", "run": run, "t": time.time()}})
