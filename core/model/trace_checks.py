@@ -2,8 +2,8 @@
 
 ``core.model.trace_json`` checks each field as it reads it; what is checked here needs several
 fields or records at once: ids that name nodes and tensors of the call, a graph without cycles
-(autograd's never has one), values that fit their shapes, views inside their storages, strides
-one per dimension. Each check calls ``fail(path, what)`` on the first problem, the path naming
+(autograd's never has one), values as many as their count says, views inside their storages,
+strides one per dimension. Each check calls ``fail(path, what)`` on the first problem, the path naming
 the field as ``calls[0].nodes[3].next[0]``; a file that passes can be shown by every view.
 
 The sizes the app opens are here too: ``MAX_CALL_NODES`` nodes (and ``MAX_CALL_TENSORS``
@@ -44,10 +44,9 @@ def _missing(kind: str, value: Any, owner: str = "this call") -> str:
 # -- values ----------------------------------------------------------------------------------
 
 
-def check_values(v: Values, path: str, fail: Fail, numel: int | None = None) -> None:
-    """``data`` holds ``numel`` values, ``sample`` at most that many, and ``numel`` is the shape's."""
-    if numel is not None and v.numel != numel:
-        fail(f"{path}.numel", f"is {v.numel:,}, but the shape holds {numel:,} elements")
+def check_values(v: Values, path: str, fail: Fail) -> None:
+    """``data`` holds ``numel`` values and ``sample`` at most that many. (``numel`` need not be the
+    shape's product: a nested tensor's shape is its padded one.)"""
     if v.data is not None and len(v.data) != v.numel:
         fail(f"{path}.data", f"holds {len(v.data):,} values, but numel is {v.numel:,}")
     if v.sample is not None and len(v.sample) > v.numel:
@@ -55,7 +54,7 @@ def check_values(v: Values, path: str, fail: Fail, numel: int | None = None) -> 
 
 
 def check_grad(g: GradInfo, path: str, fail: Fail) -> None:
-    check_values(g.values, f"{path}.values", fail, prod(g.shape))
+    check_values(g.values, f"{path}.values", fail)
 
 
 # -- tensors ---------------------------------------------------------------------------------
@@ -72,10 +71,11 @@ def check_tensors(tensors: Sequence[TensorInfo], storages: Sequence[StorageInfo]
         p = f"{prefix}[{i}]"
         shape, stride = t.shape, t.stride
         numel = prod(shape)
-        # A sparse or nested tensor has no strides (and no storage the capture can name).
-        if len(stride) != len(shape) and (stride or t.storage is not None):
+        # A sparse or strided nested tensor has no strides (and no storage the capture can name);
+        # a tensor whose shape could not be read is recorded with shape [].
+        if len(stride) != len(shape) and (stride or t.storage is not None) and shape:
             fail(f"{p}.stride", f"has {len(stride)} entries for the {len(shape)} dimensions of shape {_id(shape)}")
-        check_values(t.values, f"{p}.values", fail, numel)
+        check_values(t.values, f"{p}.values", fail)
         if t.grad is not None:
             check_grad(t.grad, f"{p}.grad", fail)
         if numel and len(stride) == len(shape):

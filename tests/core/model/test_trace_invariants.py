@@ -84,8 +84,9 @@ def _cycle(d, rng):
 
 
 def _numel(d, rng):
-    t = _a_tensor(d, rng)
-    values = t["values"] if rng.random() < 0.7 or not t.get("grad") else t["grad"]["values"]
+    """A count unlike the values listed (one value fewer or more, or far off)."""
+    values = rng.choice([t["values"] for t in _pool(d) if t["values"].get("data")]
+                        + [g["values"] for g in d["calls"][0]["edge_grads"]["n1"] if g])
     values["numel"] = max(0, values["numel"] + rng.choice([1, -1, 7, 10 ** 6]))
 
 
@@ -217,11 +218,16 @@ def _odd_but_valid(d, rng):
         lambda: w1.update(shape=[0, 3], storage_offset=2 ** 40, values={"numel": 0, "data": []}, grad=None),
         lambda: c0["edge_grads"].update(n0=[]),
         lambda: _t(d, "t_loss").update(storage_offset=0, stride=[], shape=[]),
+        # what the capture writes for a jagged nested tensor (padded shape, the ragged stride 0) and
+        # for a tensor whose shape raised
+        lambda: w1.update(shape=[2, 7, 3], stride=[0, 3, 1], values={"numel": 24, "data": [1.0] * 24}),
+        lambda: w1.update(shape=[], stride=[3, 1]),
     ]
     rng.choice(edits)()
 
 
-BREAKERS = [_odd_but_valid, _cycle, _numel, _data, _stride_length, _past_storage, _dangling, _cut_input, _crashed_before, _loose]
+BREAKERS = [_odd_but_valid, _cycle, _numel, _data, _stride_length, _past_storage, _dangling, _cut_input,
+            _crashed_before, _loose]
 
 
 # -- showing it ---------------------------------------------------------------------------------
@@ -356,8 +362,9 @@ EXACT = {
                     "field 'calls[0].nodes[3].next[1]': names node 'n3', which leads back to 'n3' (n3 → n3)"),
     "numel is not the data's length": (lambda d: _t(d, "t_w1")["values"]["data"].pop(),
                                        "field 'calls[0].tensors[2].values.data': holds 23 values, but numel is 24"),
-    "numel is not the shape's": (lambda d: _t(d, "t_w1")["values"].update(numel=25, data=[0.0] * 25),
-                                 "field 'calls[0].tensors[2].values.numel': is 25, but the shape holds 24 elements"),
+    "numel is not the edge gradient's data": (lambda d: d["calls"][0]["edge_grads"]["n1"][1]["values"].update(numel=3),
+                                              "field 'calls[0].edge_grads.n1[1].values.data': holds 2 values, but "
+                                              "numel is 3"),
     "a stride short": (lambda d: _t(d, "t_w1").update(stride=[1]),
                        "field 'calls[0].tensors[2].stride': has 1 entries for the 2 dimensions of shape [8, 3]"),
     "an edge to a missing node": (lambda d: _n(d, "n3")["next"][0].update(node="n9x"),
@@ -421,7 +428,8 @@ def test_long_memory_records_are_thinned_keeping_every_peak():
     assert [s.t for s in trace.memory] == sorted(s.t for s in trace.memory)
     assert trace.memory[0].t == 0 and trace.memory[-1].rss == max(s.rss for s in trace.memory[-50:])
     assert any(s.mark == "optimizer.step" for s in trace.memory)
-    assert load_notes(trace) == [f"memory: 300,000 samples, {len(trace.memory):,} kept (evenly spread, with every peak)"]
+    kept = len(trace.memory)
+    assert load_notes(trace) == [f"memory: 300,000 samples, {kept:,} kept (evenly spread, with every peak)"]
     short = memory_trace(1000)
     assert load_notes(trace_from_json(json.dumps(short))) == []
 
