@@ -249,4 +249,10 @@ class RunWiring:
 
 
 def _first_line(text: str) -> str:
-    return (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+    """The first line of an error message, cut for the status bar (Problems has the rest: a
+    label lays out all of its text, and a one-line 1 MB message took minutes)."""
+    text = (text or "").strip()
+    end = text.find("\n")
+    line = text if end < 0 else text[:end]
+    line = line.splitlines()[0] if line.strip() else ""
+    return line if len(line) <= 300 else line[:300] + "…"

@@ -18,6 +18,7 @@ log = logging.getLogger(__name__)
 
 CHUNK = 64  # a stack of more than twice this many modules opens as runs of this many
 MAX_DEPTH = 64  # module paths deeper than this are drawn as their first MAX_DEPTH parts
+LABEL_CHARS = 80  # a name in a box or frame label longer than this loses its middle
 PAGED_ABOVE = 5_000  # a call whose top level would draw more boxes than this is drawn in pages
 PAGE = 1_000  # nodes per page: the call opens on the page nearest the loss
 MAX_PAGES = 128
@@ -268,6 +269,7 @@ class GroupInfo:
         if g in self.pages:
             return f"farther from the loss ({self.pages[g] + 1} of {len(self.pages) + 1})"
         n = self.repeat.get(g)
+        text = short_label(text)
         if g in self.deeper:
             text += f" (and {self.deeper[g]:,} deeper levels, not drawn)"
         return f"{text} \u00d7 {n}" if n else text
@@ -379,6 +381,15 @@ class GroupInfo:
                 if depth[x] < dmax and x not in seen:
                     stack.append(x)
         return True
+
+
+def short_label(text: str, limit: int = LABEL_CHARS) -> str:
+    """``text`` with its middle replaced by "…" past ``limit`` characters: boxes are sized to
+    their labels, and a megabyte-long module or tensor name made a box millions of pixels wide."""
+    if len(text) <= limit:
+        return text
+    half = (limit - 1) // 2
+    return text[:half] + "\u2026" + text[-(limit - 1 - half):]
 
 
 def node_index(call: CallInfo) -> dict[str, int]:

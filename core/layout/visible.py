@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core.layout.boxes import text_size
-from core.layout.groups import GroupInfo, group_info, node_index
+from core.layout.groups import GroupInfo, group_info, node_index, short_label
 from core.model.attrs import saved_label, shown_value, tensor_words
 from core.model.nesting import nested_lines
 from core.model.trace import CallInfo, NodeInfo, paused_gc
@@ -21,10 +21,10 @@ def node_label(call: CallInfo, node: NodeInfo) -> str:
     """``MulBackward0`` (with the script's tensor name below when known); leaves: name and shape."""
     if node.kind == "accumulate_grad":
         t = call.tensor(node.variable)
-        name = (t.name if t is not None and t.name else None) or node.label or "leaf"
+        name = short_label((t.name if t is not None and t.name else None) or node.label or "leaf")
         shape = format_shape(t.shape) if t is not None else ""
         return f"{name}\n{shape}" if shape else name
-    lines = [node.name, node.label] if node.label else [node.name]
+    lines = [short_label(node.name), short_label(node.label)] if node.label else [short_label(node.name)]
     return "\n".join(lines + nested_lines(call, node))  # a checkpoint node lists the backward run inside it
 
 

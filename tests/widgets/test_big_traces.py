@@ -1,17 +1,21 @@
 """The window opens big and odd traces: a 100k-node chain or fan-in, module paths 3,000 deep,
 megabyte names; each is shown (graph drawn, inspector filled) with what is laid out bounded."""
 
+from dataclasses import replace
+
 import pytest
 
 from core.layout.groups import PAGE_MARK
 from tests.big_calls import big_names, chain, deep_modules, fan_in, trace_of
+from tests.fixtures_graphs import tensor
+from widgets.graph.scene import tooltip
 
 SHOWN_MS = 120_000  # each opens in seconds here; the bound only keeps a hang from stalling the suite
 
 
-def _show(qtbot, window, call):
+def _show(qtbot, window, call, **trace_fields):
     with qtbot.waitSignal(window.sig_trace_shown, timeout=SHOWN_MS):
-        window.show_trace(trace_of(call))
+        window.show_trace(replace(trace_of(call), **trace_fields))
     qtbot.waitUntil(lambda: not window.graph.is_pending(), timeout=SHOWN_MS)
     return window.graph.node_items
 
@@ -39,8 +43,12 @@ def test_module_paths_3000_deep_open(qtbot, window):
 
 @pytest.mark.parametrize("size", [10**6])
 def test_a_megabyte_name_is_shown_cut(qtbot, window, size):
-    items = _show(qtbot, window, big_names(size))
+    items = _show(qtbot, window, big_names(size), tensors=[tensor("t9", "y" * size, [2])])
     assert set(items) == {"n0", "n1"}
+    boxes = window.graph.graph_layout().nodes
+    assert boxes["n1"].label == "x" * 39 + "…" + "x" * 40 + "\n[3]" and boxes["n1"].w < 1_000
+    assert len(tooltip(window.call, "n0")) < 3_000
+    assert window.tensors.tree.topLevelItem(0).text(0) == "y" * 200 + "… (999,800 more characters; Copy takes all)"
     text = window.inspector.text()
     assert len(text) < 20_000 and "more characters; Copy takes all)" in text
     window.inspector.show_tensor(window.call, "t0")

@@ -17,13 +17,13 @@ from core.model.anatomy import stale_tip
 from core.model.causes import blamed_nodes
 from core.layout.boxes import Layout
 from core.layout.compound import layout_call
-from core.layout.groups import default_collapsed, group_info
+from core.layout.groups import PAGE_MARK, default_collapsed, group_info
 from core.layout.visible import edge_shapes, node_label
 from core.model.values import format_shape
 from core.layout.opening import opening_layout
 from core.layout.visible import prepare_folds
 from core.model.trace import CallInfo, paused_gc
-from widgets.display_text import cut_line
+from widgets.display_text import cut_line, cut_text
 from widgets.graph.items import EdgeItem, GroupBoxItem, NodeItem, SavedItem
 from widgets.graph.minimap import OverviewItem
 from widgets.graph.painting import NodeStyle, color, font
@@ -136,17 +136,21 @@ def node_styles(call: CallInfo, box_ids) -> dict[str, NodeStyle]:
     return out
 
 
+TIP_LINE, TIP_TEXT = 200, 2_000  # a tooltip shows long names cut
+
+
 def tooltip(call: CallInfo, box_id: str) -> str:
     if box_id.startswith("group:"):
         path = box_id[6:]
         count = group_info(call).count.get(path, 0)
         info = group_info(call)
         ins, outs = info.boundary(path)
-        lines = [f"module {path} (collapsed)", f"{count:,} nodes"]
+        title = f"{info.title(path)} (collapsed)" if path in info.pages else f"module {path} (collapsed)"
+        lines = [title, f"{count:,} nodes"]
         if path in info.repeat:
             lines.append(f"{info.repeat[path]} blocks built of the same ops")
         lines.append(f"reads {ins} node{'s' if ins != 1 else ''} from outside, read by {outs}")
-        return "\n".join(lines + ["double-click to expand"])
+        return cut_text("\n".join(lines + ["double-click to expand"]), TIP_LINE, TIP_TEXT)
     n = call.node(box_id)
     lines = [n.name, f"kind: {KIND_NAMES.get(n.kind, n.kind)}"]
     t = call.tensor(n.variable or n.tensor)
@@ -161,13 +165,15 @@ def tooltip(call: CallInfo, box_id: str) -> str:
     if n.line:
         lines.append(f"line {n.line}")
     module = group_info(call).module.get(n.id)
+    if module and module.startswith(PAGE_MARK):  # a page of a huge call, not a module
+        module = module.partition(".")[2]
     if module:
         lines.append(f"module {module}")
     if n.inplace:
         lines.append(f"made by the in-place op {n.inplace}")
     if n.stale is not None:
         lines.append(stale_tip(call, n))
-    return "\n".join(lines)
+    return cut_text("\n".join(lines), TIP_LINE, TIP_TEXT)
 
 
 def search_index(call: CallInfo) -> dict[str, str]:

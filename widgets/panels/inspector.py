@@ -313,7 +313,7 @@ class InspectorPanel(QWidget):
         t = (table or {}).get(tid) or (call.tensor(tid) if call else None)
         if t is None:
             return f"<a href='tensor:{html.escape(tid)}'>{html.escape(tid)}</a>"
-        name = html.escape(t.name or (f"output of {t.grad_fn_name}" if t.grad_fn_name else tid))
+        name = html.escape(cut_line(t.name or (f"output of {t.grad_fn_name}" if t.grad_fn_name else tid)))
         shape = ", ".join(str(s) for s in t.shape)
         return (f"<a href='tensor:{html.escape(tid)}'><b>{name}</b></a> "
                 f"<span class='muted'>[{shape}] {html.escape(t.dtype)}</span>")
@@ -327,15 +327,15 @@ class InspectorPanel(QWidget):
         if label is None and node.variable is not None:
             var = call.tensor(node.variable)
             label = var.name if var is not None else None
-        extra = f" <span class='muted'>({html.escape(label)})</span>" if label else ""
+        extra = f" <span class='muted'>({html.escape(cut_line(label))})</span>" if label else ""
         return f"<a href='node:{html.escape(nid)}'>{html.escape(node.name)}</a>{extra}"
 
     def _node_html(self, call: CallInfo, node: NodeInfo) -> str:
         subtitle = [f"<span class='badge'>&nbsp;{html.escape(node.kind)}&nbsp;</span>"]
         if node.label and node.kind == "accumulate_grad":
-            subtitle.append(f"accumulates into <code>{html.escape(node.label)}.grad</code>")
+            subtitle.append(f"accumulates into <code>{html.escape(cut_line(node.label))}.grad</code>")
         elif node.label:
-            subtitle.append(f"creates <code>{html.escape(node.label)}</code>")
+            subtitle.append(f"creates <code>{html.escape(cut_line(node.label))}</code>")
         if node.line:
             subtitle.append(html.escape(line_where(self.cells, node.line)))
         parts = [f"<p class='title'>{breakable(cut_line(node.name))}</p><p>{' · '.join(subtitle)}</p>"]
@@ -344,14 +344,14 @@ class InspectorPanel(QWidget):
                          f"<b>⚠ Stale saved tensor</b><br>{stale_sentence(node.stale)}</td></tr></table>")
         rows = [("kind", html.escape(KIND_WORDS.get(node.kind, node.kind)))]
         if node.label:
-            rows.append(("label", f"<code>{html.escape(node.label)}</code> (the script's name)"))
+            rows.append(("label", f"<code>{html.escape(cut_line(node.label))}</code> (the script's name)"))
         if node.tensor:
             rows.append(("grad_fn of", self._tensor_link(call, None, node.tensor)))
         if node.line:
             where = html.escape(line_where(self.cells, node.line))
             rows.append(("script line", f"<a href='line:{node.line}'>{where}</a>"))
         if node.module:
-            rows.append(("module", f"<code>{html.escape(node.module)}</code>"))
+            rows.append(("module", f"<code>{html.escape(cut_line(node.module))}</code>"))
         title = call.title
         if self.cells:  # a notebook: the call's line as "cell 4, line 2"
             title = f"#{call.index} {call.api} ({line_where(self.cells, call.line) or 'no line'})"

@@ -11,6 +11,7 @@ from PySide6.QtGui import QBrush, QColor, QPalette
 from PySide6.QtWidgets import QHeaderView, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
 
 from core.model.trace import TensorInfo
+from widgets.display_text import cut_line
 
 _BANDS = ("#e8f0fb", "#fbeee0", "#e6f4ea", "#f6e7f3", "#fff7d6", "#e9e7fb")
 _DARK_BANDS = ("#23344d", "#4a3722", "#24402d", "#45293f", "#4a4420", "#302d4d")
@@ -64,11 +65,12 @@ class TensorsPanel(QWidget):
                 grad = f"shape {list(t.grad.shape)}"
             elif t.requires_grad and t.is_leaf:
                 grad = "None"
-            row = [t.name, str(list(t.shape)), _tuple(t.stride), str(t.storage_offset), t.storage or "—",
+            name = cut_line(t.name)  # the row shows a cut name; the trace keeps it whole
+            row = [name, str(list(t.shape)), _tuple(t.stride), str(t.storage_offset), t.storage or "—",
                    str(t.version), t.dtype, t.device, grad]
             item = QTreeWidgetItem(row)
             item.setData(0, Qt.ItemDataRole.UserRole, t.id)
-            tip = f"{t.name}: {'view' if t.is_view else 'tensor'} on storage {t.storage}"
+            tip = f"{name}: {'view' if t.is_view else 'tensor'} on storage {t.storage}"
             if t.storage and counts.get(t.storage, 0) > 1:
                 colour = shared.setdefault(t.storage, bands[len(shared) % len(bands)])
                 for col in range(len(self.COLUMNS)):

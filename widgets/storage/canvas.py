@@ -16,6 +16,7 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QApplication, QScrollArea, QToolTip, QWidget
 
 from core.model.storage_map import StorageGrid, StoragePicture, cell_description, hops_shown, index_text
+from widgets.display_text import cut_line
 from widgets.panels.inspector import format_number
 
 HOP_LABELS = 6  # distinct hop sizes labelled on their first arc
@@ -144,7 +145,7 @@ class StorageCanvas(QWidget):
     def _legend(self) -> list[tuple[str, str, QPointF]]:
         """Legend entries (kind, text, top-left), wrapped into lines that fit the width."""
         pic, fm = self.pic, QFontMetricsF(self.font())
-        items = [("covered", f"covered by {pic.name}"), ("cell", f"rest of storage {pic.storage}")]
+        items = [("covered", f"covered by {cut_line(pic.name)}"), ("cell", f"rest of storage {pic.storage}")]
         if pic.block > 1:
             touched = sum(1 for f in pic.coverage if f > 0)
             items.append(("note", f"each cell is {pic.block:,} elements, filled by the fraction covered "

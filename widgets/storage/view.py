@@ -26,6 +26,7 @@ from core.model.storage_map import (
 )
 from core.model.storage_peers import numpy_rows, shared_caption
 from core.model.trace import StorageInfo, TensorInfo
+from widgets.display_text import cut_line
 from widgets.storage.canvas import StorageCanvas, blend
 
 log = logging.getLogger(__name__)
@@ -157,11 +158,11 @@ class StorageView(QWidget):
         where = f"storage {html.escape(pic.storage)}"
         if t.is_view:
             base_label = tensor_label(table.get(t.base), t.base) if t.base else "a tensor not captured"
-            where = f"view of {html.escape(base_label)} · {where}"
+            where = f"view of {html.escape(cut_line(base_label))} · {where}"
         size = self.font().pointSizeF()
         self.title.setText(f"<span style='font-size: {size * 1.4:.1f}pt; font-weight: 600'>"
-                           f"{html.escape(pic.name)}</span>&nbsp;&nbsp;<span style='color: {muted}'>{where}</span>")
-        caption = stride_sentence(t.shape, t.stride, t.storage_offset, pic.name)
+                           f"{html.escape(cut_line(pic.name))}</span>&nbsp;&nbsp;<span style='color: {muted}'>{where}</span>")
+        caption = stride_sentence(t.shape, t.stride, t.storage_offset, cut_line(pic.name))
         if not contiguity(t.shape, t.stride):
             caption += " Not contiguous: .contiguous() would copy it into a new row-major storage."
         self.caption.setText(caption)
