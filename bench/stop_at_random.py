@@ -14,15 +14,20 @@ where calls travel as compressed frames. For every run it prints how long the ru
 end after Stop, how many calls came back and the error; then how many runs took longer than
 the script's own grace (1 s) to end, and how many came back with no line named or a call cut
 off. Not a test: the moments are random, and it prints figures.
+A run that makes no progress for ``--stall`` seconds (default 45: not paused, not ended)
+gets every stack dumped, the app's (faulthandler, all threads) and the worker's (its fault
+file, or what a launcher's worker sends back), on stderr, and the bench goes on.
 """
 
 from __future__ import annotations
 
 import argparse
 import atexit
+import faulthandler
 import random
 import shlex
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -52,6 +57,40 @@ for step in range(10000):
 """
 
 
+class Watchdog(threading.Thread):
+    """Dumps every stack, the app's and the worker's, once a run has made no progress for
+    ``bound`` seconds: a stall that no wait's limit catches (a call that never returns) is named."""
+
+    def __init__(self, client: WorkerClient, bound: float):
+        super().__init__(name="stall-watchdog", daemon=True)
+        self.client, self.bound = client, bound
+        self.stopped = threading.Event()
+        self.at, self.what, self.dumped = time.monotonic(), "starting", False
+        self.stalls: list[str] = []
+
+    def progress(self, what: str) -> None:
+        self.at, self.what, self.dumped = time.monotonic(), what, False
+
+    def run(self) -> None:
+        while not self.stopped.wait(0.5):
+            if not self.dumped and time.monotonic() - self.at > self.bound:
+                self.dumped = True
+                self.dump()
+
+    def dump(self) -> None:
+        self.stalls.append(self.what)
+        print(f"\n== no progress for {self.bound:g} s at: {self.what}. The app's stacks:", file=sys.stderr, flush=True)
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        worker = self.client._active  # noqa: SLF001 - the bench looks inside, as a debugger would
+        if worker is None:
+            print("== no worker is running", file=sys.stderr, flush=True)
+            return
+        print(f"== the worker's stacks (pid {worker.proc.pid if worker.proc else None}, "
+              f"alive {worker.alive}):", file=sys.stderr, flush=True)
+        worker.dump_and_wait(limit=5.0)
+        print(worker.fault_text()[-30000:] or "(none came)", file=sys.stderr, flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=40)
@@ -59,7 +98,11 @@ def main() -> int:
     parser.add_argument("--paused", action="store_true", help="Stop a debug run paused before a call")
     parser.add_argument("--layers", type=int, default=300, help="layers of the MLP (5 nodes each)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--stall", type=float, default=45.0,
+                        help="seconds without progress before every stack is dumped")
     args = parser.parse_args()
+    # Ended by SIGTERM (``timeout``), it still closes its workers and removes its folder.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     launcher = None
     if args.launcher:
         launcher = from_command(f"sh -c {shlex.quote(f'cd {shlex.quote(str(ROOT))} && exec {shlex.quote(sys.executable)} -m core.worker')}")
@@ -78,9 +121,12 @@ def main() -> int:
             done.set()
 
     client = WorkerClient(handle, prestart=True, launcher=launcher)
+    watchdog = Watchdog(client, args.stall)
+    watchdog.start()
     rng = random.Random(args.seed)
     slow, unnamed, cut = [], [], []
     try:
+        watchdog.progress("the first (cold) run")
         client.run(str(script), timeout=120)  # the first worker starts cold: this run is not counted
         time.sleep(8)
         client.cancel()
@@ -90,20 +136,25 @@ def main() -> int:
             paused.clear()
             if args.paused:
                 at = rng.randrange(6)
+                watchdog.progress(f"run {i}: starting, to pause at call {at}")
                 client.run(str(script), debug={"lines": [], "pause_all": True, "skip_to": at})
+                watchdog.progress(f"run {i}: waiting to pause at call {at}")
                 paused.wait(60)
                 delay = rng.uniform(0.0, 0.2)
                 time.sleep(delay)
                 moment = f"Stop paused at call {at}"
             else:
+                watchdog.progress(f"run {i}: starting")
                 client.run(str(script), timeout=120)
                 delay = rng.uniform(2.0, 6.0)
                 time.sleep(delay)
                 moment = f"Stop at {delay:.2f} s"
             began = time.monotonic()
+            watchdog.progress(f"run {i}: {moment}, pressing Stop")
             if args.paused:
                 client.control("stop_step")
             client.cancel()
+            watchdog.progress(f"run {i}: {moment}, waiting for the run to end")
             ended = done.wait(60)
             took = time.monotonic() - began
             result = box.get("result") if ended else None
@@ -119,14 +170,17 @@ def main() -> int:
             if "cut off" in message:
                 cut.append(i)
     finally:
+        watchdog.progress("closing the client")
         client.close()
+        watchdog.stopped.set()
     where = ("behind a local launcher" if launcher else "in the local worker") + (", paused" if args.paused else "")
 
     def count(runs: list[int], what: str) -> str:
         return f"{len(runs)} {what}" + (f" (runs {', '.join(map(str, runs))})" if runs else "")
 
     print(f"\n{args.runs} runs {where}: {count(slow, f'took longer than {STOP_GRACE:g} s to end')}, "
-          f"{count(unnamed, 'named no line')}, {count(cut, 'had a call cut off')}")
+          f"{count(unnamed, 'named no line')}, {count(cut, 'had a call cut off')}, "
+          f"{len(watchdog.stalls)} stalled" + (f" ({'; '.join(watchdog.stalls)})" if watchdog.stalls else ""))
     return 0
 
 
