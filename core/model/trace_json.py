@@ -322,8 +322,9 @@ def _t_objs(v):
 
 
 def _t_options(v):
-    if not isinstance(v, dict):
-        return f"expected an object, got {_short(v)}"
+    problem = _t_free(v)
+    if problem is not None:
+        return problem
     if "inputs" in v and _t_strs(v["inputs"]) is not None:
         return "'inputs': expected a list of tensor ids"
     for key, check in _OPTION_CHECKS.items():
@@ -411,14 +412,36 @@ SAVED_DEPTH = 8  # lists in lists a saved value may hold (an op's padding: a lis
 
 
 def _t_saved_value(v):
+    if not _shallow(v, SAVED_DEPTH, dicts=False):
+        return f"expected a number, a string or a list of them, nested at most {SAVED_DEPTH} deep"
+    return None
+
+
+FREE_DEPTH = 16  # objects and lists in a free-form field (options, seeds): writing one back recurses per level
+
+
+def _shallow(v, depth: int, dicts: bool = True) -> bool:
+    """``v`` nests lists (and objects, if ``dicts``) at most ``depth`` deep: walked level by level, not recursed."""
     level = [v]
-    for _ in range(SAVED_DEPTH + 1):
-        if any(isinstance(x, dict) for x in level):
-            return "expected a number, a string or a list of them, got an object"
-        level = [y for x in level if isinstance(x, list) for y in x]
-        if not level:
-            return None
-    return f"expected lists nested at most {SAVED_DEPTH} deep"
+    for _ in range(depth + 1):
+        nested = []
+        for x in level:
+            if isinstance(x, list):
+                nested += x
+            elif isinstance(x, dict):
+                if not dicts:
+                    return False
+                nested += x.values()
+        if not nested:
+            return True
+        level = nested
+    return False
+
+
+def _t_free(v):
+    if not isinstance(v, dict):
+        return f"expected an object, got {_short(v)}"
+    return None if _shallow(v, FREE_DEPTH) else f"expected objects and lists nested at most {FREE_DEPTH} deep"
 
 
 def _t_values_dict(v):
@@ -483,7 +506,7 @@ _CHECKS: dict[type, dict[str, Any]] = {
     Trace: {"calls": _t_objs, "error": _t_opt_obj, "script": _t_str, "source": _t_str, "device": _t_str,
             "mode": _t_str, "output": _t_str, "duration_s": _t_num, "torch_version": _t_str,
             "call_count": _t_call_count, "tensors": _t_objs, "storages": _t_objs, "memory": _t_objs,
-            "format": _t_str, "version": _t_count, "cells": _t_cells, "seeds": _t_obj},
+            "format": _t_str, "version": _t_count, "cells": _t_cells, "seeds": _t_free},
 }
 
 

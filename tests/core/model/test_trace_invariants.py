@@ -392,8 +392,26 @@ EXACT = {
     "a negative stride": (lambda d: _t(d, "t_w1").update(stride=[3, -1]),
                           "field 'calls[0].tensors[2].stride': expected a list of non-negative integers"),
     "a saved value nested deep": (lambda d: _n(d, "n5")["saved"][0].update(value=json.loads("[" * 50 + "]" * 50)),
-                                  "field 'calls[0].nodes[5].saved[0].value': expected lists nested at most 8 deep"),
+                                  "field 'calls[0].nodes[5].saved[0].value': expected a number, a string or a list "
+                                  "of them, nested at most 8 deep"),
+    "options nested deep": (lambda d: d["calls"][0]["options"].update(x=json.loads("[" * 900 + "]" * 900)),
+                            "field 'calls[0].options': expected objects and lists nested at most 16 deep"),
+    "seeds nested deep": (lambda d: d.update(seeds={"torch": json.loads('{"a":' * 900 + "1" + "}" * 900)}),
+                          "field 'seeds': expected objects and lists nested at most 16 deep"),
 }
+
+
+@pytest.mark.parametrize("where", ["options", "saved value", "memory"])
+def test_json_nested_too_deeply_anywhere_is_refused(where):
+    deep = "[" * 100_000 + "]" * 100_000
+    text = json.dumps(rich_base())
+    marker = {"options": '"retain_graph": false', "saved value": '"value": [[1, 2], [3]]',
+              "memory": '"where": "n3"'}[where]
+    assert marker in text
+    key = marker.split(":")[0]
+    with pytest.raises(TraceFormatError) as info:
+        trace_from_json(text.replace(marker, f"{key}: {deep}", 1), "deep.json")
+    assert str(info.value) == "deep.json: JSON nested too deeply to be a trace"
 
 
 @pytest.mark.parametrize("case", list(EXACT))
