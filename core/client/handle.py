@@ -34,7 +34,8 @@ log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT = 600.0
 STOP_GRACE = 1.0  # seconds a script gets to stop on KeyboardInterrupt before its worker is killed
 # How long a run waits for its worker's hello: its time limit and this much more (torch's import
-# on a loaded machine), or HELLO_WAIT for a run without one (stepping, debugging).
+# on a loaded machine), then it ends; a run without a limit (stepping, debugging) is sent after
+# HELLO_WAIT whatever came (a Slurm job may still be queued).
 HELLO_GRACE = 10.0
 HELLO_WAIT = 120.0
 # After the app kills a run's worker, how long its exit may take to be reported before the run
@@ -207,13 +208,14 @@ class WorkerClient:
     def _launch(self, worker: WorkerProcess, run_id: int, path: str, device: str, mode: str, timeout: float,
                 step: dict | None = None, extra: dict | None = None):
         extra = extra or {}
-        limit = timeout + HELLO_GRACE if timeout and extra.get("debug") is None and not step else HELLO_WAIT
+        limited = bool(timeout) and extra.get("debug") is None and not step
+        limit = timeout + HELLO_GRACE if limited else HELLO_WAIT
         said_hello = worker.ready.wait(timeout=limit)
         with self._lock:
             if self._run is None or self._run["id"] != run_id:
                 return
             run = self._run
-        if not said_hello:  # a worker that never came up: not a run that passed its time limit
+        if not said_hello and limited:  # a worker that never came up: not a run that passed its time limit
             run["no_hello"] = limit
             self._kill_if_running(run_id, "")
             return
