@@ -558,6 +558,8 @@ def trace_from_json(text: str, source: str = "trace") -> Trace:
 
     A file is checked whole (``core.model.trace_checks``): ids, cycles, values against shapes,
     views against storages, and the sizes the app opens."""
+    if not text.strip():
+        raise TraceFormatError(f"{source}: the file is empty")
     try:
         with paused_gc():
             data = json.loads(text)

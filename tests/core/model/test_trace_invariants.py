@@ -422,6 +422,15 @@ def test_each_inconsistency_is_refused_naming_its_field(case):
     assert str(info.value).startswith("bad.json: " + words), str(info.value)
 
 
+def test_an_empty_trace_file_says_it_is_empty(tmp_path):
+    from core.model.trace_json import load_trace
+
+    (tmp_path / "empty.json").write_text("\n")
+    with pytest.raises(TraceFormatError) as info:
+        load_trace(tmp_path / "empty.json")
+    assert str(info.value) == f"{tmp_path / 'empty.json'}: the file is empty"
+
+
 # -- sizes ----------------------------------------------------------------------------------------
 
 
