@@ -8,6 +8,10 @@ descendants are handed to the worker instead, so they stay in its tree, and the 
 whole tree when it leaves (after the script's ``atexit`` functions, or in ``os._exit``). The
 app ends the tree before it kills a worker (``core.client.descendants``). Elsewhere nothing is
 set: the process group is ended as before, and a child that left it is not followed.
+
+An adopted orphan that exits stays a zombie until the worker leaves: the worker reaps no child
+it did not start, since a wait on any child would take exit statuses from the script's own
+``Popen`` objects.
 """
 
 from __future__ import annotations
