@@ -6,8 +6,8 @@ fields or records at once: ids that name nodes and tensors of the call, a graph 
 strides one per dimension. Each check calls ``fail(path, what)`` on the first problem, the path naming
 the field as ``calls[0].nodes[3].next[0]``; a file that passes can be shown by every view.
 
-The sizes the app opens are here too: ``MAX_CALL_NODES`` nodes (and ``MAX_CALL_TENSORS``
-tensors) in one call, refused above before anything is built; past ``MAX_MEMORY_SAMPLES``
+The sizes the app opens are here too: files of ``MAX_FILE_BYTES``, ``MAX_CALL_NODES`` nodes (and
+``MAX_CALL_TENSORS`` tensors) in one call, refused above before anything is built; past ``MAX_MEMORY_SAMPLES``
 memory samples, ``kept_samples`` picks the ones kept (evenly spread, each stretch's peaks kept).
 """
 
@@ -26,6 +26,9 @@ from core.model.trace import CallInfo, GradInfo, StorageInfo, TensorInfo, Trace,
 MAX_CALL_NODES = 200_000
 MAX_CALL_TENSORS = 400_000  # a node saves a tensor or two: twice the nodes
 MAX_MEMORY_SAMPLES = 100_000  # 33 minutes at 50 Hz; more are thinned on opening
+# A trace file's bytes, read before anything is decoded: a fan-in of 1,000,000 leaves is 324 MiB,
+# a 200,000-node chain 27 MiB and the 50,000-node example 51 MiB.
+MAX_FILE_BYTES = 512 * 2 ** 20
 MAX_CALL_COUNT = 2 ** 31 - 1  # Qt's spin boxes (the memory panel's call picker) count to this
 MAX_BYTES = 2 ** 62  # past it, a storage index no longer fits the 64-bit integers views compute in
 

@@ -20,8 +20,8 @@ from typing import Any, Callable
 from core.model.trace import (FORMAT, VERSION, CallInfo, Edge, ErrorInfo, GradInfo, MemorySample, NodeInfo, Saved,
                               Stale, StorageInfo, TensorInfo, Trace, TraceFormatError, Values, _fast_spec, _plain,
                               paused_gc)
-from core.model.trace_checks import (MAX_CALL_COUNT, MAX_MEMORY_SAMPLES, check_call, check_trace, kept_samples,
-                                     size_problem)
+from core.model.trace_checks import (MAX_CALL_COUNT, MAX_FILE_BYTES, MAX_MEMORY_SAMPLES, check_call, check_trace,
+                                     kept_samples, size_problem)
 
 # -- reading -------------------------------------------------------------------------------
 
@@ -583,6 +583,10 @@ def load_trace(path: str | Path) -> Trace:
     """The trace saved at ``path`` (``Trace.save``); a TraceFormatError says why it cannot be read."""
     path = Path(path)
     try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:  # decoded, JSON takes 5-10 times its size in memory
+            raise TraceFormatError(f"{path}: {size / 2 ** 20:,.0f} MiB; Backprop Studio opens trace files of up to "
+                                   f"{MAX_FILE_BYTES // 2 ** 20:,} MiB")
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise TraceFormatError(f"{path}: cannot read: {exc}") from None

@@ -444,6 +444,17 @@ def test_a_call_past_the_node_limit_is_refused_before_it_is_built():
                                "calls of up to 200,000 nodes")
 
 
+def test_a_file_past_the_size_limit_is_refused_unread(tmp_path):
+    from core.model.trace_json import load_trace
+
+    path = tmp_path / "huge.json"
+    with open(path, "wb") as f:
+        f.truncate(600 * 2 ** 20)  # sparse: nothing is written, nothing need be read
+    with pytest.raises(TraceFormatError) as info:
+        load_trace(path)
+    assert str(info.value) == f"{path}: 600 MiB; Backprop Studio opens trace files of up to 512 MiB"
+
+
 def test_long_memory_records_are_thinned_keeping_every_peak():
     from bench.big_traces import memory_trace
 
