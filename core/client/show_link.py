@@ -1,7 +1,7 @@
 """How ``show()`` reaches a running window: one line of JSON on a local socket (stdlib only).
 
-The window listens with ``QLocalServer`` on ``address()``, a Unix socket path private to the
-user; ``show()`` connects with the standard library's ``socket``, so the caller's process
+The window listens with ``QLocalServer`` on ``address()``, a Unix socket in the user's
+private folder; ``show()`` connects with the standard library's ``socket``, so the caller's process
 (a notebook kernel) needs no Qt. Where Unix sockets are missing (Windows), ``show()``
 starts a new window instead.
 
@@ -23,14 +23,18 @@ TIMEOUT = 3.0
 
 
 def address() -> str:
-    """The socket path the window listens on; ``BACKPROP_STUDIO_SOCKET`` overrides it."""
+    """The socket path the window listens on; ``BACKPROP_STUDIO_SOCKET`` overrides it. When
+    the user's folder is taken (``private_folder`` falls back to a fresh one), ``show()``
+    finds no window there and opens a new one."""
     override = os.environ.get("BACKPROP_STUDIO_SOCKET")
     if override:
         return override
+    if hasattr(os, "getuid"):  # inside the user's private folder: no one else can plant or reach it
+        return str(private_folder() / "show.sock")
     try:
         user = getpass.getuser()
     except Exception:
-        user = str(os.getuid()) if hasattr(os, "getuid") else "user"
+        user = "user"
     return str(Path(tempfile.gettempdir()) / f"backprop-studio-{user}.sock")
 
 

@@ -70,3 +70,12 @@ def test_a_folder_others_can_enter_is_not_used(temp_root):
     assert folder != shared and folder.parent == temp_root and _mode(folder) == 0o700
     path = write_private("{}")
     assert not path.startswith(str(shared) + os.sep) and list(shared.iterdir()) == []
+
+
+def test_the_window_socket_is_in_the_private_folder(temp_root, monkeypatch):
+    from core.client.show_link import address
+
+    monkeypatch.delenv("BACKPROP_STUDIO_SOCKET", raising=False)
+    sock = address()
+    assert sock == str(temp_root / f"backprop-studio-{os.getuid()}" / "show.sock")
+    assert _mode(os.path.dirname(sock)) == 0o700
