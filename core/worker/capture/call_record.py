@@ -33,6 +33,7 @@ from core.worker.capture.node_graph import root_nodes as shared_root_nodes
 from core.worker.capture.snapshot import Snapshotter
 from core.worker.capture.node_graph import grad_fn_of
 from core.worker.capture.values import values_of
+from core.worker.interrupts import INTERRUPTS
 from core.model.trace import CallInfo, paused_gc
 
 _ORIG_TENSOR_BACKWARD = torch.Tensor.backward
@@ -173,7 +174,9 @@ class CallRecording:
                 error = error_info(exc, line, self.names)
                 raise
             finally:
-                with self._lock, torch._C.DisableTorchFunction(), paused_gc(), untraced():
+                # A Stop that comes while the call is stored waits until it is (it is the call the
+                # user stopped in), then stops the script as it would have.
+                with INTERRUPTS.held(), self._lock, torch._C.DisableTorchFunction(), paused_gc(), untraced():
                     self._after(api, index, line, snap, nodes, ids, structure, root_ids, input_ids, result,
                                 error, retain_graph, create_graph, t0)
             return result
