@@ -143,6 +143,23 @@ def test_a_trace_forged_in_the_fallback_file_is_dropped_and_said(tmp_path, forge
     assert_genuine(result, dropped=2)
 
 
+@pytest.mark.slow
+def test_a_bad_frame_header_written_on_the_descriptor_ends_nothing(tmp_path):
+    """Before, the reader thread raised on it and the run never ended (--timeout 20 still ran at
+    150 s). Now the line fails its check: dropped and named, and the run goes on to its trace."""
+    script = write(tmp_path, "bad_frame.py", FIND_PIPES + PLAIN + textwrap.dedent('''
+        for fd in write_pipes():
+            os.write(fd, b'{"type": "frame", bad header\\n')
+        (x * 3).backward()
+        '''))
+    result, took = bounded(35, path=str(script), timeout=20)
+    assert result.trace.error is None, result.trace.error
+    assert [c.leaf_grads["x"].data for c in result.trace.calls] == [[2.0], [5.0]]
+    assert result.bad_messages == ["a message on the worker's channel failed its check: 1 dropped (a line without "
+                                   "a seal); what is shown came from the worker"]
+    assert took < 20
+
+
 def test_the_seal_refuses_a_changed_replayed_or_reordered_line():
     key = wire.new_key()
     seal_line, _ = wire.sealer(key)
