@@ -223,11 +223,11 @@ class Check:
         self._copy = _hmac_new(key, digestmod=hashlib.sha256).copy
         self.sealed: bool | None = True if required else None
         self.last = 0  # the number of the last line that passed: a smaller one is sent again or out of order
-        self.dropped: list[str] = []  # why each dropped message failed, in order
+        self.dropped: dict[str, int] = {}  # why dropped messages failed: how many for each reason, in first order
 
     def line(self, line: bytes) -> bytes | None:
         """The line's JSON text, or None when it failed the check (then counted in ``dropped``)."""
-        if self.sealed is False:
+        if self.sealed is False or not line.strip():  # a blank line carries nothing to forge
             return line
         payload, why = self._open(line)
         if why is None:
@@ -237,7 +237,7 @@ class Check:
             if _is_hello(line):
                 self.sealed = False
             return line
-        self.dropped.append(why)
+        self.dropped[why] = self.dropped.get(why, 0) + 1
         return None
 
     def _open(self, line: bytes) -> tuple[bytes, str | None]:
@@ -265,15 +265,16 @@ class Check:
     def body_matches(self, mac, seal: bytes) -> bool:
         if _compare(mac.digest(), seal):
             return True
-        self.dropped.append("a frame whose seal does not match")
+        why = "a frame whose seal does not match"
+        self.dropped[why] = self.dropped.get(why, 0) + 1
         return False
 
     def summary(self) -> str:
         """The run's warning when messages were dropped ("" when none was)."""
         if not self.dropped:
             return ""
-        why = "; ".join(dict.fromkeys(self.dropped))
-        return (f"a message on the worker's channel failed its check: {len(self.dropped)} dropped ({why}); "
+        why = "; ".join(self.dropped)
+        return (f"a message on the worker's channel failed its check: {sum(self.dropped.values())} dropped ({why}); "
                 f"what is shown came from the worker")
 
 

@@ -172,7 +172,12 @@ def test_the_seal_refuses_a_changed_replayed_or_reordered_line():
     assert check.line(second.rstrip(b"\n")) == b'{"type": "call", "index": 1}'
     other = wire.Check(wire.new_key())
     assert other.line(first.rstrip(b"\n")) is None  # another worker's key
-    assert check.dropped == ["a line sent again or out of order", "a line whose seal does not match"]
+    assert check.dropped == {"a line sent again or out of order": 1, "a line whose seal does not match": 1}
+    for _ in range(3):
+        assert check.line(b"\t1 " + b"0" * 64) is None
+    assert check.line(b"") == b""  # a blank line is no message: not counted
+    assert check.summary() == ("a message on the worker's channel failed its check: 5 dropped (a line sent again or "
+                               "out of order; a line whose seal does not match); what is shown came from the worker")
     reordered = wire.Check(key)
     assert reordered.line(second.rstrip(b"\n")) is not None
     assert reordered.line(first.rstrip(b"\n")) is None
@@ -191,7 +196,7 @@ def test_a_sealed_frame_whose_body_was_changed_is_dropped():
         check = wire.Check(key)
         wire.StreamDecoder(got.append, check=check).feed(stream)
         assert got == expected
-        assert check.dropped == ([] if len(expected) == 2 else ["a frame whose seal does not match"])
+        assert check.dropped == ({} if len(expected) == 2 else {"a frame whose seal does not match": 1})
 
 
 FAKE_WORKER = '''
