@@ -35,6 +35,8 @@ def main() -> None:
     path, codec = sys.argv[1], sys.argv[2]
     trace = as_the_worker_holds_it(load_trace(path))
     channel = Channel(os.dup(1))
+    setup = json.loads(sys.stdin.readline())  # the channel's set-up line: sealed, as the worker's messages are
+    channel.seal_with(bytes.fromhex(setup["key"]))
     channel.send({"type": "hello", "pid": os.getpid(), "protocol": PROTOCOL_VERSION, "devices": []})
     cmd = json.loads(sys.stdin.readline())  # the run command
     channel.send({"type": "started", "run": cmd["run"], "t": time.time()})
