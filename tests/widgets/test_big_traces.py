@@ -24,6 +24,12 @@ def test_a_100k_chain_opens_on_the_loss(qtbot, window):
     items = _show(qtbot, window, chain(100_000))
     assert len(items) == 1_000 + 99 and "n0" in items and f"group:{PAGE_MARK}100" in items
     assert window.inspector.text().startswith("MulBackward0")
+    window.graph.expand_all()  # modules open; the pages stay folded
+    qtbot.waitUntil(lambda: not window.graph.is_pending(), timeout=SHOWN_MS)
+    assert len(window.graph.node_items) == 1_000 + 99
+    window.graph.toggle_group(f"{PAGE_MARK}2")  # a page opens like a module
+    qtbot.waitUntil(lambda: not window.graph.is_pending(), timeout=SHOWN_MS)
+    assert len(window.graph.node_items) == 2_000 + 98 and "n1999" in window.graph.node_items
 
 
 def test_a_node_with_100k_inputs_lists_its_first_hundred(qtbot, window):

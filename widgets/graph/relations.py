@@ -96,7 +96,10 @@ class RelationsMixin:
 
     # -- folding -----------------------------------------------------------------------------
     def expand_all(self, *, sync: bool | None = None) -> None:
-        self.set_collapsed(frozenset(), sync=self.state.sync if sync is None else sync)
+        """Open every module; the pages of a huge call stay folded (each opens on its own), as
+        drawing 100,000 boxes at once would stall the window."""
+        pages = frozenset(group_info(self.state.call).pages) if self.state.call is not None else frozenset()
+        self.set_collapsed(pages, sync=self.state.sync if sync is None else sync)
 
     def collapse_all(self, *, sync: bool | None = None) -> None:
         """Fold every top-level module (the graph's overview)."""
