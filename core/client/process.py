@@ -259,7 +259,8 @@ class WorkerProcess:
         """Kill the worker, every process in its group and every process below it."""
         if self.proc is None:
             return
-        end_descendants(self.proc)  # those that left the group with setsid
+        if self.launcher is None:  # a launcher's worker ends its own tree on its host
+            end_descendants(self.proc)  # those that left the group with setsid
         if hasattr(os, "killpg"):
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
