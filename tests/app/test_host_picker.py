@@ -285,7 +285,7 @@ def test_a_host_whose_waiting_worker_died_runs_the_next_script_on_a_fresh_one(qt
     box = w.device_box
     qtbot.waitUntil(lambda: ("lab: cpu (CPU)", "lab::cpu") in _items(box), timeout=60_000)
     (lab,) = [p for p in psutil.Process().children(recursive=True) if p.cmdline()[-2:] == ["-m", "core.worker"]]
-    lab.kill()  # the local worker, started with --fallback-file, is left alone
+    lab.kill()  # the local worker, started with --fault-file, is left alone
     qtbot.waitUntil(lambda: not w.handle.hosts.client_for("lab")._spare.alive, timeout=10_000)
     box.setCurrentIndex(box.findData("lab::cpu"))
     with qtbot.waitSignal(w.sig_trace_shown, timeout=60_000):
