@@ -66,7 +66,8 @@ def cut_text(text: str, line_limit: int = LINE_LIMIT, text_limit: int = TEXT_LIM
     return "\n".join(out)
 
 
-_RUN = re.compile(r"[^<>]{%d,}" % (NAME_LIMIT * 5))
+# a long run of text between two tags (it starts where a tag ends), never a tag's own attributes
+_RUN = re.compile(r"(?:(?<=>)|^)[^<]{%d,}" % (NAME_LIMIT * 5))
 _PARTIAL_ENTITY = re.compile(r"&[#\w]*$")
 
 

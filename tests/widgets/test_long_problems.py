@@ -42,3 +42,13 @@ def test_many_lines_are_cut_to_the_text_limit():
     assert cut.endswith("\n… (480,000 more characters; Copy takes all)")
     assert cut.count("\n") == 4_000 and cut.startswith("line\nline\n")
     assert cut_text("short\ntext\n") == "short\ntext"
+
+
+def test_rich_text_is_cut_between_tags_never_inside_one():
+    from widgets.display_text import cut_markup
+
+    big = "x" * 5_000
+    markup = f"<p><a href='node:{big}'>{big}</a> &amp; tail</p>"
+    assert cut_markup(markup) == (f"<p><a href='node:{big}'>" + "x" * 1_000
+                                  + "… (4,000 more characters; Copy takes all)</a> &amp; tail</p>")
+    assert cut_markup("<b>" + "a&amp;" * 400 + "</b>").endswith("&amp;a… (1,400 more characters; Copy takes all)</b>")
