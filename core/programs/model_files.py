@@ -259,6 +259,37 @@ def load_weights(model, path: str | Path) -> None:
     model.load_state_dict(state)
 
 
+def loss_terms(output) -> list:
+    """The tensors a model file's loss sums: the floating-point tensors of its model's output.
+
+    The output may be a tensor, a tuple or list of them, a mapping (a Hugging Face ``ModelOutput``
+    is an OrderedDict and a dataclass: ``.logits``, ``.hidden_states``), a dataclass or any object
+    with tensor attributes. An output that carries its own ``loss`` (a model given labels) gives
+    that loss alone; otherwise each floating-point tensor at its top level is a term."""
+    import dataclasses
+    from collections.abc import Mapping
+
+    import torch  # lazily: the GUI imports this module without torch
+
+    def floating(v) -> bool:
+        return isinstance(v, torch.Tensor) and v.is_floating_point()
+
+    if isinstance(output, torch.Tensor):
+        values, loss = [output], None
+    elif isinstance(output, (tuple, list)):
+        values, loss = list(output), None
+    elif isinstance(output, Mapping):
+        values, loss = list(output.values()), output.get("loss")
+    elif dataclasses.is_dataclass(output) and not isinstance(output, type):
+        values = [getattr(output, f.name, None) for f in dataclasses.fields(output)]
+        loss = getattr(output, "loss", None)
+    else:
+        values, loss = list(getattr(output, "__dict__", {}).values()), getattr(output, "loss", None)
+    if floating(loss):
+        return [loss]
+    return [v for v in values if floating(v)]
+
+
 def apply_weights(namespace: dict, path: str) -> None:
     """After a model file ran: build it if it has ``build()``, then load ``path`` into its model."""
     import torch  # lazily: the GUI imports this module without torch

@@ -34,6 +34,7 @@ from core.worker.capture.edge_grads import EdgeGradRecorder
 from core.worker.saved_bytes import saved_storages
 from core.worker.capture.names import NameTable, untraced
 from core.worker.capture.numpy_peers import numpy_peers
+from core.programs.model_files import loss_terms
 from core.programs.program import ProgramError, load_program
 from core.worker.capture.script_errors import error_info, format_tb, script_line
 from core.worker.capture.node_graph import label_nodes
@@ -219,8 +220,7 @@ class Capture(CreationTags, CallRecording):
         ns.update(model=model, example_input=inputs[0] if len(inputs) == 1 else inputs)
         self.model_mode = True
         output = model(*inputs)
-        outs = output if isinstance(output, (tuple, list)) else (output,)
-        sums = [o.sum() for o in outs if isinstance(o, torch.Tensor) and o.is_floating_point()]
+        sums = [o.sum() for o in loss_terms(output)]
         if not sums:
             raise ValueError("the model's output holds no floating-point tensor to take a loss of")
         loss = sums[0]

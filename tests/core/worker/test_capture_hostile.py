@@ -1,0 +1,154 @@
+"""Scripts that use the corners of torch (torch.compile, dispatch modes, inference mode, nested
+tensors, saved-tensor hooks, model outputs that are dataclasses) or hand the capture odd objects:
+each prints, computes and ends under capture exactly as under plain ``python``.
+
+Each script prints ``OUT ...`` lines (compared with a plain run's) and ``GRAD name [...]`` lines
+(compared with the gradients the capture recorded).
+"""
+
+import ast
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from core.client.handle import run_capture
+
+TIMEOUT = 240  # seconds a run may take: torch.compile traces for a while on a loaded machine
+
+
+def _write(tmp_path: Path, source: str, name: str = "script.py") -> Path:
+    script = tmp_path / name
+    script.write_text(textwrap.dedent(source))
+    return script
+
+
+def _plain(script: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(script)], cwd=str(script.parent), capture_output=True, text=True,
+                          timeout=TIMEOUT)
+
+
+def _lines(text: str, prefix: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith(prefix)]
+
+
+def _grads(text: str, prefix: str = "GRAD ") -> dict[str, list]:
+    """``name -> flat values`` of the lines ``GRAD name [...]`` (or another prefix) a script printed."""
+    out = {}
+    for line in _lines(text, prefix):
+        _, name, values = line.split(" ", 2)
+        out[name] = _flat(ast.literal_eval(values))
+    return out
+
+
+def _flat(values) -> list:
+    if not isinstance(values, list):
+        return [values]
+    return [v for item in values for v in _flat(item)]
+
+
+def _same_as_python(tmp_path: Path, source: str, name: str = "script.py"):
+    """Run the script plainly and under capture; both print the same OUT lines. The capture's result."""
+    script = _write(tmp_path, source, name)
+    plain = _plain(script)
+    assert plain.returncode == 0, plain.stderr
+    result = run_capture(str(script), timeout=TIMEOUT)
+    assert _lines(result.output, "OUT ") == _lines(plain.stdout, "OUT "), result.output
+    assert _lines(plain.stdout, "OUT ")  # the comparison saw something
+    return result, plain
+
+
+def _assert_grads_recorded(call, plain_stdout: str) -> None:
+    expected = _grads(plain_stdout)
+    assert expected
+    for name, values in expected.items():
+        assert call.leaf_grads[name].data == values, name
+
+
+# -- torch.compile and dispatch modes --------------------------------------------------------
+
+
+
+COMPILED = """\
+    import torch
+    import torch._dynamo
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    def f(x):
+        import math
+        h = m(x).sum() * math.pi
+        {extra}
+        return h.exp()
+    x = torch.randn(3, 4)
+    ex = torch._dynamo.explain(f)(x)
+    print("OUT graphs", ex.graph_count, "breaks", ex.graph_break_count)
+    print("OUT graph ops", [len(g.graph.nodes) for g in ex.graphs])
+    print("OUT reasons", sorted(str(b.reason).splitlines()[0] for b in ex.break_reasons))
+    loss = torch.compile(f, backend="eager")(x)
+    loss.backward()
+    print("GRAD 0.weight", m[0].weight.grad.tolist())  # the one model's parameters go by their paths
+    """
+
+
+
+# -- inference mode, model outputs, nested tensors --------------------------------------------
+
+
+
+MODEL_OUTPUT = """\
+    import torch
+    from collections import OrderedDict
+    from dataclasses import dataclass
+
+    @dataclass
+    class Output(OrderedDict):  # as a Hugging Face ModelOutput: an OrderedDict and a dataclass
+        loss: torch.Tensor = None
+        logits: torch.Tensor = None
+        def __post_init__(self):
+            for key in ("loss", "logits"):
+                if getattr(self, key) is not None:
+                    self[key] = getattr(self, key)
+
+    class Net(torch.nn.Module):
+        def __init__(self, with_loss):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 3)
+            self.with_loss = with_loss
+        def forward(self, x):
+            logits = self.fc(x)
+            return Output(loss=(logits ** 2).mean() if self.with_loss else None, logits=logits)
+
+    torch.manual_seed(0)
+    model = Net({with_loss})
+    example_input = torch.randn(2, 4)
+    if __name__ == "__main__" and "{plain}" == "yes":
+        out = model(example_input)
+        (out.loss if out.loss is not None else out.logits.sum()).backward()
+        print("GRAD fc.weight", model.fc.weight.grad.tolist())
+    """
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("with_loss", [False, True], ids=["logits", "loss"])
+def test_a_model_returning_a_model_output_takes_its_loss_or_logits(tmp_path, with_loss):
+    reference = _write(tmp_path, MODEL_OUTPUT.format(with_loss=with_loss, plain="yes"), "reference.py")
+    plain = _plain(reference)
+    assert plain.returncode == 0, plain.stderr
+    model = _write(tmp_path, MODEL_OUTPUT.format(with_loss=with_loss, plain="no"), "model.py")
+    trace = run_capture(str(model), timeout=TIMEOUT).trace
+    assert trace.error is None, trace.error
+    assert trace.mode == "model" and trace.call_count == 1
+    _assert_grads_recorded(trace.calls[0], plain.stdout)
+
+
+
+# -- saved-tensor hooks ------------------------------------------------------------------------
+
+
+
+# -- odd objects -------------------------------------------------------------------------------
+
+
+
