@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -222,7 +223,12 @@ class Snapshotter:
         if kind == "accumulate_grad":
             variable = self.tensor_id(node.variable)
         else:
-            for attr, name in _saved_names(node):
+            for attr, name, raw_attr in _saved_names(node):
+                if raw_attr is not None and _packed_by_script(node, raw_attr):
+                    # Unpacking would call the script's unpack hook (which may print, load a file,
+                    # or delete it): the snapshot leaves it for the script's own backward.
+                    saved.append(fast_new(Saved, {"name": name, "value": PACKED_BY_HOOK}))
+                    continue
                 try:
                     value = getattr(node, attr)
                 except RuntimeError as exc:
@@ -271,7 +277,11 @@ class Snapshotter:
 
 
 _KINDS: dict[tuple, tuple[str, str]] = {}  # (node type, node.name()) -> (kind, display name)
-_SAVED: dict[type, tuple[tuple[str, str], ...]] = {}  # node type -> ((attribute, saved name), ...)
+# node type -> ((attribute, saved name, its SavedTensor attribute or None), ...)
+_SAVED: dict[type, tuple[tuple[str, str, str | None], ...]] = {}
+PACKED_BY_HOOK = "packed by the script's hook"  # a saved tensor's value when only its hook can unpack it
+_TORCH_DIR = str(Path(torch.__file__).resolve().parent)
+_HOOK_OWNERS: dict = {}  # an unpack hook's code -> whether it is the script's (not torch's own)
 
 
 def _kind_and_name(node) -> tuple[str, str]:
@@ -283,12 +293,44 @@ def _kind_and_name(node) -> tuple[str, str]:
     return found
 
 
-def _saved_names(node) -> tuple[tuple[str, str], ...]:
-    """The node type's ``_saved_*`` attributes, each with the name the trace gives it."""
+def _saved_names(node) -> tuple[tuple[str, str, str | None], ...]:
+    """The node type's ``_saved_*`` attributes, each with the name the trace gives it and the
+    ``_raw_saved_*`` attribute that holds it as a SavedTensor (None for saved numbers, sizes)."""
     found = _SAVED.get(type(node))
     if found is None:
-        found = _SAVED[type(node)] = tuple((a, a[len("_saved_"):]) for a in saved_attr_names(node))
+        raw = {a for a in dir(node) if a.startswith("_raw_saved_")}
+        found = _SAVED[type(node)] = tuple((a, a[len("_saved_"):], "_raw" + a if "_raw" + a in raw else None)
+                                           for a in saved_attr_names(node))
     return found
+
+
+def _packed_by_script(node, raw_attr: str) -> bool:
+    """Whether a saved tensor was packed by the script's saved-tensor hooks
+    (``torch.autograd.graph.saved_tensors_hooks``, ``SavedTensor.register_hooks``). torch's own
+    hooks (non-reentrant checkpointing, ``save_on_cpu``) unpack as they would in backward."""
+    try:
+        raw = getattr(node, raw_attr)
+    except Exception:  # freed, or a node that refuses it: the saved attribute says which
+        return False
+    for one in raw if isinstance(raw, (list, tuple)) else (raw,):
+        hook = getattr(one, "unpack_hook", None)
+        if hook is not None and _scripts_hook(hook):
+            return True
+    return False
+
+
+def _scripts_hook(hook) -> bool:
+    code = getattr(hook, "__code__", None)
+    if code is None:  # a partial, a callable object: not one of torch's functions
+        return True
+    mine = _HOOK_OWNERS.get(code)
+    if mine is None:
+        try:
+            mine = not str(Path(code.co_filename).resolve()).startswith(_TORCH_DIR + "/")
+        except (OSError, ValueError):
+            mine = True
+        _HOOK_OWNERS[code] = mine
+    return mine
 
 
 def _edge(node_id: str, input_nr: int) -> Edge:

@@ -147,6 +147,44 @@ def test_a_model_returning_a_model_output_takes_its_loss_or_logits(tmp_path, wit
 # -- saved-tensor hooks ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
+def test_saved_tensors_packed_by_the_scripts_hooks_are_left_to_its_backward(tmp_path):
+    """The tutorial's delete-on-unpack hooks: unpacked once, by the script's backward."""
+    result, plain = _same_as_python(tmp_path, """\
+        import os, tempfile, uuid
+        import torch
+        folder = tempfile.mkdtemp()
+        def pack(t):
+            print("OUT Packing")
+            path = os.path.join(folder, str(uuid.uuid4()))
+            torch.save(t, path)
+            return path
+        def unpack(path):
+            print("OUT Unpacking")
+            t = torch.load(path)
+            os.remove(path)
+            return t
+        torch.manual_seed(0)
+        x = torch.randn(5, requires_grad=True)
+        with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+            y = x.pow(2)
+        z = x.exp()  # saved without hooks: its snapshot shows it
+        (y.sum() + z.sum()).backward()
+        print("OUT left", os.listdir(folder))
+        print("GRAD x", x.grad.tolist())
+        """)
+    assert _lines(plain.stdout, "OUT ")[:2] == ["OUT Packing", "OUT Unpacking"]
+    trace = result.trace
+    assert trace.error is None, trace.error
+    assert trace.call_count == 1
+    call = trace.calls[0]
+    _assert_grads_recorded(call, plain.stdout)
+    saved = {n.name: {s.name: s for s in n.saved} for n in call.nodes if n.saved}
+    packed = saved["PowBackward0"]["self"]
+    assert (packed.value, packed.tensor) == ("packed by the script's hook", None)
+    assert saved["PowBackward0"]["exponent"].value == 2
+    assert saved["ExpBackward0"]["result"].tensor is not None
+
 
 # -- odd objects -------------------------------------------------------------------------------
 
