@@ -40,6 +40,8 @@ _ORIG_TENSOR_BACKWARD = torch.Tensor.backward
 _ORIG_BACKWARD = torch.autograd.backward
 _ORIG_GRAD = torch.autograd.grad
 _current_node = getattr(torch._C, "_current_autograd_node", lambda: None)
+# torch.compile runs autograd itself while it traces (AOTAutograd's joint graph): not the script's calls.
+_compiling = torch.compiler.is_compiling
 
 
 class ThreadState(threading.local):
@@ -86,7 +88,7 @@ class CallRecording:
         def real():
             return _ORIG_TENSOR_BACKWARD(tensor, gradient, retain_graph, create_graph, inputs=inputs)
 
-        if self._is_nested():
+        if self._is_nested() or _compiling():
             return real()
         return self._record("Tensor.backward", [tensor], real, retain_graph, create_graph, inputs, gradient)
 
@@ -94,7 +96,7 @@ class CallRecording:
         def real():
             return _ORIG_BACKWARD(*args, **kwargs)
 
-        if self._is_nested() and not inside_reentrant_checkpoint(sys._getframe(1)):
+        if _compiling() or (self._is_nested() and not inside_reentrant_checkpoint(sys._getframe(1))):
             return real()
         bound = _bind(_ORIG_BACKWARD, args, kwargs)
         return self._record(
@@ -111,7 +113,7 @@ class CallRecording:
         def real():
             return _ORIG_GRAD(*args, **kwargs)
 
-        if self._is_nested():
+        if self._is_nested() or _compiling():
             return real()
         bound = _bind(_ORIG_GRAD, args, kwargs)
         return self._record(

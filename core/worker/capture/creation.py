@@ -19,9 +19,11 @@ from typing import Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
+from core.worker.capture.compile_skip import hide_code, register_codes
 from core.worker.capture.names import OP_FRAME
 from core.worker.capture.nesting import saved_by_checkpoint
-from core.worker.capture.node_graph import grad_fn_of
+from core.worker.capture.node_graph import grad_fn_of, shape_of, version_of
+from core.worker.capture.values import own_ops
 
 
 class _CreationMode(TorchFunctionMode):
@@ -32,6 +34,11 @@ class _CreationMode(TorchFunctionMode):
         self.capture = capture
 
     def __torch_function__(self, func, types_, args=(), kwargs=None):
+        if _compiling():
+            # torch.compile traces this mode into its graph: it must see the op alone, as it would
+            # without the capture (no frame reads, no settrace, no graph breaks), and AOTAutograd's
+            # fake and functional tensors are not the script's to tag.
+            return func(*args, **(kwargs or {}))
         # Under the name tracer (``sys.settrace``) every Python call made here costs a call of
         # the tracer too, so the common path is inline: a hit in two caches, the op, and for an
         # output that needs no gradient a check that needs no call.
@@ -71,7 +78,11 @@ class _CreationMode(TorchFunctionMode):
         if tracer is not None:
             sys.settrace(None)
         try:
-            self._tag_all(cap, out, args, kind, caller)
+            if _dispatch_modes():  # the script's TorchDispatchMode sees none of the tagging's ops
+                with own_ops():
+                    self._tag_all(cap, out, args, kind, caller)
+            else:
+                self._tag_all(cap, out, args, kind, caller)
         finally:
             if tracer is not None:
                 sys.settrace(tracer)
@@ -121,10 +132,14 @@ def _call_at(frame) -> Callable:
     code, line = frame.f_code, frame.f_lineno
     fn = _call_sites.get((code, line))
     if fn is None:
-        fn = types.FunctionType(_OP_CODE.replace(co_filename=code.co_filename, co_firstlineno=line or 1),
-                                frame.f_globals)
+        site = _OP_CODE.replace(co_filename=code.co_filename, co_firstlineno=line or 1)
+        hide_code(site)  # a compiled region's eager ops run through it: not a graph of its own
+        fn = types.FunctionType(site, frame.f_globals)
         _call_sites[(code, line)] = fn
     return fn
+
+
+register_codes(lambda: [fn.__code__ for fn in list(_call_sites.values())])
 
 
 def clear_call_sites() -> None:
@@ -175,7 +190,7 @@ class CreationTags:
         ptr = _storage_ptr(t)
         if ptr:
             line = self.names.user_line(caller or sys._getframe(2))
-            self.inplace.setdefault(ptr, []).append((t._version, line, op))
+            self.inplace.setdefault(ptr, []).append((version_of(t), line, op))
         fn = grad_fn_of(t)
         if fn is not None:
             fn.metadata.setdefault("bps_inplace", op)
@@ -189,7 +204,7 @@ class CreationTags:
             parts = []
             for i, t in enumerate(tensors):
                 name = self.names.name_of(t) or f"argument {i}"
-                parts.append(f"{name} is on {t.device} (shape {list(t.shape)})")
+                parts.append(f"{name} is on {t.device} (shape {shape_of(t)})")
             op = getattr(func, "__name__", str(func))
             line = self.names.user_line(sys._getframe(2))
             self.device_error = f"In {op}() at line {line}: " + "; ".join(parts) + "."
@@ -197,11 +212,17 @@ class CreationTags:
             self.names.release()
 
     def _pre_forward(self, module, args):
-        self._module_stack.append(id(module))
+        if not _compiling():  # a compiled module's graph holds no hooks of the capture's
+            self._module_stack.append(id(module))
 
     def _post_forward(self, module, args, output):
-        if self._module_stack and self._module_stack[-1] == id(module):
+        if not _compiling() and self._module_stack and self._module_stack[-1] == id(module):
             self._module_stack.pop()
+
+
+# torch.compile folds this to True in what it traces (and holds it True while AOTAutograd traces).
+_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+_dispatch_modes = torch._C._len_torch_dispatch_stack
 
 
 def is_device_error(exc: BaseException) -> bool:

@@ -9,6 +9,7 @@ left alone: the hooks would cost a value copy per edge.
 
 from __future__ import annotations
 
+from core.worker.capture.node_graph import shape_of
 from core.worker.capture.values import values_of
 from core.model.trace import GradInfo, fast_new
 
@@ -36,7 +37,7 @@ class EdgeGradRecorder:
     def _hook(self, nid: str):
         def record(grad_inputs, grad_outputs):
             self.grads[nid] = [
-                fast_new(GradInfo, {"shape": list(g.shape), "values": values_of(g, full_limit=VALUES)})
+                fast_new(GradInfo, {"shape": shape_of(g), "values": values_of(g, full_limit=VALUES)})
                 if g is not None else None
                 for g in grad_inputs
             ]

@@ -26,6 +26,13 @@ def _meta(node, k: int = 0):
         return None
 
 
+def _ints(shape) -> list[int]:
+    """A metadata shape as plain ints; a symbolic size (a jagged dim) has no one value: raise."""
+    if not all(type(s) is int for s in shape):
+        raise ValueError("a symbolic size")
+    return list(shape)
+
+
 def _dtype(d) -> str:
     return str(d).replace("torch.", "")
 
@@ -46,10 +53,13 @@ def edge_marks(node, name: str, next_functions=None) -> list[dict] | None:
             continue
         mark = {}
         if name in BROADCASTING:
-            if out_shape is None:
-                out_shape = list(out_meta.shape)
-            shape = list(meta.shape)
-            if shape != out_shape and len(shape) <= len(out_shape):
+            try:
+                if out_shape is None:
+                    out_shape = _ints(out_meta.shape)
+                shape = _ints(meta.shape)
+            except Exception:  # a nested tensor's metadata has no one shape: no broadcast to show
+                shape = out_shape = None
+            if out_shape is not None and shape != out_shape and len(shape) <= len(out_shape):
                 mark["sum"] = [out_shape, shape]
         if meta.dtype != out_meta.dtype:
             if out_dtype is None:

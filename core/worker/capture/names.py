@@ -16,7 +16,9 @@ from types import FrameType
 
 import torch
 
+from core.worker.capture.compile_skip import on_import
 from core.worker.capture.node_graph import grad_fn_of
+from core.worker.capture.values import own_ops
 
 MAX_LIST_ITEMS = 64
 OP_FRAME = "<op>"  # name of the capture's call frames that carry the script's file and line
@@ -25,16 +27,18 @@ OP_FRAME = "<op>"  # name of the capture's call frames that carry the script's f
 @contextmanager
 def untraced():
     """The capture's own work (a graph snapshot: tens of thousands of Python calls) runs without the
-    name tracer, which would otherwise be called for each of its frames."""
+    name tracer, which would otherwise be called for each of its frames, and with the script's
+    dispatch modes set aside (``core.worker.capture.values.own_ops``): its ops are not the script's."""
     tracer = sys.gettrace()
-    if tracer is None:
-        yield
-        return
-    sys.settrace(None)
-    try:
-        yield
-    finally:
-        sys.settrace(tracer)
+    with own_ops():
+        if tracer is None:
+            yield
+            return
+        sys.settrace(None)
+        try:
+            yield
+        finally:
+            sys.settrace(tracer)
 
 
 class NameTable:
@@ -109,12 +113,15 @@ class NameTable:
 
         def __import__(name, globals=None, locals=None, fromlist=(), level=0):
             if sys.gettrace() != tracer:
-                return real_import(name, globals, locals, fromlist, level)
-            sys.settrace(None)
-            try:
-                return real_import(name, globals, locals, fromlist, level)
-            finally:
-                sys.settrace(tracer)
+                module = real_import(name, globals, locals, fromlist, level)
+            else:
+                sys.settrace(None)
+                try:
+                    module = real_import(name, globals, locals, fromlist, level)
+                finally:
+                    sys.settrace(tracer)
+            on_import()  # torch.compile's Dynamo, once loaded, is told to leave the capture's frames alone
+            return module
 
         return __import__
 

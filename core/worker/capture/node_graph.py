@@ -39,6 +39,52 @@ def grad_fn_of(t: torch.Tensor):
         return None
 
 
+def plain_ints(sizes) -> list[int]:
+    """Sizes (a Size, a stride) as plain ints: a symbolic size (the ragged dim of a jagged nested
+    tensor, ``j1``) has no one value and gives 0, where ``int()`` would raise or guard on it."""
+    return [s if type(s) is int else _hint(s) for s in sizes]
+
+
+def _hint(s) -> int:
+    try:
+        hint = s.node.hint
+        return int(hint) if hint is not None else 0
+    except Exception:
+        return 0
+
+
+def shape_of(t: torch.Tensor) -> list[int]:
+    """``list(t.shape)`` as plain ints, where it can be read. A nested tensor's ragged dims (which
+    have no one size) give its largest component's size, as ``torch.nested.to_padded_tensor``
+    would; a shape that cannot be read at all (a tensor subclass whose ``shape`` raises) is []."""
+    try:
+        if t.is_nested:
+            return _nested_shape(t)
+        return plain_ints(t.shape)
+    except Exception:
+        return []
+
+
+def _nested_shape(t: torch.Tensor) -> list[int]:
+    if t.layout == torch.jagged:
+        shape = plain_ints(t.shape)
+        lengths = t.offsets().diff() if t.lengths() is None else t.lengths()
+        shape[t._ragged_idx] = int(lengths.max()) if lengths.numel() else 0
+        return shape
+    sizes = t._nested_tensor_size()  # strided layout: one row of sizes per component
+    widest = sizes.amax(0).tolist() if sizes.numel() else [0] * (t.dim() - 1)
+    return [t.size(0)] + [int(s) for s in widest]
+
+
+def version_of(t: torch.Tensor) -> int:
+    """``t._version``; 0 for an inference tensor (made under ``torch.inference_mode()``), which
+    has no version counter and raises when asked for it."""
+    try:
+        return 0 if t.is_inference() else t._version
+    except Exception:
+        return 0
+
+
 def node_kind(node) -> str:
     name = node.name()
     if name == "torch::autograd::AccumulateGrad" or name == "AccumulateGrad":

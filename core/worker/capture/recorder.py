@@ -29,6 +29,7 @@ import torch
 
 from core.worker.capture.call_record import _ORIG_BACKWARD, _ORIG_GRAD, _ORIG_TENSOR_BACKWARD, CallRecording, ThreadState
 from core.worker.capture.creation import CreationTags, _CreationMode, _register_post_hook, clear_call_sites, is_device_error
+from core.worker.capture.compile_skip import hide_when_compiling
 from core.worker.capture.cuts import CutRecorder
 from core.worker.capture.edge_grads import EdgeGradRecorder
 from core.worker.saved_bytes import saved_storages
@@ -95,6 +96,7 @@ class Capture(CreationTags, CallRecording):
 
     # -- running ---------------------------------------------------------------------------------
     def install(self) -> None:
+        hide_when_compiling(type(self))  # torch.compile compiles none of the capture's own frames
         torch.Tensor.backward = lambda t, *a, **k: self._tensor_backward(t, *a, **k)
         torch.autograd.backward = self._autograd_backward
         torch.autograd.grad = self._autograd_grad

@@ -18,7 +18,8 @@ import torch
 
 from core.worker.capture.cuts import cuts_of, hook_names
 from core.worker.capture.edge_marks import edge_marks
-from core.worker.capture.node_graph import grad_fn_of, node_kind, node_name, number_nodes, saved_attr_names
+from core.worker.capture.node_graph import (grad_fn_of, node_kind, node_name, number_nodes, plain_ints,
+                                            saved_attr_names, shape_of, version_of)
 from core.model.trace import Edge, GradInfo, NodeInfo, Saved, Stale, StorageInfo, TensorInfo, fast_new
 from core.worker.capture.values import FULL_VALUES, VALUE_BUDGET, ValueBatch, _json_number
 
@@ -89,10 +90,11 @@ class Snapshotter:
         try:
             st = t.untyped_storage()
             ptr, nbytes = st.data_ptr(), st.nbytes()
-            offset, stride = t.storage_offset(), t.stride()
+            offset, stride = t.storage_offset(), plain_ints(t.stride())
         except Exception:  # sparse, nested and other storage-less tensors
-            ptr, nbytes, offset, stride = 0, 0, 0, ()
-        layout = (device, ptr, offset, tuple(t.shape), stride, t.dtype)
+            ptr, nbytes, offset, stride = 0, 0, 0, []
+        shape = shape_of(t)
+        layout = (device, ptr, offset, tuple(shape), tuple(stride), t.dtype)
         if saved and ptr != 0 and layout in self.by_layout:
             # A saved output unpacks as a new tensor object over the same data: same tensor.
             return self.by_layout[layout]
@@ -106,16 +108,16 @@ class Snapshotter:
         raw = dict(
             id=tid,
             name=self.names(t),
-            shape=list(t.shape),
+            shape=shape,
             dtype=dtype_name(t.dtype),
             device=device,
             requires_grad=t.requires_grad,
             is_leaf=is_leaf,
             retains_grad=False if is_leaf else t.retains_grad,
-            stride=list(stride),
+            stride=stride,
             storage_offset=offset,
             storage=self._storage_key(device, ptr, nbytes),
-            version=t._version,
+            version=version_of(t),
             values=None,
             is_view=t._is_view(),
             grad_fn_name=node_name(grad_fn) if grad_fn is not None else None,
@@ -174,9 +176,9 @@ class Snapshotter:
             if t is not None and read_grads and (t.is_leaf or t.retains_grad):
                 g = t.grad
                 if g is not None:
-                    raw["_grad_shape"] = list(g.shape)
+                    raw["_grad_shape"] = shape_of(g)
                     self._values(raw, "_grad_values", g)
-                raw["version"] = t._version
+                raw["version"] = version_of(t)
             raws.append(raw)
         self._batch.flush()
         out = []

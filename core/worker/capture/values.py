@@ -8,9 +8,20 @@ device (``ValueBatch``); statistics are exact unless a bound forbids it, and the
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from typing import Any
 
 import torch
+
+try:  # torch's own helpers for its dispatch-mode stacks (private; a worker may run an older torch)
+    from torch.utils._python_dispatch import _disable_current_modes
+except ImportError:
+    _disable_current_modes = None
+try:
+    from torch._ops import _len_torch_dispatch_stack_pre_dispatch
+except ImportError:
+    def _len_torch_dispatch_stack_pre_dispatch() -> int:
+        return 0
 
 from core.model.trace import Values, fast_new
 
@@ -30,6 +41,23 @@ STACK_LIMIT = 1 << 16  # elements: smaller tensors of one shape are previewed st
 # their grads: 400 MB copied) that evicts the script's own data from the caches.
 IN_PLACE_WIDTH = 1 << 15
 CHUNK_ELEMENTS = 1 << 22  # elements copied at once when stacking (16 MB of float32)
+
+
+def script_modes_active() -> bool:
+    """Whether a TorchDispatchMode is active (the script's own, or one of torch.compile's)."""
+    return bool(torch._C._len_torch_dispatch_stack() or _len_torch_dispatch_stack_pre_dispatch())
+
+
+@contextmanager
+def own_ops():
+    """The capture's own tensor ops (previews, detaches) run with the dispatch modes set aside, so
+    a script's TorchDispatchMode neither sees them (its op counts stay its own) nor has to handle
+    them (a mode unwraps a saved scalar into a Python number, which ``detach`` then refuses)."""
+    if _disable_current_modes is None or not script_modes_active():
+        yield
+        return
+    with _disable_current_modes():
+        yield
 
 
 def _json_number(x: Any) -> Any:
@@ -61,11 +89,20 @@ def _plain_list(flat: torch.Tensor) -> list:
 
 def values_of(t: torch.Tensor, full_limit: int = FULL_VALUES) -> Values:
     """A bounded preview: every value up to ``full_limit`` elements, else a sample and stats."""
-    batch = ValueBatch()
-    out: dict = {}
-    batch.add(out, "values", t, full=t.numel() <= full_limit, sample=SAMPLE_VALUES if full_limit else 8)
-    batch.flush()
+    with own_ops():
+        batch = ValueBatch()
+        out: dict = {}
+        batch.add(out, "values", t, full=_numel(t) <= full_limit, sample=SAMPLE_VALUES if full_limit else 8)
+        batch.flush()
     return out["values"]
+
+
+def _numel(t: torch.Tensor) -> int:
+    """``t.numel()`` as an int (0 where a tensor subclass cannot say)."""
+    try:
+        return int(t.numel())
+    except Exception:
+        return 0
 
 
 def _unravel(index: torch.Tensor, shape) -> tuple[torch.Tensor, ...]:
@@ -144,9 +181,18 @@ class ValueBatch:
     def add(self, target: dict, key: str, t: torch.Tensor, full: bool, sample: int = SAMPLE_VALUES) -> None:
         """Set ``target[key]`` to the tensor's Values at the next ``flush()``: every value when
         ``full``, else its first ``sample`` values and statistics."""
-        t = t.detach()
-        numel = t.numel()
-        if t.layout != torch.strided or t.is_nested or t.is_meta:
+        try:
+            if script_modes_active():
+                with own_ops():
+                    t = t.detach()
+            else:
+                t = t.detach()
+            numel = int(t.numel())
+            plain = t.layout == torch.strided and not t.is_nested and not t.is_meta
+        except Exception:  # a tensor subclass that refuses these: its size alone, where it has one
+            target[key] = Values(numel=_numel(t))
+            return
+        if not plain:
             target[key] = Values(numel=numel)
         elif full or numel == 0:
             self._full.append((target, key, t))
@@ -157,6 +203,12 @@ class ValueBatch:
         """Compute every pending preview and drop the references to the tensors."""
         full, summary = self._full, self._summary
         self._full, self._summary = [], []
+        if not full and not summary:
+            return
+        with own_ops():
+            self._flush(full, summary)
+
+    def _flush(self, full, summary) -> None:
         groups: dict[tuple, list] = {}
         for item in full:
             groups.setdefault((item[2].device, item[2].dtype), []).append(item)

@@ -70,6 +70,73 @@ def _assert_grads_recorded(call, plain_stdout: str) -> None:
 # -- torch.compile and dispatch modes --------------------------------------------------------
 
 
+@pytest.mark.slow
+def test_a_function_compiled_with_aot_eager_runs_and_is_one_call(tmp_path):
+    result, plain = _same_as_python(tmp_path, """\
+        import torch
+        torch.manual_seed(0)
+        def f(x, w):
+            return (x @ w).relu().sum()
+        cf = torch.compile(f, backend="aot_eager")
+        x = torch.randn(3, 4)
+        w = torch.randn(4, 2, requires_grad=True)
+        loss = cf(x, w)
+        print("OUT loss", loss.item())
+        loss.backward()
+        print("GRAD w", w.grad.tolist())
+        """)
+    trace = result.trace
+    assert trace.error is None
+    # compile's own autograd.grad (AOTAutograd tracing its joint graph) is not the script's call
+    assert trace.call_count == 1
+    assert [c.api for c in trace.calls] == ["Tensor.backward"]
+    _assert_grads_recorded(trace.calls[0], plain.stdout)
+
+
+@pytest.mark.slow
+def test_a_scripts_dispatch_mode_sees_only_the_scripts_ops(tmp_path):
+    result, plain = _same_as_python(tmp_path, """\
+        import torch
+        from torch.utils._python_dispatch import TorchDispatchMode
+        class Count(TorchDispatchMode):
+            def __init__(self):
+                super().__init__()
+                self.ops = []
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                self.ops.append(str(func))
+                return func(*args, **(kwargs or {}))
+        torch.manual_seed(0)
+        w = torch.randn(3, requires_grad=True)
+        with Count() as mode:
+            y = (w * 2).sin().sum()
+            y.backward()
+        print("OUT ops", len(mode.ops), sorted(set(mode.ops)))
+        print("GRAD w", w.grad.tolist())
+        """)
+    assert result.trace.error is None
+    assert result.trace.call_count == 1
+    _assert_grads_recorded(result.trace.calls[0], plain.stdout)
+
+
+@pytest.mark.slow
+def test_a_function_over_jagged_nested_tensors_compiles_under_capture(tmp_path):
+    result, plain = _same_as_python(tmp_path, """\
+        import torch
+        torch.manual_seed(0)
+        lin = torch.nn.Linear(4, 2)
+        def f(nt):
+            return lin(nt).sin()
+        cf = torch.compile(f, backend="aot_eager", fullgraph=True)
+        nt = torch.nested.nested_tensor([torch.randn(2, 4), torch.randn(3, 4)], layout=torch.jagged)
+        out = cf(nt)
+        out.values().sum().backward()
+        print("OUT done", out.values().shape)
+        print("GRAD lin.weight", lin.weight.grad.tolist())
+        """)
+    assert result.trace.error is None
+    assert result.trace.call_count == 1
+    _assert_grads_recorded(result.trace.calls[0], plain.stdout)
+
 
 COMPILED = """\
     import torch
@@ -92,9 +159,50 @@ COMPILED = """\
     """
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("extra", ["pass", "print('OUT inside')"], ids=["one-graph", "a-graph-break"])
+def test_torch_compile_sees_the_graphs_and_breaks_of_a_plain_run(tmp_path, extra):
+    """No graph break on the capture's sys._getframe, sys.settrace or __import__, and none of the
+    capture's own frames compiled as graphs of their own. (The graphs hold the same ops; one
+    spelling differs: under any TorchFunctionMode, Dynamo writes ``h * math.pi`` as the method
+    ``mul`` rather than ``operator.mul``, so ``explain``'s op_count, which counts functions only,
+    is not compared.)"""
+    result, plain = _same_as_python(tmp_path, COMPILED.replace("{extra}", extra))
+    assert _lines(plain.stdout, "OUT graphs")[0] == ("OUT graphs 1 breaks 0" if extra == "pass"
+                                                      else "OUT graphs 2 breaks 1")
+    assert result.trace.error is None
+    assert result.trace.call_count == 1
+    _assert_grads_recorded(result.trace.calls[0], plain.stdout)
+
 
 # -- inference mode, model outputs, nested tensors --------------------------------------------
 
+
+@pytest.mark.slow
+def test_tensors_made_under_inference_mode_are_read_without_their_version(tmp_path):
+    result, plain = _same_as_python(tmp_path, """\
+        import torch
+        torch.manual_seed(0)
+        m = torch.nn.Linear(3, 2)
+        with torch.inference_mode():
+            out = m(torch.ones(1, 3))
+            buf = torch.ones(3)
+            buf.add_(1)  # in place on an inference tensor
+        print("OUT eval", out.tolist(), buf.tolist())
+        print("VALUE out", out.tolist())
+        x = torch.randn(2, 3, requires_grad=True)
+        loss = (m(x) ** 2).sum() + (x * buf.clone()).sum()
+        loss.backward()
+        print("OUT after", out.clone().sum().item())
+        print("GRAD x", x.grad.tolist())
+        print("GRAD m.weight", m.weight.grad.tolist())
+        """)
+    trace = result.trace
+    assert trace.error is None
+    assert trace.call_count == 1
+    _assert_grads_recorded(trace.calls[0], plain.stdout)
+    out = {t.name: t for t in trace.tensors}["out"]
+    assert (out.version, out.values.data) == (0, _grads(plain.stdout, "VALUE ")["out"])
 
 
 MODEL_OUTPUT = """\
@@ -142,6 +250,47 @@ def test_a_model_returning_a_model_output_takes_its_loss_or_logits(tmp_path, wit
     assert trace.mode == "model" and trace.call_count == 1
     _assert_grads_recorded(trace.calls[0], plain.stdout)
 
+
+@pytest.mark.slow
+def test_jagged_nested_tensors_through_linear_and_backward_arrive_whole(tmp_path):
+    result, plain = _same_as_python(tmp_path, """\
+        import torch
+        torch.manual_seed(0)
+        lin = torch.nn.Linear(4, 2)
+        nt = torch.nested.nested_tensor([torch.randn(2, 4), torch.randn(3, 4)], layout=torch.jagged,
+                                        requires_grad=True)
+        out = lin(nt)
+        out.values().sum().backward()
+        print("OUT shape", out.values().shape)
+        print("GRAD lin.weight", lin.weight.grad.tolist())
+        print("GRAD nt", nt.grad.values().tolist())
+        """)
+    trace = result.trace
+    assert trace.error is None, trace.error
+    assert trace.call_count == 1 and [c.api for c in trace.calls] == ["Tensor.backward"]
+    first = trace.calls[0]
+    assert first.leaf_grads["lin.weight"].data == _grads(plain.stdout)["lin.weight"]
+    assert first.leaf_grads["nt"].numel == len(_grads(plain.stdout)["nt"]) == 20  # a nested grad: its size
+    # the ragged dim has no one size: its largest component's, as to_padded_tensor makes it
+    shapes = {t.name: t.shape for t in first.tensors if t.name}
+    assert shapes["nt"] == [2, 3, 4] and shapes["out"] == [2, 3, 2]
+
+
+@pytest.mark.slow
+def test_a_strided_nested_tensor_in_a_graph_never_backwarded_is_captured(tmp_path):
+    result, _ = _same_as_python(tmp_path, """\
+        import torch
+        nt = torch.nested.nested_tensor([torch.randn(2, 3), torch.randn(4, 3)], requires_grad=True)
+        y = (nt * 2).sin()
+        print("OUT made", y.is_nested, y.size(0))
+        """)
+    trace = result.trace
+    assert trace.error is None, trace.error
+    assert trace.call_count == 0
+    (unreached,) = trace.calls
+    assert unreached.api == "unreached"
+    assert [n.name for n in unreached.nodes][:2] == ["SinBackward0", "MulBackward0"]
+    assert {t.name: t.shape for t in unreached.tensors if t.name}["nt"] == [2, 4, 3]
 
 
 # -- saved-tensor hooks ------------------------------------------------------------------------
