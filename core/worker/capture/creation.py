@@ -226,8 +226,16 @@ _dispatch_modes = torch._C._len_torch_dispatch_stack
 
 
 def is_device_error(exc: BaseException) -> bool:
-    text = str(exc)
+    text = safe_str(exc)
     return "same device" in text or "on the expected device" in text
+
+
+def safe_str(exc: BaseException) -> str:
+    """``str(exc)``, or what it raised: an exception of the script's may define ``__str__``."""
+    try:
+        return str(exc)
+    except Exception as err:
+        return f"<str() raised {type(err).__name__}>"
 
 
 def _storage_ptr(t: torch.Tensor) -> int:

@@ -92,12 +92,12 @@ def _flat(args):
 
 
 def _short(t: torch.Tensor) -> str:
-    if t.numel() == 1:
-        try:
+    try:
+        if t.numel() == 1:
             return f"tensor({t.item():g})"
-        except Exception:
-            return "tensor"
-    return "[" + ", ".join(str(s) for s in t.shape) + "] tensor"
+        return "[" + ", ".join(str(s) for s in t.shape) + "] tensor"
+    except Exception:  # a nested tensor, or a tensor subclass whose shape or item raises
+        return "tensor"
 
 
 def cuts_of(nxt: list, notes, name_of: Callable[[torch.Tensor], str | None]) -> list[dict]:

@@ -128,10 +128,12 @@ class NameTable:
     def _local_tracer(self, frame, event, arg):
         if event == "return":
             for name, value in frame.f_locals.items():
-                if isinstance(value, torch.Tensor) and name != "self" and not name.startswith("__"):
+                # type(), not isinstance(): an object's own __getattribute__ (which isinstance may
+                # call for __class__) is the script's code and may raise.
+                if issubclass(type(value), torch.Tensor) and name != "self" and not name.startswith("__"):
                     try:
                         self.remembered[value._cdata] = (weakref.ref(value), name)
-                    except TypeError:
+                    except Exception:
                         pass
         return self._local_tracer
 
@@ -146,26 +148,32 @@ class NameTable:
         modules: list[tuple[str, torch.nn.Module]] = []
 
         def add(name: str, value) -> None:
-            if isinstance(value, torch.Tensor):
+            # Types are read with type(): the script's objects may define __getattribute__ (or
+            # __class__, __len__, __iter__) to do anything, raising included.
+            cls = type(value)
+            if issubclass(cls, torch.Tensor):
                 key = value._cdata
                 if key not in names:
                     names[key] = name
                     tensors.append((name, value))
-            elif isinstance(value, torch.nn.Module):
+            elif issubclass(cls, torch.nn.Module):
                 if all(m is not value for _, m in modules):
                     modules.append((name, value))
-            elif isinstance(value, (list, tuple)) and 0 < len(value) <= MAX_LIST_ITEMS:
+            elif issubclass(cls, (list, tuple)) and 0 < len(value) <= MAX_LIST_ITEMS:
                 for i, item in enumerate(value):
-                    if isinstance(item, torch.Tensor):
+                    if issubclass(type(item), torch.Tensor):
                         add(f"{name}[{i}]", item)
 
         scopes = [f.f_locals for f in (frames or []) if f.f_code.co_name != "<module>"]
         scopes.append(self.globals)
         for scope in scopes:
             for name, value in list(scope.items()):
-                if name == "self" or name.startswith("__"):
+                if type(name) is not str or name == "self" or name.startswith("__"):
                     continue
-                add(name, value)
+                try:
+                    add(name, value)
+                except Exception:  # a tensor or list subclass of the script's that refuses to be read
+                    continue
         self._bound = len(tensors)
         self._add_module_names(modules, names, tensors)
         for key, (ref, name) in list(self.remembered.items()):
@@ -189,16 +197,19 @@ class NameTable:
         classes: dict[str, str] = {}
         single = len(modules) == 1
         for var, module in modules:
-            prefix = "" if single and module._modules else f"{var}."
             params, buffers = [], []
-            for path, sub in module.named_modules():
-                if path or prefix:  # the script's one model: its own forward is the top level, not a group
-                    full = (prefix + path).rstrip(".") if path else var
-                    paths.setdefault(id(sub), full)
-                    classes.setdefault(full, type(sub).__name__)
-                base = f"{prefix}{path}." if path else prefix
-                params.extend((base + n, p) for n, p in sub._parameters.items() if p is not None)
-                buffers.extend((base + n, b) for n, b in sub._buffers.items() if b is not None)
+            try:
+                prefix = "" if single and module._modules else f"{var}."
+                for path, sub in module.named_modules():
+                    if path or prefix:  # the script's one model: its own forward is the top level, not a group
+                        full = (prefix + path).rstrip(".") if path else var
+                        paths.setdefault(id(sub), full)
+                        classes.setdefault(full, type(sub).__name__)
+                    base = f"{prefix}{path}." if path else prefix
+                    params.extend((base + n, p) for n, p in sub._parameters.items() if p is not None)
+                    buffers.extend((base + n, b) for n, b in sub._buffers.items() if b is not None)
+            except Exception:  # a module of the script's whose attributes raise: the names found so far
+                pass
             for name, t in params + buffers:
                 key = t._cdata
                 if key not in names:
@@ -213,20 +224,24 @@ class NameTable:
         roots, seen = [], set()
 
         def add(value, depth=0) -> None:
-            if isinstance(value, torch.Tensor):
+            cls = type(value)  # not isinstance(): see refresh
+            if issubclass(cls, torch.Tensor):
                 fn = grad_fn_of(value)
                 if fn is not None and id(fn) not in seen:
                     seen.add(id(fn))
                     roots.append(fn)
-            elif depth == 0 and isinstance(value, (list, tuple)) and 0 < len(value) <= 100_000:
+            elif depth == 0 and issubclass(cls, (list, tuple)) and 0 < len(value) <= 100_000:
                 for item in value:
                     add(item, 1)
 
         scopes = [f.f_locals for f in frames if f.f_code.co_name != "<module>"] + [self.globals]
         for scope in scopes:
             for name, value in list(scope.items()):
-                if not name.startswith("__"):
-                    add(value)
+                if type(name) is str and not name.startswith("__"):
+                    try:
+                        add(value)
+                    except Exception:
+                        continue
         add = None  # noqa: F841  (breaks the closure's cycle, see refresh)
         return roots
 

@@ -31,11 +31,11 @@ def grad_fn_of(t: torch.Tensor):
     place with grad mode on raises, although the script itself never reads it (BERT's
     weight initialisation does this). Capture must not turn that into the script's error.
     """
-    if not t.requires_grad:
-        return None
     try:
+        if not t.requires_grad:
+            return None
         return t.grad_fn
-    except RuntimeError:
+    except Exception:  # also a tensor subclass of the script's whose attributes raise
         return None
 
 

@@ -30,12 +30,16 @@ def numpy_peers(namespace: dict, storage_ptrs: dict[tuple, str], storages: list[
     found: dict[str, list[dict]] = {}
     seen = 0
     for name, value in list(namespace.items()):
-        if not isinstance(value, np.ndarray) or name.startswith("_"):
+        # type(), not isinstance(): a global's own __getattribute__ may raise on __class__.
+        if not issubclass(type(value), np.ndarray) or type(name) is not str or name.startswith("_"):
             continue
         seen += 1
         if seen > LIMIT:
             break
-        addr = value.__array_interface__["data"][0]
+        try:
+            addr = value.__array_interface__["data"][0]
+        except Exception:  # an ndarray subclass of the script's that refuses it
+            continue
         for lo, hi, sid in spans:
             if lo <= addr < hi:
                 item = value.itemsize

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from core.worker.capture.creation import safe_str
 from core.worker.capture.names import OP_FRAME, NameTable
 from core.model.trace import ErrorInfo
 
@@ -36,14 +37,19 @@ def format_tb(exc: BaseException, names: NameTable) -> str:
 
 
 def error_info(exc: BaseException, line: int | None, names: NameTable) -> ErrorInfo:
+    message = safe_str(exc)
     kind = "syntax" if isinstance(exc, SyntaxError) else "exception"
-    if isinstance(exc, torch.OutOfMemoryError) or "CUDA error" in str(exc) or "CUDA out of memory" in str(exc):
+    if isinstance(exc, torch.OutOfMemoryError) or "CUDA error" in message or "CUDA out of memory" in message:
         kind = "device"
+    try:
+        tb = format_tb(exc, names)
+    except Exception as err:  # an exception of the script's that even the traceback module cannot format
+        tb = f"{type(exc).__name__}: {message}\n(its traceback could not be formatted: {type(err).__name__})\n"
     return ErrorInfo(
         type=type(exc).__name__,
-        message=str(exc),
+        message=message,
         line=script_line(exc, names) or line,
-        traceback=format_tb(exc, names),
+        traceback=tb,
         kind=kind,
         file=names.script_path,
     )

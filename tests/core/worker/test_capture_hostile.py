@@ -338,4 +338,64 @@ def test_saved_tensors_packed_by_the_scripts_hooks_are_left_to_its_backward(tmp_
 # -- odd objects -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
+def test_an_exception_whose_str_raises_is_reported_and_loses_no_call(tmp_path):
+    script = _write(tmp_path, """\
+        import torch
+        class BadStr(Exception):
+            def __str__(self):
+                raise ValueError("no str for you")
+        w = torch.ones(3, requires_grad=True)
+        def hook(g):
+            raise BadStr()
+        for i in range(3):
+            try:
+                y = (w * (i + 1)).sum()
+                if i == 1:
+                    y.register_hook(hook)
+                y.backward()
+            except BadStr:
+                print("OUT caught", i)
+        print("OUT grad", w.grad.tolist())
+        raise BadStr()
+        """)
+    plain = _plain(script)
+    assert plain.returncode == 1 and "BadStr: <exception str() failed>" in plain.stderr
+    result = run_capture(str(script), timeout=TIMEOUT)
+    assert _lines(result.output, "OUT ") == _lines(plain.stdout, "OUT ") == [
+        "OUT caught 1", "OUT grad [4.0, 4.0, 4.0]"]
+    trace = result.trace
+    assert trace.call_count == 3 and len(trace.calls) == 3
+    assert trace.calls[1].error.type == "BadStr"
+    assert trace.calls[1].error.message == "<str() raised ValueError>"
+    err = trace.error
+    assert (err.type, err.message, err.line) == ("BadStr", "<str() raised ValueError>", 17)
 
+
+@pytest.mark.slow
+def test_a_tensor_subclass_whose_shape_raises_and_a_global_that_refuses_attributes(tmp_path):
+    result, plain = _same_as_python(tmp_path, """\
+        import torch
+        class Hostile:
+            def __getattribute__(self, name):
+                raise RuntimeError("touch me not: " + name)
+        class Shapeless(torch.Tensor):
+            @property
+            def shape(self):
+                raise RuntimeError("no shape")
+        guard = Hostile()
+        crowd = [Hostile(), torch.ones(2)]
+        w = torch.ones(3, requires_grad=True)
+        s = torch.full((3,), 2.0).as_subclass(Shapeless)  # torch reads no shape of it: the capture does
+        for i in range(3):
+            loss = (w * 2 * (i + 1)).sum()
+            loss.backward()
+            print("OUT step", i, w.grad.tolist())
+        print("GRAD w", w.grad.tolist())
+        """)
+    assert plain.returncode == 0
+    trace = result.trace
+    assert trace.error is None, trace.error
+    assert trace.call_count == 3
+    _assert_grads_recorded(trace.calls[-1], plain.stdout)
+    assert {t.name: t.shape for t in trace.tensors if t.name}["s"] == []  # its shape could not be read
