@@ -29,7 +29,7 @@ import torch
 
 from core.protocol.messages import StepperState
 from core.worker.capture.values import STACK_LIMIT, ValueBatch, _flat_head, _plain_list
-from core.worker.capture.node_graph import node_kind, node_name, number_nodes, root_nodes
+from core.worker.capture.node_graph import node_kind, node_name, number_nodes, root_nodes, version_of
 from core.worker.capture.values import FULL_VALUES, values_of
 
 log = logging.getLogger(__name__)
@@ -396,7 +396,7 @@ class BackwardStepper:
         ``light``: the first values and the size only (see LIGHT_VALUES), read at ``settle()``."""
         if not isinstance(g, torch.Tensor):
             return None
-        version = g._version
+        version = version_of(g)  # an inference tensor has no version counter
         hit = self._previews.get(id(g))
         if hit is not None and hit[0]() is g and hit[1] == version and (light or not hit[3]):
             return hit[2]

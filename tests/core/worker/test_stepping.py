@@ -430,3 +430,18 @@ def test_running_on_keeps_leaf_grads_whole_and_edges_short():
     assert acc["leaf_grads"]["x"]["data"] == [2.0] * 50
 
 
+
+
+def test_a_seed_made_under_inference_mode_is_stepped():
+    """An inference tensor has no version counter: the stepper reads its values without one."""
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    with torch.inference_mode():
+        seed = torch.ones(2)
+    y = x * 3
+    stepper = BackwardStepper([y], lambda: y.backward(gradient=seed), names=namer({"x": x}))
+    _, error, _ = drive(stepper)
+    assert error is None
+    assert [s["name"] for s in stepper.steps] == ["MulBackward0", "AccumulateGrad"]
+    assert stepper.steps[0]["grad_outputs"][0]["data"] == [1.0, 1.0]
+    assert stepper.steps[-1]["leaf_grads"]["x"]["data"] == [3.0, 3.0]
+    assert x.grad.tolist() == [3.0, 3.0]
