@@ -41,7 +41,7 @@ _ORIG_BACKWARD = torch.autograd.backward
 _ORIG_GRAD = torch.autograd.grad
 _current_node = getattr(torch._C, "_current_autograd_node", lambda: None)
 # torch.compile runs autograd itself while it traces (AOTAutograd's joint graph): not the script's calls.
-_compiling = torch.compiler.is_compiling
+_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)  # torch < 2.3: none
 
 
 class ThreadState(threading.local):
