@@ -342,6 +342,11 @@ class WorkerProcess:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError, OSError):
                 pass
+        if self.launcher is not None:  # a worker that outlived its launcher's command hears the end, as over ssh
+            try:
+                self.proc.stdin.close()
+            except (OSError, ValueError):
+                pass
         self._exited.set()
 
     def _chunks(self, fd: int):

@@ -29,6 +29,7 @@ from pathlib import Path
 
 # Imported now: while a script runs the app's modules are out of sys.modules (core.worker.main).
 from core.worker import ddp
+from core.worker.children import end_descendants
 from core.protocol import messages as protocol
 from core.protocol import uploads
 from core.protocol.folders import unpack_folder
@@ -58,6 +59,7 @@ def end_group() -> None:
         pass
     ddp.end_children()
     uploads.remove_all()  # the run's folder and files sent for it: nothing stays on the host
+    end_descendants()  # those that left the group with setsid (the worker is their subreaper)
     if hasattr(os, "killpg") and os.getpgrp() == os.getpid():
         os.killpg(os.getpgrp(), signal.SIGKILL)
     os._exit(1)

@@ -1,14 +1,19 @@
 """Children that leave the worker's process group with setsid still end with the run."""
 
 import json
+import shlex
+import sys
 import textwrap
 import threading
 import time
+
+from pathlib import Path
 
 import psutil
 import pytest
 
 from core.client.handle import WorkerClient
+from core.client.launchers import from_command
 from core.protocol import events
 
 # A child started in a session of its own, and a grandchild whose parent called setsid and
@@ -48,14 +53,16 @@ def _running(pid: int) -> bool:
         return False
 
 
-def _run_detached(tmp_path, end, timeout: float = 120):
+def _run_detached(tmp_path, end, timeout: float = 120, launcher=None):
     """Run the script, end it with ``end(client)`` once both pids are written; return them and
     how long after the end they were gone."""
     script = tmp_path / "detached.py"
-    script.write_text(textwrap.dedent(DETACHED))
+    # Behind a launcher the script runs from the host's copy: the pids come here all the same.
+    script.write_text(textwrap.dedent(DETACHED).replace("os.path.dirname(__file__)", repr(str(tmp_path))))
     pids_file = tmp_path / "pids.json"
     done = threading.Event()
-    client = WorkerClient(lambda e: done.set() if isinstance(e, events.Finished) else None, prestart=False)
+    client = WorkerClient(lambda e: done.set() if isinstance(e, events.Finished) else None, prestart=False,
+                          launcher=launcher)
     pids = []
     try:
         client.run(str(script), timeout=timeout)
@@ -67,7 +74,7 @@ def _run_detached(tmp_path, end, timeout: float = 120):
         start = time.monotonic()
         end(client)
         assert done.wait(30)
-        while any(_running(p) for p in pids) and time.monotonic() - start < 10:
+        while any(_running(p) for p in pids) and time.monotonic() - start < 20:
             time.sleep(0.05)
         return pids, time.monotonic() - start
     finally:
@@ -116,3 +123,19 @@ def test_children_that_called_setsid_end_when_the_script_does(tmp_path):
     finally:
         client.close()
         _kill(pids)
+
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["stop", "time limit"])
+def test_a_worker_behind_a_launcher_ends_children_that_called_setsid(tmp_path, how):
+    """A host's worker (here behind ``sh -c``, as behind ssh) ends its own tree: the app
+    leaves the far side's processes to it."""
+    launcher = from_command(f"sh -c 'cd {shlex.quote(str(ROOT))} && {shlex.quote(sys.executable)} -m core.worker'",
+                            name="host")
+    end = (lambda client: client.cancel()) if how == "stop" else (lambda client: None)
+    pids, took = _run_detached(tmp_path, end, timeout=120 if how == "stop" else 10, launcher=launcher)
+    assert [p for p in pids if _running(p)] == []
+    assert took < 20
