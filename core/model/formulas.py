@@ -176,10 +176,14 @@ _f("SplitWithSizesBackward0", ("self", "the grads of all pieces, concatenated al
 _f("UnbindBackward0", ("self", "the grads of all outputs, stacked along dim (zeros for unused ones)", None))
 _f("WhereBackward0", ("self", "grad where condition, else 0", "torch.where(condition, grad, 0.0)"),
    ("other", "grad where not condition, else 0", "torch.where(condition, 0.0, grad)"))
-_f("AccumulateGrad", ("variable", "variable.grad += grad (or .grad = grad the first time)", None),
+_f("AccumulateGrad", ("variable", "variable.grad += grad (or variable.grad = grad when it is None)", None),
    note="no local derivative: it adds the arriving gradient into the leaf's .grad")
 
 FORMULAS: dict[str, Formula] = {f.node: f for f in _TABLE}
+
+# A rule for this input is a statement about the leaf (AccumulateGrad), not a gradient sent on:
+# it is written without a ``grad_<input> =`` in front, and ``variable`` is the leaf's name.
+_STATEMENT_INPUT = "variable"
 
 
 def formula_for(node_name: str) -> Formula | None:
@@ -202,9 +206,12 @@ def formula_lines(node_name: str, names: dict[str, str] | None = None, inputs: l
     subst = dict(names or {})
     if output:
         subst.setdefault("result", output)
+        subst.setdefault(_STATEMENT_INPUT, output)
         subst["grad"] = f"grad_{output}"
-    pattern = re.compile(r"\b(" + "|".join(map(re.escape, sorted(subst, key=len, reverse=True))) + r")\b") \
-        if subst else None
+    # Whole names only: not an attribute (the ``grad`` of ``x.grad``), not part of a longer
+    # identifier (``self_sym_sizes``); a mark such as ``ᵀ`` or ``²`` may follow the name.
+    pattern = re.compile(r"(?<![A-Za-z0-9_.])(" + "|".join(map(re.escape, sorted(subst, key=len, reverse=True)))
+                         + r")(?![A-Za-z0-9_])") if subst else None
     lines = []
     inputs = list(inputs or [])
     rules = list(formula.rules)
@@ -213,6 +220,9 @@ def formula_lines(node_name: str, names: dict[str, str] | None = None, inputs: l
                  for i in range(max(len(inputs), 1))]
     for i, rule in enumerate(rules):
         math_text = pattern.sub(lambda m: subst[m.group(1)], rule.math) if pattern else rule.math
+        if rule.input == _STATEMENT_INPUT:
+            lines.append(math_text)
+            continue
         who = inputs[i] if i < len(inputs) and inputs[i] else subst.get(rule.input, rule.input)
         lhs = f"grad_{rule.input}" if who == rule.input else f"grad_{rule.input} ({who})"
         lines.append(f"{lhs} = {math_text}")
