@@ -31,7 +31,8 @@ class DeviceChange:
 
     ``before`` is the device of ``dst``'s output (the producer in the forward pass), ``after``
     that of ``src`` (its consumer): the forward pass moved data before -> after, the gradient
-    goes back after -> before.
+    goes back after -> before, and ``text`` says that way, as the dtype marks of
+    ``core.model.edge_marks`` do.
     """
 
     src: str
@@ -42,7 +43,7 @@ class DeviceChange:
 
     @property
     def text(self) -> str:
-        return f"{self.before} {ARROW} {self.after}"
+        return f"{self.after} {ARROW} {self.before}"
 
 
 # -- names ---------------------------------------------------------------------------------------

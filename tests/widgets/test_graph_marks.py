@@ -195,7 +195,7 @@ def device_call(second: str):
 
 def test_device_change_is_marked_on_its_edge(view):
     view.set_call(device_call("cuda:0"), sync=True)
-    assert tags(view, "device_edge") == {("n2", "n3"): "cpu \u2192 cuda:0"}
+    assert tags(view, "device_edge") == {("n2", "n3"): "cuda:0 \u2192 cpu"}  # the way the gradient goes
     accented = [e.key for e in view.edge_items if e.accent]
     assert accented == [("n2", "n3")]
     tip = next(t for t in view.marks.tags if t.kind == "device_edge").toolTip()

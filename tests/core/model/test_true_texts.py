@@ -27,3 +27,30 @@ def test_no_name_is_rewritten_after_a_dot_or_inside_a_longer_name():
             assert "x_sym_sizes" not in line and "x_sym_numel" not in line, (node, line)
     assert formula_lines("ViewBackward0", {"self": "x"}, ["x"], "y") == [
         "grad_self (x) = grad_y reshaped to self_sym_sizes"]
+
+
+MOVED = """\
+import torch
+w = torch.tensor([1.0, 2.0], requires_grad=True)
+y = w.to("meta", torch.float64)
+loss = (y * 3).sum()
+loss.backward()
+"""
+
+
+def test_device_and_dtype_chips_both_say_the_way_the_gradient_goes(tmp_path):
+    from core.model.anatomy import device_changes
+    from core.model.edge_marks import mark_text
+    from core.model.trace_json import trace_from_json
+    from core.worker.capture.recorder import capture_script
+
+    path = tmp_path / "moved.py"
+    path.write_text(MOVED)
+    call = trace_from_json(capture_script(str(path)).to_json()).calls[0]  # backward then fails: meta has no data
+    to_copy = next(n for n in call.nodes if n.name == "ToCopyBackward0")
+    into_w = call.node(to_copy.next[0].node)
+    assert into_w.name == "AccumulateGrad" and call.tensor(into_w.variable).name == "w"
+    # the gradient arrives as float64 on meta and is cast and copied to w's float32 on cpu
+    assert [mark_text(m) for m in to_copy.edge_marks] == ["float64 → float32"]
+    changes = [c for c in device_changes(call) if c.src == to_copy.id]
+    assert [(c.dst, c.text) for c in changes] == [(into_w.id, "meta → cpu")]
