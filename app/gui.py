@@ -19,7 +19,7 @@ from pathlib import Path
 from PySide6.QtCore import QSize, QTimer
 from PySide6.QtWidgets import QApplication
 
-from app.cli.commands import add_load_options, load_options
+from app.cli.options import add_load_options, load_options
 from app.session.open_trace import is_trace_path, open_trace
 from app.session.show_server import ShowServer
 from app.window.resources import DEFAULT_EXAMPLE, icon
@@ -32,15 +32,24 @@ from core.programs.model_kinds import is_huggingface_folder
 log = logging.getLogger(__name__)
 
 
-def _parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="backprop-studio",
-        description="See PyTorch's autograd: open a script, watch its graphs. "
-        "Headless commands: view, trace, step, export, hosts (see 'backprop-studio --help').",
-    )
-    parser.add_argument("script", nargs="?", help="a PyTorch script, notebook, saved model, Hugging Face model "
-                        "folder, or a saved trace (.json) to open without running anything (default: a bundled "
-                        "example)")
+def build_parser(view: bool = False) -> argparse.ArgumentParser:
+    """The window's options; ``view``: ``backprop-studio view TRACE.json``, a saved trace is required."""
+    if view:
+        parser = argparse.ArgumentParser(
+            prog="backprop-studio view",
+            description="Open a saved trace in the window without running anything: its graphs, tensors, "
+            "memory and errors as they were recorded.")
+        parser.add_argument("script", metavar="TRACE.json", help="a saved trace, written by "
+                            "'backprop-studio trace SCRIPT --json OUT' or the window's Export > JSON")
+    else:
+        parser = argparse.ArgumentParser(
+            prog="backprop-studio",
+            description="See PyTorch's autograd: open a script, watch its graphs. "
+            "Headless commands: view, trace, step, export, hosts (see 'backprop-studio --help').",
+        )
+        parser.add_argument("script", nargs="?", help="a PyTorch script, notebook, saved model, Hugging Face "
+                            "model folder, or a saved trace (.json) to open without running anything (default: "
+                            "a bundled example)")
     parser.add_argument("--device", default=None, help="cpu, cuda:N or mps")
     parser.add_argument("--screenshot", metavar="OUT.png",
                         help="run the script, save a picture of the whole window once the graph is shown, exit")
@@ -55,7 +64,11 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--size", default=None, help="window size, WIDTHxHEIGHT (default: fit the screen; "
                         "1400x860 for --screenshot)")
     add_load_options(parser)
-    return parser.parse_args(argv)
+    return parser
+
+
+def _parse(argv: list[str], view: bool = False) -> argparse.Namespace:
+    return build_parser(view).parse_args(argv)
 
 
 def _install_excepthooks(window_ref: list) -> None:
@@ -81,8 +94,8 @@ def _no_display() -> bool:
             and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"))
 
 
-def main(argv: list[str]) -> int:
-    args = _parse(argv)
+def main(argv: list[str], view: bool = False) -> int:
+    args = _parse(argv, view)
     if _no_display():
         if args.screenshot:
             os.environ["QT_QPA_PLATFORM"] = "offscreen"  # a picture needs no screen
@@ -96,6 +109,10 @@ def main(argv: list[str]) -> int:
         problem = None if is_huggingface_folder(script) else script_problem(script)
         if problem:
             sys.stderr.write(f"backprop-studio: {problem}\n")
+            return 2
+        if view and not is_trace_path(script):
+            sys.stderr.write(f"backprop-studio view: {script} is not a saved trace (.json); to run it, "
+                             f"open it without 'view': backprop-studio {script}\n")
             return 2
     script = script or str(DEFAULT_EXAMPLE)
     app = QApplication.instance() or QApplication([sys.argv[0]])

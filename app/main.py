@@ -40,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
             # The reader went away (`... | head`): stop quietly, as command-line tools do.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 1
-    if argv and argv[0] == "view":  # main.py view TRACE.json [--screenshot OUT.png]: open a saved trace
+    view = bool(argv) and argv[0] == "view"
+    if view:  # main.py view TRACE.json [--screenshot OUT.png]: open a saved trace
         argv = argv[1:]
     try:
         from app.gui import main as gui_main  # here, not above: the headless commands never load Qt
@@ -49,4 +50,4 @@ def main(argv: list[str] | None = None) -> int:
             raise
         sys.stderr.write(f"backprop-studio: cannot load Qt (PySide6): {exc}\n")  # a broken Qt install
         return 2
-    return gui_main(argv)
+    return gui_main(argv, view=view)

@@ -14,6 +14,7 @@ from dataclasses import asdict
 
 from app.cli import export as export_cli
 from app.cli.hosts import add_hosts_parser, add_worker_args, hosts_main, worker_options
+from app.cli.options import add_run_options, load_options
 from core.protocol import messages as protocol
 from core.client.handle import run_capture
 from core.client.run_errors import script_problem
@@ -149,49 +150,35 @@ def _say_bad_messages(result) -> None:
         print(f"backprop-studio: warning: {error}", file=sys.stderr)
 
 
-def add_load_options(p: argparse.ArgumentParser) -> None:
-    """How to open notebooks and saved models (see README, "Notebooks and saved models")."""
-    p.add_argument("--weights", metavar="FILE", help="a state_dict or .safetensors file to load into the model "
-                   "the script defines")
-    p.add_argument("--input-shape", action="append", metavar="SHAPE",
-                   help="input shape for a TorchScript archive or pickled model, e.g. 2,4 or 2x8:int64; "
-                   "repeat once per input")
-    p.add_argument("--trust-pickle", action="store_true",
-                   help="allow a whole pickled model (torch.save(model)); loading it runs code from the file")
+SCRIPT_HELP = "a PyTorch script, notebook (.ipynb), saved model or Hugging Face model folder"
 
 
-def load_options(args) -> dict:
-    return {"weights": str(Path(args.weights).resolve()) if getattr(args, "weights", None) else None,
-            "input_shapes": ";".join(getattr(args, "input_shape", None) or []),
-            "trust_pickle": bool(getattr(args, "trust_pickle", False))}
-
-
-def main(argv: list[str]) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The headless commands' parser: one subcommand each."""
     parser = argparse.ArgumentParser(prog="backprop-studio", description="Backprop Studio headless commands")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("trace", help="run a script in a worker and summarise every autograd graph it builds")
-    p.add_argument("script")
-    p.add_argument("--device", default="cpu", help="cpu, cuda:N or mps (default cpu)")
+    p.add_argument("script", help=SCRIPT_HELP)
     p.add_argument("--json", metavar="OUT", help="write the trace as JSON (with --nproc: the picked rank's; "
                    "each other rank's beside it, OUT's name with .rankN)")
-    p.add_argument("--mode", choices=("auto", "script", "model"), default="auto")
-    p.add_argument("--timeout", type=float, default=600.0, help="time limit in seconds (default 600)")
     p.add_argument("--quiet", action="store_true", help="do not echo the script's output")
-    add_load_options(p)
+    add_run_options(p)
     add_worker_args(p)
     p = sub.add_parser("step", help="step through one backward call node by node and print every step")
-    p.add_argument("script")
+    p.add_argument("script", help=SCRIPT_HELP)
     p.add_argument("--call", type=int, default=0, help="which backward / grad call to step (default 0)")
-    p.add_argument("--device", default="cpu", help="cpu, cuda:N or mps (default cpu)")
     p.add_argument("--breakpoint", type=int, metavar="LINE",
                    help="step the first call made from this script line (instead of --call)")
     p.add_argument("--json", metavar="OUT", help="write the steps, leaf grads and the call as JSON")
-    add_load_options(p)
-    p.add_argument("--mode", choices=("auto", "script", "model"), default="auto")
-    p.add_argument("--timeout", type=float, default=600.0, help="time limit in seconds (default 600)")
+    add_run_options(p)
     add_worker_args(p)
     export_cli.add_parser(sub)
     add_hosts_parser(sub)
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return _dispatch(parser, args)

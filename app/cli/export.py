@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 
 from app.cli.hosts import add_worker_args, worker_options
+from app.cli.options import add_run_options, load_options
 from core.protocol import messages as protocol
 from core.client.handle import capture_run, run_capture
 from core.model.nesting import link_nested
@@ -44,14 +45,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description="Run each script in a worker and export one of its backward graphs. With several "
         "scripts, -o must contain {name} (the script's file name without .py) or be a directory.",
     )
-    p.add_argument("scripts", nargs="+", metavar="SCRIPT")
+    p.add_argument("scripts", nargs="+", metavar="SCRIPT",
+                   help="PyTorch scripts, notebooks, saved models or Hugging Face model folders, one export each")
     p.add_argument("-o", "--output", required=True, metavar="OUT",
                    help="output file (format from the suffix), a pattern with {name}, or a directory")
     p.add_argument("--format", choices=FORMATS, help="format when OUT has no suffix or is a directory (default png)")
     p.add_argument("--call", type=int, help="which backward / grad call to export (default 0); JSON then holds "
                    "only that call")
     p.add_argument("--step", type=int, metavar="K", help="draw the graph as it is after K backward steps")
-    p.add_argument("--theme", choices=("print", "light", "dark"), default="print")
+    p.add_argument("--theme", choices=("print", "light", "dark"), default="print",
+                   help="colours: print (default, for paper and slides), light or dark")
     p.add_argument("--title", help="title above the graph ({name} and {call} are replaced)")
     p.add_argument("--caption", help="caption below the graph ({name} and {call} are replaced)")
     p.add_argument("--scale", type=float, default=2.0, help="PNG pixels per screen pixel (default 2)")
@@ -78,9 +81,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    "instead of a graph; with --call, zoomed to that call's iteration")
     p.add_argument("--reference", metavar="SCRIPT", help="with --memory: run this script too and draw it on the "
                    "same scale (a leak beside its fix)")
-    p.add_argument("--device", default="cpu", help="cpu, cuda:N or mps (default cpu)")
-    p.add_argument("--mode", choices=("auto", "script", "model"), default="auto")
-    p.add_argument("--timeout", type=float, default=600.0, help="time limit per script in seconds (default 600)")
+    add_run_options(p, timeout_help="time limit per script in seconds (default 600)")
     add_worker_args(p)
     return p
 
@@ -187,7 +188,7 @@ def _export_one(args, script: Path, batch: bool) -> tuple[list[str], list[str]]:
     loader.start()
     # The outputs are written while the worker's process exits (it is waited for at the end).
     with capture_run(str(script), device=args.device, mode=args.mode, timeout=args.timeout,
-                     on_event=on_event if want_steps else None,
+                     load=load_options(args), on_event=on_event if want_steps else None,
                      step={"call": index, "mode": "all"} if want_steps else None,
                      # only a JSON export keeps the memory samples
                      memory_rate=None if _format(args, output_path(args.output, script, args.format or "png"))
@@ -257,7 +258,8 @@ def _export_memory(args, script: Path) -> tuple[list[str], list[str]]:
     out = output_path(args.output, script, args.format if args.format in ("png", "svg") else "svg")
     if out.suffix.lower() not in (".png", ".svg"):
         raise ScriptError(f"-o {args.output}: a memory chart is written as .png or .svg")
-    trace = run_capture(str(script), device=args.device, mode=args.mode, timeout=args.timeout).trace
+    trace = run_capture(str(script), device=args.device, mode=args.mode, timeout=args.timeout,
+                        load=load_options(args)).trace
     reference, label = None, ""
     if args.reference:
         ref_path = Path(args.reference)
