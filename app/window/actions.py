@@ -6,6 +6,7 @@ from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import QComboBox, QLabel, QLineEdit, QMenu, QSizePolicy, QToolButton, QWidget
 
+from app.window.help_dialogs import show_getting_started, show_shortcuts
 from app.window.resources import example_scripts, icon
 from widgets.graph.direction import DIRECTION_NAMES, set_direction
 from widgets.graph.teaching import set_show_slots, set_show_values
@@ -88,6 +89,10 @@ def build_actions(w) -> None:
                           (w.act_next_call, "Next Call")):
         action.setIconText(short)
     w.act_quit = make_action(w, "&Quit", w.close, QKeySequence.StandardKey.Quit, "Quit Backprop Studio")
+    w.act_getting_started = make_action(w, "&Getting Started", lambda: show_getting_started(w), "F1",
+                                        "A tour of the bundled examples and what each teaches")
+    w.act_shortcuts = make_action(w, "&Keyboard Shortcuts", lambda: show_shortcuts(w), "Ctrl+/",
+                                  "Every keyboard shortcut of the window")
     w.act_about = make_action(w, "&About Backprop Studio", w.about, None, "About")
 
 
@@ -209,4 +214,7 @@ def build_menus(w) -> None:
     for action in (w.act_step, w.act_step_to, w.act_continue, w.act_next_call, w.act_resume, w.act_restart):
         run.addAction(action)
     help_menu = w.menuBar().addMenu("&Help")
+    help_menu.addAction(w.act_getting_started)
+    help_menu.addAction(w.act_shortcuts)
+    help_menu.addSeparator()
     help_menu.addAction(w.act_about)
