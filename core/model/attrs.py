@@ -1,8 +1,9 @@
 """Readable saved attributes: enum-like integers decoded, saved tensors named like the script.
 
 autograd keeps a node's non-tensor arguments as raw integers: ``reduction 1`` is ``'mean'``,
-and ``ignore_index`` is kept as an unsigned 64-bit number (``18446744073709551516`` is
-``-100``). Saved tensors are shown as ``self = a``: the argument name, then the script's name.
+and ``ignore_index`` is handed back as an unsigned 64-bit number (``18446744073709551516`` is
+``-100``; the capture stores it signed). Saved tensors are shown as ``self = a``: the argument
+name, then the script's name.
 Plain data only (no torch): the GUI and the exporters use it.
 """
 
@@ -16,12 +17,19 @@ _INT64_MAX = 2**63 - 1
 _UINT64 = 2**64
 
 
+def signed_int64(value):
+    """An int64 that autograd hands back as unsigned (``18446744073709551516``) as the signed
+    number it is (``-100``); every other value as it is. The capture stores saved values so."""
+    if type(value) is int and _INT64_MAX < value < _UINT64:
+        return value - _UINT64
+    return value
+
+
 def decode_value(name: str, value):
     """A saved non-tensor value as the script would have written it."""
     if name == "reduction" and isinstance(value, int) and value in REDUCTIONS:
         return REDUCTIONS[value]
-    if isinstance(value, int) and not isinstance(value, bool) and _INT64_MAX < value < _UINT64:
-        return value - _UINT64  # a negative int64 read back as unsigned
+    value = signed_int64(value)  # traces written before the capture stored it signed
     if name in ("end",) and value == _INT64_MAX:
         return "end"
     return value

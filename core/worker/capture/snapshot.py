@@ -20,6 +20,7 @@ from core.worker.capture.cuts import cuts_of, hook_names
 from core.worker.capture.edge_marks import edge_marks
 from core.worker.capture.node_graph import (grad_fn_of, node_kind, node_name, number_nodes, plain_ints,
                                             saved_attr_names, shape_of, version_of)
+from core.model.attrs import signed_int64
 from core.model.trace import Edge, GradInfo, NodeInfo, Saved, Stale, StorageInfo, TensorInfo, fast_new
 from core.worker.capture.values import FULL_VALUES, VALUE_BUDGET, ValueBatch, _json_number
 
@@ -29,6 +30,8 @@ def dtype_name(dtype) -> str:
 
 
 def _saved_value(value: Any) -> Any:
+    if type(value) is int:
+        return signed_int64(value)  # autograd reads int64 attributes back as unsigned
     if isinstance(value, (bool, int, str)) or value is None:
         return value
     if isinstance(value, float):

@@ -54,3 +54,37 @@ def test_device_and_dtype_chips_both_say_the_way_the_gradient_goes(tmp_path):
     assert [mark_text(m) for m in to_copy.edge_marks] == ["float64 → float32"]
     changes = [c for c in device_changes(call) if c.src == to_copy.id]
     assert [(c.dst, c.text) for c in changes] == [(into_w.id, "meta → cpu")]
+
+
+CROSS_ENTROPY = """\
+import torch
+import torch.nn.functional as F
+logits = torch.tensor([[1.0, 2.0, 0.5], [0.1, 0.2, 3.0]], requires_grad=True)
+loss = F.cross_entropy(logits, torch.tensor([1, 2]))
+loss.backward()
+"""
+
+
+def cross_entropy_trace(tmp_path):
+    from core.worker.capture.recorder import capture_script
+
+    path = tmp_path / "ce.py"
+    path.write_text(CROSS_ENTROPY)
+    trace = capture_script(str(path))
+    assert trace.error is None, trace.error
+    return trace
+
+
+def test_the_trace_file_stores_ignore_index_signed(tmp_path):
+    import json
+
+    from core.model.attrs import saved_label
+    from core.model.trace_json import trace_from_json
+
+    text = cross_entropy_trace(tmp_path).to_json()
+    nll = next(n for n in json.loads(text)["calls"][0]["nodes"] if n["name"] == "NllLossBackward0")
+    assert {s["name"]: s.get("value") for s in nll["saved"]}["ignore_index"] == -100
+    assert "18446744073709551516" not in text
+    call = trace_from_json(text).calls[0]
+    saved = next(s for n in call.nodes if n.name == "NllLossBackward0" for s in n.saved if s.name == "ignore_index")
+    assert saved.value == -100 and saved_label(call, saved) == "ignore_index = -100"
