@@ -11,6 +11,7 @@ CUT_WORDS = {
     "detach": "detached: made by .detach(), which shares memory but cuts the graph",
     "no_grad": "made under torch.no_grad(): no grad_fn was recorded",
     "number": "a Python number (a literal, or a value taken out with .item())",
+    "item": "a Python number taken out with .item(): no gradient flows back through it",
     "constant": "a tensor with requires_grad=False (a constant for autograd)",
     "integer": "an integer tensor: only floating point tensors can require grad",
 }
@@ -21,6 +22,9 @@ CUT_SHORT = {"detach": "made by .detach()", "no_grad": "made under no_grad", "nu
 def cut_text(cut: dict, short: bool = False) -> str:
     """A None input as words: 'detached (d)', 'Python number 20'."""
     cause = cut.get("cause")
+    if cause == "item":  # 'scale = (x.sum() * 2).item() → 6', the call as the script wrote it
+        said = f"{cut.get('name') or '.item()'} → {cut.get('value')}"
+        return said if short else f"{said} · {CUT_WORDS['item']}"
     words = (CUT_SHORT if short else CUT_WORDS).get(cause, "no gradient flows here")
     who = cut.get("name") or cut.get("value")
     if who and short:

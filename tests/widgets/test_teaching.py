@@ -43,10 +43,10 @@ def test_cut_inputs_are_named_with_their_cause(cut_trace):
     assert sorted(_cuts(call)) == sorted([
         ("AddBackward0", 1, "detach", "detached"),
         ("AddBackward0", 1, "no_grad", "frozen"),
-        ("AddBackward0", 1, "number", None),
+        ("AddBackward0", 1, "item", "x.item()"),
         ("MulBackward0", 1, "constant", "const"),
     ])
-    number = next(c for n in call.nodes for c in n.cuts or () if c["cause"] == "number")
+    number = next(c for n in call.nodes for c in n.cuts or () if c["cause"] == "item")
     assert number["value"] == "2"
     # every None entry of next_functions has exactly one cut record
     for n in call.nodes:
@@ -111,7 +111,7 @@ def test_cut_stubs_and_values_are_drawn(qtbot, cut_trace):
         cuts = sorted(" ".join(t.lines) for t in notes if t.kind == "cut")
         values = sorted(" ".join(t.lines) for t in notes if t.kind == "value")
         assert cuts == sorted(["✂ const: requires_grad=False", "✂ detached: made by .detach()",
-                               "✂ frozen: made under no_grad", "✂ Python number 2"])
+                               "✂ frozen: made under no_grad", "✂ x.item() → 2"])
         assert "x = 2 .grad = 12" in values and "seed: 1 (d out / d out)" in values
         assert all(t.isVisible() for t in notes)
     with offscreen_view(call) as view:

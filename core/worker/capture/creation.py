@@ -67,6 +67,8 @@ class _CreationMode(TorchFunctionMode):
                 return out
         elif not kind[1]:
             if not isinstance(out, (tuple, list)) or isinstance(out, torch.Size):
+                if kind[0] == "item":  # a number out of the graph: a cut stub names it by this call
+                    cap.cuts.note_item(out, site, cap.names.is_user_file)
                 return out
             for o in out:
                 if isinstance(o, torch.Tensor):

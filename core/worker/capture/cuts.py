@@ -4,12 +4,16 @@ A None entry is an input through which no gradient flows: a constant, a ``detach
 tensor, a value computed under ``torch.no_grad()``, a Python number (for instance one taken
 out with ``.item()``). The graph alone cannot say which; so capture notes, per op, the
 inputs that need no gradient (``note_inputs``, stored in the new node's metadata) and the
-tensors made by ``detach()`` or under ``no_grad`` (``note_free``, kept in a weak table), and
-the walk matches those notes to the None entries (``cuts_of``).
+tensors made by ``detach()`` or under ``no_grad`` (``note_free``, kept in a weak table), the
+numbers ``.item()`` returned with the script's words for them (``note_item``), and the walk
+matches those notes to the None entries (``cuts_of``).
 """
 
 from __future__ import annotations
 
+import ast
+import functools
+import linecache
 import weakref
 from typing import Callable
 
@@ -18,6 +22,9 @@ import torch
 from core.model.causes import CUT_WORDS as CAUSE_TEXT
 
 _NUMBERS = (int, float)
+# How many numbers taken out with ``.item()`` are remembered (the latest ones: a script passes a
+# number to an op soon after it took it out).
+_ITEMS_KEPT = 256
 
 
 class CutRecorder:
@@ -27,6 +34,9 @@ class CutRecorder:
         # id(tensor) -> (weak reference, origin). A plain dict: it is read on every op that makes a
         # tensor without gradient, and a WeakIdKeyDictionary lookup builds a Python object per key.
         self.origins: dict[int, tuple[weakref.ref, str]] = {}
+        # id(number) -> (the number, its source text): the numbers ``.item()`` returned. The number
+        # itself is held, so the id stays its own; small ints are shared objects and not kept.
+        self.items: dict[int, tuple[object, str | None]] = {}
 
     def _set(self, t: torch.Tensor, origin: str) -> None:
         key, origins = id(t), self.origins
@@ -69,6 +79,17 @@ class CutRecorder:
             return entry[1]
         return None
 
+    def note_item(self, value, frame, is_user_file: Callable[[str], bool]) -> None:
+        """``value`` was returned by ``.item()`` called from ``frame``: remember it with the
+        script's text for it (``scale = (x.sum() * 2).item()``) when the call is the script's."""
+        if type(value) is bool or (type(value) is int and -5 <= value <= 256):
+            return
+        text = item_source(frame) if frame is not None and is_user_file(frame.f_code.co_filename) else None
+        items = self.items
+        if len(items) >= _ITEMS_KEPT:
+            del items[next(iter(items))]
+        items[id(value)] = (value, text)
+
     def note_inputs(self, metadata: dict, args) -> None:
         """Store in a new node's metadata the inputs of its op that need no gradient."""
         found = []
@@ -78,7 +99,12 @@ class CutRecorder:
                     cause = self.origin(a) or ("constant" if a.is_floating_point() or a.is_complex() else "integer")
                     found.append((cause, weakref.ref(a), _short(a)))
             elif isinstance(a, _NUMBERS) and not isinstance(a, bool):
-                found.append(("number", None, f"{a:g}" if isinstance(a, float) else str(a)))
+                shown = f"{a:g}" if isinstance(a, float) else str(a)
+                item = self.items.get(id(a)) if self.items else None
+                if item is not None and item[0] is a:
+                    found.append(("item", None, shown, item[1]))
+                else:
+                    found.append(("number", None, shown))
         if found:
             metadata["bps_cuts"] = found
 
@@ -104,7 +130,9 @@ def cuts_of(nxt: list, notes, name_of: Callable[[torch.Tensor], str | None]) -> 
     """Match the notes of an op to the None entries of its node's next functions.
 
     Returns one dict per None entry: ``input`` (its position), ``cause`` (a key of
-    ``CAUSE_TEXT``, or None when unknown), ``name`` (the script's name) and ``value``.
+    ``CAUSE_TEXT``, or None when unknown), ``name`` (the script's name; for a number taken out
+    with ``.item()``, the script's text of that call, ``scale = (x.sum() * 2).item()``) and
+    ``value``.
     """
     nones = [i for i, e in enumerate(nxt) if e is None]
     if not nones:
@@ -120,12 +148,72 @@ def cuts_of(nxt: list, notes, name_of: Callable[[torch.Tensor], str | None]) -> 
     out = []
     for k, i in enumerate(nones):
         if k < len(pick):
-            cause, ref, value = pick[k]
+            cause, ref, value = pick[k][:3]
             t = ref() if ref is not None else None
-            name = name_of(t) if t is not None else None
+            name = pick[k][3] if cause == "item" else name_of(t) if t is not None else None
             out.append({"input": i, "cause": cause, "name": name, "value": value})
         else:
             out.append({"input": i, "cause": None, "name": None, "value": None})
+    return out
+
+
+_item_texts: dict[tuple, str | None] = {}
+
+
+def item_source(frame) -> str | None:
+    """The script's text of the ``.item()`` call ``frame`` is making: the call expression, with
+    the assignment target when the statement assigns just that (``scale = (x.sum() * 2).item()``).
+    None where the source or the call's position is unknown. Kept per call site."""
+    code, at = frame.f_code, frame.f_lasti
+    key = (code, at)
+    if key in _item_texts:
+        return _item_texts[key]
+    text = None
+    try:
+        pos = list(code.co_positions())[at // 2]
+        text = _call_text(code.co_filename, *pos)
+    except Exception:  # no positions (python -X no_debug_ranges), or the file is gone
+        text = None
+    if len(_item_texts) > 4096:
+        _item_texts.clear()
+    _item_texts[key] = text
+    return text
+
+
+def _call_text(filename: str, line: int, end_line: int, col: int, end_col: int) -> str | None:
+    if None in (line, end_line, col, end_col):
+        return None
+    lines = [linecache.getline(filename, n) for n in range(line, end_line + 1)]
+    raw = [ln.encode() for ln in lines]  # the columns count UTF-8 bytes
+    if len(raw) == 1:
+        expr = raw[0][col:end_col]
+    else:
+        expr = b"\n".join([raw[0][col:].rstrip(b"\r\n"), *(r.rstrip(b"\r\n") for r in raw[1:-1]), raw[-1][:end_col]])
+    expr_text = expr.decode(errors="replace").strip()
+    if not expr_text.endswith(".item()"):
+        return None
+    target = _target_of(filename, line, col, end_line, end_col)
+    return f"{target} = {expr_text}" if target else expr_text
+
+
+def _target_of(filename: str, line: int, col: int, end_line: int, end_col: int) -> str | None:
+    """The target of the assignment whose whole value is the expression at these positions."""
+    return _assignments(filename).get((line, col, end_line, end_col))
+
+
+@functools.lru_cache(maxsize=16)
+def _assignments(filename: str) -> dict[tuple, str]:
+    """(value's positions) -> target text of every assignment of a file, parsed once."""
+    try:
+        tree = ast.parse("".join(linecache.getlines(filename)))
+    except (SyntaxError, ValueError):
+        return {}
+    out = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            v = node.value
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            out[(v.lineno, v.col_offset, v.end_lineno, v.end_col_offset)] = " = ".join(map(ast.unparse, targets))
     return out
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from core.model.formulas import FORMULAS, formula_lines
 
 
@@ -88,3 +90,45 @@ def test_the_trace_file_stores_ignore_index_signed(tmp_path):
     call = trace_from_json(text).calls[0]
     saved = next(s for n in call.nodes if n.name == "NllLossBackward0" for s in n.saved if s.name == "ignore_index")
     assert saved.value == -100 and saved_label(call, saved) == "ignore_index = -100"
+
+
+ITEMS = """\
+import torch
+x = torch.tensor([1.0, 2.0, 0.0], requires_grad=True)
+w = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+scale = (x.sum() * 2).item()
+y = (w * scale).sum() + x.sum().item() + 20
+y.backward()
+"""
+
+
+def test_item_cuts_name_the_call_and_its_variable(tmp_path):
+    from core.model.causes import cut_text
+    from core.model.trace_json import trace_from_json
+    from core.worker.capture.recorder import capture_script
+
+    path = tmp_path / "items.py"
+    path.write_text(ITEMS)
+    trace = capture_script(str(path))
+    assert trace.error is None, trace.error
+    call = trace_from_json(trace.to_json()).calls[0]
+    cuts = sorted((n.name, cut_text(c, short=True)) for n in call.nodes for c in n.cuts or ())
+    assert cuts == [("AddBackward0", "Python number 20"), ("AddBackward0", "x.sum().item() → 3"),
+                    ("MulBackward0", "scale = (x.sum() * 2).item() → 6")]
+    mul = next(c for n in call.nodes if n.name == "MulBackward0" for c in n.cuts)
+    assert cut_text(mul) == ("scale = (x.sum() * 2).item() → 6 · a Python number taken out with .item(): "
+                             "no gradient flows back through it")
+    assert cut_text({"input": 1, "cause": "item", "name": None, "value": "6"}, short=True) == ".item() → 6"
+
+
+@pytest.mark.slow
+def test_item_cuts_reach_the_app_through_the_worker(tmp_path):
+    from core.client.handle import run_capture
+    from core.model.causes import cut_text
+
+    path = tmp_path / "items.py"
+    path.write_text(ITEMS)
+    trace = run_capture(str(path), timeout=120).trace
+    assert trace.error is None, trace.error
+    cuts = sorted(cut_text(c, short=True) for n in trace.calls[0].nodes for c in n.cuts or ())
+    assert cuts == ["Python number 20", "scale = (x.sum() * 2).item() → 6", "x.sum().item() → 3"]
