@@ -59,6 +59,12 @@ def grad_none_cause(t: TensorInfo, call: CallInfo | None = None) -> str:
 
 
 FREED_MESSAGE = "backward through the graph a second time"
+# Errors backward raises on its arguments before any node runs: they are the call's, at its line.
+CALL_MESSAGES = (
+    "grad can be implicitly created only for",  # a non-scalar output and no gradient argument
+    "does not require grad and does not have a grad_fn",
+    "Mismatch in shape: grad_output",
+)
 
 
 def blamed_nodes(call: CallInfo) -> set[str] | None:
@@ -66,8 +72,9 @@ def blamed_nodes(call: CallInfo) -> set[str] | None:
 
     Stale saved tensors blame their nodes; "backward through the graph a second time" blames the
     nodes whose saved tensors the first backward freed (never the leaves, which saved nothing).
+    An error about backward's arguments (a non-scalar output without a gradient) blames no node.
     """
-    if call.error is None:
+    if call.error is None or any(m in call.error.message for m in CALL_MESSAGES):
         return set()
     stale = {n.id for n in call.nodes if n.stale is not None}
     if stale:

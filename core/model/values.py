@@ -98,5 +98,11 @@ def seed_text(call: CallInfo, root: NodeInfo) -> str:
     if call.api == "autograd.grad":
         return "seed: grad_outputs (ones for a scalar)"
     if t is not None and t.shape and any(s != 1 for s in t.shape):
-        return f"seed: the gradient argument, {'×'.join(map(str, t.shape))}"
+        # No gradient was passed and the output is not a scalar: backward refuses to start.
+        numel = 1
+        for s in t.shape:
+            numel *= s
+        shape = f" (shape {'×'.join(map(str, t.shape))})" if len(t.shape) > 1 else ""
+        return (f"seed: none given; {t.name or 'the output'} has {numel:,} element{'' if numel == 1 else 's'}"
+                f"{shape}, and backward() needs a scalar or a gradient argument")
     return "seed: 1 (d out / d out)"

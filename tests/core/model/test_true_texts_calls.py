@@ -1,0 +1,51 @@
+"""True texts of a call: a refused seed, the node blamed for an error."""
+
+import textwrap
+
+import pytest
+
+from core.model.causes import blamed_nodes
+from core.model.trace_json import trace_from_json
+from core.model.values import seed_text
+from core.worker.capture.recorder import capture_script
+
+NON_SCALAR = """
+import torch
+x = torch.ones(2, requires_grad=True)
+y = x * 2
+y.backward()
+"""
+
+def _trace(tmp_path, source, name):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(source))
+    return trace_from_json(capture_script(str(path)).to_json())
+
+
+@pytest.fixture(scope="module")
+def non_scalar(tmp_path_factory):
+    return _trace(tmp_path_factory.mktemp("ns"), NON_SCALAR, "ns.py")
+
+
+def test_a_non_scalar_backward_without_gradient_says_none_was_given(non_scalar):
+    call = non_scalar.calls[0]
+    assert call.error is not None and call.error.line == 5
+    assert "only for scalar outputs" in call.error.message
+    assert seed_text(call, call.node(call.roots[0])) == (
+        "seed: none given; y has 2 elements, and backward() needs a scalar or a gradient argument")
+
+
+def test_a_refused_seed_blames_no_node(non_scalar):
+    call = non_scalar.calls[0]
+    assert {n.name for n in call.nodes} == {"MulBackward0", "AccumulateGrad"}
+    assert blamed_nodes(call) == set()  # neither the leaf x nor MulBackward0 raised: the call did
+
+
+def test_the_dot_export_of_a_refused_seed_marks_no_box(non_scalar):
+    from core.layout.export_dot import LEGEND_TEXT, call_to_dot
+
+    dot = call_to_dot(non_scalar.calls[0])
+    boxes = [ln for ln in dot.splitlines() if ln.startswith('  "n') and "->" not in ln]
+    assert len(boxes) == 2
+    assert all("penwidth=2.5" not in ln for ln in boxes)  # the error outline
+    assert LEGEND_TEXT["error"] not in dot
