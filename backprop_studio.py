@@ -36,15 +36,17 @@ def show(tensor, *, save: str | os.PathLike | None = None, open_window: bool = T
     """
     if os.environ.get("BACKPROP_STUDIO_WORKER"):
         return None
-    trace = capture_tensor(tensor, sys._getframe(1))
+    caller = sys._getframe(1)
+    trace = capture_tensor(tensor, caller)
+    title = f"{Path(caller.f_code.co_filename).name}:{caller.f_lineno}"  # the window's title
     if save is None:  # a private file: a shared temp folder must not let others read or replace it
         path = write_private(trace.to_json())
     else:
         path = str(Path(save).resolve())
         trace.save(path)
     if open_window:
-        if not send_open(path):
-            _start_window(path)
+        if not send_open(path, title=title):
+            _start_window(path, title)
     return path
 
 
@@ -59,11 +61,13 @@ def record():
         yield
 
 
-def _start_window(path: str) -> None:
-    """A new Backprop Studio window on ``path``, detached from the caller (a kernel keeps running)."""
+def _start_window(path: str, title: str) -> None:
+    """A new Backprop Studio window on ``path``, titled ``title``, detached from the caller (a
+    kernel keeps running)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     kwargs = {"start_new_session": True} if os.name == "posix" else {}
-    subprocess.Popen([sys.executable, "-c", "import sys; from app.main import main; sys.exit(main())", path],
+    subprocess.Popen([sys.executable, "-c", "import sys; from app.main import main; sys.exit(main())",
+                      "--title", title, path],
                      env=env, cwd=str(ROOT), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                      stderr=subprocess.DEVNULL, **kwargs)

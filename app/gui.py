@@ -63,6 +63,8 @@ def build_parser(view: bool = False) -> argparse.ArgumentParser:
                         "each as it opens")
     parser.add_argument("--size", default=None, help="window size, WIDTHxHEIGHT (default: fit the screen; "
                         "1400x860 for --screenshot)")
+    parser.add_argument("--title", metavar="TEXT", help="name the graph opened TEXT in the window's title "
+                        "(show() gives its caller's file:line)")
     add_load_options(parser)
     return parser
 
@@ -127,7 +129,7 @@ def main(argv: list[str], view: bool = False) -> int:
     if not args.screenshot:
         # show(tensor) from a notebook or script opens its graph in this window.
         window.show_server = ShowServer(window)
-        window.show_server.sig_open.connect(window.open_sent_trace)
+        window.show_server.sig_show.connect(window.open_sent_trace)
     try:  # without --size the window fits the screen; screenshots keep one size for the docs
         size = args.size or ("1400x860" if args.screenshot else "")
         if size:
@@ -186,6 +188,8 @@ def main(argv: list[str], view: bool = False) -> int:
     window.show()
     opened = open_trace(window, script) if is_trace_path(script) else \
         window.open_script(script, load=load_options(args))
+    if opened and args.title:
+        window.name_shown(args.title)
     if not opened and args.screenshot:
         sys.stderr.write(f"backprop-studio: {window.state_label.text()}\n")
         window.close()  # ends the worker started for the window

@@ -49,8 +49,8 @@ def open_trace(window, path: str) -> bool:
     if trace.output:
         window.output.append(trace.output)
     window.last_error = trace.error
-    window.setWindowTitle(f"{name} — Backprop Studio")
     window.show_trace(trace)
+    window.name_shown(name)  # titled by the file opened
     where = f" of {Path(trace.script).name}" if trace.script else ""
     version = f", torch {trace.torch_version}" if trace.torch_version else ""
     notes = "".join(f"; {note}" for note in load_notes(trace))  # e.g. a long memory record thinned

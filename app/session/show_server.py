@@ -20,6 +20,8 @@ log = logging.getLogger(__name__)
 class ShowServer(QObject):
     sig_open = Signal(str)
     """A caller's ``show()`` sent a trace file to open (its path)."""
+    sig_show = Signal(str, str)
+    """The same, with the title ``show()`` sent: its caller's ``file:line`` ("" when none came)."""
 
     def __init__(self, parent: QObject | None = None, name: str | None = None):
         super().__init__(parent)
@@ -53,12 +55,14 @@ class ShowServer(QObject):
             return
         line = bytes(sock.readLine()).decode("utf-8", errors="replace")
         try:
-            path = json.loads(line).get("open")
+            message = json.loads(line)
+            path, title = message.get("open"), message.get("title")
         except (json.JSONDecodeError, AttributeError):
-            path = None
+            path = title = None
         sock.write(b"ok\n" if isinstance(path, str) else b"error: expected {\"open\": PATH}\n")
         sock.flush()
         sock.disconnectFromServer()
         sock.deleteLater()
         if isinstance(path, str):
             self.sig_open.emit(path)
+            self.sig_show.emit(path, title if isinstance(title, str) else "")

@@ -56,7 +56,7 @@ class RunWiring:
             self._watcher.removePath(self.script_path)
         self.script_path = str(p.resolve())
         self._watcher.addPath(self.script_path)
-        self.setWindowTitle(f"{p.name} — Backprop Studio")
+        self._update_title()
         self.source.set_source(text, self.script_path, cells)
         self._add_recent(self.script_path)
         self._update_actions()
@@ -231,9 +231,12 @@ class RunWiring:
             self.open_script(path, load=load)
             event.acceptProposedAction()
 
-    def open_sent_trace(self, path: str) -> None:
-        """A trace sent by ``show()``: open it and come to the front."""
+    def open_sent_trace(self, path: str, title: str | None = None) -> None:
+        """A trace sent by ``show()``: open it, titled ``title`` (its caller's file:line), and come
+        to the front."""
         if open_trace(self, path):
+            if title:
+                self.name_shown(title)
             self.showNormal()
             self.raise_()
             self.activateWindow()

@@ -26,6 +26,7 @@ from app.session.session import Session
 from app.session.stepping import StepController
 from app.window.run import RunWiring
 from app.window.selection import SelectionWiring
+from app.window.title import TitleWiring
 from app.window.views import WindowViews, settings
 from app.session.worker_handle import WorkerHandle
 from core.model.trace import CallInfo, Trace
@@ -33,7 +34,7 @@ from core.model.trace import CallInfo, Trace
 log = logging.getLogger(__name__)
 
 
-class MainWindow(RunWiring, SelectionWiring, WindowViews, QMainWindow):
+class MainWindow(RunWiring, SelectionWiring, TitleWiring, WindowViews, QMainWindow):
     sig_trace_shown = Signal()
     """A run's result is on screen (graph laid out and drawn, or its error shown)."""
 
@@ -110,6 +111,7 @@ class MainWindow(RunWiring, SelectionWiring, WindowViews, QMainWindow):
         h.sig_bad_message.connect(self._on_bad_message)
         s = self.session
         s.sig_result.connect(self._on_finished)
+        self._connect_title()  # after _on_finished: a result is titled once it is shown
         s.sig_state.connect(self._on_session_state)
         s.sig_trace.connect(self.calls.set_trace)
         s.sig_call.connect(self._on_call)

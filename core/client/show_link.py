@@ -74,15 +74,17 @@ def write_private(text: str, prefix: str = "show-", suffix: str = ".json") -> st
     return path
 
 
-def send_open(path: str, timeout: float = TIMEOUT) -> bool:
-    """Ask a running window to open the trace at ``path``; False when none answers."""
+def send_open(path: str, timeout: float = TIMEOUT, title: str | None = None) -> bool:
+    """Ask a running window to open the trace at ``path``, titled ``title`` (the caller's
+    ``file:line``); False when none answers."""
     if not hasattr(socket, "AF_UNIX"):
         return False
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(timeout)
             sock.connect(address())
-            sock.sendall((json.dumps({"open": str(path)}) + "\n").encode("utf-8"))
+            message = {"open": str(path), **({"title": title} if title else {})}
+            sock.sendall((json.dumps(message) + "\n").encode("utf-8"))
             reply = sock.recv(64)
     except OSError:
         return False
