@@ -139,7 +139,7 @@ class SelectionWiring:
         node = self._selected_node(selection)
         if selection.origin == "tensor" and selection.tensor is not None:
             tensors, _ = self._scope_tensors(selection.scope)
-            self.inspector.show_tensor({t.id: t for t in tensors}, selection.tensor)
+            self.inspector.show_tensor({t.id: t for t in tensors}, selection.tensor, self.call)
         elif node is not None:
             self.inspector.show_node(self.call, node.id)
 

@@ -34,8 +34,23 @@ def cut_text(cut: dict, short: bool = False) -> str:
     return words
 
 
-def grad_none_cause(t: TensorInfo, call: CallInfo | None = None) -> str:
-    """Why ``t.grad`` is None: unused, detached, made under no_grad, not a leaf, or not reached yet."""
+NOT_ON_PATH = "not on the path to the loss: backward never reaches it"
+
+
+def _own(t: TensorInfo, call: CallInfo) -> TensorInfo | None:
+    """The call's record of ``t``: ``t`` itself, or (for a tensor as the script ended, whose id is of
+    another table) the call's tensor of the same name; None when the call holds no such tensor."""
+    same = call.tensor(t.id)
+    if same is t:
+        return same
+    return next((c for c in call.tensors if t.name and c.name == t.name), None)
+
+
+def grad_none_cause(t: TensorInfo, call: CallInfo | None = None, stepping: bool = False) -> str:
+    """Why ``t.grad`` is None: unused, detached, made under no_grad, not a leaf, or not reached yet.
+
+    ``call``: the call ``t`` is judged against (its own, or the one shown); ``stepping``: that call
+    is being stepped, so a node it has not run yet is still to come."""
     if not t.requires_grad:
         if t.origin == "detach":
             return "cut by detach(): it shares memory with a tensor that requires grad, but no gradient reaches it"
@@ -45,17 +60,24 @@ def grad_none_cause(t: TensorInfo, call: CallInfo | None = None) -> str:
     if not t.is_leaf and not t.retains_grad:
         return ("not a leaf: autograd keeps .grad only for leaves; call retain_grad() on it "
                 "before backward to keep its gradient")
-    if call is not None and call.api in ("Tensor.backward", "autograd.backward", "model"):
-        reached = any(n.variable == t.id for n in call.nodes) or t.grad_fn is not None
-        if not reached:
-            return "unused: this call's graph never reaches it, so backward gives it no gradient"
-        if call.api != "autograd.grad":
-            return ".grad is None: this tensor was not reached by backward yet"
+    if call is not None and call.api in ("Tensor.backward", "autograd.backward", "model", "unreached"):
+        own = _own(t, call)
+        on_path = own is not None and (
+            any(n.variable == own.id for n in call.nodes) or (own.grad_fn is not None and own.retains_grad))
+        if not on_path:
+            return NOT_ON_PATH
+        if call.api == "unreached":
+            return "no backward call ran on this graph, so no gradient reached it"
+        if stepping:
+            return ".grad is None: backward has not reached it yet"
+        if call.error is not None:
+            return f"backward raised {call.error.type} before any gradient reached it"
+        return ".grad is None: its node is in this graph, but no gradient was accumulated into it"
     if call is not None and call.api == "autograd.grad":
         return "autograd.grad() returns gradients instead of filling .grad"
     if t.retains_grad:
-        return "retain_grad() was called, but backward has not reached it yet"
-    return ".grad is None: this tensor was not reached by backward yet"
+        return "retain_grad() was called, but no backward has reached it"
+    return ".grad is None: no backward has filled it (or it was set back to None)"
 
 
 FREED_MESSAGE = "backward through the graph a second time"

@@ -230,7 +230,7 @@ def test_inspector_grad_hints_and_big_tensor(qtbot):
     qtbot.addWidget(panel)
     panel.show_tensor(mul_call(), "t5")
     text = panel.text()
-    assert "unused: this call's graph never reaches it" in text
+    assert "not on the path to the loss: backward never reaches it" in text
     assert "first 4 of 524,288" in text and "2.0 MB" in text
 
 

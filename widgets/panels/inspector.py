@@ -218,23 +218,27 @@ class InspectorPanel(QWidget):
 
     def show_node(self, call: CallInfo, node_id: str) -> None:
         """Show a node of ``call``: its kind, origin, next functions, saved values and staleness."""
-        self._show = ("node", call, node_id)
+        self._show = ("node", call, node_id, None)
         node = call.node(node_id)
         if node is None:
             self._render(f"<p class='muted'>Node {html.escape(node_id)} is not in call #{call.index}.</p>")
             return
         self._render(self._node_html(call, node))
 
-    def show_tensor(self, tensors: Mapping[str, TensorInfo] | CallInfo, tensor_id: str) -> None:
-        """Show a tensor: metadata, memory layout, values and grad. ``tensors`` maps id -> info."""
-        self._show = ("tensor", tensors, tensor_id)
+    def show_tensor(self, tensors: Mapping[str, TensorInfo] | CallInfo, tensor_id: str,
+                    shown: CallInfo | None = None) -> None:
+        """Show a tensor: metadata, memory layout, values and grad. ``tensors`` maps id -> info (or
+        is a call); ``shown``: the call whose graph is on screen, which a table's tensor is told against."""
+        self._show = ("tensor", tensors, tensor_id, shown)
         call = tensors if isinstance(tensors, CallInfo) else None
         table = call.tensor_map() if call is not None else tensors
         tensor = table.get(tensor_id)
         if tensor is None:
             self._render(f"<p class='muted'>Tensor {html.escape(tensor_id)} was not captured.</p>")
             return
-        self._render(self._tensor_html(table, call, tensor))
+        if call is None and shown is not None and shown.tensor(tensor_id) is tensor:
+            call = shown  # the table holds the shown call's own tensors
+        self._render(self._tensor_html(table, call, tensor, shown))
 
     def text(self) -> str:
         """The shown content as plain text (without the invisible line-break chances in long names)."""
@@ -244,8 +248,11 @@ class InspectorPanel(QWidget):
 
     def changeEvent(self, event: QEvent) -> None:
         if event.type() == QEvent.Type.PaletteChange and self._show is not None:
-            kind, source, item = self._show
-            (self.show_node if kind == "node" else self.show_tensor)(source, item)
+            kind, source, item, shown = self._show
+            if kind == "node":
+                self.show_node(source, item)
+            else:
+                self.show_tensor(source, item, shown)
         elif event.type() == QEvent.Type.PaletteChange:
             self.clear()
         super().changeEvent(event)
@@ -329,6 +336,18 @@ class InspectorPanel(QWidget):
             label = var.name if var is not None else None
         extra = f" <span class='muted'>({html.escape(cut_line(label))})</span>" if label else ""
         return f"<a href='node:{html.escape(nid)}'>{html.escape(node.name)}</a>{extra}"
+
+    def _grad_fn_elsewhere(self, call: CallInfo | None, t: TensorInfo) -> str:
+        """The grad_fn of a tensor whose node id is not in its table: the shown call's node that made
+        the tensor of that name, when there is one; else the node's name and where it is not."""
+        name = html.escape(t.grad_fn_name or "")
+        if call is None:
+            return name
+        made = next((c for c in call.tensors if t.name and c.name == t.name and c.grad_fn), None)
+        node = call.node(made.grad_fn) if made is not None else None
+        if node is not None and node.name == t.grad_fn_name:
+            return self._node_link(call, node.id) + f" <span class='muted'>· in call #{call.index}</span>"
+        return f"{name} <span class='muted'>(not in call #{call.index}'s graph)</span>"
 
     def _node_html(self, call: CallInfo, node: NodeInfo) -> str:
         subtitle = [f"<span class='badge'>&nbsp;{html.escape(node.kind)}&nbsp;</span>"]
@@ -427,7 +446,8 @@ class InspectorPanel(QWidget):
             parts.append(self._rows(rows))
         return "".join(parts)
 
-    def _tensor_html(self, table: Mapping[str, TensorInfo], call: CallInfo | None, t: TensorInfo) -> str:
+    def _tensor_html(self, table: Mapping[str, TensorInfo], call: CallInfo | None, t: TensorInfo,
+                     shown: CallInfo | None = None) -> str:
         shape = ", ".join(str(s) for s in t.shape)
         flags = ["leaf" if t.is_leaf else "non-leaf"]
         if t.requires_grad:
@@ -444,7 +464,7 @@ class InspectorPanel(QWidget):
             grad_fn = (self._node_link(call, t.grad_fn) if call is not None
                        else f"<a href='node:{html.escape(t.grad_fn)}'>{html.escape(t.grad_fn_name or t.grad_fn)}</a>")
         elif t.grad_fn_name:
-            grad_fn = f"{html.escape(t.grad_fn_name)} <span class='muted'>(not in this call)</span>"
+            grad_fn = self._grad_fn_elsewhere(call or shown, t)
         else:
             grad_fn = "<span class='muted'>None</span>"
         mono = lambda v: f"<code>{html.escape(str(v))}</code>"  # noqa: E731
@@ -485,7 +505,7 @@ class InspectorPanel(QWidget):
                                        "may replace it"))
             parts.append(self._rows([(f"hook {i}", f"<code>{html.escape(h)}</code>") for i, h in enumerate(t.hooks)]))
         if t.origin:
-            parts.append(f"<p class='hint'>{html.escape(grad_none_cause(t))}</p>")
+            parts.append(f"<p class='hint'>{html.escape(grad_none_cause(t, call or shown))}</p>")
 
         parts.append(self._section("Value", f"{t.values.numel:,} element" + ("" if t.values.numel == 1 else "s")))
         parts.append(self._code(format_values(t.values, t.shape, t.dtype)))
@@ -494,6 +514,6 @@ class InspectorPanel(QWidget):
             parts.append(self._code(format_values(t.grad.values, t.grad.shape, t.dtype)))
         else:
             parts.append(f"<p style='margin-top: 4px'><code>None</code><br>"
-                         f"<span class='muted'>{html.escape(grad_none_cause(t, call))}</span></p>")
+                         f"<span class='muted'>{html.escape(grad_none_cause(t, call or shown))}</span></p>")
         return "".join(parts)
 

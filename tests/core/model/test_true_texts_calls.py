@@ -1,10 +1,10 @@
-"""True texts of a call: a refused seed, the node blamed for an error."""
+"""True texts of a call: a refused seed, the node blamed for an error, why .grad is None."""
 
 import textwrap
 
 import pytest
 
-from core.model.causes import blamed_nodes
+from core.model.causes import blamed_nodes, grad_none_cause
 from core.model.trace_json import trace_from_json
 from core.model.values import seed_text
 from core.worker.capture.recorder import capture_script
@@ -16,6 +16,17 @@ y = x * 2
 y.backward()
 """
 
+UNUSED = """
+import torch
+x = torch.ones(2, requires_grad=True)
+w = torch.ones(2, requires_grad=True)
+h = x * 3
+u = w * 5
+loss = h.sum()
+loss.backward()
+"""
+
+
 def _trace(tmp_path, source, name):
     path = tmp_path / name
     path.write_text(textwrap.dedent(source))
@@ -25,6 +36,11 @@ def _trace(tmp_path, source, name):
 @pytest.fixture(scope="module")
 def non_scalar(tmp_path_factory):
     return _trace(tmp_path_factory.mktemp("ns"), NON_SCALAR, "ns.py")
+
+
+@pytest.fixture(scope="module")
+def unused(tmp_path_factory):
+    return _trace(tmp_path_factory.mktemp("unused"), UNUSED, "unused.py")
 
 
 def test_a_non_scalar_backward_without_gradient_says_none_was_given(non_scalar):
@@ -39,6 +55,35 @@ def test_a_refused_seed_blames_no_node(non_scalar):
     call = non_scalar.calls[0]
     assert {n.name for n in call.nodes} == {"MulBackward0", "AccumulateGrad"}
     assert blamed_nodes(call) == set()  # neither the leaf x nor MulBackward0 raised: the call did
+
+
+def test_a_leaf_the_failed_call_never_fed_says_why(non_scalar):
+    call = non_scalar.calls[0]
+    x = next(t for t in call.tensors if t.name == "x")
+    assert grad_none_cause(x, call) == "backward raised RuntimeError before any gradient reached it"
+
+
+def test_a_tensor_the_loss_never_used_is_off_the_path(unused):
+    call = unused.calls[0]
+    assert call.api == "Tensor.backward"
+    w = next(t for t in unused.tensors if t.name == "w")  # as the script ended: ids of another table
+    assert w.grad is None
+    assert grad_none_cause(w, call) == "not on the path to the loss: backward never reaches it"
+    x = next(t for t in unused.tensors if t.name == "x")
+    assert x.grad is not None
+
+
+def test_not_reached_yet_is_said_only_while_stepping(non_scalar):
+    call = non_scalar.calls[0]
+    x = next(t for t in call.tensors if t.name == "x")
+    assert grad_none_cause(x, call, stepping=True) == ".grad is None: backward has not reached it yet"
+
+
+def test_a_graph_never_backpropagated_says_so(unused):
+    never = unused.calls[1]
+    assert never.api == "unreached"
+    w = next(t for t in never.tensors if t.name == "w")
+    assert grad_none_cause(w, never) == "no backward call ran on this graph, so no gradient reached it"
 
 
 def test_the_dot_export_of_a_refused_seed_marks_no_box(non_scalar):
