@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import functools
 import linecache
+import re
 import weakref
 from typing import Callable
 
@@ -168,10 +169,10 @@ def item_source(frame) -> str | None:
     key = (code, at)
     if key in _item_texts:
         return _item_texts[key]
-    text = None
     try:
-        pos = list(code.co_positions())[at // 2]
-        text = _call_text(code.co_filename, *pos)
+        _, end_line, _, end_col = list(code.co_positions())[at // 2]
+        linecache.checkcache(code.co_filename)  # the file as this run compiled it
+        text = _item_calls("".join(linecache.getlines(code.co_filename))).get((end_line, end_col))
     except Exception:  # no positions (python -X no_debug_ranges), or the file is gone
         text = None
     if len(_item_texts) > 4096:
@@ -180,41 +181,41 @@ def item_source(frame) -> str | None:
     return text
 
 
-def _call_text(filename: str, line: int, end_line: int, col: int, end_col: int) -> str | None:
-    if None in (line, end_line, col, end_col):
-        return None
-    lines = [linecache.getline(filename, n) for n in range(line, end_line + 1)]
-    raw = [ln.encode() for ln in lines]  # the columns count UTF-8 bytes
-    if len(raw) == 1:
-        expr = raw[0][col:end_col]
-    else:
-        expr = b"\n".join([raw[0][col:].rstrip(b"\r\n"), *(r.rstrip(b"\r\n") for r in raw[1:-1]), raw[-1][:end_col]])
-    expr_text = expr.decode(errors="replace").strip()
-    if not expr_text.endswith(".item()"):
-        return None
-    target = _target_of(filename, line, col, end_line, end_col)
-    return f"{target} = {expr_text}" if target else expr_text
-
-
-def _target_of(filename: str, line: int, col: int, end_line: int, end_col: int) -> str | None:
-    """The target of the assignment whose whole value is the expression at these positions."""
-    return _assignments(filename).get((line, col, end_line, end_col))
-
-
 @functools.lru_cache(maxsize=16)
-def _assignments(filename: str) -> dict[tuple, str]:
-    """(value's positions) -> target text of every assignment of a file, parsed once."""
+def _item_calls(source: str) -> dict[tuple, str]:
+    """(end line, end column) -> the script's text of every ``.item()`` call of a source file,
+    parsed once.
+
+    A call is found by where it ends: Python 3.11 places a call that spans lines at its last
+    line only (``.item()``), while its end is that of the whole expression."""
     try:
-        tree = ast.parse("".join(linecache.getlines(filename)))
+        tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return {}
-    out = {}
+    targets = {}
     for node in ast.walk(tree):
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
-            v = node.value
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            out[(v.lineno, v.col_offset, v.end_lineno, v.end_col_offset)] = " = ".join(map(ast.unparse, targets))
+            names = node.targets if isinstance(node, ast.Assign) else [node.target]
+            targets[id(node.value)] = " = ".join(map(ast.unparse, names))
+    out = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "item" \
+                and not node.args and not node.keywords:
+            text = _one_line(ast.get_source_segment(source, node) or "")
+            if not text:
+                continue
+            target = targets.get(id(node))
+            # columns count UTF-8 bytes in both the tree and the code's positions
+            out[(node.end_lineno, node.end_col_offset)] = f"{target} = {text}" if target else text
     return out
+
+
+def _one_line(text: str) -> str:
+    """Source text over several lines as one line, without the spaces the line breaks left inside
+    brackets: ``(x.sum() * 2).item()``."""
+    if "\n" not in text:
+        return text  # as the script wrote it
+    return re.sub(r" ([)\]}])", r"\1", re.sub(r"([(\[{]) ", r"\1", " ".join(text.split())))
 
 
 def hook_names(hooks) -> list[str]:

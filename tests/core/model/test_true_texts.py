@@ -132,3 +132,15 @@ def test_item_cuts_reach_the_app_through_the_worker(tmp_path):
     assert trace.error is None, trace.error
     cuts = sorted(cut_text(c, short=True) for n in trace.calls[0].nodes for c in n.cuts or ())
     assert cuts == ["Python number 20", "scale = (x.sum() * 2).item() → 6", "x.sum().item() → 3"]
+
+
+def test_an_item_call_over_several_lines_is_named_on_one(tmp_path):
+    from core.model.causes import cut_text
+    from core.worker.capture.recorder import capture_script
+
+    path = tmp_path / "lines.py"
+    path.write_text("import torch\nx = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)\n"
+                    "total: float = (\n    x.sum()\n    * 2\n).item()\ny = (x * total).sum()\ny.backward()\n")
+    call = capture_script(str(path)).calls[0]
+    assert [cut_text(c, short=True) for n in call.nodes for c in n.cuts or ()] == [
+        "total = (x.sum() * 2).item() → 12"]
