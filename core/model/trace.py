@@ -126,7 +126,8 @@ class NodeInfo:
     device: str | None = None  # device of the output of the op that created the node
     inplace: str | None = None  # the in-place op that created the node (e.g. "mul_")
     # One entry per None in ``next``: {"input": position, "cause": "constant" | "detach" | "no_grad" |
-    # "number" | None, "name": the script's name or None, "value": short text}. Drives the cut stubs.
+    # "number" | "item" | None, "name": the script's name (for "item": its text of the .item() call)
+    # or None, "value": short text}. Drives the cut stubs.
     cuts: list | None = None
     # Edges where the gradient is summed to a broadcast input's shape or cast to another dtype:
     # {"input": position, "sum": [from shape, to shape], "dtype": [from, to]} (either key may be absent).

@@ -16,3 +16,17 @@ def test_inspector_shows_ignore_index_as_the_script_wrote_it(qtbot, tmp_path):
     at = lines.index("ignore_index")
     assert lines[at + 1] == "= -100"
     assert "18446744073709551516" not in inspector.text()
+
+
+def test_the_item_stub_of_the_breaking_example_names_its_variable_and_call(qtbot):
+    from pathlib import Path
+
+    from core.worker.capture.recorder import capture_script
+    from widgets.export.graph_export import offscreen_view
+
+    example = Path(__file__).resolve().parents[2] / "resources" / "examples" / "05_breaking_the_graph.py"
+    call = capture_script(str(example)).calls[0]
+    with offscreen_view(call) as view:
+        cuts = sorted(" ".join(t.lines) for t in view.marks.tags if t.kind == "cut")
+    assert cuts == ["✂ as_number = x.item() * 10 → 20", "✂ detached: made by .detach()",
+                    "✂ under_no_grad: made under no_grad"]

@@ -15,6 +15,7 @@ import ast
 import functools
 import linecache
 import re
+import sys
 import weakref
 from typing import Callable
 
@@ -38,6 +39,7 @@ class CutRecorder:
         # id(number) -> (the number, its source text): the numbers ``.item()`` returned. The number
         # itself is held, so the id stays its own; small ints are shared objects and not kept.
         self.items: dict[int, tuple[object, str | None]] = {}
+        self._is_user_file: Callable[[str], bool] | None = None  # set by the first ``note_item``
 
     def _set(self, t: torch.Tensor, origin: str) -> None:
         key, origins = id(t), self.origins
@@ -85,11 +87,32 @@ class CutRecorder:
         script's text for it (``scale = (x.sum() * 2).item()``) when the call is the script's."""
         if type(value) is bool or (type(value) is int and -5 <= value <= 256):
             return
+        self._is_user_file = is_user_file
         text = item_source(frame) if frame is not None and is_user_file(frame.f_code.co_filename) else None
         items = self.items
         if len(items) >= _ITEMS_KEPT:
             del items[next(iter(items))]
         items[id(value)] = (value, text)
+
+    def _made_from_item(self, number: float) -> str | None:
+        """The script's assignment that made ``number`` from an ``.item()`` call
+        (``as_number = x.item() * 10``), found by the variable of the op's caller that holds
+        this very number; None when there is none."""
+        is_user_file = self._is_user_file
+        frame = sys._getframe(2)
+        while frame is not None and not is_user_file(frame.f_code.co_filename):
+            frame = frame.f_back
+        if frame is None:
+            return None
+        names = [k for k, v in frame.f_locals.items() if v is number]
+        if not names and frame.f_globals is not frame.f_locals:
+            names = [k for k, v in frame.f_globals.items() if v is number]
+        if len(names) != 1:
+            return None
+        linecache.checkcache(frame.f_code.co_filename)
+        made = _item_assignments("".join(linecache.getlines(frame.f_code.co_filename))).get(names[0], ())
+        before = [text for line, text in made if line <= frame.f_lineno]
+        return before[-1] if before else None
 
     def note_inputs(self, metadata: dict, args) -> None:
         """Store in a new node's metadata the inputs of its op that need no gradient."""
@@ -104,6 +127,8 @@ class CutRecorder:
                 item = self.items.get(id(a)) if self.items else None
                 if item is not None and item[0] is a:
                     found.append(("item", None, shown, item[1]))
+                elif self.items and isinstance(a, float) and (text := self._made_from_item(a)) is not None:
+                    found.append(("item", None, shown, text))
                 else:
                     found.append(("number", None, shown))
         if found:
@@ -207,6 +232,29 @@ def _item_calls(source: str) -> dict[tuple, str]:
             target = targets.get(id(node))
             # columns count UTF-8 bytes in both the tree and the code's positions
             out[(node.end_lineno, node.end_col_offset)] = f"{target} = {text}" if target else text
+    return out
+
+
+@functools.lru_cache(maxsize=16)
+def _item_assignments(source: str) -> dict[str, list[tuple[int, str]]]:
+    """name -> (line, text) of each assignment of a source file to that plain name from an
+    expression that calls ``.item()`` (``as_number = x.item() * 10``), in line order."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return {}
+    out: dict[str, list[tuple[int, str]]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if len(targets) != 1 or not isinstance(targets[0], ast.Name):
+                continue
+            if any(isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "item"
+                   for c in ast.walk(node.value)):
+                text = _one_line(ast.get_source_segment(source, node.value) or "")
+                out.setdefault(targets[0].id, []).append((node.lineno, f"{targets[0].id} = {text}"))
+    for found in out.values():
+        found.sort()
     return out
 
 
