@@ -114,6 +114,9 @@ class Session(QObject):
         self.steps: list[dict] = []
         self.tracker: StepTracker | None = None
         self.pending: dict | None = None
+        # The stepped call as the worker captured it when backward began, when the call stepped
+        # is the traced one (captured after backward): the leaves' .grad before the call.
+        self.step_before: CallInfo | None = None
         # While a finished debug run's trace is being shown: the index of the call last stepped,
         # the one the window opens the trace on (``show_trace``), instead of its first call.
         self.opens_on: int | None = None
@@ -357,6 +360,7 @@ class Session(QObject):
 
     def _reset_stepping(self) -> None:
         self.step_call = None
+        self.step_before = None
         self.steps = []
         self.tracker = None
         self.pending = None
@@ -385,6 +389,7 @@ class Session(QObject):
                 call = call_from_dict(graph, f"call #{event.call}")
             except TraceFormatError as exc:
                 self.sig_warning.emit(str(exc))
+        before = None
         if self.run_kind == "rerun" and self._rerun_of is not None:
             traced = self._rerun_of
             problem = same_run_check(traced, event.structure, event.leaves)
@@ -392,10 +397,11 @@ class Session(QObject):
                 self.warning = problem
                 self.sig_warning.emit(problem)
             if call is None or call.structure == traced.structure:
-                call = traced  # the graph on screen: its node ids are the live graph's
+                before, call = call, traced  # the graph on screen: its node ids are the live graph's
         if call is None:
             return
         self.step_call = call
+        self.step_before = before
         self.steps = []
         self.tracker = StepTracker(call)
         self.pending = None

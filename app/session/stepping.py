@@ -16,7 +16,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.session.session import SessionState
 from core.protocol import messages as protocol
-from core.model.step_state import short_values, step_texts, step_view
+from core.model.step_state import leaf_chip_lines, short_values, step_texts, step_view
 from core.protocol.switch_interval import quick_switch
 from core.model.trace import CallInfo, ErrorInfo
 
@@ -237,6 +237,7 @@ class StepController(QObject):
             view = step_view(call, self.steps, None, upto=upto)
             self.graph.set_node_states(view.states)
             self.graph.set_edge_texts(step_texts(call, view))
+            self.graph.set_leaf_lines(self._leaf_lines(view.leaf_grads), replace=True)
             return
         pending = self.session.pending
         tracker.set_current(pending.get("node") if pending else None)
@@ -244,9 +245,26 @@ class StepController(QObject):
             delta = tracker.delta()
             if delta:
                 self.graph.update_step(delta.states, delta.edge_texts)
+            if delta.leaves:
+                self.graph.set_leaf_lines(self._leaf_lines(tracker.leaf_grads, delta.leaves))
         else:
             tracker.delta()  # everything is drawn now
             view = tracker.view(pending)
             self.graph.set_node_states(view.states)
             self.graph.set_edge_texts(view.edge_texts)  # the tracker keeps leaf .grad values on their edges
+            self.graph.set_leaf_lines(self._leaf_lines(tracker.leaf_grads), replace=True)
         self._synced = (tracker, self.graph.states_token())
+
+    def _leaf_lines(self, leaf_grads: dict, nodes=None) -> dict[str, list[str]]:
+        """The value chips of the leaves (``nodes``: these AccumulateGrad ids; None: all), as
+        they are with ``leaf_grads`` recorded: each leaf's .grad at this step."""
+        call, before = self.call, self.session.step_before
+        if nodes is None:
+            nodes = [n.id for n in call.nodes if n.kind == "accumulate_grad"]
+        out = {}
+        for node_id in nodes:
+            node = call.node(node_id)
+            lines = leaf_chip_lines(call, node, leaf_grads, before) if node is not None else []
+            if lines:
+                out[node_id] = lines
+        return out

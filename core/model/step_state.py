@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from core.model.trace import CallInfo
+from core.model.trace import CallInfo, NodeInfo
+from core.model.values import short_values as value_text
 
 
 @dataclass
@@ -104,9 +105,10 @@ class StepDelta:
 
     states: dict[str, str | None] = field(default_factory=dict)  # node id -> new state (None: plain)
     edge_texts: dict[tuple[str, str], str | None] = field(default_factory=dict)  # (src, dst) -> text
+    leaves: set[str] = field(default_factory=set)  # AccumulateGrad node ids whose .grad changed
 
     def __bool__(self) -> bool:
-        return bool(self.states or self.edge_texts)
+        return bool(self.states or self.edge_texts or self.leaves)
 
 
 class StepTracker:
@@ -135,6 +137,8 @@ class StepTracker:
         self.current: str | None = None  # the node the engine is paused before, as last given
         self._dirty_nodes: set[str] = set()
         self._dirty_edges: set[tuple[str, str]] = set()
+        self._dirty_leaves: set[str] = set()
+        self._leaf_nodes = leaf_nodes(call)
 
     def add(self, record: dict) -> None:
         node_id = record.get("node")
@@ -169,6 +173,7 @@ class StepTracker:
                 self._dirty_nodes.add(edge.node)
         for name, values in (record.get("leaf_grads") or {}).items():
             self.leaf_grads[name] = values
+            self._dirty_leaves.update(self._leaf_nodes.get(name, ()))
         if node.kind == "accumulate_grad" and node.label in self.leaf_grads:
             # The edge that filled this leaf also shows the accumulated .grad.
             suffix = _leaf_suffix(self.call, node_id, self.edge_texts, self.leaf_grads[node.label])
@@ -201,8 +206,9 @@ class StepTracker:
         """Node states and edge texts changed since the last delta (or since the start)."""
         nodes, self._dirty_nodes = self._dirty_nodes, set()
         edges, self._dirty_edges = self._dirty_edges, set()
+        leaves, self._dirty_leaves = self._dirty_leaves, set()
         return StepDelta(states={nid: self.state(nid) for nid in nodes},
-                         edge_texts={key: self.edge_texts.get(key) for key in edges})
+                         edge_texts={key: self.edge_texts.get(key) for key in edges}, leaves=leaves)
 
     def view(self, pending: dict | None = None) -> StepView:
         states = dict.fromkeys(self.done, "executed")
@@ -216,6 +222,34 @@ class StepTracker:
             states[current] = "current"
         return StepView(states=states, edge_texts=dict(self.edge_texts), leaf_grads=dict(self.leaf_grads),
                         executed=list(self.executed), current=current, failed=self.failed)
+
+
+def leaf_nodes(call: CallInfo) -> dict[str, list[str]]:
+    """The AccumulateGrad node ids of each ``leaf_grads`` key: the leaf's script name, or the
+    node's id for a leaf without one."""
+    out: dict[str, list[str]] = {}
+    for n in call.nodes:
+        if n.kind == "accumulate_grad":
+            out.setdefault(n.label or n.id, []).append(n.id)
+    return out
+
+
+def leaf_chip_lines(call: CallInfo, node: NodeInfo, leaf_grads: dict[str, dict],
+                    before: CallInfo | None = None) -> list[str]:
+    """A leaf's value chip while its call is stepped: 'fc2.bias = [...]' and its ``.grad`` as it
+    is at this step. Once its AccumulateGrad ran, the ``.grad`` the step recorded, written as the
+    step log writes it; before, the ``.grad`` the leaf held when backward began (``before``: the
+    call as captured then, when ``call`` is the call after backward, as a traced call is)."""
+    t = call.tensor(node.variable) if node.variable else None
+    if t is None:
+        return []
+    lines = [f"{t.name or 'leaf'} = {value_text(t.values, t.shape)}"]
+    grad = leaf_grads.get(node.label or node.id)
+    if grad is not None:
+        return lines + [f".grad = {short_values(grad)}"]
+    start = before.tensor(node.variable) if before is not None else t
+    held = start.grad if start is not None else None
+    return lines + [".grad = None" if held is None else f".grad = {value_text(held.values, held.shape)}"]
 
 
 def step_texts(call: CallInfo, view: StepView) -> dict[tuple[str, str], str]:

@@ -469,7 +469,7 @@ class MarksMixin:
             scene, self.state.call, self.state.layout, *items, self._theme, sharing=self._show_sharing, show=self.state.detail
         )
         self.marks.tags.extend(teaching_items(self.state.call, self.state.layout, self._theme, scene=scene, show=self.state.detail,
-                                              values=self.state.show_values,
+                                              values=self.state.show_values, leaf_lines=self.state.leaf_lines,
                                               slots=self.state.show_slots, placer=self.marks.placer))
         rect = self.marks.bounds()
         scene.setSceneRect(self._base_rect.united(rect.adjusted(-6, -6, 6, 6)) if rect.isValid() else self._base_rect)

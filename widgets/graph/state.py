@@ -29,6 +29,7 @@ class GraphState:
     box_tally: dict[str, dict[str, int]] = field(default_factory=dict)  # step states per drawn box
     states_token: int = 0  # bumped when states are replaced wholesale
     edge_texts: dict[tuple[str, str], str] = field(default_factory=dict)  # texts by (src, dst)
+    leaf_lines: dict[str, list[str]] = field(default_factory=dict)  # leaf chips' lines while stepping
     applied_texts: tuple | None = None  # what the edge items were last given (``scene.apply_edge_texts``)
     show_saved: bool = False  # saved tensors drawn
     show_shapes: bool = False  # tensor shapes on edges

@@ -12,6 +12,7 @@ export); ``states_token`` tells a caller sending deltas whether that happened me
 from __future__ import annotations
 
 from core.model.step_state import box_state
+from core.model.values import leaf_value_lines
 from widgets.graph.items import NodeItem
 from widgets.graph.scene import apply_edge_texts, update_edge_texts
 
@@ -92,6 +93,35 @@ class StepStatesMixin:
     def clear_states(self) -> None:
         self.set_edge_texts({})
         self.set_node_states({})
+        self.set_leaf_lines({}, replace=True)
+
+    def leaf_chip(self, node_id: str) -> list[str] | None:
+        """The lines a leaf's value chip shows (None: no chip drawn for it)."""
+        item = next((i for i in self.marks.tags if getattr(i, "leaf", False) and i.target == node_id), None)
+        return list(item.lines) if item is not None else None
+
+    def set_leaf_lines(self, lines: dict[str, list[str]], *, replace: bool = False) -> None:
+        """Leaf value chips' lines by AccumulateGrad node id, while a call is stepped (a leaf's
+        .grad changes at its step); ``replace``: these are all of them, the others show the call's
+        own. Chips drawn are updated in place; a scene built later draws them too."""
+        if replace:
+            dropped = set(self.state.leaf_lines) - set(lines)
+            self.state.leaf_lines = dict(lines)
+        else:
+            dropped = set()
+            self.state.leaf_lines.update(lines)
+        if not lines and not dropped:
+            return
+        call = self.state.call
+        for item in self.marks.tags:
+            if not getattr(item, "leaf", False):
+                continue
+            new = lines.get(item.target)
+            if new is None and item.target in dropped and call is not None and call.node(item.target) is not None:
+                new = leaf_value_lines(call, call.node(item.target))
+            if new:
+                item.set_lines(new)
+                self.item_updates += 1
 
     def _apply_states(self) -> None:
         self.state.state_kinds = {}

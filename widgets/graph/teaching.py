@@ -26,6 +26,8 @@ from widgets.theme import Theme
 STUB_LEN = 22.0
 NOTE_Z = 1.8
 CUT_Z = -0.2
+LEAF_TIP = ("the leaf's data, and its .grad after this call: the sum of the gradients on its incoming edges "
+            "(plus what earlier calls left there); while the call is stepped, its .grad at this step")
 
 
 class NoteItem(QGraphicsItem):
@@ -41,6 +43,23 @@ class NoteItem(QGraphicsItem):
         self.target = target
         self.theme = theme
         self.stub = stub
+        self.leaf = False  # a leaf's value chip (its lines follow stepping: ``set_lines``)
+        self._measure()
+        self.setToolTip(tip)
+        # Cut labels sit under edges and their gradient texts (which matter more), above module frames.
+        self.setZValue(CUT_Z if kind == "cut" else NOTE_Z)
+
+    def set_lines(self, lines: list[str]) -> None:
+        """New text, at the same place (its size follows the text)."""
+        if lines == self.lines:
+            return
+        self.prepareGeometryChange()
+        self.lines = list(lines)
+        self._measure()
+        self.update()
+
+    def _measure(self) -> None:
+        lines, theme, stub, right, up = self.lines, self.theme, self.stub, self.right, self.up
         px = theme.small_font_px
         text_w = max(text_width(line, theme.font_family, px, False) for line in lines) + 8
         text_h = len(lines) * (px + 3) + 4
@@ -52,9 +71,6 @@ class NoteItem(QGraphicsItem):
         else:
             self._w, self._h = text_w, text_h
             self._text = QRectF(0, 0, text_w, text_h)
-        self.setToolTip(tip)
-        # Cut labels sit under edges and their gradient texts (which matter more), above module frames.
-        self.setZValue(CUT_Z if kind == "cut" else NOTE_Z)
 
     def size(self) -> tuple[float, float]:
         return self._w, self._h
@@ -308,9 +324,10 @@ def _cut_spots(item: NoteItem, box, k: int, direction: str, up: bool) -> list[tu
 
 
 def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scene, slots: bool = False,
-                   placer: Placer | None = None) -> list[NoteItem]:
+                   placer: Placer | None = None, leaf_lines: dict | None = None) -> list[NoteItem]:
     """Cut stubs for every drawn node with None inputs; leaf values and seeds when ``values``.
-    ``placer``: the one that placed the scene's other marks, so that notes keep off them."""
+    ``placer``: the one that placed the scene's other marks, so that notes keep off them;
+    ``leaf_lines``: a leaf chip's lines by node id, while its call is stepped (else the call's own)."""
     out: list[NoteItem] = []
     members = layout.members
     placer = placer or Placer(layout)
@@ -351,11 +368,10 @@ def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scen
                                 (box.x + box.w - 10, box.y + box.h - 4)], avoid_edges=True)
             out.append(item)
         if values and n.kind == "accumulate_grad" and n.variable:
-            lines = leaf_value_lines(call, n)
+            lines = (leaf_lines or {}).get(n.id) or leaf_value_lines(call, n)
             if lines:
-                item = NoteItem("value", lines, "the leaf's data, and its .grad after this call: the sum of "
-                                "the gradients on its incoming edges (plus what earlier calls left there)",
-                                theme, n.id, False)
+                item = NoteItem("value", lines, LEAF_TIP, theme, n.id, False)
+                item.leaf = True
                 w, h = item.size()
                 cy = box.y + box.h / 2 - h / 2
                 placer.place(item, [(box.x + box.w + 4, cy), (box.x - w - 4, cy),

@@ -109,6 +109,7 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, StepStatesMixin, QG
         self.state.related = None
         self.state.selected, self._matches, self._match_index = None, [], -1
         self.state.states, self.state.edge_texts, self._search_index = {}, {}, None
+        self.state.leaf_lines = {}
         self.state.state_kinds, self.state.box_tally = {}, {}
         self.state.states_token += 1
         self.state.fit_next = True
