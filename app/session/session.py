@@ -88,6 +88,8 @@ class Session(QObject):
     """The stepped call ended: a protocol.StepEnd (``state`` finished, stopped or failed, and ``error``)."""
     sig_status = Signal(str)
     """A sentence for the status bar and the step log."""
+    sig_queued = Signal(int)
+    """Step presses waiting for the next pause (``queued_steps``) changed: carries their number."""
     sig_warning = Signal(str)
     """Something the user must know about what stepping shows (a nondeterministic re-run)."""
     sig_breakpoints = Signal(list)
@@ -117,6 +119,9 @@ class Session(QObject):
         # The stepped call as the worker captured it when backward began, when the call stepped
         # is the traced one (captured after backward): the leaves' .grad before the call.
         self.step_before: CallInfo | None = None
+        # What the engine is doing while STEPPING: the command sent ("step", "step_to", "continue",
+        # "next_call", "resume_all") and its arguments.
+        self.running: tuple[str, dict] | None = None
         # While a finished debug run's trace is being shown: the index of the call last stepped,
         # the one the window opens the trace on (``show_trace``), instead of its first call.
         self.opens_on: int | None = None
@@ -286,6 +291,12 @@ class Session(QObject):
         self._command("resume_all")
 
     def _command(self, cmd: str, **args) -> None:
+        before = self.queued_steps()
+        self._give(cmd, args)
+        if self.queued_steps() != before:
+            self.sig_queued.emit(self.queued_steps())
+
+    def _give(self, cmd: str, args: dict) -> None:
         if self.state is SessionState.IDLE or self.state is SessionState.RUNNING:
             if cmd in ("next_call", "resume_all") or self.call is None or self.call.api == "unreached" \
                     or self.trace is None:
@@ -311,14 +322,20 @@ class Session(QObject):
             self.handle.control(cmd, **args)
 
     def _send(self, cmd: str, args: dict) -> None:
-        self._set_state(SessionState.STEPPING)
+        self.running = (cmd, dict(args))
         self.pending = None
+        self._set_state(SessionState.STEPPING)
         self.handle.control(cmd, **args)
+
+    def queued_steps(self) -> int:
+        """Step presses waiting for the next pause."""
+        return sum(int(a.get("count", 1)) for c, a in self.queued if c == "step")
 
     def _flush_queue(self) -> None:
         """At a pause: send what was pressed meanwhile, merging Step presses into one command."""
         queued, self.queued = self.queued, []
         steps = sum(int(a.get("count", 1)) for c, a in queued if c == "step")
+        self.sig_queued.emit(0)
         others = [(c, a) for c, a in queued if c != "step"]
         if steps:
             self._send("step", {"count": steps})
@@ -361,6 +378,7 @@ class Session(QObject):
     def _reset_stepping(self) -> None:
         self.step_call = None
         self.step_before = None
+        self.running = None
         self.steps = []
         self.tracker = None
         self.pending = None
@@ -402,6 +420,7 @@ class Session(QObject):
             return
         self.step_call = call
         self.step_before = before
+        self.running = None
         self.steps = []
         self.tracker = StepTracker(call)
         self.pending = None
@@ -418,6 +437,7 @@ class Session(QObject):
         if not self._stepped(event):
             return
         self.pending = event.pending
+        self.running = None
         self._set_state(SessionState.PAUSED)
         self.sig_paused.emit(self.pending or {})
         if self.queued:
@@ -444,6 +464,7 @@ class Session(QObject):
             return
         self.pending = None
         self.paused_line = None
+        self.running = None
         self.sig_step_end.emit(event)
         if self.run_kind == "debug":
             self._set_state(SessionState.DEBUGGING)

@@ -22,6 +22,7 @@ from core.model.trace import CallInfo, ErrorInfo
 
 STEPPING_STATES = (SessionState.PAUSED, SessionState.STEPPING, SessionState.DEBUGGING, SessionState.STARTING)
 UNFOLD_MS = 150  # stepping rests this long on a node in a folded module before the fold opens
+PROGRESS_MS = 200  # while backward runs on, the status's count of nodes done is this fresh
 
 
 class StepController(QObject):
@@ -49,11 +50,17 @@ class StepController(QObject):
         self.graph.sig_scene_ready.connect(self._on_scene_ready)
         self._redraw = QTimer(self, singleShot=True, interval=100)
         self._redraw.timeout.connect(self._flush)
+        # While backward runs on, the status counts the nodes done as their records arrive
+        # (at most every PROGRESS_MS: a Continue of thousands of nodes sends them in batches).
+        self._progress_timer = QTimer(self, singleShot=True, interval=PROGRESS_MS)
+        self._progress_timer.timeout.connect(self._show_progress)
+        session.sig_state.connect(self._on_state)
         session.sig_step_begin.connect(self._on_begin)
         session.sig_paused.connect(self._on_paused)
         session.sig_step.connect(self._on_step)
         session.sig_step_end.connect(self._on_end)
         session.sig_state.connect(lambda _s: self.sig_changed.emit())
+        session.sig_queued.connect(self._on_queued)
         # While stepping, the pause message crosses from the reader thread to this one at once
         # (core.protocol.switch_interval); idle or running a plain run, the default interval is back.
         owner = f"steps-view-{id(self)}"
@@ -140,6 +147,47 @@ class StepController(QObject):
     def resume(self) -> None:
         self.session.continue_()
 
+    def progress_text(self) -> str | None:
+        """What backward is doing while it runs on: "Call #0: continuing: 1,234 / 4,802 nodes"
+        (None when it is not running a command)."""
+        s, call = self.session, self.call
+        if s.state is not SessionState.STEPPING or s.running is None or call is None:
+            return None
+        cmd, args = s.running
+        if cmd == "step":
+            count = int(args.get("count", 1))
+            doing = "running one node" if count == 1 else f"running {count:,} nodes"
+        elif cmd == "step_to":
+            node = call.node(args.get("node"))
+            doing = f"running to {node.name if node is not None else 'the selected node'}"
+        elif cmd == "next_call":
+            doing = "running to the next call"
+        elif cmd == "resume_all":
+            doing = "running to the end of the script"
+        else:
+            doing = "continuing"
+        queued = s.queued_steps()
+        presses = "1 step press waits" if queued == 1 else f"{queued} step presses wait"
+        waiting = f"; {presses} for the next pause" if queued else ""
+        return f"Call #{call.index}: {doing}: {len(s.steps):,} / {call.node_count:,} nodes{waiting}"
+
+    def _show_progress(self) -> None:
+        text = self.progress_text()
+        if text is not None:
+            self._status(text)
+
+    def _on_queued(self, _count: int) -> None:
+        """Presses kept for the next pause: the Step button counts them, the status too while
+        backward runs on."""
+        self._show_progress()
+        self.sig_changed.emit()
+
+    def _on_state(self, state: SessionState) -> None:
+        if state is SessionState.STEPPING:
+            self._show_progress()
+        else:
+            self._progress_timer.stop()
+
     def restart(self) -> None:
         self.session.restart()
 
@@ -186,6 +234,8 @@ class StepController(QObject):
 
     def _on_step(self, record: dict) -> None:
         self._unlogged.append(record)
+        if not self._progress_timer.isActive() and self.session.state is SessionState.STEPPING:
+            self._progress_timer.start()
         if not self._redraw.isActive():
             # While backward runs on (Continue), a frame costs O(nodes it changed) and shares two
             # cores with the run: a first frame after half a second, later ones every second, so

@@ -200,9 +200,10 @@ class RunWiring:
         self.act_restart.setEnabled(has_script and (self.session.active or self.session.step_call is not None))
         self.act_next_call.setEnabled(has_script)
         self.act_resume.setEnabled(self.session.active)
-        # While the worker gets to the pause, Step says that its presses wait for it.
+        # While the worker gets to the pause, Step says that its presses wait for it, and how many do.
         waiting = state in (SessionState.DEBUGGING, SessionState.STARTING, SessionState.STEPPING)
-        self.act_step.setIconText("Step (queued)" if waiting else "Step")
+        queued = self.session.queued_steps() if waiting else 0
+        self.act_step.setIconText(f"Step ({queued} queued)" if queued else "Step")
         self.act_step.setStatusTip("Presses now wait for the next pause" if waiting
                                    else "Run backward one node at a time: the next node")
         if not running and self.handle.client.state is ClientState.STARTING:

@@ -6,6 +6,8 @@ from pathlib import Path
 import pytest
 
 from app.session.session import SessionState
+from core.protocol import messages as protocol
+from core.model.trace_json import call_to_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "resources" / "examples"
@@ -84,6 +86,89 @@ def test_replaying_a_step_shows_the_leaf_chips_of_that_step(qtbot, window):
     assert window.graph.leaf_chip(leaf)[-1] == ".grad = None"
     window.step_log.sig_step_selected.emit(first_leaf + 1)  # its step: the .grad it recorded
     assert window.graph.leaf_chip(leaf)[-1] == f".grad = {_logged_grads(window)[name]}"
+
+
+# -- Continue's progress, driven by the worker's messages (no worker needed) --------------------------------
+
+
+def _small_call(n: int):
+    """A chain of ``n`` nodes, the last a leaf's AccumulateGrad."""
+    from core.model.trace import CallInfo, Edge, NodeInfo
+
+    nodes = [NodeInfo(id=f"n{i}", name="MulBackward0", kind="op", next=[Edge(f"n{i + 1}", 0)] if i + 1 < n else [])
+             for i in range(n - 1)]
+    nodes.append(NodeInfo(id=f"n{n - 1}", name="AccumulateGrad", kind="accumulate_grad", label="w", next=[]))
+    return CallInfo(id="c0", index=0, api="Tensor.backward", line=3, nodes=nodes, roots=["n0"], tensors=[],
+                    node_count=n)
+
+
+class _FakeHandle:
+    """Stands in for the window's handle: the session sends controls, the test sends messages."""
+
+    def __init__(self, handle):
+        self.handle = handle
+        self.sent = []
+
+    def control(self, cmd, **args):
+        self.sent.append((cmd, args))
+
+
+def _paused_session(window, monkeypatch, n):
+    window.open_script(str(EXAMPLES / "01_multiply.py"), run=False)  # a script open: the actions are on
+    session = window.session
+    fake = _FakeHandle(window.handle)
+    monkeypatch.setattr(window.handle, "control", fake.control)
+    call = _small_call(n)
+    session.run_id, session.run_kind = 77, "debug"
+    window.handle.current_run = 77
+    session._set_state(SessionState.DEBUGGING)
+    window.handle.sig_step_begin.emit(protocol.StepBegin(call=0, api="Tensor.backward", line=3,
+                                                         graph=call_to_dict(call), debug=True))
+    window.handle.sig_step_paused.emit(protocol.StepPaused(call=0, pending={"node": "n0", "grad_outputs": []}))
+    assert session.state is SessionState.PAUSED
+    return session, fake
+
+
+def _records(start, stop):
+    return [{"index": i, "node": f"n{i}", "name": "MulBackward0", "grad_outputs": [], "grad_inputs": []}
+            for i in range(start, stop)]
+
+
+def test_continue_shows_its_progress_and_never_a_queued_step(qtbot, window, monkeypatch):
+    session, fake = _paused_session(window, monkeypatch, 4802)
+    assert "F5 continues" in window.step_log.status.text()
+    window.act_continue.trigger()
+    assert fake.sent == [("continue", {})]
+    assert session.state is SessionState.STEPPING
+    # Only F5 was pressed: nothing is queued, and neither the button nor the status says so.
+    assert window.act_step.iconText() == "Step"
+    assert window.step_log.status.text() == "Call #0: continuing: 0 / 4,802 nodes"
+    window.handle.sig_steps.emit(protocol.Steps(call=0, records=_records(0, 1234)))
+    qtbot.waitUntil(lambda: window.step_log.status.text() == "Call #0: continuing: 1,234 / 4,802 nodes",
+                    timeout=5_000)
+    window.handle.sig_steps.emit(protocol.Steps(call=0, records=_records(1234, 3000)))
+    qtbot.waitUntil(lambda: window.step_log.status.text() == "Call #0: continuing: 3,000 / 4,802 nodes",
+                    timeout=5_000)
+    assert window.act_step.iconText() == "Step"
+    # A Step pressed meanwhile is kept for the next pause, and both say so.
+    window.act_step.trigger()
+    assert fake.sent == [("continue", {})]
+    assert window.act_step.iconText() == "Step (1 queued)"
+    assert window.step_log.status.text() == ("Call #0: continuing: 3,000 / 4,802 nodes; 1 step press waits "
+                                            "for the next pause")
+
+
+def test_step_to_shows_where_it_runs(qtbot, window, monkeypatch):
+    session, fake = _paused_session(window, monkeypatch, 30)
+    session.step_to("n20")
+    assert fake.sent == [("step_to", {"node": "n20"})]
+    assert window.step_log.status.text() == "Call #0: running to MulBackward0: 0 / 30 nodes"
+    assert window.act_step.iconText() == "Step"
+    window.handle.sig_steps.emit(protocol.Steps(call=0, records=_records(0, 12)))
+    qtbot.waitUntil(lambda: window.step_log.status.text() == "Call #0: running to MulBackward0: 12 / 30 nodes",
+                    timeout=5_000)
+    window.handle.sig_step_paused.emit(protocol.StepPaused(call=0, pending={"node": "n20", "grad_outputs": []}))
+    assert window.step_log.status.text().startswith("Call #0, step 12: paused before MulBackward0")
 
 
 @pytest.mark.slow

@@ -138,7 +138,7 @@ def test_step_continue_and_replay(qtbot, window):
     # that started it is the first step: one node executed.
     session = window.session
     window.act_step.trigger()
-    assert session.state is SessionState.STARTING and window.act_step.iconText() == "Step (queued)"
+    assert session.state is SessionState.STARTING and window.act_step.iconText() == "Step (1 queued)"
     qtbot.waitUntil(lambda: session.state is SessionState.PAUSED and len(session.steps) == 1, timeout=60_000)
     assert window.graph.node_items[mul].state == "executed"
     assert session.warning == ""  # the same graph and leaf values as the trace
