@@ -81,9 +81,10 @@ def sshd(tmp_path_factory):
 
 
 def ssh_launcher(options: str, mark: str) -> launchers.Launcher:
-    # The remote command is what a host's "python" field holds: here the venv's interpreter,
-    # run in the source tree (an installed package needs no cd). The mark travels in the env.
-    python = f"cd {shlex.quote(str(ROOT))} && BPS_TEST_MARK={mark} {shlex.quote(PY)}"
+    # The remote command is what a host's "python" field holds, words the remote shell gets
+    # quoted: here the venv's interpreter, run in the source tree by env -C (an installed
+    # package needs no folder). The mark travels in the env.
+    python = f"env -C {shlex.quote(str(ROOT))} BPS_TEST_MARK={mark} {shlex.quote(PY)}"
     return from_host({"name": "localhost", "kind": "ssh", "dest": "127.0.0.1", "python": python,
                       "ssh_options": options})
 
@@ -369,7 +370,7 @@ def test_an_ssh_uri_reaches_a_host_off_port_22(sshd):
     at = args.index("-p")
     port, options = args[at + 1], shlex.join(args[:at] + args[at + 2:])
     mark = uuid.uuid4().hex
-    python = f"cd {shlex.quote(str(ROOT))} && BPS_TEST_MARK={mark} {shlex.quote(PY)}"
+    python = f"env -C {shlex.quote(str(ROOT))} BPS_TEST_MARK={mark} {shlex.quote(PY)}"
     uri = from_host({"name": "uri", "kind": "ssh", "dest": f"ssh://127.0.0.1:{port}", "python": python,
                      "ssh_options": options})
     assert "-p" not in uri.argv and uri.argv[-2] == f"ssh://127.0.0.1:{port}"

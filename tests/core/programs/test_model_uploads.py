@@ -39,7 +39,7 @@ def host(request, tmp_path):
     else:
         options = request.getfixturevalue("sshd")
         launcher = from_host({"name": "localhost", "kind": "ssh", "dest": "127.0.0.1", "ssh_options": options,
-                              "python": f"cd {shlex.quote(str(ROOT))} && {env} {shlex.quote(PY)}"})
+                              "python": f"env -C {shlex.quote(str(ROOT))} {env} {shlex.quote(PY)}"})
     yield launcher, remote_tmp
     assert_no_process(mark)
 
