@@ -50,10 +50,16 @@ def build_parser(view: bool = False) -> argparse.ArgumentParser:
         parser.add_argument("script", nargs="?", help="a PyTorch script, notebook, saved model, Hugging Face "
                             "model folder, or a saved trace (.json) to open without running anything (default: "
                             "a bundled example)")
-    parser.add_argument("--device", default=None, help="cpu, cuda:N or mps")
-    parser.add_argument("--screenshot", metavar="OUT.png",
-                        help="run the script, save a picture of the whole window once the graph is shown, exit")
-    parser.add_argument("--timeout", type=float, default=600.0, help="time limit of a run in seconds (default 600)")
+    if view:  # nothing runs: no device, time limit nor model options
+        parser.set_defaults(device=None, timeout=600.0)
+        parser.add_argument("--screenshot", metavar="OUT.png",
+                            help="save a picture of the whole window once the trace is shown, then exit")
+    else:
+        parser.add_argument("--device", default=None, help="cpu, cuda:N or mps")
+        parser.add_argument("--screenshot", metavar="OUT.png",
+                            help="run the script, save a picture of the whole window once the graph is shown, exit")
+        parser.add_argument("--timeout", type=float, default=600.0,
+                            help="time limit of a run in seconds (default 600)")
     parser.add_argument("--select", metavar="NAME", help="select this variable, parameter or op once shown")
     parser.add_argument("--show", metavar="PANEL", choices=("source", "output", "problems", "steps", "memory",
                                                              "tensors", "storage"),
@@ -65,7 +71,8 @@ def build_parser(view: bool = False) -> argparse.ArgumentParser:
                         "1400x860 for --screenshot)")
     parser.add_argument("--title", metavar="TEXT", help="name the graph opened TEXT in the window's title "
                         "(show() gives its caller's file:line)")
-    add_load_options(parser)
+    if not view:
+        add_load_options(parser)
     return parser
 
 

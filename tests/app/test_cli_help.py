@@ -48,8 +48,11 @@ def test_view_help_asks_for_a_saved_trace_not_a_bundled_example():
     assert "bundled example" not in text
     assert "usage: backprop-studio view [-h]" in text and "TRACE.json" in text
     assert "[TRACE.json]" not in text  # required, not optional
+    assert "--weights" not in text and "--timeout" not in text  # nothing runs
     with pytest.raises(SystemExit):
         build_parser(view=True).parse_args([])
+    args = build_parser(view=True).parse_args(["t.json", "--screenshot", "o.png"])
+    assert (args.script, args.screenshot, args.device, args.timeout) == ("t.json", "o.png", None, 600.0)
 
 
 def test_mode_help_names_each_choice():
