@@ -58,7 +58,8 @@ def _edge_shapes(call: CallInfo) -> dict[str, str]:
 
 
 def _tensor_words(call: CallInfo, node: NodeInfo, shapes: dict[str, str]) -> str:
-    """``x [8, 64]``: the script's name of the tensor ``node`` produced (when known) and its shape."""
+    """``x 8×64``: the script's name of the tensor ``node`` produced (when known) and its shape
+    (``shape 8×64`` when unnamed)."""
     name = node.label
     if node.kind == "accumulate_grad":
         t = call.tensor(node.variable)
@@ -70,7 +71,8 @@ def _tensor_words(call: CallInfo, node: NodeInfo, shapes: dict[str, str]) -> str
                 break
             tail = part + "." + tail
         name = "\u2026" + tail[-15:]
-    return " ".join(s for s in (name, shapes.get(node.id, "")) if s)
+    shape = shapes.get(node.id, "")
+    return " ".join(s for s in (name, shape.removeprefix("shape ") if name else shape) if s)
 
 
 def _listed(ids: list[str], words) -> str:
@@ -89,7 +91,7 @@ def _listed(ids: list[str], words) -> str:
 
 
 def boundary_line(call: CallInfo, g: str) -> str:
-    """``in: x [8, 64] · out: [8, 64]``: the tensors that cross the border of the folded group ``g``
+    """``in: x 8×64 · out: shape 8×64``: the tensors that cross the border of the folded group ``g``
     in the forward sense (at most two each, then "+N"), from its cached border edges (kept)."""
     info = group_info(call)
     hit = info.lines.get(g)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core.model.trace import CallInfo, NodeInfo, StorageInfo, TensorInfo
-from core.model.values import format_shape
+from core.model.values import dims_text, format_shape
 
 ARROW = "\u2192"
 
@@ -58,7 +58,7 @@ def tensor_name(call: CallInfo, t: TensorInfo | None) -> str:
     node = call.node(t.grad_fn) if t.grad_fn else None
     if node is not None and node.label:
         return node.label
-    return f"a {format_shape(t.shape)} tensor"
+    return f"a {dims_text(t.shape) or 'scalar'} tensor"
 
 
 def view_base(call: CallInfo, tensor_id: str | None) -> TensorInfo | None:
@@ -247,5 +247,5 @@ def view_tip(call: CallInfo, tensor_id: str, base: TensorInfo, saved: str | None
     what = f"The saved '{saved}'" if saved else tensor_name(call, t)
     return (
         f"{what} is a view of {tensor_name(call, base)}: the same storage {base.storage} seen with "
-        f"shape {format_shape(t.shape)}, stride {tuple(t.stride)} and offset {t.storage_offset}; no copy was made."
+        f"{format_shape(t.shape)}, stride {tuple(t.stride)} and offset {t.storage_offset}; no copy was made."
     )

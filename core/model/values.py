@@ -5,11 +5,17 @@ from __future__ import annotations
 from core.model.trace import CallInfo, GradInfo, NodeInfo, Values
 
 
+def dims_text(shape) -> str:
+    """``8×64``: a shape's sizes, never bracketed like a list of values; "" for a 0-d tensor."""
+    return "×".join(str(s) for s in shape or ())
+
+
 def format_shape(shape) -> str:
-    """``[8, 64]``, ``scalar`` for a 0-d tensor, "" when the shape is unknown."""
+    """``shape 8×64`` (in words, so it cannot be read as the values [8, 64]), ``scalar`` for a 0-d
+    tensor, "" when the shape is unknown."""
     if shape is None:
         return ""
-    return "scalar" if len(shape) == 0 else "[" + ", ".join(str(s) for s in shape) + "]"
+    return "scalar" if len(shape) == 0 else "shape " + dims_text(shape)
 
 
 def _num(x) -> str:
@@ -23,17 +29,17 @@ def _num(x) -> str:
 
 
 def short_values(values: Values, shape: list[int], limit: int = 4) -> str:
-    """'2', '[1, 2, 3]', or '[64, 10] μ 0.01 ∈ [−1.2, 1.3]' for big tensors."""
+    """'2', '[1, 2, 3]' (the values), or 'shape 64×10, μ 0.01 ∈ [−1.2, 1.3]' for big tensors."""
     flat = values.data if values.data is not None else None
     if flat is not None and len(flat) <= limit:
         if not shape:
             return _num(flat[0]) if flat else "[]"
         return "[" + ", ".join(_num(v) for v in flat) + "]"
-    dims = "[" + ", ".join(str(s) for s in shape) + "]"
+    dims = format_shape(shape) or "values"
     if values.mean is not None:
-        return f"{dims} μ {_num(values.mean)} ∈ [{_num(values.min)}, {_num(values.max)}]"
+        return f"{dims}, μ {_num(values.mean)} ∈ [{_num(values.min)}, {_num(values.max)}]"
     sample = flat if flat is not None else (values.sample or [])
-    return f"{dims} {', '.join(_num(v) for v in sample[:3])}, …"
+    return f"{dims}: {', '.join(_num(v) for v in sample[:3])}, …"
 
 
 def incoming_grads(call: CallInfo, node_id: str) -> list[Values]:
@@ -80,8 +86,8 @@ def leaf_value_lines(call: CallInfo, node: NodeInfo) -> list[str]:
 
 
 def edge_grad_text(grad: GradInfo) -> str:
-    """A gradient on an edge: 'grad 6', 'grad [1, 2]', 'grad [3, 5] μ 1 ∈ [1, 1]'."""
-    return "grad " + short_values(grad.values, grad.shape)
+    """A gradient on an edge: 'grad = 6', 'grad = [1, 2]', 'grad = shape 3×5, μ 1 ∈ [1, 1]'."""
+    return "grad = " + short_values(grad.values, grad.shape)
 
 
 def seed_text(call: CallInfo, root: NodeInfo) -> str:

@@ -170,7 +170,7 @@ def test_views_are_tagged_with_their_base(view, traces):
     assert tags(view, "view") == {t_node.id: "view of b", ("saved", cos.id, "self"): "view of b"}
     tip = next(t for t in view.marks.tags if t.target == t_node.id).toolTip()
     assert tip == (
-        "bt is a view of b: the same storage s1 seen with shape [4, 3], stride (1, 4) and offset 0; no copy was made."
+        "bt is a view of b: the same storage s1 seen with shape 4×3, stride (1, 4) and offset 0; no copy was made."
     )
     # b (MulBackward0's output), sin's saved self, bt (TBackward0) and cos's saved self share b's storage
     assert {s for s, _ in links(view)} == {b.storage} and len(scene_links(view)) == 3

@@ -61,7 +61,7 @@ def test_tooltips_describe_the_node(view):
     assert tip.splitlines() == [
         "torch::autograd::AccumulateGrad",
         "kind: leaf (AccumulateGrad)",
-        "tensor: fc1.weight  [8, 3]  float32",
+        "tensor: fc1.weight  shape 8×3  float32",
         "module fc1",
     ]
     tip = hover_tooltip(view, "n7")
@@ -196,9 +196,9 @@ def test_saved_boxes_and_shape_texts(view):
     assert "saved" in view.legend.entries() and "no_grad" in view.legend.entries()
     view.set_show_shapes(True)
     texts = {e.key: e._text() for e in view.edge_items}
-    assert texts[("n1", "n3")] == "" and texts[("n3", "n4")] == "[2, 8]" and texts[("n0", "n1")] == "[4, 2]"
+    assert texts[("n1", "n3")] == "" and texts[("n3", "n4")] == "shape 2×8" and texts[("n0", "n1")] == "shape 4×2"
     view.set_edge_texts({("n3", "n4"): "grad 0.25"})
-    assert view.edge_items[[e.key for e in view.edge_items].index(("n3", "n4"))]._text() == "[2, 8]  grad 0.25"
+    assert view.edge_items[[e.key for e in view.edge_items].index(("n3", "n4"))]._text() == "shape 2×8  grad 0.25"
 
 
 def test_error_call_marks_the_culprit(view):

@@ -65,3 +65,15 @@ def test_the_shown_calls_own_table_links_its_nodes(qtbot, trace):
     y = next(t for t in call.tensors if t.name == "y")
     inspector.show_tensor({t.id: t for t in call.tensors}, y.id, call)
     assert _row(_lines(inspector), "grad_fn") == "MulBackward0 (y)"
+
+
+def test_a_tensors_shape_is_written_as_a_shape(qtbot, trace):
+    inspector = InspectorPanel()
+    qtbot.addWidget(inspector)
+    call = trace.calls[0]
+    y = next(t for t in call.tensors if t.name == "y")
+    inspector.show_tensor(call, y.id)
+    lines = _lines(inspector)
+    assert lines[1] == "float32  shape 2 · cpu · non-leaf · requires grad"
+    assert _row(lines, "shape") == "2"
+    assert _row(lines, "Value") == "2 elements" and _row(lines, "2 elements") == "[2.0, 2.0]"

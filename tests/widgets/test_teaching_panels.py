@@ -133,7 +133,7 @@ def test_inspector_shows_formula_causes_hooks_and_decoded_values(tmp_path, qtbot
     panel.show_node(call, mul.id)
     text = panel.text()
     assert "grad_self (a) = grad_c · b\ngrad_other (b) = grad_c · a" in text
-    assert "= a [2] float32" in text and "= b [2] float32" in text
+    assert "= a shape 2 float32" in text and "= b shape 2 float32" in text
     assert "<lambda> (line 7): registered with register_hook on c" in text
     stack = next(n for n in call.nodes if n.name == "StackBackward0")
     panel.show_node(call, stack.id)

@@ -24,6 +24,7 @@ from core.model.memory import format_bytes
 from core.programs.notebook import where as line_where
 from core.model.storage_map import contiguity as is_contiguous
 from core.model.trace import CallInfo, NodeInfo, Stale, TensorInfo, Values
+from core.model.values import dims_text, format_shape
 from widgets.display_text import cut_line, cut_markup
 
 log = logging.getLogger(__name__)
@@ -321,9 +322,8 @@ class InspectorPanel(QWidget):
         if t is None:
             return f"<a href='tensor:{html.escape(tid)}'>{html.escape(tid)}</a>"
         name = html.escape(cut_line(t.name or (f"output of {t.grad_fn_name}" if t.grad_fn_name else tid)))
-        shape = ", ".join(str(s) for s in t.shape)
         return (f"<a href='tensor:{html.escape(tid)}'><b>{name}</b></a> "
-                f"<span class='muted'>[{shape}] {html.escape(t.dtype)}</span>")
+                f"<span class='muted'>{format_shape(t.shape)} {html.escape(t.dtype)}</span>")
 
     @staticmethod
     def _node_link(call: CallInfo, nid: str) -> str:
@@ -448,7 +448,6 @@ class InspectorPanel(QWidget):
 
     def _tensor_html(self, table: Mapping[str, TensorInfo], call: CallInfo | None, t: TensorInfo,
                      shown: CallInfo | None = None) -> str:
-        shape = ", ".join(str(s) for s in t.shape)
         flags = ["leaf" if t.is_leaf else "non-leaf"]
         if t.requires_grad:
             flags.append("requires grad")
@@ -459,7 +458,7 @@ class InspectorPanel(QWidget):
         title = breakable(cut_line(t.name)) if t.name else "<span class='muted'>unnamed tensor</span>"
         parts = [f"<p class='title'>{title}</p>",
                  f"<p><span class='badge'>&nbsp;{html.escape(t.dtype)}&nbsp;</span> "
-                 f"[{shape}] · {html.escape(t.device)} · {' · '.join(flags)}</p>"]
+                 f"{format_shape(t.shape)} · {html.escape(t.device)} · {' · '.join(flags)}</p>"]
         if t.grad_fn:
             grad_fn = (self._node_link(call, t.grad_fn) if call is not None
                        else f"<a href='node:{html.escape(t.grad_fn)}'>{html.escape(t.grad_fn_name or t.grad_fn)}</a>")
@@ -470,7 +469,7 @@ class InspectorPanel(QWidget):
         mono = lambda v: f"<code>{html.escape(str(v))}</code>"  # noqa: E731
         hint = lambda v: f"<br><span class='hint'>{html.escape(v)}</span>"  # noqa: E731
         parts.append(self._rows([
-            ("shape", mono(f"[{shape}]")), ("dtype", mono(t.dtype)), ("device", mono(t.device)),
+            ("shape", mono(dims_text(t.shape) or "scalar (0-d)")), ("dtype", mono(t.dtype)), ("device", mono(t.device)),
             ("requires_grad", mono(t.requires_grad)), ("is_leaf", mono(t.is_leaf)),
             ("retains_grad", mono(t.retains_grad)), ("grad_fn", grad_fn), ("id", mono(t.id)),
         ]))

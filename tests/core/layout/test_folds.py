@@ -61,7 +61,7 @@ def test_transformer_stacks_its_blocks_and_folds_at_any_depth():
         f"transformer.h.{i}.{m}" for i in range(12) for m in ("ln_1", "attn", "ln_2", "mlp"))
     lay = layout_call(c, collapsed=info.fold_to_depth(1))
     labels = {b.label for b in lay.nodes.values() if b.kind == "group"}
-    assert labels == {"transformer.wte\n2 nodes\nout: \u2026wte.weight [500, 64]", "transformer.wpe\n2 nodes\nout: 1 tensor",
+    assert labels == {"transformer.wte\n2 nodes\nout: \u2026wte.weight 500×64", "transformer.wpe\n2 nodes\nout: 1 tensor",
                       f"transformer.h \u00d7 12\n{info.count['transformer.h']:,} nodes\nin: 1 tensor \u00b7 out: 1 tensor",
                       "transformer.ln_f\n3 nodes\nin: 1 tensor \u00b7 out: 1 tensor"}
     lay = layout_call(c, collapsed=info.fold_to_depth(2))
@@ -99,9 +99,9 @@ def test_800_block_example_opens_as_one_stack_and_fits():
 def test_folded_group_shows_the_tensors_crossing_its_border():
     c = mlp_call()
     lay = layout_call(c, collapsed=frozenset({"fc2"}))
-    assert lay.nodes["group:fc2"].label.split("\n")[-1] == "in: s [4, 8] \u00b7 out: out [4, 2]"
+    assert lay.nodes["group:fc2"].label.split("\n")[-1] == "in: s 4×8 \u00b7 out: out 4×2"
     lay = layout_call(c, collapsed=frozenset({"act"}))
-    assert lay.nodes["group:act"].label.split("\n")[-1] == "in: 1 tensor \u00b7 out: h [4, 8]"
+    assert lay.nodes["group:act"].label.split("\n")[-1] == "in: 1 tensor \u00b7 out: h 4×8"
     box = lay.nodes["group:act"]
     assert box.w >= max(len(s) for s in box.label.split("\n")) * 7.0  # the line fits the box
     # A stack of 800 blocks: one tensor leaves it (x needs no grad, so nothing enters).
@@ -111,7 +111,7 @@ def test_folded_group_shows_the_tensors_crossing_its_border():
     # Long names are cut at the front, at a dot.
     t = transformer_call(2)
     line = boundary_line(t, "lm_head")
-    assert line == "in: \u2026wte.weight [500, 64] \u00b7 out: 1 tensor"
+    assert line == "in: \u2026wte.weight 500×64 \u00b7 out: 1 tensor"
 
 
 def test_folded_group_lists_two_tensors_then_a_count():
@@ -125,7 +125,7 @@ def test_folded_group_lists_two_tensors_then_a_count():
              node("v", "MulBackward0", ["lx"], label="v", tensor_id="tv", module="attn"),
              leaf("lx", "tx", "x")]
     c = call(nodes, tensors, ["sum"])
-    assert boundary_line(c, "attn") == "in: x [2, 8] \u00b7 out: q [2, 4], k [2, 4] +1"
+    assert boundary_line(c, "attn") == "in: x 2×8 \u00b7 out: q 2×4, k 2×4 +1"
 
 
 def _borders_by_walking(c, info, g):

@@ -27,7 +27,7 @@ def test_mul_graph_exact():
     mul, a, b = lay.nodes["n0"], lay.nodes["n1"], lay.nodes["n2"]
     assert (mul.layer, a.layer, b.layer) == (0, 1, 1)
     assert (mul.kind, a.kind, b.kind) == ("backward", "accumulate_grad", "accumulate_grad")
-    assert (mul.label, a.label, b.label) == ("MulBackward0\nc", "a\n[3]", "b\n[3]")
+    assert (mul.label, a.label, b.label) == ("MulBackward0\nc", "a\nshape 3", "b\nshape 3")
     assert a.y >= mul.y + mul.h + 20  # leaves below the root, with a gap for the edges
     assert a.x + a.w < b.x  # next_functions order: input 0 on the left
     assert abs((mul.x + mul.w / 2) - (a.x + a.w / 2 + b.x + b.w / 2) / 2) < 1.0  # parent centred
@@ -47,7 +47,7 @@ def test_node_labels():
     n = c.node_map()
     assert node_label(c, n["n0"]) == "MseLossBackward0\nloss"
     assert node_label(c, n["n3"]) == "TBackward0"
-    assert node_label(c, n["n10"]) == "fc1.weight\n[8, 3]"
+    assert node_label(c, n["n10"]) == "fc1.weight\nshape 8×3"
     scalar = call([leaf("l", "t")], [tensor("t", None, [])], ["l"])
     assert node_label(scalar, scalar.nodes[0]) == "leaf\nscalar"
 

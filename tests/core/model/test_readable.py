@@ -169,7 +169,7 @@ def test_resnet18_and_bert_sized_models_open_readable(view, tmp_path):
         view.set_call(call, sync=True)
         assert view.smallest_text_px() >= 9, (len(call.nodes), view.zoom_percent(), sorted(view.collapsed()))
     assert view.node_items["group:bert.layers"].box.label == (
-        f"bert.layers \u00d7 12\nTransformerEncoderLayer \u00b7 {group_info(bert).count['bert.layers']} nodes\nout: [2, 5, 32]")
+        f"bert.layers \u00d7 12\nTransformerEncoderLayer \u00b7 {group_info(bert).count['bert.layers']} nodes\nout: shape 2×5×32")
     assert view.group_items["bert"].group.label == "bert \u00b7 TransformerEncoder"
 
 

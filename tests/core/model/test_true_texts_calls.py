@@ -94,3 +94,46 @@ def test_the_dot_export_of_a_refused_seed_marks_no_box(non_scalar):
     assert len(boxes) == 2
     assert all("penwidth=2.5" not in ln for ln in boxes)  # the error outline
     assert LEGEND_TEXT["error"] not in dot
+
+
+SHAPES = """
+import torch
+x = torch.ones(2, requires_grad=True)
+w = torch.ones(2, 3, requires_grad=True)
+loss = (x * 2).sum() + (w * 3).sum()
+loss.backward()
+"""
+
+
+@pytest.fixture(scope="module")
+def shapes(tmp_path_factory):
+    return _trace(tmp_path_factory.mktemp("shapes"), SHAPES, "shapes.py")
+
+
+def test_shapes_and_values_are_told_apart_in_words(shapes):
+    from core.layout.visible import edge_shapes, node_label
+    from core.model.values import edge_grad_text, format_shape, leaf_value_lines
+
+    assert (format_shape([2, 3]), format_shape([2]), format_shape([]), format_shape(None)) == (
+        "shape 2×3", "shape 2", "scalar", "")
+    call = shapes.calls[0]
+    by_name = {n.name: n for n in call.nodes if n.kind != "accumulate_grad"}
+    leaves = {node_label(call, n): n for n in call.nodes if n.kind == "accumulate_grad"}
+    assert set(leaves) == {"x\nshape 2", "w\nshape 2×3"}  # a shape, never "[2, 3]"
+    grads = [edge_grad_text(g) for n in call.nodes if n.name == "MulBackward0"
+             for g in call.edge_grads.get(n.id) or () if g is not None]
+    assert sorted(grads) == ["grad = [2, 2]", "grad = shape 2×3: 3, 3, 3, …"]  # values after "="
+    assert leaf_value_lines(call, leaves["x\nshape 2"]) == ["x = [1, 1]", ".grad = [2, 2]"]
+    assert edge_shapes(call)[leaves["w\nshape 2×3"].id] == "shape 2×3"
+    assert "AddBackward0" in by_name
+
+
+def test_an_unnamed_tensor_is_named_by_its_shape():
+    from core.model.anatomy import tensor_name
+    from core.model.trace import CallInfo, TensorInfo, Values
+
+    t = TensorInfo(id="t0", name=None, shape=[4, 3], dtype="float32", device="cpu", requires_grad=False,
+                   is_leaf=True, retains_grad=False, stride=[3, 1], storage_offset=0, storage=None, version=0,
+                   values=Values(numel=12))
+    call = CallInfo(id="c0", index=0, api="Tensor.backward", line=1, roots=[], nodes=[], tensors=[t])
+    assert tensor_name(call, t) == "a 4×3 tensor"
