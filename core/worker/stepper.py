@@ -20,6 +20,7 @@ there pauses the whole engine and nothing else needs locking.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 import weakref
@@ -47,6 +48,31 @@ LIGHT_VALUES = 8
 # worker's next send or the end. A batch holds at most this many copied elements.
 DEFER_ELEMENTS = 1 << 22
 DEFER_HEADS = 8192  # edge previews waiting for their first values
+
+
+_gettrace, _settrace = sys.gettrace, sys.settrace
+
+
+def _untraced(hook: Callable) -> Callable:
+    """``hook`` run without the thread's trace function, which is put back when it returns.
+
+    The capture's name tracer (``core.worker.capture.names``) is called for every Python frame
+    of the script's thread, and backward runs there: each node's two hooks make some thirty
+    calls of their own, and the tracer added a third to the CPU time of a Continue (4,802
+    nodes: 0.43 s against 0.32 s untraced). The user's own hooks run between ours, traced as
+    before."""
+
+    def run(*args):
+        tracer = _gettrace()
+        if tracer is None:
+            return hook(*args)
+        _settrace(None)
+        try:
+            return hook(*args)
+        finally:
+            _settrace(tracer)
+
+    return run
 
 
 class StepperStopped(BaseException):
@@ -235,7 +261,7 @@ class BackwardStepper:
             self._gate(nid, record)
             self._open.append(record)
 
-        return hook
+        return _untraced(hook)
 
     def _gate(self, nid: str, record: dict) -> None:
         """Return when this node may run; raise StepperStopped when stopped."""
@@ -287,7 +313,7 @@ class BackwardStepper:
             record["error"] = None
             self._finish(record)
 
-        return hook
+        return _untraced(hook)
 
     def _take_open(self, nid: str) -> dict:
         for i in range(len(self._open) - 1, -1, -1):
