@@ -64,13 +64,16 @@ def _untraced(hook: Callable) -> Callable:
 
     def run(*args):
         tracer = _gettrace()
-        if tracer is None:
-            return hook(*args)
-        _settrace(None)
+        if tracer is not None:
+            _settrace(None)
         try:
             return hook(*args)
+        except BaseException:
+            del args  # a stop's traceback keeps this frame: it must not keep the gradients
+            raise
         finally:
-            _settrace(tracer)
+            if tracer is not None:
+                _settrace(tracer)
 
     return run
 
