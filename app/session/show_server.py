@@ -1,6 +1,6 @@
 """The window's end of ``show()``: a local socket that opens the traces sent to it.
 
-Each connection sends one JSON line ``{"open": PATH}``; the window opens that trace, comes
+Each connection sends one JSON line ``{"open": PATH, "title": "FILE:LINE"}``; the window opens that trace, comes
 to the front and answers ``ok``. The most recently started window listens.
 """
 
@@ -55,8 +55,8 @@ class ShowServer(QObject):
             return
         line = bytes(sock.readLine()).decode("utf-8", errors="replace")
         try:
-            message = json.loads(line)
-            path, title = message.get("open"), message.get("title")
+            request = json.loads(line)  # the show link's request, not a worker message
+            path, title = request.get("open"), request.get("title")
         except (json.JSONDecodeError, AttributeError):
             path = title = None
         sock.write(b"ok\n" if isinstance(path, str) else b"error: expected {\"open\": PATH}\n")
