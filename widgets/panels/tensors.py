@@ -11,6 +11,7 @@ from PySide6.QtGui import QBrush, QColor, QPalette
 from PySide6.QtWidgets import QHeaderView, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
 
 from core.model.trace import TensorInfo
+from core.model.values import short_values as value_text
 from widgets.display_text import cut_line
 
 _BANDS = ("#e8f0fb", "#fbeee0", "#e6f4ea", "#f6e7f3", "#fff7d6", "#e9e7fb")
@@ -21,13 +22,24 @@ def _tuple(values: list[int]) -> str:
     return "(" + ", ".join(str(v) for v in values) + ("," if len(values) == 1 else "") + ")"
 
 
+def grad_cell(t: TensorInfo) -> str:
+    """A tensor's ``.grad`` as the script would find it: its values, 'None' where a leaf has not
+    been reached yet or a non-leaf keeps none (without ``retain_grad()``), '—' without requires_grad."""
+    if t.grad is not None:
+        return cut_line(value_text(t.grad.values, t.grad.shape))
+    if not t.requires_grad:
+        return "—"
+    return "None" if t.is_leaf or t.retains_grad else "None (non-leaf)"
+
+
 class TensorsPanel(QWidget):
     sig_tensor_selected = Signal(str)
     """A tensor row was chosen; carries the tensor id."""
 
-    COLUMNS = ("name", "shape", "stride", "offset", "storage", "version", "dtype", "device", "grad")
+    COLUMNS = ("name", "shape", "leaf", "requires_grad", ".grad", "stride", "offset", "storage", "version", "dtype",
+               "device")
     # Columns a narrow dock hides first (their values stay in each row's tooltip): no sideways scrolling.
-    DROP_ORDER = ("grad", "device", "dtype", "version", "storage", "offset")
+    DROP_ORDER = ("device", "dtype", "version", "storage", "offset", "stride", ".grad")
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -60,14 +72,9 @@ class TensorsPanel(QWidget):
         for t in tensors:
             if not t.name:
                 continue
-            grad = "—"
-            if t.grad is not None:
-                grad = f"shape {list(t.grad.shape)}"
-            elif t.requires_grad and t.is_leaf:
-                grad = "None"
             name = cut_line(t.name)  # the row shows a cut name; the trace keeps it whole
-            row = [name, str(list(t.shape)), _tuple(t.stride), str(t.storage_offset), t.storage or "—",
-                   str(t.version), t.dtype, t.device, grad]
+            row = [name, str(list(t.shape)), str(t.is_leaf), str(t.requires_grad), grad_cell(t), _tuple(t.stride),
+                   str(t.storage_offset), t.storage or "—", str(t.version), t.dtype, t.device]
             item = QTreeWidgetItem(row)
             item.setData(0, Qt.ItemDataRole.UserRole, t.id)
             tip = f"{name}: {'view' if t.is_view else 'tensor'} on storage {t.storage}"
