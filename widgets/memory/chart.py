@@ -6,6 +6,11 @@ activations would be flat next to a 300 MB process). On CUDA: the allocator's ``
 reads in KB, MB or GB (2**10, 2**20, 2**30 bytes, as PyTorch's memory summaries count) chosen by
 the largest value shown, never with a "x1e-06" suffix.
 
+Each y axis spans at least ``max(floor, 10 % of its largest value)``, the floor being 16 MB for
+process RSS, 1 MB for CUDA allocated / reserved and 1 KB for saved tensors: a 4 KB wiggle on a
+308 MB process then looks like the 0.01 % it is, not like the whole height of the plot. The span
+is centred on what is visible and never reaches far below zero.
+
 Time zooms and pans with the wheel and drag (pyqtgraph's own); ``fit_call`` shows one iteration,
 ``set_overlay`` draws every iteration from its own start, and ``set_reference`` puts a second
 run (the leak beside its fix) on the same scale.
@@ -39,6 +44,10 @@ MB = float(1 << 20)
 REFRESH_MS = 50  # live updates are drawn at most 20 times a second
 DASH_PIXELS = 10_000  # longer dashed paths are drawn 1 px wide: Qt takes ~3 us per pixel of wide dashes
 _AXIS_NAMES = {"cpu": "RSS", "cuda": "CUDA"}
+KB = float(1 << 10)
+SPAN_FLOOR = {("cpu", "left"): 16 * MB, ("cuda", "left"): MB, ("cpu", "right"): KB, ("cuda", "right"): KB}
+"""The least span of each y axis, in bytes, by (mode, axis): small wiggles look small."""
+SPAN_SHARE = 0.10  # ... or this share of the axis's largest value, if more
 CUDA_TOOLTIP = (
     "<b>allocated</b>: bytes held by live tensors.<br><b>reserved</b>: bytes the caching allocator "
     "holds from the driver.<br>The shaded gap between them is the <b>cache</b>: freed blocks kept for "
@@ -179,6 +188,7 @@ class MemoryChart(TimeToolsMixin, QWidget):
         self._draw_peak()
         if self._overlay:
             self._draw_overlay()
+        self._apply_span_floors()
         self._update_detail()
 
     # -- units and peak ----------------------------------------------------------------------------
@@ -200,6 +210,29 @@ class MemoryChart(TimeToolsMixin, QWidget):
             if unit != self.units[axis]:
                 self.units[axis] = unit
                 self._label_axes()
+
+    def _axis_top(self, axis: str) -> float:
+        """The largest value, in bytes, of the lines on ``axis`` (this run and the reference)."""
+        keys = [k for k, _, a, _ in _LINES[self._mode] if a == axis]
+        top = 0.0
+        for series in (self._series, self._ref):
+            if series is not None and series.n and keys:
+                top = max([top] + [float(series.cols[k][:series.n].max()) for k in keys])
+        return top
+
+    def span_floor(self, axis: str) -> float:
+        """The least span of ``axis`` ("left" or "right") in bytes: its floor or a share of its top value."""
+        return max(SPAN_FLOOR[(self._mode, axis)], SPAN_SHARE * self._axis_top(axis))
+
+    def _apply_span_floors(self) -> None:
+        """Give each view its least span in its axis's unit (the overlay draws the measure in the left view)."""
+        for view, axis in ((self.view, "left"), (self.view2, "right")):
+            if view is self.view and self._overlay:
+                axis = self._axis_of(self.measure_key())
+            unit, top, floor = self.units[axis][1], self._axis_top(axis), SPAN_FLOOR[(self._mode, axis)]
+            # Bytes are never negative: the bottom stays within 10 % of max(floor, top) below zero (the
+            # most padding pyqtgraph adds), so a widened span of small values keeps zero near the bottom.
+            view.setLimits(minYRange=max(floor, SPAN_SHARE * top) / unit, yMin=-0.10 * max(floor, top) / unit)
 
     def _label_axes(self) -> None:
         """Short axis titles ("RSS (MB)", "saved (KB)") that fit even a short plot; the legend names the lines."""
