@@ -1,9 +1,11 @@
-"""The memory chart's axes: each y axis has a least span, so small wiggles look small."""
+"""The memory chart's axes: each y axis has a least span, so small wiggles look small, and a
+finished run opens on its first call rather than on the worker starting."""
 
 import pytest
 
 from core.model.trace import MemorySample
 from widgets.memory.chart import MB, SPAN_FLOOR, MemoryChart
+from widgets.memory.panel import MemoryPanel
 
 
 def _flat_rss(n: int = 40) -> list[MemorySample]:
@@ -43,3 +45,42 @@ def test_small_cuda_allocations_keep_zero_in_view_with_a_1_mb_floor(qtbot):
     y0, y1 = chart.view.viewRange()[1]
     assert y1 - y0 == pytest.approx(MB / unit, rel=0.05)
     assert -0.10 * MB / unit <= y0 <= 0 and y1 >= 2048 / unit  # zero near the bottom, not mid-plot
+
+
+def _slow_start() -> list[MemorySample]:
+    """17 s of the worker starting, then 2.7 s of forward and backward calls."""
+    samples = [MemorySample(t=float(i), device="cpu", rss=(100 + 10 * i) << 20, phase="starting") for i in range(17)]
+    for j in range(28):
+        samples.append(MemorySample(t=17.0 + j / 10, device="cpu", rss=300 << 20, saved_bytes=(j % 4) << 20,
+                                    phase="forward" if j % 4 < 2 else "backward"))
+    return samples
+
+
+def test_a_finished_run_opens_on_its_first_call_and_whole_run_shows_all(qtbot):
+    panel = MemoryPanel()
+    qtbot.addWidget(panel)
+    panel.resize(1000, 400)
+    panel.set_run(_slow_start(), "slow.py", 7)
+    panel.show()
+    qtbot.waitExposed(panel)
+    chart = panel.chart
+    assert chart.band_items()[0] == ("starting", 0.0, 17.0)
+    x0, x1 = chart.view.viewRange()[0]
+    assert 17.0 - 0.02 * 2.7 - 1e-6 <= x0 <= 17.0 and x1 == pytest.approx(19.7, abs=0.01)
+    panel.whole_button.click()
+    qtbot.waitUntil(lambda: chart.view.viewRange()[0][0] <= 0.0, timeout=5000)
+    x0, x1 = chart.view.viewRange()[0]
+    assert x0 <= 0.0 and x1 >= 19.7
+    chart.clear()  # a new live run follows its samples from the start
+    chart.append_samples(_slow_start()[:5])
+    chart.flush()
+    qtbot.waitUntil(lambda: chart.view.viewRange()[0][0] <= 0.0 and chart.view.viewRange()[0][1] >= 4.0,
+                    timeout=5000)
+
+
+def test_a_run_without_a_starting_band_opens_whole():
+    chart = MemoryChart(theme="light")
+    samples = [MemorySample(t=i / 10, device="cpu", rss=300 << 20, phase="forward") for i in range(10)]
+    chart.set_samples(samples)
+    assert chart.opening_range() is None
+    assert chart.view.autoRangeEnabled()[0]

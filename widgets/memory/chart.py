@@ -11,6 +11,10 @@ process RSS, 1 MB for CUDA allocated / reserved and 1 KB for saved tensors: a 4 
 308 MB process then looks like the 0.01 % it is, not like the whole height of the plot. The span
 is centred on what is visible and never reaches far below zero.
 
+A finished run opens on its first call: from just before the end of the "starting" band (the
+worker starting and importing torch, most of a short run) to the run's end. ``show_whole_run``
+(the "Whole run" button, or a double-click) shows it all.
+
 Time zooms and pans with the wheel and drag (pyqtgraph's own); ``fit_call`` shows one iteration,
 ``set_overlay`` draws every iteration from its own start, and ``set_reference`` puts a second
 run (the leak beside its fix) on the same scale.
@@ -140,6 +144,7 @@ class MemoryChart(TimeToolsMixin, QWidget):
         self.clear()
         self.append_samples(samples)
         self.flush()
+        self.show_opening()
 
     def append_samples(self, samples) -> None:
         """Add streamed samples; the chart redraws at most every ``REFRESH_MS``."""
@@ -170,6 +175,7 @@ class MemoryChart(TimeToolsMixin, QWidget):
         self._explicit_calls = None
         self.clear_markers()
         self.flush()
+        self.show_whole_run()  # a live run follows its new samples
 
     def flush(self) -> None:
         """Draw pending samples now."""
@@ -273,12 +279,22 @@ class MemoryChart(TimeToolsMixin, QWidget):
                 item.setZValue(35)
                 view.addItem(item, ignoreBounds=True)
         y = nbytes / self._unit_of(key)[1]
-        s = self._series
-        right = t > (s.t[0] + s.t[s.n - 1]) / 2  # the label reads away from the plot's edge
-        self.peak_label.setAnchor((1.02 if right else -0.02, -0.1))
         self.peak_dot.setData([t], [y])
+        self._anchor_peak(t)
         self.peak_label.setText(f"peak {format_bytes(nbytes)}" + (f" · {where}" if where else ""))
         self.peak_label.setPos(t, y)
+
+    def _anchor_peak(self, t: float | None = None) -> None:
+        """The peak's label reads away from the nearer edge of the time shown (the whole run while following)."""
+        s = self._series
+        if t is None:
+            if not self.peak_dot.isVisible() or self.peak_dot.data.size == 0:
+                return
+            t = float(self.peak_dot.data["x"][0])
+        if not s.n:
+            return
+        lo, hi = self.view.viewRange()[0] if not self.view.autoRangeEnabled()[0] else (s.t[0], s.t[s.n - 1])
+        self.peak_label.setAnchor((1.02 if t > (lo + hi) / 2 else -0.02, -0.1))
 
     def _calls(self) -> list[tuple[float, int]]:
         return self._explicit_calls if self._explicit_calls is not None else self._series.calls
@@ -479,7 +495,7 @@ class MemoryChart(TimeToolsMixin, QWidget):
         if ev.button() != Qt.MouseButton.LeftButton or not self.view.sceneBoundingRect().contains(pos):
             return
         if ev.double():  # back to the whole run, following new samples again
-            self.view.enableAutoRange()
+            self.show_whole_run()
             return
         t = float(self.view.mapSceneToView(pos).x())
         self.sig_time_clicked.emit(t)

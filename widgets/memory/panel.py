@@ -53,7 +53,8 @@ class MemoryPanel(QWidget):
         self.call_box.setToolTip("Which backward call's iteration to zoom to")
         self.fit_button = QPushButton("Fit call", self, toolTip="Zoom the time axis to this call's iteration "
                                       "(forward, backward and what follows)")
-        self.whole_button = QPushButton("Whole run", self, toolTip="Show the whole run (double-click the chart)")
+        self.whole_button = QPushButton("Whole run", self, toolTip="Show the whole run, worker start included "
+                                        "(double-click the chart); a finished run opens on its first call")
         self.overlay_box = QCheckBox("Overlay iterations", self,
                                      toolTip="Draw every iteration from its own start, one over the other")
         self.pin_button = QPushButton("Keep as reference", self, toolTip="Keep this run on the chart and draw the "
@@ -72,7 +73,7 @@ class MemoryPanel(QWidget):
             controls.addWidget(w)
         controls.addStretch(1)
         self.fit_button.clicked.connect(lambda: self.chart.fit_call(self.call_box.value()))
-        self.whole_button.clicked.connect(lambda: self.chart.view.enableAutoRange())
+        self.whole_button.clicked.connect(self.chart.show_whole_run)
         self.overlay_box.toggled.connect(self.chart.set_overlay)
         self.pin_button.clicked.connect(self.pin_reference)
         self.unpin_button.clicked.connect(self.drop_reference)

@@ -11,7 +11,10 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
 
-from widgets.memory.items import LINES, Series
+from widgets.memory.items import LINES, PHASES, Series
+
+STARTING = PHASES.index("starting")
+OPENING_MARGIN = 0.02  # the opening view begins this share of its span before the first call's run
 
 
 class TimeToolsMixin:
@@ -20,6 +23,35 @@ class TimeToolsMixin:
     def iterations(self) -> list[tuple[float, float]]:
         """(start, end) of each iteration: a forward pass up to the next one."""
         return self._series.iterations()
+
+    def opening_range(self) -> tuple[float, float] | None:
+        """(start, end) the chart opens on: from the end of the "starting" band (the worker starting
+        and importing) to the run's end, or None when the run has no such band before something else."""
+        s = self._series
+        if not s.n or len(s.run_codes) < 2 or s.run_codes[0] != STARTING:
+            return None
+        start, end = s.run_t1[0], float(s.t[s.n - 1])
+        if end <= start:
+            return None
+        return max(float(s.t[0]), start - OPENING_MARGIN * (end - start)), end
+
+    def show_opening(self) -> tuple[float, float]:
+        """Show the run from its first call (``opening_range``), or the whole run; returns the x range."""
+        span = self.opening_range()
+        if span is None:
+            self.show_whole_run()
+        else:
+            self.view.setXRange(*span, padding=0)
+            for view in (self.view, self.view2):
+                view.enableAutoRange(y=True)
+        self._anchor_peak()
+        return tuple(self.view.viewRange()[0])
+
+    def show_whole_run(self) -> None:
+        """Show the whole run, starting band included, and follow new samples."""
+        for view in (self.view, self.view2):
+            view.enableAutoRange()
+        self._anchor_peak()
 
     def fit_call(self, index: int) -> tuple[float, float] | None:
         """Zoom the time axis to the iteration of backward call ``index`` (its forward, backward and after)."""
@@ -34,6 +66,7 @@ class TimeToolsMixin:
         self.view.setXRange(*span, padding=0.02)
         for view in (self.view, self.view2):
             view.enableAutoRange(y=True)
+        self._anchor_peak()
         return span
 
     def set_overlay(self, on: bool) -> None:
