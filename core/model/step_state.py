@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from core.model.trace import CallInfo, NodeInfo
+from core.model.trace import CallInfo, NodeInfo, Values
+from core.model.values import incoming_grads, leaf_value_lines
 from core.model.values import short_values as value_text
 
 
@@ -73,7 +74,7 @@ def step_view(call: CallInfo, steps: list[dict], pending: dict | None = None, up
             if edge is not None and grad is not None:
                 view.edge_texts[(node_id, edge.node)] = short_values(grad)
         for name, values in (record.get("leaf_grads") or {}).items():
-            view.leaf_grads[name] = values
+            view.leaf_grads[name] = with_added(record, node, values) if name == node.label else values
         if record.get("error"):
             view.failed = node_id
     for node_id in done:
@@ -172,7 +173,7 @@ class StepTracker:
                 self.frontier.add(edge.node)
                 self._dirty_nodes.add(edge.node)
         for name, values in (record.get("leaf_grads") or {}).items():
-            self.leaf_grads[name] = values
+            self.leaf_grads[name] = with_added(record, node, values) if name == node.label else values
             self._dirty_leaves.update(self._leaf_nodes.get(name, ()))
         if node.kind == "accumulate_grad" and node.label in self.leaf_grads:
             # The edge that filled this leaf also shows the accumulated .grad.
@@ -238,18 +239,84 @@ def leaf_chip_lines(call: CallInfo, node: NodeInfo, leaf_grads: dict[str, dict],
                     before: CallInfo | None = None) -> list[str]:
     """A leaf's value chip while its call is stepped: 'fc2.bias = [...]' and its ``.grad`` as it
     is at this step. Once its AccumulateGrad ran, the ``.grad`` the step recorded, written as the
-    step log writes it; before, the ``.grad`` the leaf held when backward began (``before``: the
-    call as captured then, when ``call`` is the call after backward, as a traced call is)."""
+    step log writes it ('4 (before) + 4 = 8' when the step added to a .grad held before); before,
+    the ``.grad`` the leaf held when backward began (``before``: the call as captured then, when
+    ``call`` is the call after backward, as a traced call is)."""
     t = call.tensor(node.variable) if node.variable else None
     if t is None:
         return []
     lines = [f"{t.name or 'leaf'} = {value_text(t.values, t.shape)}"]
     grad = leaf_grads.get(node.label or node.id)
     if grad is not None:
+        held = held_before(grad)
+        if held is not None and not t.hooks:
+            return lines + accumulated_lines(held, [grad["added"]], grad["data"], list(t.shape))
         return lines + [f".grad = {short_values(grad)}"]
     start = before.tensor(node.variable) if before is not None else t
     held = start.grad if start is not None else None
     return lines + [".grad = None" if held is None else f".grad = {value_text(held.values, held.shape)}"]
+
+
+def with_added(record: dict, node: NodeInfo, values: dict) -> dict:
+    """A leaf's .grad from its AccumulateGrad's step record, with what the step added to it (the
+    gradient the node received, ``added``) when both are known element by element."""
+    if node.kind != "accumulate_grad" or values.get("data") is None:
+        return values
+    incoming = record.get("grad_outputs") or []
+    first = incoming[0] if incoming else None
+    data = first.get("data") if isinstance(first, dict) else None
+    if data is None or len(data) != len(values["data"]):
+        return values
+    return dict(values, added=list(data))
+
+
+def held_before(grad: dict) -> list | None:
+    """The .grad a leaf held before its AccumulateGrad ran (its .grad after, less what it added), or
+    None when it held none (or zeros) or what was added is not known."""
+    added, after = grad.get("added"), grad.get("data")
+    if added is None or after is None:
+        return None
+    return _held([a - b for a, b in zip(after, added)], after)
+
+
+def _held(before: list, after: list) -> list | None:
+    """``before`` unless it is zeros (up to the rounding of the subtraction that gave it)."""
+    return before if any(abs(h) > 1e-6 * max(1.0, abs(a)) for h, a in zip(before, after)) else None
+
+
+SUM_LIMIT = 4  # elements up to which '.grad = before (before) + this = after' is written whole
+
+
+def accumulated_lines(before: list, parts: list[list], after: list, shape: list[int]) -> list[str]:
+    """['.grad = 4 (before) + 4 = 8']: the .grad a leaf held before a call, what the call added (one
+    term per incoming edge) and the .grad after; for a bigger leaf its .grad and a note that the call
+    added to the one held before."""
+    def text(data: list) -> str:
+        return value_text(Values(numel=len(data), data=list(data)), shape)
+    if len(after) > SUM_LIMIT:
+        return [f".grad = {text(after)}", "(this call added to the .grad held before)"]
+    terms = " + ".join(text(p) for p in parts).replace("+ -", "− ")
+    return [f".grad = {text(before)} (before) + {terms} = {text(after)}"]
+
+
+def leaf_lines_after(call: CallInfo, node: NodeInfo) -> list[str]:
+    """A leaf's chip after its call: 'x = 2' and '.grad = 4 (before) + 4 = 8' when the call added to a
+    .grad the leaf already held (the gradients of its incoming edges subtracted from the .grad after
+    give the .grad before), else as ``leaf_value_lines`` writes it."""
+    lines = leaf_value_lines(call, node)
+    t = call.tensor(node.variable) if node.variable else None
+    if t is None or t.grad is None or t.hooks or call.api == "autograd.grad":
+        return lines
+    if ((call.options or {}).get("grad_before") or {}).get(t.name or "") != "set":
+        return lines
+    after = t.grad.values.data
+    parts = [v.data for v in incoming_grads(call, node.id)]
+    if after is None or not parts or any(p is None or len(p) != len(after) for p in parts):
+        return lines
+    before = _held([a - sum(col) for a, *col in zip(after, *parts)], after)
+    if before is None:
+        return lines
+    return lines[:1] + accumulated_lines(before, parts, after, list(t.grad.shape))
 
 
 def step_texts(call: CallInfo, view: StepView) -> dict[tuple[str, str], str]:
@@ -265,13 +332,19 @@ def step_texts(call: CallInfo, view: StepView) -> dict[tuple[str, str], str]:
 
 def _leaf_suffix(call: CallInfo, leaf_id: str, texts: dict, grad) -> dict[tuple[str, str], str]:
     """The edges into a leaf, the last one ending in its .grad: "2  \u21d2 .grad 6 + 2 = 8" when the leaf
-    is reached by several edges (their gradients add up), "6  \u21d2 .grad 6" when by one."""
+    is reached by several edges (their gradients add up), "6  \u21d2 .grad 6" when by one, and
+    "4  \u21d2 .grad 4 (before) + 4 = 8" when it added to a .grad held before."""
     keys = [(p, leaf_id) for p in dict.fromkeys(call.consumers().get(leaf_id, [])) if (p, leaf_id) in texts]
     if not keys:
         return {}
     bases = [texts[k].split("  \u21d2 ")[0] for k in keys]
     out = dict(zip(keys, bases))
     total = short_values(grad)
+    held = held_before(grad)
+    if held is not None and len(held) <= SUM_LIMIT:
+        before = short_values({"data": held, "numel": len(held)})
+        out[keys[-1]] = bases[-1] + f"  \u21d2 .grad {before} (before) + {' + '.join(bases)} = {total}"
+        return out
     out[keys[-1]] = bases[-1] + (f"  \u21d2 .grad {' + '.join(bases)} = {total}" if len(keys) > 1
                                  else f"  \u21d2 .grad {total}")
     return out

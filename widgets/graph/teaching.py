@@ -18,7 +18,8 @@ from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem
 from core.layout.visible import open_nodes
 from core.model.causes import cut_text, hook_lines, hook_tips, node_notes
 from core.model.edge_marks import edge_mark_tip, mark_text
-from core.model.values import edge_grad_text, leaf_value_lines, seed_text
+from core.model.step_state import leaf_lines_after
+from core.model.values import edge_grad_text, seed_text
 from widgets.graph.items import EdgeItem, edge_path
 from widgets.graph.painting import MIN_TEXT_PX, color, font, text_width
 from widgets.theme import Theme
@@ -368,7 +369,7 @@ def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scen
                                 (box.x + box.w - 10, box.y + box.h - 4)], avoid_edges=True)
             out.append(item)
         if values and n.kind == "accumulate_grad" and n.variable:
-            lines = (leaf_lines or {}).get(n.id) or leaf_value_lines(call, n)
+            lines = (leaf_lines or {}).get(n.id) or leaf_lines_after(call, n)
             if lines:
                 item = NoteItem("value", lines, LEAF_TIP, theme, n.id, False)
                 item.leaf = True
