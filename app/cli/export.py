@@ -68,9 +68,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="show each leaf's data and .grad after the call, and the seed gradient at the root")
     p.add_argument("--saved", action="store_true", help="draw each node's saved tensors")
     p.add_argument("--expand", action="store_true", help="expand every module group (big graphs open collapsed)")
-    p.add_argument("--direction", choices=("TB", "LR", "forward"), default="TB",
-                   help="TB: the loss on top, arrows the way gradients flow (default); LR: the loss on the "
-                   "left; forward: inputs on top, arrows from the inputs to the loss")
+    p.add_argument("--direction", choices=("TB", "LR", "forward"),
+                   help="TB: the loss on top, arrows the way gradients flow (default; with --page, TB or LR, "
+                   "whichever draws the graph larger); LR: the loss on the left; forward: inputs on top, arrows "
+                   "from the inputs to the loss")
     p.add_argument("--page", choices=("16:9", "4:3", "A4", "Letter"),
                    help="fit a slide (16:9 is 1920x1080 in PNG) or a portrait page, folding modules rather "
                    "than shrinking text below 9 px")

@@ -28,7 +28,7 @@ from core.layout.groups import default_collapsed
 from core.layout.boxes import Layout
 from core.model.step_state import step_texts, step_view
 from core.model.trace import CallInfo, Trace
-from widgets.export.page import plan_page
+from widgets.export.page import plan_page, plan_slide
 from widgets.export.sheet import Sheet, layout_sheet, paint_sheet
 from widgets.graph.painting import color, font
 from widgets.graph.teaching import set_show_slots, set_show_values
@@ -43,6 +43,7 @@ MAX_PNG_PIXELS = 64_000_000
 MAX_PDF_SIDE = 14400.0  # points: the largest page PDF readers accept (200 inches)
 PT_PER_UNIT = 0.75  # one scene unit is one pixel at 96 dpi
 NOTICE_CHARS = 150
+AUTO_DIRECTION_NODES = 2000  # bigger graphs on a page stay top-down rather than being laid out twice
 STEP_STATES = ("executed", "current", "frontier", "failed")  # legend order of step marks
 _keep: dict[str, QApplication] = {}
 
@@ -141,13 +142,14 @@ def error_notice(view) -> str:
     return f"This call raised {call.error.type}: {message}"
 
 
-def make_sheet(view, *, region="all", title=None, caption=None, legend=True, source=None, entries=None) -> Sheet:
+def make_sheet(view, *, region="all", title=None, caption=None, legend=True, source=None, entries=None,
+               width: float | None = None, chrome: float = 1.0) -> Sheet:
     keys = (view.legend.entries() if entries is None else list(entries)) if legend else []
     layout = view.graph_layout()
     if keys and layout is not None and not any(k.startswith("flow_") for k in keys):
         keys.append("flow_forward" if layout.direction == "forward" else "flow_backward")
     return layout_sheet(source or source_rect(view, region), view.theme(), title=title, caption=caption, legend=keys,
-                        notice=error_notice(view))
+                        notice=error_notice(view), width=width, chrome=chrome)
 
 
 def _background(background: str | None, theme_name: str) -> QColor | None:
@@ -349,11 +351,12 @@ def offscreen_view(call: CallInfo, *, theme="print", collapsed=None, show_saved=
 def export_call(call: CallInfo, path, fmt: str | None = None, *, theme: str = "print", title=None, caption=None,
                 states=None, edge_texts=None, collapsed=None, show_saved=False, show_shapes=False,
                 scale: float = 2.0, background: str | None = None, trace: Trace | None = None,
-                direction: str = "TB", page: str | None = None, fold: bool | None = None,
+                direction: str | None = None, page: str | None = None, fold: bool | None = None,
                 values=False, slots=False) -> Path:
     """Export one call without a window. ``background`` None is the theme's (white in print);
     ``collapsed`` None collapses big graphs as the view does; ``direction`` "TB", "LR" or
-    "forward"; ``page`` fits a slide or paper page ("16:9", "4:3", "A4", "Letter", see
+    "forward", or None: top-down, or on a page whichever of top-down and left-to-right draws
+    the graph larger; ``page`` fits a slide or paper page ("16:9", "4:3", "A4", "Letter", see
     ``widgets.export.page``), folding rather than shrinking text."""
     fmt = format_of(path, fmt)
     if fmt == "json":
@@ -365,13 +368,14 @@ def export_call(call: CallInfo, path, fmt: str | None = None, *, theme: str = "p
                                           edge_texts=edge_texts, theme=theme), encoding="utf-8")
         return Path(path)
     with offscreen_view(call, theme=theme, collapsed=collapsed, show_saved=show_saved, show_shapes=show_shapes,
-                        states=states, edge_texts=edge_texts, direction=direction, values=values,
+                        states=states, edge_texts=edge_texts, direction=direction or "TB", values=values,
                         slots=slots) as view:
         opts = dict(title=title, caption=caption, background=background)
         if page is not None:
             fold = collapsed is None if fold is None else fold
-            opts["plan"] = plan_page(view, page, fmt, make_sheet, fold=fold, deepen=collapsed is None,
-                                     caption=caption, title=title)
+            plan = plan_page if direction is not None or len(call.nodes) > AUTO_DIRECTION_NODES else plan_slide
+            opts["plan"] = plan(view, page, fmt, make_sheet, fold=fold, deepen=collapsed is None,
+                                caption=caption, title=title)
         if fmt == "png":
             return render_png(view, path, scale=scale, **opts)
         return (render_svg if fmt == "svg" else render_pdf)(view, path, **opts)

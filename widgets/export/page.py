@@ -1,6 +1,7 @@
 """Exports for slides and paper: the sheet fitted to a 16:9 or 4:3 slide or an A4 / Letter page.
 
-Text is never shrunk below ``MIN_PAGE_TEXT`` (pixels in a PNG, points in a PDF or SVG):
+Text is never shrunk below ``MIN_PAGE_TEXT`` (pixels in a PNG, points in a PDF or SVG; on a
+slide, points of the SVG's page in a PNG too, so that both show the same picture):
 when the graph does not fit at that size, module groups fold, deepest level first, until it
 does; when even the top level does not fit (a long chain with no modules), the page shows
 the part of the graph around the loss and its caption says so.
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from PySide6.QtCore import QRectF
 
 from core.layout.groups import group_info
-from widgets.export.sheet import Sheet
+from widgets.export.sheet import MARGIN, Sheet
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,11 @@ PAGES = {
     "Letter": ((1275, 1650), (612.0, 792.0)),
 }
 MIN_PAGE_TEXT = 9.0
-MAX_PAGE_SCALE = 2.0
+SLIDES = ("16:9", "4:3")
+MAX_PAGE_SCALE = 6.0  # PNG pixels per scene unit (other formats in proportion to the page's width)
+FIT_ROUNDS = 6
+OPEN_VALUES_NODES = 40
+CHROME_TEXT = 22.0  # PNG pixels: a page that enlarges the graph draws its legend's text no larger
 MAX_FOLD_BOXES = 400  # fold levels with more boxes than this are not tried
 CROPPED_NOTE = "The part of the graph around the loss; fold modules or pick a larger page for the rest."
 
@@ -73,16 +78,28 @@ def plan_page(view, page: str, fmt: str, make_sheet, *, fold: bool = True, deepe
     ``deepen``, opening deeper levels while they still fit (the view is left folded as planned).
     ``make_sheet(view, caption=..., source=..., **sheet_options)`` builds the sheet."""
     w, h = page_size(page, fmt)
+    most = MAX_PAGE_SCALE * w / PAGES[page][0][0]
+    least = MIN_PAGE_TEXT * (PAGES[page][0][0] / PAGES[page][1][0] if fmt == "png" and page in SLIDES else 1.0)
 
     def attempt(source=None, note: str | None = None) -> tuple[Sheet, float, float]:
         text = smallest_text(view, legend)
         cap = " ".join(x for x in (caption, note) if x) or None
         sheet = make_sheet(view, caption=cap, source=source, legend=legend, **sheet_options)
-        s = min(w / sheet.width, h / sheet.height, MAX_PAGE_SCALE)
+        s = min(w / sheet.width, h / sheet.height, most)
+        if source is None:  # the graph fills the page; the legend and caption wrap to the width left
+            s = min(w / (sheet.source.width() + 2 * MARGIN), h / (sheet.source.height() + 2 * MARGIN), most)
+            for _ in range(FIT_ROUNDS):
+                chrome = min(1.0, CHROME_TEXT * w / PAGES[page][0][0] / (s * (view.theme().small_font_px + 1)))
+                wide = make_sheet(view, caption=cap, source=source, legend=legend, width=w / s, chrome=chrome,
+                                  **sheet_options)
+                fit = min(w / wide.width, h / wide.height, most)
+                sheet, done, s = wide, fit >= s * 0.995, fit
+                if done:
+                    break
         return sheet, s, text
 
     sheet, s, text = attempt()
-    fits = s * text >= MIN_PAGE_TEXT
+    fits = s * text >= least
     if fits and not deepen:
         return PagePlan(page, (w, h), sheet, s, s * text, view.collapsed())
     call = view.call()
@@ -106,10 +123,10 @@ def plan_page(view, page: str, fmt: str, make_sheet, *, fold: bool = True, deepe
         for coll in reversed(levels):  # the most detail first
             view.set_collapsed(coll, sync=True)
             sheet, s, text = attempt()
-            if s * text >= MIN_PAGE_TEXT:
+            if s * text >= least:
                 return PagePlan(page, (w, h), sheet, s, s * text, view.collapsed())
     # Not even the top level fits: the region around the loss, at the smallest legible size.
-    s = min(MAX_PAGE_SCALE, MIN_PAGE_TEXT / text)
+    s = min(most, least / text)
     full = sheet.source
     for _ in range(3):  # the caption's height depends on the width: settle in a few rounds
         src_w = min(full.width(), max(40.0, w / s - (sheet.width - sheet.source.width())))
@@ -118,11 +135,36 @@ def plan_page(view, page: str, fmt: str, make_sheet, *, fold: bool = True, deepe
         x = min(max(cx - src_w / 2, full.left()), full.right() - src_w)
         y = min(max(cy - src_h / 2, full.top()), full.bottom() - src_h)
         sheet, s2, text = attempt(QRectF(x, y, src_w, src_h), CROPPED_NOTE)
-        if s2 * text >= MIN_PAGE_TEXT - 1e-6:
+        if s2 * text >= least - 1e-6:
             s = s2
             break
     log.info("%s page: showing the part of the graph around the loss", page)
     return PagePlan(page, (w, h), sheet, min(s, w / sheet.width, h / sheet.height), s * text, view.collapsed(), True)
+
+
+def plan_slide(view, page: str, fmt: str, make_sheet, **options) -> PagePlan:
+    """``plan_page`` in the direction, top-down or left-to-right, that draws the graph's text
+    larger on the page: a tall graph goes across a wide slide. A graph of at most
+    ``OPEN_VALUES_NODES`` nodes showing values stays open (a folded module hides its values)."""
+    call = view.call()
+    if view.state.show_values and call is not None and len(call.nodes) <= OPEN_VALUES_NODES:
+        view.set_collapsed(frozenset(), sync=True)
+        options = dict(options, fold=False, deepen=False)
+    best = None
+    for direction in ("TB", "LR"):
+        if view.direction != direction:
+            view.direction = direction
+            view.relayout(sync=True)
+        plan = plan_page(view, page, fmt, make_sheet, **options)
+        if best is None or (not plan.cropped, plan.text) > (not best[1].cropped, best[1].text * 1.02):
+            best = (direction, plan, view.collapsed())
+    direction, plan, collapsed = best
+    if view.direction != direction or view.collapsed() != collapsed:
+        view.direction = direction
+        view.set_collapsed(collapsed, sync=True)
+        view.relayout(sync=True)
+        plan = plan_page(view, page, fmt, make_sheet, **options)
+    return plan
 
 
 def _root_centre(view, full: QRectF) -> tuple[float, float]:

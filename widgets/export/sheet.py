@@ -49,12 +49,17 @@ class Sheet:
     notice_rect: QRectF = field(default_factory=QRectF)
     legend: list[tuple[str, QRectF]] = field(default_factory=list)  # key, rect of sample + text
     legend_rect: QRectF = field(default_factory=QRectF)
+    chrome: float = 1.0  # title, notice, legend and caption are drawn this many times their size
 
 
 def layout_sheet(
-    source: QRectF, theme: Theme, *, title: str | None, caption: str | None, legend: list[str], notice: str = ""
+    source: QRectF, theme: Theme, *, title: str | None, caption: str | None, legend: list[str], notice: str = "",
+    width: float | None = None, chrome: float = 1.0,
 ) -> Sheet:
-    """Place title, graph, legend and caption around a graph of ``source``'s size."""
+    """Place title, graph, legend and caption around a graph of ``source``'s size; with ``width``
+    the sheet is at least that wide and the legend and caption wrap to it (a page's width);
+    ``chrome`` sizes everything but the graph (below 1 on a page that enlarges the graph)."""
+    k = chrome
     title = (title or "").strip()
     caption = (caption or "").strip()
     legend = [k for k in legend if k in LEGEND_ENTRIES]
@@ -62,49 +67,51 @@ def layout_sheet(
     legend_font = font(theme.font_family, theme.small_font_px + 1)
     caption_font = font(theme.font_family, CAPTION_PX)
     lfm = QFontMetricsF(legend_font)
-    entry_w = [SAMPLE_W + 8 + lfm.horizontalAdvance(legend_text(k)) for k in legend]
-    title_w = QFontMetricsF(title_font).horizontalAdvance(title) if title else 0.0
-    inner = max(source.width(), title_w, MIN_TEXT_W if (legend or caption) else 0.0)
+    entry_w = [(SAMPLE_W + 8 + lfm.horizontalAdvance(legend_text(e))) * k for e in legend]
+    title_w = QFontMetricsF(title_font).horizontalAdvance(title) * k if title else 0.0
+    inner = max(source.width(), title_w, MIN_TEXT_W * k if (legend or caption) else 0.0)
     # A legend row or a caption line may widen a narrow graph's sheet (up to WIDE) rather than wrap.
     if entry_w:
-        inner = max(inner, min(sum(entry_w) + LEGEND_GAP * (len(entry_w) - 1), WIDE), max(entry_w))
+        inner = max(inner, min(sum(entry_w) + LEGEND_GAP * k * (len(entry_w) - 1), WIDE * k), max(entry_w))
     if caption:
-        inner = max(inner, min(QFontMetricsF(caption_font).horizontalAdvance(caption) + 4, WIDE))
+        inner = max(inner, min((QFontMetricsF(caption_font).horizontalAdvance(caption) + 4) * k, WIDE * k))
+    if width is not None:
+        inner = max(source.width(), title_w, max(entry_w, default=0.0), width - 2 * MARGIN)
     y = MARGIN
-    sheet = Sheet(QRectF(source), 0, 0, QRectF(), title, caption=caption)
+    sheet = Sheet(QRectF(source), 0, 0, QRectF(), title, caption=caption, chrome=k)
     if title:
-        h = QFontMetricsF(title_font).height() * 1.3
+        h = QFontMetricsF(title_font).height() * 1.3 * k
         sheet.title_rect = QRectF(MARGIN, y, inner, h)
-        y += h + 4
+        y += h + 4 * k
     if notice:
         sheet.notice = notice
-        h = _wrapped_height(font(theme.font_family, theme.font_px, True), notice, inner)
+        h = _wrapped_height(font(theme.font_family, theme.font_px, True), notice, inner / k) * k
         sheet.notice_rect = QRectF(MARGIN, y, inner, h)
-        y += h + 6
+        y += h + 6 * k
     sheet.graph = QRectF(MARGIN + (inner - source.width()) / 2, y, source.width(), source.height())
     y += source.height()
     if legend:
         rows: list[list[int]] = [[]]
         row_w = 0.0
         for i, w in enumerate(entry_w):
-            if rows[-1] and row_w + LEGEND_GAP + w > inner:
+            if rows[-1] and row_w + LEGEND_GAP * k + w > inner:
                 rows.append([])
                 row_w = 0.0
-            row_w += (LEGEND_GAP if rows[-1] else 0.0) + w
+            row_w += (LEGEND_GAP * k if rows[-1] else 0.0) + w
             rows[-1].append(i)
-        y += 10
+        y += 10 * k
         top = y
         for row in rows:
-            width = sum(entry_w[i] for i in row) + LEGEND_GAP * (len(row) - 1)
+            width = sum(entry_w[i] for i in row) + LEGEND_GAP * k * (len(row) - 1)
             x = MARGIN + (inner - width) / 2
             for i in row:
-                sheet.legend.append((legend[i], QRectF(x, y, entry_w[i], LEGEND_ROW)))
-                x += entry_w[i] + LEGEND_GAP
-            y += LEGEND_ROW
+                sheet.legend.append((legend[i], QRectF(x, y, entry_w[i], LEGEND_ROW * k)))
+                x += entry_w[i] + LEGEND_GAP * k
+            y += LEGEND_ROW * k
         sheet.legend_rect = QRectF(MARGIN, top, inner, y - top)
     if caption:
-        y += 10
-        h = _wrapped_height(caption_font, caption, inner)
+        y += 10 * k
+        h = _wrapped_height(caption_font, caption, inner / k) * k
         sheet.caption_rect = QRectF(MARGIN, y, inner, h)
         y += h
     sheet.width = inner + 2 * MARGIN
@@ -125,18 +132,32 @@ def paint_sheet(p: QPainter, sheet: Sheet, scene, theme: Theme, background: QCol
     if sheet.title:
         p.setFont(font(theme.font_family, TITLE_PX, True))
         p.setPen(color(theme.text))
-        p.drawText(sheet.title_rect, int(Qt.AlignHCenter | Qt.AlignVCenter), sheet.title)
+        _draw_text(p, sheet.title_rect, sheet.chrome, int(Qt.AlignHCenter | Qt.AlignVCenter), sheet.title)
     if sheet.notice:
         p.setFont(font(theme.font_family, theme.font_px, True))
         p.setPen(color(theme.error))
-        p.drawText(sheet.notice_rect, int(Qt.TextWordWrap | Qt.AlignHCenter | Qt.AlignTop), sheet.notice)
+        _draw_text(p, sheet.notice_rect, sheet.chrome, int(Qt.TextWordWrap | Qt.AlignHCenter | Qt.AlignTop),
+                   sheet.notice)
     render_scene(p, scene, sheet.graph, sheet.source)
     if sheet.legend:
         paint_legend(p, sheet, theme)
     if sheet.caption:
         p.setFont(font(theme.font_family, CAPTION_PX))
         p.setPen(color(theme.muted_text))
-        p.drawText(sheet.caption_rect, int(Qt.TextWordWrap | Qt.AlignHCenter | Qt.AlignTop), sheet.caption)
+        _draw_text(p, sheet.caption_rect, sheet.chrome, int(Qt.TextWordWrap | Qt.AlignHCenter | Qt.AlignTop),
+                   sheet.caption)
+
+
+def _draw_text(p: QPainter, rect: QRectF, k: float, flags: int, text: str) -> None:
+    """``drawText`` in ``rect``, the font (set on ``p``) and the text ``k`` times their size."""
+    if k == 1.0:
+        p.drawText(rect, flags, text)
+        return
+    p.save()
+    p.translate(rect.topLeft())
+    p.scale(k, k)
+    p.drawText(QRectF(0, 0, rect.width() / k, rect.height() / k), flags, text)
+    p.restore()
 
 
 def render_scene(p: QPainter, scene, target: QRectF, source: QRectF) -> None:
@@ -171,14 +192,20 @@ def paint_legend(p: QPainter, sheet: Sheet, theme: Theme) -> None:
     t = theme
     p.save()
     p.setPen(QPen(color(t.group_box_border), 0.8))
-    top = sheet.legend_rect.top() - 5
+    k = sheet.chrome
+    top = sheet.legend_rect.top() - 5 * k
     p.drawLine(sheet.legend_rect.left(), top, sheet.legend_rect.right(), top)
     text_font = font(t.font_family, t.small_font_px + 1)
-    for key, rect in sheet.legend:
+    for key, placed in sheet.legend:
+        p.save()
+        p.translate(placed.topLeft())
+        p.scale(k, k)
+        rect = QRectF(0, 0, placed.width() / k, placed.height() / k)
         sample = QRectF(rect.left() + 4, rect.center().y() - SAMPLE_H / 2, SAMPLE_W - 8, SAMPLE_H)
         paint_legend_entry(p, key, sample, t, frame_width=t.line_width * 0.9, saved_inset=4)
         p.setFont(text_font)
         p.setPen(color(t.text))
         text_rect = QRectF(rect.left() + SAMPLE_W + 8, rect.top(), rect.width() - SAMPLE_W - 8, rect.height())
         p.drawText(text_rect, int(Qt.AlignLeft | Qt.AlignVCenter), legend_text(key))
+        p.restore()
     p.restore()

@@ -1,0 +1,151 @@
+"""Slide exports fill the slide: the graph covers most of a 16:9 page, its text readable from the back
+of a room, measured in the SVG (font size times the drawing's scale, on a 1920-pixel-wide slide)."""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from widgets.export import graph_export as export
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "resources" / "examples"
+SVG = "{http://www.w3.org/2000/svg}"
+NUM = re.compile(r"-?\d+(?:\.\d+)?(?:e-?\d+)?")
+SLIDE_W = 1920.0
+SMALL_GRAPH = 15  # nodes
+# Graphs whose layout is too tall and too wide for 20 px text on a slide in either direction.
+TOO_BIG_FOR_20PX = {"08_inplace_error", "11_linear_regression_scratch", "13_mlp_classifier", "15_hooks",
+                    "25_inplace_safe_and_unsafe", "26_device_mismatch", "28_broadcasting_backward"}
+
+
+def slide_metrics(path: Path) -> dict:
+    """Texts with their size in pixels on a 1920-wide slide, and the share of the slide's width and
+    height that the graph (nodes, edges and their texts: all but the page, title, legend and caption) covers."""
+    root = ET.parse(path).getroot()
+    vb = [float(v) for v in root.get("viewBox").split()]
+    k = SLIDE_W / vb[2]
+    groups = []
+    for g in root.iter(SVG + "g"):
+        m = g.get("transform") or ""
+        if m.startswith("matrix("):
+            a, _, _, d, e, f = (float(v) for v in NUM.findall(m))
+            groups.append((g, (a, d, e, f)))
+    sheet = groups[1][1]  # groups[0] is the page's background, groups[1] the sheet's
+    texts, xs, ys = [], [], []
+    for g, (a, d, e, f) in groups:
+        for ch in g:
+            if ch.tag == SVG + "text" and (ch.text or "").strip():
+                texts.append((ch.text.strip(), float(ch.get("font-size") or g.get("font-size")) * a * k))
+        if (a, d, e, f) in (sheet, (1.0, 1.0, 0.0, 0.0)):
+            continue
+        for ch in g:
+            if ch.tag == SVG + "rect":
+                x, y, w, h = (float(ch.get(n)) for n in ("x", "y", "width", "height"))
+                pts = [(x, y), (x + w, y + h)]
+            elif ch.tag in (SVG + "path", SVG + "polygon", SVG + "polyline"):
+                nums = [float(v) for v in NUM.findall(ch.get("d") or ch.get("points") or "")]
+                pts = list(zip(nums[::2], nums[1::2]))
+            elif ch.tag == SVG + "text":
+                pts = [(float(ch.get("x", 0)), float(ch.get("y", 0)))]
+            else:
+                pts = []
+            xs += [(a * x + e) * k for x, _ in pts]
+            ys += [(d * y + f) * k for _, y in pts]
+    return {"texts": texts, "min_text": min(s for _, s in texts), "cover_w": (max(xs) - min(xs)) / SLIDE_W,
+            "cover_h": (max(ys) - min(ys)) / (vb[3] * k)}
+
+
+@pytest.fixture(scope="module")
+def small_calls():
+    """The first call of every bundled example with at most 15 nodes in it."""
+    capture = pytest.importorskip("core.worker.capture.recorder")
+    out = {}
+    for path in sorted(EXAMPLES.glob("*.py")):
+        if path.stem.startswith(("32_", "50_", "51_")):  # the allocator demo and the big graphs
+            continue
+        trace = capture.capture_script(str(path))
+        if trace.calls and len(trace.calls[0].nodes) <= SMALL_GRAPH:
+            out[path.stem] = trace.calls[0]
+    return out
+
+
+def test_small_examples_are_found(small_calls):
+    assert len(small_calls) == 26 and "31_graph_leak_fixed" in small_calls and "40_model_small_cnn" not in small_calls
+
+
+def test_every_small_example_fills_the_slide(qapp, tmp_path, small_calls):
+    thin, small = [], []
+    for name, call in small_calls.items():
+        m = slide_metrics(export.export_call(call, tmp_path / f"{name}.svg", page="16:9"))
+        if max(m["cover_w"], m["cover_h"]) < 0.6:
+            thin.append(f"{name}: {m['cover_w']:.0%} x {m['cover_h']:.0%}")
+        if name not in TOO_BIG_FOR_20PX and m["min_text"] < 20:
+            small.append(f"{name}: {min(m['texts'], key=lambda t: t[1])}")
+    assert thin == [] and small == []
+
+
+@pytest.mark.xfail(strict=True, reason="the layout spacing is fixed in scene units: 16-20 px is the most")
+@pytest.mark.parametrize("name", sorted(TOO_BIG_FOR_20PX))
+def test_text_of_the_widest_small_examples_reaches_20_px(qapp, tmp_path, small_calls, name):
+    m = slide_metrics(export.export_call(small_calls[name], tmp_path / f"{name}.svg", page="16:9"))
+    assert m["min_text"] >= 20
+
+
+def test_slide_png_is_the_slide(qapp, tmp_path, small_calls):
+    path = export.export_call(small_calls["01_multiply"], tmp_path / "m.png", page="16:9")
+    with Image.open(path) as im:
+        gray = im.convert("L")
+        assert im.size == (1920, 1080)
+        box = gray.point(lambda v: 255 if v < 200 else 0).getbbox()  # everything drawn dark
+    assert box[2] - box[0] > 0.6 * 1920
+
+
+def test_direction_follows_the_graph_unless_given(qapp, tmp_path, small_calls):
+    """A chain of three is wider than tall when laid left to right, so a 16:9 slide lays it so;
+    an explicit direction is kept."""
+    call = small_calls["01_multiply"]
+    auto = dict(slide_metrics(export.export_call(call, tmp_path / "auto.svg", page="16:9"))["texts"])
+    tb = dict(slide_metrics(export.export_call(call, tmp_path / "tb.svg", page="16:9", direction="TB"))["texts"])
+    assert auto["MulBackward0"] > tb["MulBackward0"] * 1.05 > 30
+    lr = ET.parse(tmp_path / "auto.svg").getroot()
+    tbroot = ET.parse(tmp_path / "tb.svg").getroot()
+    assert _node_positions(lr, "MulBackward0", "a")[0] and not _node_positions(tbroot, "MulBackward0", "a")[0]
+    assert _node_positions(tbroot, "MulBackward0", "a")[1]
+
+
+def _node_positions(root, first: str, second: str) -> tuple[bool, bool]:
+    """(second is to the right of first, second is below first), from the texts' page positions."""
+    pos = {}
+    for g in root.iter(SVG + "g"):
+        m = g.get("transform") or ""
+        if not m.startswith("matrix("):
+            continue
+        a, _, _, d, e, f = (float(v) for v in NUM.findall(m))
+        for ch in g:
+            if ch.tag == SVG + "text" and (ch.text or "").strip() in (first, second):
+                pos.setdefault(ch.text.strip(), (a * float(ch.get("x")) + e, d * float(ch.get("y")) + f))
+    (x0, y0), (x1, y1) = pos[first], pos[second]
+    return x1 > x0 + 20, y1 > y0 + 20
+
+
+def test_values_keep_a_fifteen_node_graph_open(qapp, tmp_path, small_calls):
+    """Folded modules show no values: with values asked for, the graph is drawn open (here too
+    tall for the slide at readable size, so the part around the loss, and the caption says so)."""
+    call = small_calls["30_graph_leak"]
+    assert len(call.nodes) == 15
+    m = slide_metrics(export.export_call(call, tmp_path / "v.svg", page="16:9", values=True))
+    texts = [t for t, _ in m["texts"]]
+    assert "collapsed module" not in texts and "MseLossBackward0" in texts and "model.4.bias" in texts
+    assert ".grad = [-0.0368]" in texts and "model.4.bias = [0.0618]" in texts
+    assert "The part of the graph around the loss; fold modules or pick a larger page for the rest." in texts
+    # A graph that fits stays open with its values, in full.
+    m = slide_metrics(export.export_call(small_calls["28_broadcasting_backward"], tmp_path / "b.svg", page="16:9",
+                                         values=True))
+    texts = [t for t, _ in m["texts"]]
+    assert "collapsed module" not in texts and sum(t.startswith(".grad = ") for t in texts) == 3
+    assert not any("around the loss" in t for t in texts) and max(m["cover_w"], m["cover_h"]) >= 0.6
