@@ -149,3 +149,7 @@ def test_values_keep_a_fifteen_node_graph_open(qapp, tmp_path, small_calls):
     texts = [t for t, _ in m["texts"]]
     assert "collapsed module" not in texts and sum(t.startswith(".grad = ") for t in texts) == 3
     assert not any("around the loss" in t for t in texts) and max(m["cover_w"], m["cover_h"]) >= 0.6
+    # The same with a direction given.
+    texts = [t for t, _ in slide_metrics(export.export_call(call, tmp_path / "d.svg", page="16:9", values=True,
+                                                            direction="LR"))["texts"]]
+    assert "collapsed module" not in texts and "model.4.bias = [0.0618]" in texts

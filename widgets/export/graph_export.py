@@ -28,7 +28,7 @@ from core.layout.groups import default_collapsed
 from core.layout.boxes import Layout
 from core.model.step_state import step_texts, step_view
 from core.model.trace import CallInfo, Trace
-from widgets.export.page import plan_page, plan_slide
+from widgets.export.page import keep_values_open, plan_page, plan_slide
 from widgets.export.sheet import Sheet, layout_sheet, paint_sheet
 from widgets.graph.painting import color, font
 from widgets.graph.teaching import set_show_slots, set_show_values
@@ -374,8 +374,10 @@ def export_call(call: CallInfo, path, fmt: str | None = None, *, theme: str = "p
         if page is not None:
             fold = collapsed is None if fold is None else fold
             plan = plan_page if direction is not None or len(call.nodes) > AUTO_DIRECTION_NODES else plan_slide
-            opts["plan"] = plan(view, page, fmt, make_sheet, fold=fold, deepen=collapsed is None,
-                                caption=caption, title=title)
+            options = dict(fold=fold, deepen=collapsed is None, caption=caption, title=title)
+            if collapsed is None:
+                options = keep_values_open(view, options)
+            opts["plan"] = plan(view, page, fmt, make_sheet, **options)
         if fmt == "png":
             return render_png(view, path, scale=scale, **opts)
         return (render_svg if fmt == "svg" else render_pdf)(view, path, **opts)

@@ -142,14 +142,19 @@ def plan_page(view, page: str, fmt: str, make_sheet, *, fold: bool = True, deepe
     return PagePlan(page, (w, h), sheet, min(s, w / sheet.width, h / sheet.height), s * text, view.collapsed(), True)
 
 
-def plan_slide(view, page: str, fmt: str, make_sheet, **options) -> PagePlan:
-    """``plan_page`` in the direction, top-down or left-to-right, that draws the graph's text
-    larger on the page: a tall graph goes across a wide slide. A graph of at most
-    ``OPEN_VALUES_NODES`` nodes showing values stays open (a folded module hides its values)."""
+def keep_values_open(view, options: dict) -> dict:
+    """``plan_page`` options for the view: a graph of at most ``OPEN_VALUES_NODES`` nodes showing
+    values is opened and never folded (a folded module hides its values)."""
     call = view.call()
     if view.state.show_values and call is not None and len(call.nodes) <= OPEN_VALUES_NODES:
         view.set_collapsed(frozenset(), sync=True)
-        options = dict(options, fold=False, deepen=False)
+        return dict(options, fold=False, deepen=False)
+    return options
+
+
+def plan_slide(view, page: str, fmt: str, make_sheet, **options) -> PagePlan:
+    """``plan_page`` in the direction, top-down or left-to-right, that draws the graph's text
+    larger on the page: a tall graph goes across a wide slide."""
     best = None
     for direction in ("TB", "LR"):
         if view.direction != direction:
