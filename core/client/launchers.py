@@ -261,7 +261,9 @@ def _ended_on_the_way(worker, code: int | None, said: str, fault: str) -> tuple[
     if protocol.PIPE_CLOSED in said[-4096:]:
         return "PipeClosed", "disconnected", (f"the script closed the worker's pipe to the app, so nothing more "
                                               f"could come back from {name}: the worker ended the run")
-    if protocol.PIPE_BROKEN in said[-4096:]:
+    # A far end that closed after the app ended the run itself (its messages had stopped) closed
+    # because the app ended the link: the app's reason comes first.
+    if protocol.PIPE_BROKEN in (worker.said_at_hang_up if worker.hung_up else said)[-4096:]:
         return "ConnectionLost", "disconnected", (
             f"the link from {name} closed its end of the worker's pipe before the run finished, so nothing more "
             f"could come back: the worker ended the run")

@@ -96,6 +96,7 @@ class WorkerProcess:
         self.exiting: protocol.Exiting | None = None
         self.cut_off = ""  # what the stream ended in the middle of, in words (core.protocol.wire.cut_words)
         self.hung_up = False  # its messages stopped while the launcher still ran: the app ended it
+        self.said_at_hang_up = ""  # the worker's last words when the app ended it so (what came after, it caused)
         self._lock = threading.Lock()
         self.finished = threading.Event()
         self._output_done = threading.Event()
@@ -402,6 +403,8 @@ class WorkerProcess:
             # The link's end of the stream closed (a dropped connection, a pipe cut on the way)
             # while the command runs on: behind a launcher there is no fallback file, so nothing
             # more can arrive. End it now rather than at the run's time limit.
+            with self._lock:
+                self.said_at_hang_up = self.output_tail.decode("utf-8", errors="replace")
             self.hung_up = True
             self.kill()
         self._exited.wait()
