@@ -19,7 +19,8 @@ from pathlib import Path
 from PySide6.QtCore import QSize, QTimer
 from PySide6.QtWidgets import QApplication
 
-from app.cli.options import add_load_options, load_options
+from app.cli.options import load_options
+from app.cli.window_options import window_parser as build_parser
 from app.session.open_trace import is_trace_path, open_trace
 from app.session.show_server import ShowServer
 from app.window.resources import DEFAULT_EXAMPLE, icon
@@ -30,50 +31,6 @@ from core.model.trace import ErrorInfo
 from core.programs.model_kinds import is_huggingface_folder
 
 log = logging.getLogger(__name__)
-
-
-def build_parser(view: bool = False) -> argparse.ArgumentParser:
-    """The window's options; ``view``: ``backprop-studio view TRACE.json``, a saved trace is required."""
-    if view:
-        parser = argparse.ArgumentParser(
-            prog="backprop-studio view",
-            description="Open a saved trace in the window without running anything: its graphs, tensors, "
-            "memory and errors as they were recorded.")
-        parser.add_argument("script", metavar="TRACE.json", help="a saved trace, written by "
-                            "'backprop-studio trace SCRIPT --json OUT' or the window's Export > JSON")
-    else:
-        parser = argparse.ArgumentParser(
-            prog="backprop-studio",
-            description="See PyTorch's autograd: open a script, watch its graphs. "
-            "Headless commands: view, trace, step, export, hosts (see 'backprop-studio --help').",
-        )
-        parser.add_argument("script", nargs="?", help="a PyTorch script, notebook, saved model, Hugging Face "
-                            "model folder, or a saved trace (.json) to open without running anything (default: "
-                            "a bundled example)")
-    if view:  # nothing runs: no device, time limit nor model options
-        parser.set_defaults(device=None, timeout=600.0)
-        parser.add_argument("--screenshot", metavar="OUT.png",
-                            help="save a picture of the whole window once the trace is shown, then exit")
-    else:
-        parser.add_argument("--device", default=None, help="cpu, cuda:N or mps")
-        parser.add_argument("--screenshot", metavar="OUT.png",
-                            help="run the script, save a picture of the whole window once the graph is shown, exit")
-        parser.add_argument("--timeout", type=float, default=600.0,
-                            help="time limit of a run in seconds (default 600)")
-    parser.add_argument("--select", metavar="NAME", help="select this variable, parameter or op once shown")
-    parser.add_argument("--show", metavar="PANEL", choices=("source", "output", "problems", "steps", "memory",
-                                                             "tensors", "storage"),
-                        help="bring a panel to the front before the screenshot")
-    parser.add_argument("--region", choices=("window", "graph"), default="window",
-                        help="what --screenshot saves: the whole window or the graph view alone, "
-                        "each as it opens")
-    parser.add_argument("--size", default=None, help="window size, WIDTHxHEIGHT (default: fit the screen; "
-                        "1400x860 for --screenshot)")
-    parser.add_argument("--title", metavar="TEXT", help="name the graph opened TEXT in the window's title "
-                        "(show() gives its caller's file:line)")
-    if not view:
-        add_load_options(parser)
-    return parser
 
 
 def _parse(argv: list[str], view: bool = False) -> argparse.Namespace:
@@ -103,8 +60,8 @@ def _no_display() -> bool:
             and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"))
 
 
-def main(argv: list[str], view: bool = False) -> int:
-    args = _parse(argv, view)
+def main(argv: list[str] | argparse.Namespace, view: bool = False) -> int:
+    args = argv if isinstance(argv, argparse.Namespace) else _parse(argv, view)  # parsed by app.main
     if _no_display():
         if args.screenshot:
             os.environ["QT_QPA_PLATFORM"] = "offscreen"  # a picture needs no screen

@@ -1,48 +1,61 @@
-"""Entry point: headless commands (trace, ...) or the desktop window (``view TRACE.json`` opens a saved trace)."""
+"""Entry point: one command-line parser (``app.cli.commands.build_parser``) for the window's commands
+(``open``, the default, and ``view``) and the headless ones (``trace``, ``step``, ``export``, ``hosts``)."""
 
 from __future__ import annotations
 
+import difflib
 import os
 import sys
+from pathlib import Path
 
 from app.cli import commands as cli
+from app.cli.commands import HEADLESS
 
-HEADLESS = ("trace", "step", "export", "hosts")
-USAGE = """usage: backprop-studio [SCRIPT] [--device DEV] [--screenshot OUT.png] ...
-       backprop-studio COMMAND ...
+OPEN = "open"  # the command a bare 'backprop-studio [SCRIPT]' runs
 
-Backprop Studio makes PyTorch autograd visible: the graph each backward call walks,
-stepping it node by node, tensors and their storage, and memory over the run.
 
-commands:
-  (none)    open the window on SCRIPT (or a bundled example); --help-window lists its options
-  view      open a saved trace (TRACE.json) in the window, with the window's options
-  trace     run a script in a worker and summarise every autograd graph it builds
-  step      step through one backward call node by node and print every step
-  export    export a graph (PNG, SVG, PDF, DOT, JSON, frames, GIF) or, with --memory, the memory chart
-  hosts     list, add, remove or check the hosts workers can run on
+def command_argv(argv: list[str], names: list[str]) -> list[str] | str:
+    """``argv`` with its command word first (``open`` where none is given), or the error to print
+    when the first word names neither a command nor a file."""
+    if not argv:
+        return [OPEN]
+    first = argv[0]
+    if first in ("-h", "--help", "help"):
+        return [argv[1], "--help"] if first == "help" and argv[1:2] and argv[1] in names else ["--help"]
+    if first == "--help-window":
+        return [OPEN, "--help"]
+    if first in names:
+        return argv
+    if first.startswith("-") or _is_path(first):
+        return [OPEN, *argv]
+    near = difflib.get_close_matches(first, names, n=1)
+    hint = f"; did you mean '{near[0]}'?" if near else ""
+    return (f"backprop-studio: '{first}' is neither a command ({', '.join(names)}) nor a file{hint}\n"
+            "Run 'backprop-studio --help' for the commands, 'backprop-studio SCRIPT' to open a script.")
 
-Run "backprop-studio COMMAND --help" for a command's options.
-"""
+
+def _is_path(word: str) -> bool:
+    """A word meant as a file: one that exists, or is written like a path (a folder or a suffix)."""
+    return Path(word).exists() or "/" in word or os.sep in word or bool(Path(word).suffix)
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] in (["-h"], ["--help"], ["help"]):
-        print(USAGE, end="")
-        return 0
-    if argv[:1] == ["--help-window"]:
-        argv = ["--help"]
-    if argv and argv[0] in HEADLESS:
+    parser = cli.build_parser()
+    argv = command_argv(list(sys.argv[1:] if argv is None else argv), cli.commands(parser))
+    if isinstance(argv, str):
+        sys.stderr.write(argv + "\n")
+        return 2
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2), already printed
+        return exc.code if isinstance(exc.code, int) else 2
+    if args.command in HEADLESS:
         try:
-            return cli.main(argv)
+            return cli.main(args)
         except BrokenPipeError:
             # The reader went away (`... | head`): stop quietly, as command-line tools do.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 1
-    view = bool(argv) and argv[0] == "view"
-    if view:  # main.py view TRACE.json [--screenshot OUT.png]: open a saved trace
-        argv = argv[1:]
     try:
         from app.gui import main as gui_main  # here, not above: the headless commands never load Qt
     except ImportError as exc:
@@ -50,4 +63,4 @@ def main(argv: list[str] | None = None) -> int:
             raise
         sys.stderr.write(f"backprop-studio: cannot load Qt (PySide6): {exc}\n")  # a broken Qt install
         return 2
-    return gui_main(argv, view=view)
+    return gui_main(args, view=args.command == "view")

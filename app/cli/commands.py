@@ -1,4 +1,5 @@
-"""Headless commands: ``trace``, ``step``, ``export`` and ``hosts``, run through the same worker.
+"""The command line's one parser (the window's ``open`` and ``view``, and the headless commands), and the
+headless commands: ``trace``, ``step``, ``export`` and ``hosts``, run through the same worker.
 
 ``step`` steps a call in the same run that captures it: its steps, leaf grads and captured call agree.
 """
@@ -15,6 +16,7 @@ from dataclasses import asdict
 from app.cli import export as export_cli
 from app.cli.hosts import add_hosts_parser, add_worker_args, hosts_main, worker_options
 from app.cli.options import add_run_options, load_options
+from app.cli.window_options import add_window_commands
 from core.protocol import messages as protocol
 from core.client.handle import run_capture
 from core.client.run_errors import script_problem
@@ -151,21 +153,42 @@ def _say_bad_messages(result) -> None:
 
 
 SCRIPT_HELP = "a PyTorch script, notebook (.ipynb), saved model or Hugging Face model folder"
+DESCRIPTION = """\
+Backprop Studio makes PyTorch autograd visible: the graph each backward call walks,
+stepping it node by node, tensors and their storage, and memory over the run."""
+EPILOG = """\
+'backprop-studio SCRIPT [options]' is 'backprop-studio open SCRIPT [options]'; with no
+arguments the window opens on a bundled example.
+Run 'backprop-studio COMMAND --help' for a command's options."""
+HEADLESS = ("trace", "step", "export", "hosts")  # the commands that run without a window
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Lists the commands one per line under "commands:", without argparse's COMMAND line above them."""
+
+    def _format_action(self, action):
+        if isinstance(action, argparse._SubParsersAction):
+            return "".join(self._format_action(a) for a in action._get_subactions())
+        return super()._format_action(action)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The headless commands' parser: one subcommand each."""
-    parser = argparse.ArgumentParser(prog="backprop-studio", description="Backprop Studio headless commands")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("trace", help="run a script in a worker and summarise every autograd graph it builds")
-    p.add_argument("script", help=SCRIPT_HELP)
+    """The command line: one subcommand per command, the window's (open, view) and the headless ones."""
+    parser = argparse.ArgumentParser(prog="backprop-studio", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=_Formatter)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands", required=True)
+    add_window_commands(sub)
+    p = sub.add_parser("trace", help="run a script and summarise every autograd graph it builds",
+                       description="Run a script in a worker and summarise every autograd graph it builds.")
+    p.add_argument("script", metavar="SCRIPT", help=SCRIPT_HELP)
     p.add_argument("--json", metavar="OUT", help="write the trace as JSON (with --nproc: the picked rank's; "
                    "each other rank's beside it, OUT's name with .rankN)")
     p.add_argument("--quiet", action="store_true", help="do not echo the script's output")
     add_run_options(p)
     add_worker_args(p)
-    p = sub.add_parser("step", help="step through one backward call node by node and print every step")
-    p.add_argument("script", help=SCRIPT_HELP)
+    p = sub.add_parser("step", help="step through one backward call node by node, printing each step",
+                       description="Step through one backward call node by node and print every step.")
+    p.add_argument("script", metavar="SCRIPT", help=SCRIPT_HELP)
     p.add_argument("--call", type=int, default=0, help="which backward / grad call to step (default 0)")
     p.add_argument("--breakpoint", type=int, metavar="LINE",
                    help="step the first call made from this script line (instead of --call)")
@@ -177,17 +200,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str]) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def command_parser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    """The parser of command ``name`` (``open``, ``trace``, ...) within ``parser``."""
+    return parser._subparsers._group_actions[0].choices[name]
+
+
+def commands(parser: argparse.ArgumentParser) -> list[str]:
+    """The command names, in the order --help lists them."""
+    return list(parser._subparsers._group_actions[0].choices)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run a headless command parsed by ``build_parser``."""
     try:
-        return _dispatch(parser, args)
+        return _dispatch(args)
     except LauncherError as exc:
         print(f"backprop-studio {args.command}: {exc}", file=sys.stderr)
         return 2
 
 
-def _dispatch(parser, args) -> int:
+def _dispatch(args) -> int:
     if args.command == "hosts":
         return hosts_main(args)
     if args.command == "export":
@@ -196,5 +228,4 @@ def _dispatch(parser, args) -> int:
         return _trace(args)
     if args.command == "step":
         return _step(args)
-    parser.error(f"unknown command {args.command}")
-    return 2
+    raise ValueError(f"not a headless command: {args.command}")

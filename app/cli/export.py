@@ -41,7 +41,7 @@ def safe_name(script: Path) -> str:
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "export",
-        help="run scripts and export a graph of each as PNG, SVG, PDF, DOT or JSON",
+        help="export graphs (PNG, SVG, PDF, DOT, JSON) or the memory chart",
         description="Run each script in a worker and export one of its backward graphs. With several "
         "scripts, -o must contain {name} (the script's file name without .py) or be a directory.",
     )
