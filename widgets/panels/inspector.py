@@ -20,6 +20,7 @@ from core.model.attrs import decoded_text, script_names
 from core.model.causes import cut_text, grad_none_cause, hook_tips
 from core.model.edge_marks import edge_mark_tip, mark_text
 from core.model.formulas import formula_for, formula_lines
+from core.model.grad_notes import note_tip, notes_for
 from core.model.memory import format_bytes
 from core.programs.notebook import where as line_where
 from core.model.storage_map import contiguity as is_contiguous
@@ -377,6 +378,11 @@ class InspectorPanel(QWidget):
         rows.append(("call", html.escape(title)))
         rows.append(("id", f"<code>{html.escape(node.id)}</code>"))
         parts.append(self._rows(rows))
+
+        grads = notes_for(call, node.id)
+        if grads:
+            parts.append(self._section("Gradient after this call", note_tip(call, node.id)))
+            parts.append(self._code("\n".join(cut_line(line, 1_000) for line in grads[:LIST_LIMIT]), wrap=True))
 
         notes = hook_tips(call, node)
         if notes:
