@@ -40,6 +40,9 @@ class ErrorInfo:
     fault: str = ""
     where: str = ""  # "cell 4, line 2" in a notebook: shown instead of the bare line
     reason: str = ""  # why a file could not be opened (unsafe_pickle, needs_shapes, ...): the window offers a fix
+    # The script raised inside a torch op in forward: that op, as ``core.model.forward_errors``
+    # describes it ({name, text, line, inputs, call}); drives the failed-op mark and the export's title.
+    failed_op: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -224,6 +227,8 @@ class MemorySample:
     max_allocated: int = 0
     mark: str = ""  # zero_grad, optimizer.step or empty_cache happened here: a labelled marker
     where: str = ""  # the op (node, script line, module) that just ran: names a peak
+    kept_bytes: int = 0  # of saved_bytes, held by graphs a list keeps (losses.append(loss)): a peak's cause
+    kept_in: str = ""  # the name of the list keeping the most of kept_bytes
 
 
 @dataclass(frozen=True)
@@ -318,7 +323,7 @@ def with_fields(obj, **changes):
 
 # Optional keys written only when set: keeps 5,000-node traces small.
 _SPARSE_KEYS = frozenset(("sample", "min", "max", "mean", "tensor", "value", "freed", "approx", "origin", "cuts",
-                          "edge_marks", "hooks", "recomputed", "numpy", "output_nr"))
+                          "edge_marks", "hooks", "recomputed", "numpy", "output_nr", "failed_op"))
 _PRIMITIVES = (int, float, str, bool, type(None))
 
 

@@ -469,14 +469,60 @@ def _t_seeds(v):
     return f"expected a list of values (objects with 'numel') or nulls, got {_short(v)}"
 
 
-# The options views read (core.model.call_notes, core.model.values, the layout's folded boxes).
+_FAILED_INPUT = {"position": _t_count, "name": _t_opt_str, "shape": _t_shape, "dtype": _t_str,
+                 "requires_grad": _t_bool, "is_leaf": _t_bool, "node": _t_opt_str}
+_FAILED_OP = {"name": _t_str, "text": _t_str, "line": _t_opt_int, "inputs": lambda v: _entries(
+    v, _FAILED_INPUT, {}, "{position, name, shape, dtype, requires_grad, is_leaf, node} objects") if v is not None
+    else "expected a list of inputs"}
+
+
+def _failed_op(v, extra: dict, what: str):
+    """A failed op's record (``core.model.forward_errors``): every key known, each of its type."""
+    if v is None and "call" in extra:
+        return None
+    if not isinstance(v, dict):
+        return f"expected {what}, got {_short(v)}"
+    for key, check in _FAILED_OP.items():
+        if key not in v:
+            return f"'{key}' missing"
+        problem = check(v[key])
+        if problem is not None:
+            return f"'{key}': {problem}"
+    for entry in v["inputs"]:
+        if set(entry) - set(_FAILED_INPUT) or set(_FAILED_INPUT) - set(entry):
+            return f"'inputs': expected objects with exactly the keys {', '.join(_FAILED_INPUT)}"
+    for key, value in v.items():
+        if key in _FAILED_OP:
+            continue
+        check = extra.get(key)
+        if check is None:
+            return f"unknown key {_short(key)}"
+        if key not in ("call", "where") or value is not None:
+            problem = check(value)
+            if problem is not None:
+                return f"'{key}': {problem}"
+    missing = [k for k in ("type", "message") if k in extra and k not in v]
+    return f"'{missing[0]}' missing" if missing else None
+
+
+def _t_error_failed_op(v):
+    return _failed_op(v, {"call": _t_opt_str, "where": _t_str}, "null or a failed op's record")
+
+
+def _t_call_failed_op(v):
+    return _failed_op(v, {"type": _t_str, "message": _t_str, "where": _t_str}, "a failed op's record")
+
+
+# The options views read (core.model.call_notes, core.model.values, the layout's folded boxes, the
+# failed-op mark).
 _OPTION_CHECKS = {"grad_before": _t_str_map, "module_classes": _t_str_map, "inside": _t_str, "nested_in": _t_opt_int,
-                  "nested": _t_call_indices, "seed": _t_seeds}
+                  "nested": _t_call_indices, "seed": _t_seeds, "failed_op": _t_call_failed_op}
 
 
 _CHECKS: dict[type, dict[str, Any]] = {
     ErrorInfo: {"type": _t_str, "message": _t_str, "line": _t_opt_int, "traceback": _t_str, "kind": _t_str,
-                "file": _t_opt_str, "fault": _t_str, "where": _t_str, "reason": _t_str},
+                "file": _t_opt_str, "fault": _t_str, "where": _t_str, "reason": _t_str,
+                "failed_op": _t_error_failed_op},
     Values: {"numel": _t_count, "data": _t_elements, "sample": _t_elements, "min": _t_opt_num,
              "max": _t_opt_num, "mean": _t_opt_num, "approx": _t_bool},
     GradInfo: {"shape": _t_shape, "values": _t_obj},
@@ -502,7 +548,7 @@ _CHECKS: dict[type, dict[str, Any]] = {
                "edge_grads": _t_obj},
     MemorySample: {"t": _t_num, "device": _t_str, "allocated": _t_count, "reserved": _t_count, "rss": _t_count,
                    "saved_bytes": _t_count, "phase": _t_str, "max_allocated": _t_count, "mark": _t_str,
-                   "where": _t_str},
+                   "where": _t_str, "kept_bytes": _t_count, "kept_in": _t_str},
     Trace: {"calls": _t_objs, "error": _t_opt_obj, "script": _t_str, "source": _t_str, "device": _t_str,
             "mode": _t_str, "output": _t_str, "duration_s": _t_num, "torch_version": _t_str,
             "call_count": _t_call_count, "tensors": _t_objs, "storages": _t_objs, "memory": _t_objs,

@@ -15,7 +15,10 @@ naming the op that ran, so the chart shows forward saving memory as it happens.
 Saved-tensor bytes (``core.worker.saved_bytes``) are computed only on the script's thread: at
 marks and in ``tick()``, which the capture may call as often as it likes. ``tick()`` walks at most every
 ``saved_interval`` and spends at most ~5% of the script's time walking (a 5,000-node graph
-takes ~20 ms), so calling it from a per-op hook stays cheap.
+takes ~20 ms), so calling it from a per-op hook stays cheap. When ``saved_bytes_fn`` tells which
+lists keep graphs alive (``core.worker.saved_bytes.LiveStorages``), samples carry those lists'
+share as ``kept_bytes`` and the biggest list's name as ``kept_in``: the chart blames a peak made
+of kept graphs on the line that keeps them.
 Walking grad_fn graphs from the sampler thread is not safe: the autograd engine frees saved
 tensors (and in-place ops replace a tensor's grad_fn) without holding the GIL, so a reader
 on another thread could race with the release in C++. Periodic samples carry the last value.
@@ -99,6 +102,8 @@ class MemorySampler:
         self.op_interval = OP_INTERVAL_S
         self.calls: list[dict] = []  # {"index", "t"} of each backward call start
         self._saved = 0
+        self._kept = 0  # of _saved, held by graphs the script keeps in a list (``found.kept``)
+        self._kept_in = ""
         self._live: dict = {}  # storages counted in _saved, when the walk reports them
         self._op_next = 0.0
         self._op_busy = 0.0  # seconds spent in on_node
@@ -182,6 +187,9 @@ class MemorySampler:
                 else:
                     self._live = {}
                     self._saved = int(found)
+                kept = getattr(found, "kept", None) or {}
+                self._kept = sum(kept.values())
+                self._kept_in = max(kept, key=kept.get) if kept else ""
             except Exception:
                 log.debug("saved_bytes_fn failed", exc_info=True)
             took = time.perf_counter() - now
@@ -245,6 +253,8 @@ class MemorySampler:
                 max_allocated=int(values.get("max_allocated", 0)),
                 mark=mark,
                 where=where,
+                kept_bytes=self._kept,
+                kept_in=self._kept_in,
             )
             seq = next(self._seq)
             self._samples.append(sample)

@@ -102,6 +102,64 @@ def saved_storages(roots: Iterable) -> dict:
     return seen
 
 
+class LiveStorages(dict):
+    """The storages (key -> nbytes) saved by every graph the script reaches, with ``kept``: by list
+    name, the bytes of those only the graphs in that list hold (``losses.append(loss)`` keeping a
+    graph per epoch). A storage reached both from a list and elsewhere counts as the list's."""
+
+    def __init__(self, storages: dict, kept: dict[str, int]):
+        super().__init__(storages)
+        self.kept = kept
+
+
+def _walk_into(roots: list, visited: set, out: dict, tensor_type) -> None:
+    """Add to ``out`` the storages of the nodes behind ``roots`` not yet in ``visited`` (ids)."""
+    stack = [r for r in roots if r is not None]
+    keep = []  # the wrappers stay alive while the walk runs, so the id() keys stay valid
+    while stack:
+        node = stack.pop()
+        if id(node) in visited:
+            continue
+        visited.add(id(node))
+        keep.append(node)
+        out.update(node_storages(node, tensor_type))
+        for fn, _ in node.next_functions:
+            if fn is not None and id(fn) not in visited:
+                stack.append(fn)
+
+
+def live_storages(roots: Iterable, kept: dict[str, list] | None = None) -> LiveStorages:
+    """Saved storages of the graphs behind ``roots``, the ``kept`` lists' roots (by list name) first.
+
+    Each storage counts once: a graph shared by two lists, or a list's graph also named
+    directly (``loss`` is ``losses[-1]``), is the first list's. Script thread only.
+    """
+    import torch
+
+    tensor_type = torch.Tensor
+    visited: set = set()
+    everything: dict = {}
+    by_list: dict[str, int] = {}
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for name, fns in (kept or {}).items():
+            own: dict = {}
+            _walk_into(root_nodes(fns), visited, own, tensor_type)
+            fresh = {k: v for k, v in own.items() if k not in everything}
+            everything.update(fresh)
+            if fresh:
+                by_list[name] = sum(fresh.values())
+        rest: dict = {}
+        _walk_into(root_nodes(roots), visited, rest, tensor_type)
+        for key, nbytes in rest.items():
+            everything.setdefault(key, nbytes)
+    finally:
+        if was_enabled:
+            gc.enable()
+    return LiveStorages(everything, by_list)
+
+
 def saved_tensor_bytes(roots: Iterable) -> int:
     """Bytes of distinct storages held by saved tensors of the graphs behind ``roots``.
 

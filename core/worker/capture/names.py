@@ -1,6 +1,8 @@
 """Script variable names for tensors, found in the user's frames, globals and modules.
 
-Names are keyed by the tensor's C++ impl pointer (``Tensor._cdata``): a saved input
+A module's parameters are named by their path in it (``fc1.weight``), after the variable that holds
+the module (``model.fc1.weight``) unless a script holds one module only; a notebook always names the
+variable. Names are keyed by the tensor's C++ impl pointer (``Tensor._cdata``): a saved input
 unpacks as a new Python object over the same impl, so it still finds its name. Locals of
 functions that already returned are remembered by a ``sys.settrace`` hook limited to the
 user's files (line events are switched off, so it costs one call per user frame).
@@ -15,6 +17,7 @@ from pathlib import Path
 from types import FrameType
 
 import torch
+from torch.autograd.graph import Node
 
 from core.worker.capture.compile_skip import on_import
 from core.worker.capture.node_graph import grad_fn_of
@@ -41,6 +44,12 @@ def untraced():
             sys.settrace(tracer)
 
 
+def is_notebook(path: str) -> bool:
+    """A notebook run as a script (``.ipynb``), or a cell of a running Jupyter kernel."""
+    name = str(path)
+    return name.lower().endswith(".ipynb") or "ipykernel_" in name or name.startswith("<ipython-input-")
+
+
 class NameTable:
     def __init__(self, script_path: str):
         self.script_path = str(Path(script_path).resolve())
@@ -53,6 +62,9 @@ class NameTable:
         self.module_paths: dict[int, str] = {}
         self.module_classes: dict[str, str] = {}  # module path -> class name (folded boxes show it)
         self._user_files: dict[str, bool] = {}
+        # A notebook names every module's parameters through its variable (model.2.weight): its
+        # namespace outlives any one model, and the variable is how its cells refer to the model.
+        self.notebook = is_notebook(script_path)
 
     # -- which frames are the user's ------------------------------------------------------
     def is_user_file(self, filename: str) -> bool:
@@ -195,7 +207,7 @@ class NameTable:
         # and named_buffers() would walk the tree again each (thousands of calls on big models).
         paths: dict[int, str] = {}
         classes: dict[str, str] = {}
-        single = len(modules) == 1
+        single = len(modules) == 1 and not self.notebook
         for var, module in modules:
             params, buffers = [], []
             try:
@@ -218,28 +230,32 @@ class NameTable:
         self.module_paths = paths
         self.module_classes = classes
 
-    def graph_roots(self, frames: list[FrameType]) -> list:
-        """grad_fn nodes of every tensor the script can reach by name (lists included), without
-        touching the name table: the sampler calls this in the middle of a capture."""
+    def graph_roots(self, frames: list[FrameType], kept: dict | None = None) -> list:
+        """grad_fn nodes of every tensor the script can reach by name (lists included), and of
+        every graph node it holds itself (``fns.append(loss.grad_fn)``), without touching the name
+        table: the sampler calls this in the middle of a capture. ``kept`` gets, by list name, the
+        roots held in that list: the graphs a loop keeps alive from one iteration to the next."""
         roots, seen = [], set()
 
-        def add(value, depth=0) -> None:
+        def add(value, depth=0, name=None, keeper=None) -> None:
             cls = type(value)  # not isinstance(): see refresh
-            if issubclass(cls, torch.Tensor):
-                fn = grad_fn_of(value)
-                if fn is not None and id(fn) not in seen:
+            fn = grad_fn_of(value) if issubclass(cls, torch.Tensor) else value if issubclass(cls, Node) else None
+            if fn is not None:
+                if id(fn) not in seen:
                     seen.add(id(fn))
                     roots.append(fn)
+                if keeper is not None and kept is not None:
+                    kept.setdefault(keeper, []).append(fn)
             elif depth == 0 and issubclass(cls, (list, tuple)) and 0 < len(value) <= 100_000:
                 for item in value:
-                    add(item, 1)
+                    add(item, 1, keeper=name)
 
         scopes = [f.f_locals for f in frames if f.f_code.co_name != "<module>"] + [self.globals]
         for scope in scopes:
             for name, value in list(scope.items()):
                 if type(name) is str and not name.startswith("__"):
                     try:
-                        add(value)
+                        add(value, name=name)
                     except Exception:
                         continue
         add = None  # noqa: F841  (breaks the closure's cycle, see refresh)

@@ -32,12 +32,12 @@ from core.worker.capture.creation import CreationTags, _CreationMode, _register_
 from core.worker.capture.compile_skip import hide_when_compiling
 from core.worker.capture.cuts import CutRecorder
 from core.worker.capture.edge_grads import EdgeGradRecorder
-from core.worker.saved_bytes import saved_storages
+from core.worker.saved_bytes import live_storages
 from core.worker.capture.names import NameTable, untraced
 from core.worker.capture.numpy_peers import numpy_peers
 from core.programs.model_files import loss_terms
 from core.programs.program import ProgramError, load_program
-from core.worker.capture.script_errors import error_info, format_tb, script_line
+from core.worker.capture.script_errors import FailedOp, error_info, failed_op_record, failing_op, format_tb, script_line
 from core.worker.capture.node_graph import label_nodes
 from core.worker.capture.snapshot import Snapshotter
 from core.worker.capture.node_graph import grad_fn_of, number_nodes
@@ -129,10 +129,12 @@ class Capture(CreationTags, CallRecording):
         return sum(self.live_saved_storages().values())
 
     def live_saved_storages(self) -> dict:
-        """The storages (key -> bytes) held by saved tensors of every graph the script can still reach."""
+        """The storages (key -> bytes) held by saved tensors of every graph the script can still reach,
+        with the bytes each list keeps alive (``core.worker.saved_bytes.LiveStorages``)."""
         with torch._C.DisableTorchFunction(), untraced():
-            roots = self.names.graph_roots(self.names.user_frames(sys._getframe(1)))
-            return saved_storages(roots)
+            kept: dict = {}
+            roots = self.names.graph_roots(self.names.user_frames(sys._getframe(1)), kept)
+            return live_storages(roots, kept)
 
     def run(self) -> Trace:
         self.started = self.started or time.perf_counter()
@@ -166,6 +168,7 @@ class Capture(CreationTags, CallRecording):
         sys.path.insert(0, str(Path(self.script).parent))
         os.environ[DEVICE_ENV] = self.device
         self.install()
+        failure: FailedOp | None = None  # the torch op the script's error came from
         try:
             try:
                 try:
@@ -192,6 +195,7 @@ class Capture(CreationTags, CallRecording):
                                       line=script_line(exc, self.names), kind="cancelled", file=self.script)
                 else:
                     error = error_info(exc, None, self.names)
+                    failure = failing_op(exc, self.names)
         finally:
             self.uninstall()
             sys.modules["__main__"] = saved_main
@@ -201,7 +205,10 @@ class Capture(CreationTags, CallRecording):
         # Unreachable cycles (frames, closures) can still hold tensors the script no longer names;
         # the young generations hold them (the frames of the last calls), a full pass is not needed.
         gc.collect(1)
-        self._capture_unreached()  # refreshes the name table first; nothing runs between it and the trace
+        # refreshes the name table first; nothing runs between it and the trace
+        record = self._capture_unreached(failure, error)
+        if record is not None:
+            error = replace(error, failed_op=record)
         return self._trace(self.calls, error, source, names_fresh=True)
 
     def _run_model(self) -> None:
@@ -231,40 +238,59 @@ class Capture(CreationTags, CallRecording):
         ns.update(output=output, loss=loss)
         loss.backward()
 
-    def _capture_unreached(self) -> None:
-        """Graphs left in the namespace that no captured call ran backward through."""
-        self.names.refresh([])
-        candidates = []
+    def _capture_unreached(self, failure: FailedOp | None = None, error: ErrorInfo | None = None) -> dict | None:
+        """Graphs left in the namespace that no captured call ran backward through. When the script
+        failed in a torch op (``failure``), the graphs of that op's inputs and of the script's frames
+        at it join them, and the op's record (``core.model.forward_errors``) is returned."""
+        self.names.refresh(failure.frames if failure is not None else [])
+        with torch._C.DisableTorchFunction():
+            inputs = [(t, _node_of(t)) for _, t in failure.tensors()] if failure is not None else []
+        candidates = [fn for _, fn in inputs if fn is not None]
         for _, t in self.names.named_tensors():
             fn = grad_fn_of(t)
             if fn is not None and "bps_seen" not in _safe_metadata(fn):
                 candidates.append(fn)
-        if not candidates:
-            return
-        children = set()
-        for node in number_nodes(candidates)[0]:
-            for fn, _ in node.next_functions:
-                if fn is not None:
-                    children.add(id(fn))
-        roots, seen = [], set()
-        for fn in candidates:
-            if id(fn) not in children and id(fn) not in seen:
-                seen.add(id(fn))
-                roots.append(fn)
-        snap = Snapshotter(self.names.name_of, self.names.module_paths, origin=self.cuts.origin)
-        nodes, ids, structure = snap.walk(roots)
-        for _, t in self.names.named_tensors():
-            fn = grad_fn_of(t)
-            if fn is not None and id(fn) in ids:
-                snap.tensor_id(t)
-        tensors = snap.finish_tensors(ids)
-        nodes = label_nodes(nodes, tensors)
-        index = self.call_count
-        self.calls.append(CallInfo(
-            id=f"c{index}", index=index, api="unreached", line=None, roots=[ids[id(r)] for r in roots],
-            nodes=nodes, tensors=tensors, storages=snap.finish_storages(tensors), structure=structure,
-            node_count=len(nodes), edge_count=sum(1 for n in nodes for e in n.next if e is not None),
-        ))
+        ids: dict = {}
+        if candidates:
+            children = set()
+            for node in number_nodes(candidates)[0]:
+                for fn, _ in node.next_functions:
+                    if fn is not None:
+                        children.add(id(fn))
+            roots, seen = [], set()
+            for fn in candidates:
+                if id(fn) not in children and id(fn) not in seen:
+                    seen.add(id(fn))
+                    roots.append(fn)
+            snap = Snapshotter(self.names.name_of, self.names.module_paths, origin=self.cuts.origin)
+            nodes, ids, structure = snap.walk(roots)
+            for _, t in self.names.named_tensors():
+                fn = grad_fn_of(t)
+                if fn is not None and id(fn) in ids:
+                    snap.tensor_id(t)
+            for t, fn in inputs:
+                if fn is not None and id(fn) in ids:
+                    snap.tensor_id(t)
+            tensors = snap.finish_tensors(ids)
+            nodes = label_nodes(nodes, tensors)
+            index = self.call_count
+            self.calls.append(CallInfo(
+                id=f"c{index}", index=index, api="unreached", line=None, roots=[ids[id(r)] for r in roots],
+                nodes=nodes, tensors=tensors, storages=snap.finish_storages(tensors), structure=structure,
+                node_count=len(nodes), edge_count=sum(1 for n in nodes for e in n.next if e is not None),
+            ))
+        if failure is None or error is None:
+            return None
+        nodes_of = {t._cdata: ids.get(id(fn)) for t, fn in inputs if fn is not None}
+        record = failed_op_record(failure, self.names.name_of, lambda t: nodes_of.get(t._cdata))
+        if not ids:
+            return {**record, "call": None}
+        call = self.calls[-1]
+        where = self.program.where(failure.line) if self.program is not None and self.program.cells else ""
+        if where:
+            record["where"] = where
+        call.options["failed_op"] = {**record, "type": error.type, "message": error.message}
+        return {**record, "call": call.id}
 
     def _named_tensor_snapshot(self):
         snap = Snapshotter(self.names.name_of, self.names.module_paths, origin=self.cuts.origin)
@@ -314,6 +340,20 @@ def _is_model_file(ns: dict) -> bool:
     if callable(ns.get("build")) and not isinstance(ns.get("build"), type):
         return True
     return isinstance(ns.get("model"), torch.nn.Module) and "example_input" in ns
+
+
+def _node_of(t: torch.Tensor):
+    """The node a gradient for ``t`` would reach: its grad_fn, or a leaf's AccumulateGrad; None
+    when it requires no grad."""
+    fn = grad_fn_of(t)
+    if fn is not None:
+        return fn
+    try:
+        if t.requires_grad and t.is_leaf:
+            return torch.autograd.graph.get_gradient_edge(t).node
+    except Exception:  # a tensor subclass of the script's whose attributes raise
+        pass
+    return None
 
 
 def _safe_metadata(node) -> dict:
