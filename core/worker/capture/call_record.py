@@ -30,6 +30,7 @@ from core.worker.capture.nesting import grad_states, inside_gradcheck, inside_re
 from core.worker.capture.script_errors import error_info
 from core.worker.capture.node_graph import label_nodes
 from core.worker.capture.node_graph import root_nodes as shared_root_nodes
+from core.worker.capture.retained import retained_in
 from core.worker.capture.snapshot import Snapshotter
 from core.worker.capture.node_graph import grad_fn_of
 from core.worker.capture.values import values_of
@@ -204,6 +205,8 @@ class CallRecording:
             fn = grad_fn_of(t)
             if fn is not None and id(fn) in ids:
                 snap.tensor_id(t)
+        for t in retained_in(ids):  # retain_grad() on a tensor held under no name: its .grad is read after
+            snap.tensor_id(t)
         input_ids = [snap.tensor_id(t) for t in _as_list(inputs) if isinstance(t, torch.Tensor)]
         order = snap.walked
         for node in order:

@@ -23,6 +23,7 @@ from core.worker.capture.compile_skip import hide_code, register_codes
 from core.worker.capture.names import OP_FRAME
 from core.worker.capture.nesting import saved_by_checkpoint
 from core.worker.capture.node_graph import grad_fn_of, shape_of, version_of
+from core.worker.capture.retained import note_retained
 from core.worker.capture.values import own_ops
 
 
@@ -69,6 +70,8 @@ class _CreationMode(TorchFunctionMode):
             if not isinstance(out, (tuple, list)) or isinstance(out, torch.Size):
                 if kind[0] == "item":  # a number out of the graph: a cut stub names it by this call
                     cap.cuts.note_item(out, site, cap.names.is_user_file)
+                elif kind[0] == "retain_grad" and args:  # its .grad is kept even if it has no name
+                    note_retained(args[0])
                 return out
             for o in out:
                 if isinstance(o, torch.Tensor):

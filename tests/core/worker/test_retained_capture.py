@@ -1,0 +1,68 @@
+"""Retained grads and autograd.grad's results, captured and written on their nodes with torch's numbers."""
+
+import textwrap
+
+from core.model.grad_notes import node_notes
+from core.worker.capture.recorder import capture_script
+
+UNNAMED = """
+import types
+import torch
+x = torch.tensor(2.0, requires_grad=True)
+box = types.SimpleNamespace()
+box.h = x * 3
+box.h.retain_grad()
+kept = {"a": {"b": x * 5}}
+kept["a"]["b"].retain_grad()
+(box.h * 2 + kept["a"]["b"] * 4).backward()
+"""
+
+TWICE = """
+import torch
+x = torch.tensor(2.0, requires_grad=True)
+hidden = x * 3
+hidden.retain_grad()
+out = hidden * (x + 1)
+out.backward(retain_graph=True)
+out.backward(retain_graph=True)
+(gx,) = torch.autograd.grad(out, x)
+"""
+
+
+def _capture(tmp_path, source):
+    path = tmp_path / "script.py"
+    path.write_text(textwrap.dedent(source))
+    trace = capture_script(str(path))
+    assert trace.error is None, trace.error
+    return trace
+
+
+def _plain(source) -> dict:
+    namespace: dict = {}
+    exec(compile(textwrap.dedent(source), "<plain>", "exec"), namespace)
+    return namespace
+
+
+def test_a_retained_tensor_the_script_holds_under_no_name_keeps_its_grad(tmp_path):
+    plain = _plain(UNNAMED)
+    assert (plain["box"].h.grad.item(), plain["kept"]["a"]["b"].grad.item()) == (2.0, 4.0)
+    call = _capture(tmp_path, UNNAMED).calls[0]
+    notes = node_notes(call)
+    assert sorted(notes.values()) == [[".grad = 2 (retained)"], [".grad = 4 (retained)"]]
+    # on the nodes that made box.h = x * 3 and kept["a"]["b"] = x * 5
+    assert [call.node(nid).name for nid in notes] == ["MulBackward0", "MulBackward0"]
+    assert sorted(call.tensor(call.node(nid).tensor).values.data[0] for nid in notes) == [6.0, 10.0]
+
+
+def test_a_retained_grad_sums_over_calls_and_autograd_grad_fills_it_too(tmp_path):
+    plain = _plain(TWICE)
+    # torch's numbers: each call adds other_hidden = 3 into hidden.grad, autograd.grad included
+    assert plain["hidden"].grad.item() == 9.0 and plain["gx"].item() == 15.0
+    trace = _capture(tmp_path, TWICE)
+    hidden = [next(n.id for n in c.nodes if n.label == "hidden") for c in trace.calls]
+    leaf = next(n.id for n in trace.calls[2].nodes if n.label == "x")
+    assert [node_notes(c) for c in trace.calls] == [
+        {hidden[0]: ["hidden.grad = 3"]},
+        {hidden[1]: ["hidden.grad = 3 (before) + 3 = 6"]},
+        {hidden[2]: ["hidden.grad = 6 (before) + 3 = 9"], leaf: ["returns ∂out/∂x = 15"]},
+    ]
