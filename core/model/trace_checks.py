@@ -140,7 +140,18 @@ def check_call(call: CallInfo, prefix: str, fail: Fail) -> None:
                 check_grad(g, f"{prefix}edge_grads.{_id(key)}[{j}]", fail)
     for name, values in call.leaf_grads.items():
         check_values(values, f"{prefix}leaf_grads.{_id(name)}", fail)
+    failed = (call.options or {}).get("failed_op")
+    if failed is not None:
+        check_failed_inputs(failed, call, f"{prefix}options.failed_op", fail)
     check_acyclic(call, prefix, fail)
+
+
+def check_failed_inputs(op: dict, call: CallInfo, path: str, fail: Fail) -> None:
+    """Each input of a failed op (``core.model.forward_errors``) names a node of ``call``, or none."""
+    node_ids = call.node_map()
+    for k, entry in enumerate(op["inputs"]):
+        if entry["node"] is not None and entry["node"] not in node_ids:
+            fail(f"{path}.inputs[{k}].node", _missing("node", entry["node"], f"call '{_id(call.id)}'"))
 
 
 def check_acyclic(call: CallInfo, prefix: str, fail: Fail) -> None:
@@ -182,6 +193,15 @@ def check_trace(trace: Trace, fail: Fail) -> None:
     for i, call in enumerate(trace.calls):
         if call.same_as is not None and call.same_as not in ids:
             fail(f"calls[{i}].same_as", _missing("call", call.same_as, "this trace"))
+    failed = trace.error.failed_op if trace.error is not None else None
+    if failed is not None and failed.get("call") is not None:
+        at = ids.get(failed["call"])
+        if at is None:
+            fail("error.failed_op.call", _missing("call", failed["call"], "this trace"))
+        elif "failed_op" not in (trace.calls[at].options or {}):
+            fail("error.failed_op.call", f"names call '{_id(failed['call'])}', which holds no failed op")
+        else:
+            check_failed_inputs(failed, trace.calls[at], "error.failed_op", fail)
 
 
 def size_problem(data: dict) -> str | None:

@@ -283,12 +283,12 @@ class Capture(CreationTags, CallRecording):
             return None
         nodes_of = {t._cdata: ids.get(id(fn)) for t, fn in inputs if fn is not None}
         record = failed_op_record(failure, self.names.name_of, lambda t: nodes_of.get(t._cdata))
-        if not ids:
-            return {**record, "call": None}
-        call = self.calls[-1]
         where = self.program.where(failure.line) if self.program is not None and self.program.cells else ""
         if where:
             record["where"] = where
+        if not ids:
+            return {**record, "call": None}
+        call = self.calls[-1]
         call.options["failed_op"] = {**record, "type": error.type, "message": error.message}
         return {**record, "call": call.id}
 
