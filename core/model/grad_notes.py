@@ -7,8 +7,11 @@ that made it), and what ``torch.autograd.grad`` returned for each of its inputs 
 
 ``node_notes(call)`` gives every such line of a call by node id, the ids the layout keys its
 boxes by (a node drawn as its own box has ``box.id == node.id``); ``notes_for(call, node_id)``
-gives one node's lines. Values are written as ``core.model.values.short_values`` writes them, so
-a big gradient reads "shape 4×6, …", never like a list of values.
+gives one node's lines; both take the step's ``leaf_grads`` while a call is stepped, so a retained
+grad changes on the step its node runs (``autograd.grad``'s results are what it returned in the
+end). ``note_tip`` says what the lines are, for a tooltip. Values are written as
+``core.model.values.short_values`` writes them: a big gradient reads "shape 4×6, …", never like a
+list of values.
 """
 
 from __future__ import annotations
@@ -26,18 +29,21 @@ RESULT_TIP = ("torch.autograd.grad returns the gradient for each of its inputs i
               "their .grad, which it leaves as it was")
 
 
-def node_notes(call: CallInfo) -> dict[str, list[str]]:
+def node_notes(call: CallInfo, stepped: dict | None = None) -> dict[str, list[str]]:
     """Node id -> the lines to write on it: retained grads first, then ``autograd.grad`` results.
-    Nodes without such a gradient are absent."""
+    Nodes without such a gradient are absent. ``stepped``: while the call is stepped, the
+    ``leaf_grads`` of the step shown (``StepView.leaf_grads``: a tensor's name, or its node's id
+    when it has none -> its values): a retained grad then reads as it is at that step, its
+    ``.grad`` from before the call until its node has run."""
     out: dict[str, list[str]] = {}
-    for node_id, line in _retained(call) + _results(call):
+    for node_id, line in _retained(call, stepped) + _results(call):
         out.setdefault(node_id, []).append(line)
     return out
 
 
-def notes_for(call: CallInfo, node_id: str) -> list[str]:
+def notes_for(call: CallInfo, node_id: str, stepped: dict | None = None) -> list[str]:
     """The lines ``node_notes`` writes on one node ([] when none)."""
-    return node_notes(call).get(node_id, [])
+    return node_notes(call, stepped).get(node_id, [])
 
 
 def note_tip(call: CallInfo, node_id: str) -> str:
@@ -53,13 +59,15 @@ def note_tip(call: CallInfo, node_id: str) -> str:
 # -- retained grads -----------------------------------------------------------------------
 
 
-def _retained(call: CallInfo) -> list[tuple[str, str]]:
+def _retained(call: CallInfo, stepped: dict | None = None) -> list[tuple[str, str]]:
     out = []
     nodes = call.node_map()
     for t in call.tensors:
         if t.is_leaf or not t.retains_grad or t.grad_fn not in nodes:
             continue
-        if t.grad is None:
+        if stepped is not None:
+            lines = [_at_step(call, nodes[t.grad_fn], t, stepped.get(t.name or t.grad_fn))]
+        elif t.grad is None:
             lines = [".grad = None"]
         else:
             lines = _accumulated(call, nodes[t.grad_fn], t) or [f".grad = {short_values(t.grad.values, t.grad.shape)}"]
@@ -69,12 +77,35 @@ def _retained(call: CallInfo) -> list[tuple[str, str]]:
     return out
 
 
+def _at_step(call: CallInfo, node: NodeInfo, t: TensorInfo, values: dict | None) -> str:
+    """A retained ``.grad`` while stepping: the step's value once its node ran, else the one held
+    before the call (None unless this call's edges tell that an earlier call left one)."""
+    shape = t.grad.shape if t.grad is not None else t.shape
+    if values is not None:
+        known = {k: v for k, v in values.items() if k in Values.__dataclass_fields__}
+        return f".grad = {short_values(Values(**known), shape)}"
+    held = _held_before(call, node, t)
+    if held is None:
+        return ".grad = None"
+    return f".grad = {short_values(Values(numel=len(held[0]), data=held[0]), shape)}"
+
+
 def _accumulated(call: CallInfo, node: NodeInfo, t: TensorInfo) -> list[str] | None:
-    """'.grad = 3 (before) + 3 = 6' when the non-leaf already held a ``.grad`` from an earlier call:
-    the gradients this call sent into it (the edges into its node's output) subtracted from its
-    ``.grad`` after give the one before. None when it held none, or when that cannot be told: edge
-    gradients not recorded, or a hook on the tensor that may have changed what was kept."""
-    after = t.grad.values.data
+    """'.grad = 3 (before) + 3 = 6' when the non-leaf already held a ``.grad`` from an earlier call;
+    None when it held none or that cannot be told."""
+    held = _held_before(call, node, t)
+    if held is None:
+        return None
+    before, parts = held
+    return accumulated_lines(before, parts, list(t.grad.values.data), list(t.grad.shape))
+
+
+def _held_before(call: CallInfo, node: NodeInfo, t: TensorInfo) -> tuple[list, list[list]] | None:
+    """(the .grad held before the call, the gradient of each edge into it in this call): the edges'
+    gradients subtracted from the ``.grad`` after give the one before. None when it held none
+    (zeros), or when that cannot be told: no ``.grad`` after, edge gradients not recorded, or a
+    hook on the tensor that may have changed what was kept."""
+    after = t.grad.values.data if t.grad is not None else None
     if after is None or t.hooks:
         return None
     parts = _edges_into(call, node.id, t.output_nr or 0)
@@ -83,7 +114,7 @@ def _accumulated(call: CallInfo, node: NodeInfo, t: TensorInfo) -> list[str] | N
     before = [a - sum(col) for a, *col in zip(after, *parts)]
     if not any(abs(b) > SAME * max(1.0, abs(a)) for b, a in zip(before, after)):
         return None
-    return accumulated_lines(before, parts, list(after), list(t.grad.shape))
+    return before, parts
 
 
 def _edges_into(call: CallInfo, node_id: str, output_nr: int) -> list[list | None]:

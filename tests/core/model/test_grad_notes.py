@@ -79,6 +79,36 @@ def test_a_hook_on_the_retained_tensor_keeps_its_grad_without_a_sum():
     assert node_notes(retain_call(hidden_grad=6.0, hooks=["double (line 4)"])) == {"n1": ["hidden.grad = 6"]}
 
 
+def _steps(hidden_grad):
+    """06_retain_grad.py's backward stepped: MulBackward0 (out), MulBackward0 (hidden), AddBackward0,
+    AccumulateGrad (x), as the stepper records them."""
+    one = lambda v: {"numel": 1, "data": [v]}  # noqa: E731
+    return [{"index": 0, "node": "n0", "name": "MulBackward0", "grad_outputs": [one(1.0)],
+             "grad_inputs": [one(3.0), one(6.0)], "leaf_grads": {}, "error": None},
+            {"index": 1, "node": "n1", "name": "MulBackward0", "grad_outputs": [one(3.0)],
+             "grad_inputs": [one(9.0), None], "leaf_grads": {"hidden": one(hidden_grad)}, "error": None},
+            {"index": 2, "node": "n3", "name": "AddBackward0", "grad_outputs": [one(6.0)],
+             "grad_inputs": [one(6.0), None], "leaf_grads": {}, "error": None}]
+
+
+@pytest.mark.parametrize("hidden_grad, before", [(3.0, "None"), (6.0, "3")])
+def test_while_stepping_a_retained_grad_changes_when_its_node_runs(hidden_grad, before):
+    from core.model.step_state import step_view
+
+    call, steps = retain_call(hidden_grad), _steps(hidden_grad)
+    seen = [node_notes(call, step_view(call, steps, upto=k).leaf_grads) for k in range(4)]
+    after = f"hidden.grad = {hidden_grad:g}"
+    assert seen == [{"n1": [f"hidden.grad = {before}"]}] * 2 + [{"n1": [after]}] * 2
+    assert notes_for(call, "n1", {}) == [f"hidden.grad = {before}"]
+
+
+def test_while_stepping_an_unnamed_retained_grad_is_keyed_by_its_node():
+    call = retain_call()
+    call.tensors[2].__dict__["name"] = None
+    assert node_notes(call, {}) == {"n1": [".grad = None (retained)"]}
+    assert node_notes(call, {"n1": {"numel": 1, "data": [3.0]}}) == {"n1": [".grad = 3 (retained)"]}
+
+
 def test_a_retained_grad_never_reached_is_none():
     call = retain_call()
     t = call.tensors[2]
