@@ -21,6 +21,8 @@ from core.protocol import messages as protocol
 from core.client.handle import run_capture
 from core.client.run_errors import script_problem
 from core.client.launchers import LauncherError
+from core.programs.notebook import NotebookError, notebook_script, script_line
+from core.programs.notebook import where as line_where
 from core.programs.openers import HUGGINGFACE, opener_for
 from core.model.rank_files import received_trace, save_ranks
 from core.model.step_state import short_values
@@ -89,7 +91,11 @@ def _step(args) -> int:
 
     step = {"call": args.call, "mode": "all"}
     if args.breakpoint is not None:
-        step["line"] = args.breakpoint
+        line = _breakpoint_line(script, args.breakpoint)
+        if isinstance(line, str):
+            print(f"backprop-studio step: --breakpoint {args.breakpoint}: {line}", file=sys.stderr)
+            return 2
+        step["line"] = line
     options = worker_options(args)
     if options.get("ddp"):
         print(f"backprop-studio step: stepping runs the DDP script as one process, rank 0 of a world of 1 "
@@ -98,7 +104,7 @@ def _step(args) -> int:
     result = run_capture(str(script), device=args.device, mode=args.mode, timeout=args.timeout,
                          on_event=on_event, step=step, load=load_options(args), **options)
     trace = result.trace
-    wanted = f"no call was made from line {args.breakpoint}" if args.breakpoint is not None \
+    wanted = f"no call was made from {_breakpoint_words(args.breakpoint)}" if args.breakpoint is not None \
         else f"call #{args.call} was never reached"
     _say_bad_messages(result)
     if protocol.StepBegin not in info:
@@ -127,7 +133,8 @@ def _step(args) -> int:
     }
     if args.json:
         Path(args.json).write_text(json.dumps(doc), encoding="utf-8")
-    print(f"call #{index} ({doc['api']}, line {doc['line']}): {len(steps)} steps, {doc['state']}")
+    where = line_where(trace.cells, doc["line"]) if doc["line"] else "end of script"
+    print(f"call #{index} ({doc['api']}, {where}): {len(steps)} steps, {doc['state']}")
     for record in steps:
         grads = ", ".join(short_values(g) for g in record.get("grad_inputs") or [])
         incoming = ", ".join(short_values(g) for g in record.get("grad_outputs") or [])
@@ -144,6 +151,27 @@ def _step(args) -> int:
     if args.json:
         print(f"steps written to {args.json}")
     return 1 if doc["error"] else 0
+
+
+def _breakpoint_line(script: Path, text: str) -> int | str:
+    """The script line ``--breakpoint`` names: LINE, or CELL:LINE in a notebook; else why not."""
+    cell, _, line = text.rpartition(":")
+    if not line.isdigit() or (cell and not cell.isdigit()):
+        return "give a line number, or CELL:LINE in a notebook (4:2 is cell 4, line 2)"
+    if not cell:
+        return int(line)
+    if script.suffix.lower() != ".ipynb":
+        return f"{script.name} is not a notebook: give its line number"
+    try:
+        found = script_line(notebook_script(script).cells, int(cell), int(line))
+    except NotebookError as exc:
+        return str(exc)
+    return found if found is not None else f"the notebook has no code cell {cell} with a line {line}"
+
+
+def _breakpoint_words(text: str) -> str:
+    cell, _, line = text.rpartition(":")
+    return f"cell {cell}, line {line}" if cell else f"line {line}"
 
 
 def _say_bad_messages(result) -> None:
@@ -190,8 +218,9 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Step through one backward call node by node and print every step.")
     p.add_argument("script", metavar="SCRIPT", help=SCRIPT_HELP)
     p.add_argument("--call", type=int, default=0, help="which backward / grad call to step (default 0)")
-    p.add_argument("--breakpoint", type=int, metavar="LINE",
-                   help="step the first call made from this script line (instead of --call)")
+    p.add_argument("--breakpoint", metavar="LINE",
+                   help="step the first call made from this script line (instead of --call); in a notebook, "
+                   "CELL:LINE (4:2 is cell 4, line 2) or the line of the whole script")
     p.add_argument("--json", metavar="OUT", help="write the steps, leaf grads and the call as JSON")
     add_run_options(p)
     add_worker_args(p)

@@ -287,7 +287,7 @@ def _pick_call(trace: Trace, index: int) -> tuple[CallInfo, list[str], list[str]
     err = trace.error
     why = f"{err.type}: {err.message.splitlines()[0] if err.message else ''}" if err else ""
     if err is not None and err.line:
-        why += f" (line {err.line})"
+        why += f" ({err.where or f'line {err.line}'})"  # a notebook's error is at "cell 4, line 2"
     if call is None:
         made = trace.call_count or len(trace.calls)
         if err is not None and not trace.calls:

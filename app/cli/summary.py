@@ -32,7 +32,7 @@ def _fmt(v) -> str:
 
 
 def call_summary(call: CallInfo, cells: list | None = None) -> list[str]:
-    where = (line_where(cells, call.line) if cells else f"line {call.line}") if call.line else "end of script"
+    where = line_where(cells or [], call.line) if call.line else "end of script"
     head = f"call #{call.index}: {call.api} at {where}: {call.node_count} nodes, {call.edge_count} edges"
     if call.snapshot == "summary":
         head += f" (same graph as {call.same_as}; summary only)"
@@ -46,7 +46,8 @@ def call_summary(call: CallInfo, cells: list | None = None) -> list[str]:
         lines.append("  nodes: " + ", ".join(f"{name} x{k}" if k > 1 else name for name, k in sorted(counts.items())))
         stale = [n for n in call.nodes if n.stale]
         for n in stale:
-            culprit = f" (modified by {n.stale.op} at line {n.stale.op_line})" if n.stale.op else ""
+            at = f" at {line_where(cells or [], n.stale.op_line)}" if n.stale.op_line else ""
+            culprit = f" (modified by {n.stale.op}{at})" if n.stale.op else ""
             lines.append(f"  stale saved tensor: {n.name}.{n.stale.saved} saved at version "
                          f"{n.stale.saved_version}, now {n.stale.version}{culprit}")
     for name, vals in call.leaf_grads.items():

@@ -63,6 +63,15 @@ def locate(cells: list[dict], line: int | None) -> tuple[int, int] | None:
     return None
 
 
+def script_line(cells: list[dict], cell: int, line: int) -> int | None:
+    """The script line of line ``line`` of cell ``cell`` (both as ``where`` writes them); None when the
+    notebook has no such code cell or line."""
+    for entry in cells:
+        if int(entry["cell"]) == cell and 1 <= line <= int(entry["lines"]):
+            return int(entry["first"]) + line
+    return None
+
+
 def gutter_labels(cells: list[dict]) -> dict[int, str]:
     """Script line -> gutter text: ``[N]`` on a cell's header, the line in the cell elsewhere."""
     labels: dict[int, str] = {}

@@ -20,7 +20,7 @@ from core.model.attrs import decoded_text, script_names
 from core.model.causes import cut_text, grad_none_cause, hook_tips
 from core.model.edge_marks import edge_mark_tip, mark_text
 from core.model.formulas import formula_for, formula_lines
-from core.model.grad_notes import note_tip, notes_for
+from core.model.grad_notes import RESULT_TIP, note_tip, notes_for, returned
 from core.model.memory import format_bytes
 from core.programs.notebook import where as line_where
 from core.model.storage_map import contiguity as is_contiguous
@@ -120,15 +120,16 @@ def format_values(values: Values, shape: list[int], dtype: str = "float32") -> s
     return "\n".join(lines)
 
 
-def stale_sentence(stale: Stale) -> str:
-    """The stale saved-tensor report in plain words."""
+def stale_sentence(stale: Stale, cells: list[dict] | None = None) -> str:
+    """The stale saved-tensor report in plain words; ``cells``: a notebook's, for "cell 3, line 3"."""
     text = (
         f"saved <code>{html.escape(stale.saved)}</code> at version {stale.saved_version}, "
         f"now at version {stale.version}: backward will fail here because the tensor was "
         "modified in place after this node saved it"
     )
     if stale.op_line:
-        text += f" (in-place change at <a href='line:{stale.op_line}'>line {stale.op_line}</a>)"
+        text += (f" (in-place change at <a href='line:{stale.op_line}'>"
+                 f"{html.escape(line_where(cells or [], stale.op_line))}</a>)")
     text += ". Use an out-of-place op (x = x + 1 instead of x += 1) or .clone() before modifying."
     if stale.message:
         text += f"<br><span class='muted'>{html.escape(stale.message)}</span>"
@@ -361,7 +362,7 @@ class InspectorPanel(QWidget):
         parts = [f"<p class='title'>{breakable(cut_line(node.name))}</p><p>{' · '.join(subtitle)}</p>"]
         if node.stale is not None:
             parts.append(f"<table class='warn' width='100%' cellpadding='6'><tr><td>"
-                         f"<b>⚠ Stale saved tensor</b><br>{stale_sentence(node.stale)}</td></tr></table>")
+                         f"<b>⚠ Stale saved tensor</b><br>{stale_sentence(node.stale, self.cells)}</td></tr></table>")
         rows = [("kind", html.escape(KIND_WORDS.get(node.kind, node.kind)))]
         if node.label:
             rows.append(("label", f"<code>{html.escape(cut_line(node.label))}</code> (the script's name)"))
@@ -520,5 +521,9 @@ class InspectorPanel(QWidget):
         else:
             parts.append(f"<p style='margin-top: 4px'><code>None</code><br>"
                          f"<span class='muted'>{html.escape(grad_none_cause(t, call or shown))}</span></p>")
+        result = returned(call, t.id) if call is not None and call.tensor(t.id) is t else None
+        if result is not None:
+            parts.append(self._section(f"Returned by autograd.grad (call #{call.index})", RESULT_TIP))
+            parts.append(self._code(format_values(result[1], result[0], t.dtype)))
         return "".join(parts)
 

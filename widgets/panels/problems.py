@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 
 from core.model.trace import CallInfo, ErrorInfo, NodeInfo, Trace
 from widgets.display_text import cut_line, cut_text
+from core.programs.notebook import where as line_where
 from widgets.panels.inspector import stale_sentence
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,7 @@ class ProblemsPanel(QWidget):
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
+        self._cells: list[dict] = []  # the trace's notebook cells (set_trace)
         self.tree = QTreeWidget(self)
         self.tree.setHeaderLabels(["Problem", "Where"])
         self.tree.setRootIsDecorated(False)
@@ -128,6 +130,7 @@ class ProblemsPanel(QWidget):
     def set_trace(self, trace: Trace | None) -> None:
         """List the trace's error, every call's error and every stale saved tensor."""
         self.clear()
+        self._cells = trace.cells if trace is not None else []  # a notebook's: lines read "cell 4, line 2"
         if trace is None:
             return
         problems = []
@@ -137,7 +140,7 @@ class ProblemsPanel(QWidget):
             if call.error is not None:
                 if trace.error is not None and _same_error(call.error, trace.error):
                     problems[0].call = problems[0].call or call.id
-                    problems[0].where = _where(problems[0].line, call)
+                    problems[0].where = _where(problems[0].line, call, self._cells)
                 else:
                     problems.append(self._error_problem(call.error, call, None))
             for node in call.nodes:
@@ -208,7 +211,7 @@ class ProblemsPanel(QWidget):
                          f"thread was when the process died)</span></p>{_code(error.fault)}")
             text += ["", "Fault report:", error.fault.rstrip()]
         line = error.line if error.line else (call.line if call is not None else None)
-        located = _where(line, call)
+        located = _where(line, call, self._cells)
         if error.where:  # a notebook: "cell 4, line 2"
             located = " · ".join([error.where] + ([f"call #{call.index}"] if call is not None else []))
         return Problem("error", summary, "".join(parts), line, call.id if call else None, None, located,
@@ -221,12 +224,13 @@ class ProblemsPanel(QWidget):
                    f"(version {stale.saved_version} → {stale.version})")
         node_link = f"<a href='node:{html.escape(node.id)}'>{html.escape(node.name)}</a>"
         details = (f"<p class='title'>Stale saved tensor</p><p>{node_link}{html.escape(label)} "
-                   f"{stale_sentence(stale)}</p>")
+                   f"{stale_sentence(stale, self._cells)}</p>")
         if node.line:
-            details += f"<p>The node was created at <a href='line:{node.line}'>line {node.line}</a>.</p>"
+            details += (f"<p>The node was created at <a href='line:{node.line}'>"
+                        f"{html.escape(line_where(self._cells, node.line))}</a>.</p>")
         line = stale.op_line or node.line
-        return Problem("warning", summary, details, line, call.id, node.id, _where(line, call),
-                       f"{summary}\n{node.name}{label} {_plain(stale_sentence(stale))}")
+        return Problem("warning", summary, details, line, call.id, node.id, _where(line, call, self._cells),
+                       f"{summary}\n{node.name}{label} {_plain(stale_sentence(stale, self._cells))}")
 
     def show_selection(self, node_id: str | None) -> None:
         """Mark the problem about ``node_id`` (the app's selection), if one is listed; emits nothing."""
@@ -314,10 +318,10 @@ def _same_error(a: ErrorInfo, b: ErrorInfo) -> bool:
     return a.type == b.type and a.message == b.message
 
 
-def _where(line: int | None, call: CallInfo | None) -> str:
+def _where(line: int | None, call: CallInfo | None, cells: list[dict] | None = None) -> str:
     parts = []
     if line:
-        parts.append(f"line {line}")
+        parts.append(line_where(cells or [], line))
     if call is not None:
         parts.append(f"call #{call.index}")
     return " · ".join(parts)

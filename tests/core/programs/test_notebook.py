@@ -170,3 +170,119 @@ def test_window_opens_a_notebook(qtbot, tmp_path, monkeypatch):
         assert w.calls.list.item(0).data(Qt.ItemDataRole.UserRole + 3).startswith("cell 4, line 3")
     finally:
         w.handle.close()
+
+
+def test_a_cell_and_line_map_back_to_the_script_line(tmp_path):
+    from core.programs.notebook import script_line
+
+    nb = notebook_script(write_notebook(tmp_path / "nb.ipynb", CELLS))
+    assert [script_line(nb.cells, 4, n) for n in (1, 2, 3)] == [12, 13, 14]
+    assert [where(nb.cells, line) for line in (12, 13, 14)] == ["cell 4, line 1", "cell 4, line 2", "cell 4, line 3"]
+    assert script_line(nb.cells, 4, 4) is None  # cell 4 has three lines
+    assert script_line(nb.cells, 1, 1) is None  # a markdown cell
+
+
+STALE_CELLS = [
+    ("markdown", "# A saved tensor changed in place"),
+    ("code", "import torch\nw = torch.tensor([1.0, 2.0], requires_grad=True)"),
+    ("code", "y = w.sigmoid()\nz = y * 2\ny.mul_(3)"),
+    ("code", "z.sum().backward()"),
+]
+
+
+def _stale_trace():
+    """What a run of STALE_CELLS records, as plain data: the failed call and its stale node."""
+    from core.model.trace import CallInfo, Edge, ErrorInfo, NodeInfo, Stale, Trace
+
+    message = "one of the variables needed for gradient computation has been modified by an inplace operation"
+    error = ErrorInfo(type="RuntimeError", message=message, line=13, where="cell 4, line 1", file="/n/stale.ipynb")
+    nodes = [NodeInfo(id="n0", name="SumBackward0", kind="backward", next=[Edge("n1", 0)], line=13),
+             NodeInfo(id="n1", name="MulBackward0", kind="backward", next=[Edge("n2", 0), None], label="z", line=9),
+             NodeInfo(id="n2", name="SigmoidBackward0", kind="backward", next=[Edge("n3", 0)], line=8,
+                      stale=Stale(saved="result", saved_version=0, version=1, op_line=10, op="mul_")),
+             NodeInfo(id="n3", name="AccumulateGrad", kind="accumulate_grad", next=[])]
+    call = CallInfo(id="c0", index=0, api="Tensor.backward", line=13, roots=["n0"], nodes=nodes, tensors=[],
+                    node_count=4, edge_count=3, error=error)
+    cells = [{"cell": 2, "first": 3, "lines": 2}, {"cell": 3, "first": 7, "lines": 3},
+             {"cell": 4, "first": 12, "lines": 1}]
+    return Trace(calls=[call], script="/n/stale.ipynb", error=error, cells=cells)
+
+
+def test_the_cells_match_what_the_notebook_gives(tmp_path):
+    nb = notebook_script(write_notebook(tmp_path / "stale.ipynb", STALE_CELLS))
+    trace = _stale_trace()
+    assert nb.cells == trace.cells
+    lines = nb.source.splitlines()
+    assert (lines[13 - 1], lines[10 - 1], lines[8 - 1], lines[9 - 1]) == (
+        "z.sum().backward()", "y.mul_(3)", "y = w.sigmoid()", "z = y * 2")
+
+
+def test_problems_say_cell_and_line_in_a_notebook(qtbot):
+    from widgets.panels.problems import ProblemsPanel
+
+    panel = ProblemsPanel()
+    qtbot.addWidget(panel)
+    panel.set_trace(_stale_trace())
+    error, stale = panel.problems()
+    assert (error.where, stale.where) == ("cell 4, line 1 · call #0", "cell 3, line 3 · call #0")
+    assert ("SigmoidBackward0 saved result at version 0, now at version 1: backward will fail here because the "
+            "tensor was modified in place after this node saved it (in-place change at cell 3, line 3).") \
+        in stale.text
+    assert "The node was created at <a href='line:8'>cell 3, line 1</a>." in stale.details
+
+
+def test_the_inspector_says_where_a_notebook_changed_a_saved_tensor(qtbot):
+    from widgets.panels.inspector import stale_sentence
+
+    stale = _stale_trace().calls[0].nodes[2].stale
+    assert "(in-place change at <a href='line:10'>cell 3, line 3</a>)" in stale_sentence(stale, _stale_trace().cells)
+    assert "(in-place change at <a href='line:10'>line 10</a>)" in stale_sentence(stale)
+
+
+def test_the_cli_summary_says_cell_and_line():
+    from app.cli.summary import trace_summary
+
+    text = trace_summary(_stale_trace())
+    assert "call #0: Tensor.backward at cell 4, line 1: 4 nodes, 3 edges" in text.splitlines()
+    assert ("  stale saved tensor: SigmoidBackward0.result saved at version 0, now 1 (modified by mul_ at "
+            "cell 3, line 3)") in text.splitlines()
+    assert text.splitlines()[-1].startswith("error at cell 4, line 1: RuntimeError: ")
+
+
+@pytest.mark.slow
+def test_step_takes_and_says_cell_and_line(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    path = write_notebook(tmp_path / "stale.ipynb", STALE_CELLS)
+    out = subprocess.run([sys.executable, "main.py", "step", str(path), "--breakpoint", "4:1"], cwd=root,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1, out.stderr  # backward fails at the stale node
+    assert out.stdout.splitlines()[0] == "call #0 (Tensor.backward, cell 4, line 1): 3 steps, failed"
+    out = subprocess.run([sys.executable, "main.py", "step", str(path), "--breakpoint", "4:2"], cwd=root,
+                         capture_output=True, text=True, timeout=300)
+    assert (out.returncode, out.stderr) == (
+        2, "backprop-studio step: --breakpoint 4:2: the notebook has no code cell 4 with a line 2\n")
+
+
+@pytest.mark.slow
+def test_a_notebook_names_parameters_by_their_model(tmp_path):
+    """The same code as a script and as a notebook: the notebook's one model names its parameters."""
+    pytest.importorskip("torch")
+    from core.client.handle import run_capture
+
+    code = ("import torch\nfrom torch import nn\ntorch.manual_seed(0)\n"
+            "model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1))\n"
+            "loss = model(torch.ones(2, 3)).pow(2).mean()\nloss.backward()\n")
+    script = tmp_path / "seq.py"
+    script.write_text(code, encoding="utf-8")
+    notebook = write_notebook(tmp_path / "seq.ipynb", [("code", code)])
+    as_script = run_capture(str(script), timeout=300).trace.calls[0]
+    as_notebook = run_capture(str(notebook), timeout=300).trace.calls[0]
+    assert sorted(as_script.leaf_grads) == ["0.bias", "0.weight", "2.bias", "2.weight"]
+    assert sorted(as_notebook.leaf_grads) == ["model.0.bias", "model.0.weight", "model.2.bias", "model.2.weight"]
+    assert as_notebook.leaf_grads["model.2.bias"] == as_script.leaf_grads["2.bias"]
+    leaves = sorted(as_notebook.tensor(n.variable).name for n in as_notebook.nodes if n.name == "AccumulateGrad")
+    assert leaves == ["model.0.bias", "model.0.weight", "model.2.bias", "model.2.weight"]
