@@ -157,6 +157,19 @@ def _results(call: CallInfo) -> list[tuple[str, str]]:
     return out
 
 
+def returned(call: CallInfo, tensor_id: str) -> tuple[list[int], Values] | None:
+    """(shape, values) of what ``autograd.grad`` returned for input ``tensor_id`` of ``call``;
+    None when it is no input of such a call or got None."""
+    t = call.tensor(tensor_id)
+    results = (call.options or {}).get("results") if call.api == "autograd.grad" else None
+    for item in results or ():
+        given = item.get("values")
+        if t is not None and item.get("tensor") == tensor_id and given is not None:
+            values = given if isinstance(given, Values) else Values(**given)
+            return _result_shape(t, values), values
+    return None
+
+
 def _numerator(call: CallInfo) -> str:
     """'∂y', '∂(p + q)' for several outputs, 'grad_outputs·∂y' when grad_outputs were passed (the
     result is then that weighted sum, a vector-Jacobian product)."""

@@ -61,3 +61,18 @@ def test_a_node_without_such_a_gradient_has_no_section(qtbot, trace):
     call = trace.calls[0]
     inspector.show_node(call, call.roots[0])
     assert "Gradient after this call" not in inspector.text()
+
+
+def test_a_tensor_given_to_autograd_grad_shows_what_it_returned(qtbot, trace):
+    inspector = InspectorPanel()
+    qtbot.addWidget(inspector)
+    call = trace.calls[2]
+    w = next(t for t in call.tensors if t.name == "w")
+    inspector.show_tensor(call, w.id)
+    lines = [line.strip() for line in inspector.text().splitlines() if line.strip()]
+    assert lines[lines.index(".grad") + 1:lines.index(".grad") + 3] == [
+        "None", "autograd.grad() returns gradients instead of filling .grad"]
+    assert lines[lines.index("Returned by autograd.grad (call #2)") + 1:] == [RESULT_TIP, "[2.0, 4.0]"]
+    hidden = next(t for t in trace.calls[0].tensors if t.name == "hidden")
+    inspector.show_tensor(trace.calls[0], hidden.id)
+    assert "Returned by autograd.grad" not in inspector.text()

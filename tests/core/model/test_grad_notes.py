@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from core.model.grad_notes import RESULT_TIP, RETAINED_TIP, node_notes, note_tip, notes_for
+from core.model.grad_notes import RESULT_TIP, RETAINED_TIP, node_notes, note_tip, notes_for, returned
 from core.model.trace import CallInfo, Edge, GradInfo, NodeInfo, TensorInfo, Values
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "resources" / "examples"
@@ -203,6 +203,7 @@ def test_a_batched_result_has_one_dimension_more():
     call = grad_call(results, [tensor("t1", "x", shape=(3,), leaf=True)], nodes,
                      extra_tensors=[tensor("t0", "y", shape=(3,), grad_fn="n0")])
     assert node_notes(call) == {"n1": ["returns ∂y/∂x = shape 2×3: 0, 1, 2, …"]}
+    assert returned(call, "t1") == ([2, 3], Values(numel=6, data=data)) and returned(call, "t0") is None
 
 
 def test_a_backward_call_has_no_results_and_a_leaf_no_note():
