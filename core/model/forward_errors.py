@@ -114,7 +114,16 @@ def error_title(error: ErrorInfo | None) -> str:
     is being used in an in-place operation.`` ("" without an error)."""
     if error is None:
         return ""
-    where = error.where or (f"line {error.line}" if error.line is not None else "")
-    first = (error.message.strip().splitlines() or [""])[0]
-    head = f"{error.type} at {where}" if where else error.type
+    return _title(error.type, error.message, error.where or (f"line {error.line}" if error.line is not None else ""))
+
+
+def op_title(op: dict) -> str:
+    """``error_title`` of the error a failed op's partial call holds (the op's line)."""
+    return _title(op.get("type", "Error"), op.get("message", ""), _where(op) if op.get("line") is not None or
+                  op.get("where") else "")
+
+
+def _title(kind: str, message: str, where: str) -> str:
+    first = (message.strip().splitlines() or [""])[0]
+    head = f"{kind} at {where}" if where else kind
     return f"{head}: {_cut(first, TITLE_CHARS)}" if first else head

@@ -471,9 +471,25 @@ def _t_seeds(v):
 
 _FAILED_INPUT = {"position": _t_count, "name": _t_opt_str, "shape": _t_shape, "dtype": _t_str,
                  "requires_grad": _t_bool, "is_leaf": _t_bool, "node": _t_opt_str}
-_FAILED_OP = {"name": _t_str, "text": _t_str, "line": _t_opt_int, "inputs": lambda v: _entries(
-    v, _FAILED_INPUT, {}, "{position, name, shape, dtype, requires_grad, is_leaf, node} objects") if v is not None
-    else "expected a list of inputs"}
+
+
+def _t_failed_inputs(v):
+    if not isinstance(v, list):
+        return f"'inputs': expected a list of inputs, got {_short(v)}"
+    for i, entry in enumerate(v):
+        if not isinstance(entry, dict):
+            return f"'inputs[{i}]': expected an object, got {_short(entry)}"
+        for key, check in _FAILED_INPUT.items():
+            problem = "missing" if key not in entry else check(entry[key])
+            if problem is not None:
+                return f"'inputs[{i}].{key}': {problem}"
+        unknown = next((k for k in entry if k not in _FAILED_INPUT), None)
+        if unknown is not None:
+            return f"'inputs[{i}]': unknown key {_short(unknown)}"
+    return None
+
+
+_FAILED_OP = {"name": _t_str, "text": _t_str, "line": _t_opt_int, "inputs": _t_failed_inputs}
 
 
 def _failed_op(v, extra: dict, what: str):
@@ -487,20 +503,16 @@ def _failed_op(v, extra: dict, what: str):
             return f"'{key}' missing"
         problem = check(v[key])
         if problem is not None:
-            return f"'{key}': {problem}"
-    for entry in v["inputs"]:
-        if set(entry) - set(_FAILED_INPUT) or set(_FAILED_INPUT) - set(entry):
-            return f"'inputs': expected objects with exactly the keys {', '.join(_FAILED_INPUT)}"
+            return problem if key == "inputs" else f"'{key}': {problem}"
     for key, value in v.items():
         if key in _FAILED_OP:
             continue
         check = extra.get(key)
         if check is None:
             return f"unknown key {_short(key)}"
-        if key not in ("call", "where") or value is not None:
-            problem = check(value)
-            if problem is not None:
-                return f"'{key}': {problem}"
+        problem = check(value)
+        if problem is not None:
+            return f"'{key}': {problem}"
     missing = [k for k in ("type", "message") if k in extra and k not in v]
     return f"'{missing[0]}' missing" if missing else None
 
@@ -548,7 +560,8 @@ _CHECKS: dict[type, dict[str, Any]] = {
                "edge_grads": _t_obj},
     MemorySample: {"t": _t_num, "device": _t_str, "allocated": _t_count, "reserved": _t_count, "rss": _t_count,
                    "saved_bytes": _t_count, "phase": _t_str, "max_allocated": _t_count, "mark": _t_str,
-                   "where": _t_str, "kept_bytes": _t_count, "kept_in": _t_str},
+                   "where": _t_str, "kept_bytes": _t_count, "kept_in": _t_str,
+                   "call": _t_opt_int},
     Trace: {"calls": _t_objs, "error": _t_opt_obj, "script": _t_str, "source": _t_str, "device": _t_str,
             "mode": _t_str, "output": _t_str, "duration_s": _t_num, "torch_version": _t_str,
             "call_count": _t_call_count, "tensors": _t_objs, "storages": _t_objs, "memory": _t_objs,
@@ -663,7 +676,7 @@ def _read(data: Any, r: "_Reader") -> Trace:
         "",
         {
             "calls": lambda v, q: r.lst(r.call, v, q.lstrip(".")),
-            "error": r.error,
+            "error": lambda v, q: r.error(v, q.lstrip(".")),
             "tensors": lambda v, q: r.lst(r.tensor, v, q.lstrip(".")),
             "storages": lambda v, q: r.lst(r.storage, v, q.lstrip(".")),
             "memory": lambda v, q: r.memory_list(v, q.lstrip(".")),
