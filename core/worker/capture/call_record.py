@@ -208,6 +208,7 @@ class CallRecording:
         for t in retained_in(ids):  # retain_grad() on a tensor held under no name: its .grad is read after
             snap.tensor_id(t)
         input_ids = [snap.tensor_id(t) for t in _as_list(inputs) if isinstance(t, torch.Tensor)]
+        snap.gets_grad.update(input_ids)
         order = snap.walked
         for node in order:
             try:

@@ -56,6 +56,9 @@ class Snapshotter:
         # tensor id -> live tensor, for the grads read after the call; ``release()`` keeps only the
         # tensors that can get one, so the snapshot never keeps an activation alive through backward.
         self.objects: dict[str, torch.Tensor] = {}
+        # ids of non-leaf tensors the call may give a .grad though they retain none yet: backward's
+        # ``inputs=[h]`` calls h.retain_grad() as it starts (torch's engine, out of the capture's view)
+        self.gets_grad: set[str] = set()
         self.by_key: dict[int, str] = {}
         self.by_layout: dict[tuple, str] = {}
         self.storages: dict[tuple, str] = {}
@@ -164,7 +167,7 @@ class Snapshotter:
                 raw["grad_fn"] = node_ids.get(id(fn))
         self.objects = {
             tid: t for tid, t in self.objects.items()
-            if (t.requires_grad and t.is_leaf) or (not t.is_leaf and t.retains_grad)
+            if (t.requires_grad and t.is_leaf) or (not t.is_leaf and t.retains_grad) or tid in self.gets_grad
         }
 
     def finish_tensors(self, node_ids: dict[int, str] | None = None, read_grads: bool = True) -> list[TensorInfo]:
@@ -177,6 +180,7 @@ class Snapshotter:
                 raw["grad_fn"] = node_ids.get(id(fn))
             t = self.objects.get(raw["id"])
             if t is not None and read_grads and (t.is_leaf or t.retains_grad):
+                raw["retains_grad"] = not t.is_leaf  # as the call left it (backward's inputs= retains)
                 g = t.grad
                 if g is not None:
                     raw["_grad_shape"] = shape_of(g)

@@ -2,6 +2,8 @@
 
 import textwrap
 
+import pytest
+
 from core.model.grad_notes import node_notes
 from core.worker.capture.recorder import capture_script
 
@@ -66,3 +68,27 @@ def test_a_retained_grad_sums_over_calls_and_autograd_grad_fills_it_too(tmp_path
         {hidden[1]: ["hidden.grad = 3 (before) + 3 = 6"]},
         {hidden[2]: ["hidden.grad = 6 (before) + 3 = 9"], leaf: ["returns ∂out/∂x = 15"]},
     ]
+
+
+INPUTS = """
+import torch
+x = torch.tensor(2.0, requires_grad=True)
+hidden = x * 3
+out = hidden * (x + 1)
+out.backward(inputs=[hidden], retain_graph=True)
+first = hidden.grad.item()
+torch.autograd.backward(out, inputs=[x, hidden])
+"""
+
+
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf")
+def test_backward_inputs_fill_a_non_leafs_grad_and_the_trace_reads_it(tmp_path):
+    plain = _plain(INPUTS)
+    # torch: backward(inputs=[hidden]) retains hidden's grad; x gets none until it is an input too
+    assert (plain["first"], plain["hidden"].grad.item(), plain["x"].grad.item()) == (3.0, 6.0, 15.0)
+    assert plain["hidden"].retains_grad
+    trace = _capture(tmp_path, INPUTS)
+    hidden = [next(n.id for n in c.nodes if n.label == "hidden") for c in trace.calls]
+    assert [node_notes(c) for c in trace.calls] == [{hidden[0]: ["hidden.grad = 3"]},
+                                                    {hidden[1]: ["hidden.grad = 3 (before) + 3 = 6"]}]
+    assert [next(t for t in c.tensors if t.name == "hidden").retains_grad for c in trace.calls] == [True, True]
