@@ -35,25 +35,33 @@ def node_notes(call: CallInfo, stepped: dict | None = None) -> dict[str, list[st
     ``leaf_grads`` of the step shown (``StepView.leaf_grads``: a tensor's name, or its node's id
     when it has none -> its values): a retained grad then reads as it is at that step, its
     ``.grad`` from before the call until its node has run."""
-    out: dict[str, list[str]] = {}
-    for node_id, line in _retained(call, stepped) + _results(call):
-        out.setdefault(node_id, []).append(line)
-    return out
+    return {nid: [line for _, line in notes] for nid, notes in _notes(call, stepped).items()}
 
 
 def notes_for(call: CallInfo, node_id: str, stepped: dict | None = None) -> list[str]:
-    """The lines ``node_notes`` writes on one node ([] when none)."""
-    return node_notes(call, stepped).get(node_id, [])
+    """The lines ``node_notes`` writes on one node ([] when none); cheap to ask node by node."""
+    return [line for _, line in _notes(call, stepped).get(node_id, ())]
 
 
 def note_tip(call: CallInfo, node_id: str) -> str:
     """What a node's lines are, for a tooltip or a hint: one sentence per kind of line on it."""
-    tips = []
-    if any(nid == node_id for nid, _ in _retained(call)):
-        tips.append(RETAINED_TIP)
-    if any(nid == node_id for nid, _ in _results(call)):
-        tips.append(RESULT_TIP)
-    return "\n".join(tips)
+    kinds = {kind for kind, _ in _notes(call).get(node_id, ())}
+    return "\n".join(tip for kind, tip in (("retained", RETAINED_TIP), ("result", RESULT_TIP)) if kind in kinds)
+
+
+def _notes(call: CallInfo, stepped: dict | None = None) -> dict[str, list[tuple[str, str]]]:
+    """Node id -> (kind, line) of each line: kind 'retained' or 'result'. A call's notes after it
+    are worked out once (the call is frozen), not once per node asked about."""
+    cached = call.__dict__.get("_grad_notes") if stepped is None else None
+    if cached is not None:
+        return cached
+    out: dict[str, list[tuple[str, str]]] = {}
+    for kind, pairs in (("retained", _retained(call, stepped)), ("result", _results(call))):
+        for node_id, line in pairs:
+            out.setdefault(node_id, []).append((kind, line))
+    if stepped is None:
+        object.__setattr__(call, "_grad_notes", out)
+    return out
 
 
 # -- retained grads -----------------------------------------------------------------------
@@ -121,7 +129,7 @@ def _edges_into(call: CallInfo, node_id: str, output_nr: int) -> list[list | Non
     """The gradient data on each recorded edge into output ``output_nr`` of a node; [] when an
     edge into it has no record (graphs too big for edge gradients)."""
     out = []
-    for c in call.nodes:
+    for c in map(call.node, dict.fromkeys(call.consumers().get(node_id, ()))):
         for slot, e in enumerate(c.next):
             if e is None or e.node != node_id or e.input_nr != output_nr:
                 continue
