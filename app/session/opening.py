@@ -14,6 +14,7 @@ def opening_call(trace: Trace | None, opens_on: int | None = None) -> CallInfo |
     the trace of a debug run that ran to its end), else its first call with a full graph; None
     when no call has one."""
     shown = [c for c in trace.calls if c.snapshot == "full" and c.nodes] if trace is not None else []
+    shown.sort(key=lambda c: "failed_op" not in c.options)  # a forward pass that failed: the graph it failed on
     return next((c for c in shown if c.index == opens_on), shown[0] if shown else None)
 
 

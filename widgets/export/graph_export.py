@@ -26,6 +26,7 @@ import shiboken6
 from core.layout.export_dot import call_to_dot
 from core.layout.groups import default_collapsed
 from core.layout.boxes import Layout
+from core.model.forward_errors import error_title, failed_op, op_title
 from core.model.step_state import step_texts, step_view
 from core.model.trace import CallInfo, Trace
 from widgets.export.page import keep_values_open, plan_page, plan_slide
@@ -134,12 +135,26 @@ def source_rect(view, region: str = "all") -> QRectF:
 def error_notice(view) -> str:
     """A line or two saying that the call raised (the banner's text, cut at a word after ~150 characters)."""
     call = view.call()
-    if call is None or call.error is None:
+    if call is None or call.error is None or failed_op(call) is not None:
         return ""
     message = " ".join(call.error.message.split())
     if len(message) > NOTICE_CHARS:
         message = message[: message.rfind(" ", 0, NOTICE_CHARS)] + " \u2026"
     return f"This call raised {call.error.type}: {message}"
+
+
+def failure_title(view, title: str | None) -> tuple[str | None, str]:
+    """(title, notice) of a sheet showing the graph a forward pass failed on: the error is the title,
+    in place of none or of the call's own default title (the export dialog's), else under the title
+    given. Other graphs keep ``title`` and the notice of ``error_notice``."""
+    call = view.call()
+    op = failed_op(call)
+    if op is None:
+        return title, error_notice(view)
+    said = op_title(op)
+    if title is None or not title.strip() or title == call.title or title == said:
+        return said, ""
+    return title, said
 
 
 def make_sheet(view, *, region="all", title=None, caption=None, legend=True, source=None, entries=None,
@@ -148,8 +163,9 @@ def make_sheet(view, *, region="all", title=None, caption=None, legend=True, sou
     layout = view.graph_layout()
     if keys and layout is not None and not any(k.startswith("flow_") for k in keys):
         keys.append("flow_forward" if layout.direction == "forward" else "flow_backward")
+    title, notice = failure_title(view, title)
     return layout_sheet(source or source_rect(view, region), view.theme(), title=title, caption=caption, legend=keys,
-                        notice=error_notice(view), width=width, chrome=chrome)
+                        notice=notice, width=width, chrome=chrome)
 
 
 def _background(background: str | None, theme_name: str) -> QColor | None:
@@ -231,7 +247,7 @@ def render_svg(view, path, *, background: str | None = None, region: str = "all"
         gen.setSize(QSize(w, h))
         gen.setViewBox(QRectF(0, 0, w, h))
         gen.setResolution(96 if plan is None else 72)  # a page's units are points
-        gen.setTitle(title or "Backprop Studio graph")
+        gen.setTitle(sheet.title or "Backprop Studio graph")
         gen.setDescription(caption or "autograd graph exported by Backprop Studio")
         p = QPainter()
         if not p.begin(gen):
@@ -263,7 +279,7 @@ def render_pdf(view, path, *, background: str | None = None, region: str = "all"
         k = min(PT_PER_UNIT, MAX_PDF_SIDE / max(sheet.width, sheet.height)) if plan is None else plan.scale
         page = (sheet.width * k, sheet.height * k) if plan is None else plan.size
         writer = QPdfWriter(str(path))
-        writer.setTitle(title or "Backprop Studio graph")
+        writer.setTitle(sheet.title or "Backprop Studio graph")
         writer.setCreator("Backprop Studio")
         writer.setPageMargins(QMarginsF(0, 0, 0, 0), QPageLayout.Unit.Point)
         size = QPageSize(QSizeF(*page), QPageSize.Unit.Point, "graph", QPageSize.SizeMatchPolicy.ExactMatch)
@@ -357,10 +373,14 @@ def export_call(call: CallInfo, path, fmt: str | None = None, *, theme: str = "p
     ``collapsed`` None collapses big graphs as the view does; ``direction`` "TB", "LR" or
     "forward", or None: top-down, or on a page whichever of top-down and left-to-right draws
     the graph larger; ``page`` fits a slide or paper page ("16:9", "4:3", "A4", "Letter", see
-    ``widgets.export.page``), folding rather than shrinking text."""
+    ``widgets.export.page``), folding rather than shrinking text. The drawn formats of a run that
+    failed (``trace.error``) are titled by its error unless ``title`` is given."""
     fmt = format_of(path, fmt)
     if fmt == "json":
         return save_json(call, path, trace)
+    if title is None and trace is not None and trace.error is not None and trace.error.kind != "cancelled" \
+            and fmt != "dot":
+        title = error_title(trace.error)
     if fmt == "dot":
         if collapsed is None:
             collapsed = default_collapsed(call)

@@ -25,6 +25,7 @@ SAMPLE_W, SAMPLE_H = 38.0, 17.0
 LEGEND_GAP = 22.0  # between legend entries on one row
 MIN_TEXT_W = 360.0  # the narrowest a sheet with a legend or caption gets
 WIDE = 640.0  # legends and captions widen a narrow sheet up to this before they wrap
+TITLE_WIDE = 900.0  # a title (a failed run's error) widens a narrow sheet up to this before it wraps
 # Texts that read well on paper; the rest come from the on-screen legend.
 PRINT_TEXT = {"frame": "module", "group": "collapsed module", "retained": "retains .grad"}
 
@@ -68,7 +69,9 @@ def layout_sheet(
     caption_font = font(theme.font_family, CAPTION_PX)
     lfm = QFontMetricsF(legend_font)
     entry_w = [(SAMPLE_W + 8 + lfm.horizontalAdvance(legend_text(e))) * k for e in legend]
-    title_w = QFontMetricsF(title_font).horizontalAdvance(title) * k if title else 0.0
+    one_line = QFontMetricsF(title_font).horizontalAdvance(title) * k if title else 0.0
+    # A long title wraps rather than widen the sheet past TITLE_WIDE (or the graph, or the page).
+    title_w = min(one_line, max(source.width(), TITLE_WIDE * k, (width or 0.0) - 2 * MARGIN))
     inner = max(source.width(), title_w, MIN_TEXT_W * k if (legend or caption) else 0.0)
     # A legend row or a caption line may widen a narrow graph's sheet (up to WIDE) rather than wrap.
     if entry_w:
@@ -80,7 +83,10 @@ def layout_sheet(
     y = MARGIN
     sheet = Sheet(QRectF(source), 0, 0, QRectF(), title, caption=caption, chrome=k)
     if title:
-        h = QFontMetricsF(title_font).height() * 1.3 * k
+        line = QFontMetricsF(title_font).height()
+        h = line * 1.3 * k
+        if one_line > inner + 0.5:
+            h = (_wrapped_height(title_font, title, inner / k) + 0.3 * line) * k
         sheet.title_rect = QRectF(MARGIN, y, inner, h)
         y += h + 4 * k
     if notice:
@@ -132,7 +138,8 @@ def paint_sheet(p: QPainter, sheet: Sheet, scene, theme: Theme, background: QCol
     if sheet.title:
         p.setFont(font(theme.font_family, TITLE_PX, True))
         p.setPen(color(theme.text))
-        _draw_text(p, sheet.title_rect, sheet.chrome, int(Qt.AlignHCenter | Qt.AlignVCenter), sheet.title)
+        _draw_text(p, sheet.title_rect, sheet.chrome, int(Qt.TextWordWrap | Qt.AlignHCenter | Qt.AlignVCenter),
+                   sheet.title)
     if sheet.notice:
         p.setFont(font(theme.font_family, theme.font_px, True))
         p.setPen(color(theme.error))

@@ -1,9 +1,11 @@
-"""Tensor-anatomy marks on the graph: in-place ops, stale saved tensors, shared storages, devices.
+"""Tensor-anatomy marks on the graph: in-place ops, stale saved tensors, shared storages, devices,
+and the op a script's forward pass failed in.
 
 Tags are small labelled pills on a node, a saved box or an edge; storage links are dashed lines
-between the items whose tensors share one storage. What to mark comes from ``core.model.anatomy``;
-this module only places and paints it. Every mark has a tooltip that explains it in plain words.
-In-place, stale and device marks are always drawn; links and view tags only with sharing on.
+between the items whose tensors share one storage. What to mark comes from ``core.model.anatomy``
+(and ``core.model.forward_errors`` for a failed op); this module only places and paints it. Every
+mark has a tooltip that explains it in plain words. In-place, stale, failed-op and device marks
+are always drawn; links and view tags only with sharing on.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from PySide6.QtGui import QPainter, QPainterPath, QPainterPathStroker, QPen
 from PySide6.QtWidgets import QGraphicsItem, QGraphicsScene, QStyleOptionGraphicsItem
 
 from core.model import anatomy
+from core.model.forward_errors import failed_op, mark_text, mark_tip
 from core.layout.boxes import Layout
 from core.layout.groups import node_index
 from core.layout.visible import open_nodes
@@ -33,6 +36,7 @@ TAG_STYLES = {
     "device": ("device", "background", False),
     "device_edge": ("device", "background", True),
     "allreduce": ("device", "background", False),
+    "failed": ("error", "error_fill", True),
 }
 NODE_TAG_ORDER = ("stale", "inplace", "view", "device", "allreduce")
 TAG_GAP = 3.0
@@ -56,12 +60,13 @@ def paint_tag(p: QPainter, rect: QRectF, kind: str, text: str, theme: Theme, lod
     p.drawRoundedRect(rect.adjusted(0.5, 0.5, -0.5, -0.5), r, r)
     if lod * theme.small_font_px >= MIN_TEXT_PX:
         p.setFont(font(theme.font_family, theme.small_font_px, bold))
-        p.setPen(color(theme.text if kind in ("inplace", "device") else getattr(theme, line)))
+        p.setPen(color(theme.text if kind in ("inplace", "device", "failed") else getattr(theme, line)))
         p.drawText(rect, Qt.AlignCenter, text)
 
 
 class TagItem(QGraphicsItem):
-    """A labelled pill: ``kind`` is stale, inplace, view, device or device_edge; ``target`` what it marks."""
+    """A labelled pill: ``kind`` is stale, inplace, view, device, device_edge, allreduce or failed;
+    ``target`` what it marks."""
 
     def __init__(self, kind: str, text: str, tip: str, theme: Theme, target):
         super().__init__()
@@ -84,6 +89,43 @@ class TagItem(QGraphicsItem):
     def paint(self, p: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
         lod = option.levelOfDetailFromTransform(p.worldTransform())
         paint_tag(p, self._rect, self.kind, self.text, self.theme, lod)
+
+    def set_theme(self, theme: Theme) -> None:
+        self.theme = theme
+        self.update()
+
+
+class FailLinkItem(QGraphicsItem):
+    """Dashed red lines from a failed op's mark to the boxes of the inputs it was called on, each
+    ending in a dot on the box's border: where the op would have joined the graph."""
+
+    def __init__(self, lines: list[tuple[QPointF, QPointF]], tip: str, theme: Theme, targets: tuple):
+        super().__init__()
+        self.lines = lines
+        self.targets = targets  # the input boxes, as the lines reach them
+        self.theme = theme
+        rect = QRectF()
+        for a, b in lines:
+            rect = rect.united(QRectF(a, b).normalized())
+        self._bounds = rect.adjusted(-4, -4, 4, 4)
+        self.setToolTip(tip)
+        self.setZValue(LINK_Z)
+
+    def boundingRect(self) -> QRectF:
+        return self._bounds
+
+    def paint(self, p: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
+        t = self.theme
+        p.setRenderHint(QPainter.Antialiasing, True)
+        pen = QPen(color(t.error), 1.6, Qt.CustomDashLine)
+        pen.setDashPattern([4.0, 3.0])
+        pen.setCapStyle(Qt.FlatCap)
+        for a, b in self.lines:
+            p.setPen(pen)
+            p.drawLine(a, b)
+            p.setPen(Qt.NoPen)
+            p.setBrush(color(t.error))
+            p.drawEllipse(b, 3.0, 3.0)
 
     def set_theme(self, theme: Theme) -> None:
         self.theme = theme
@@ -169,12 +211,13 @@ class MarkItems:
 
     tags: list[TagItem] = field(default_factory=list)
     links: list[ShareLinkItem] = field(default_factory=list)
+    failed: list[FailLinkItem] = field(default_factory=list)  # a failed op's lines to its inputs
     accented: list[EdgeItem] = field(default_factory=list)  # edges drawn bold: a device change
     placer: Placer | None = None  # where the marks went: the scene's notes keep off them
     direction: str = "TB"  # the layout's: other than top down, the legend says which way arrows point
 
     def items(self) -> list[QGraphicsItem]:
-        return [*self.links, *self.tags]
+        return [*self.links, *self.failed, *self.tags]
 
     def legend(self) -> list[str]:
         kinds = {t.kind for t in self.tags}
@@ -199,7 +242,7 @@ class MarkItems:
                 scene.removeItem(item)
         for edge in self.accented:
             edge.set_accent(None)
-        self.tags, self.links, self.accented = [], [], []
+        self.tags, self.links, self.failed, self.accented = [], [], [], []
 
 
 def all_reduce_tips(call: CallInfo) -> dict[str, tuple[str, str]]:
@@ -309,6 +352,7 @@ def build_marks(
         for item in row:
             item.setPos(x, y + (h - item.size()[1]) / 2)
             x += item.size()[0] + TAG_GAP
+    _failed_op(scene, out, call, layout, nodes, theme, show)
     _saved_marks(scene, out, call, saved, theme, sharing, show)
     _device_edges(scene, out, call, members, edges, theme, show, layout.direction)
     if sharing:
@@ -333,8 +377,60 @@ def _tag_spots(b, w: float, h: float, direction: str) -> list[tuple[float, float
 def _add(scene: QGraphicsScene, out: MarkItems, item, show: bool):
     item.setVisible(show)
     scene.addItem(item)
-    (out.tags if isinstance(item, TagItem) else out.links).append(item)
+    (out.tags if isinstance(item, TagItem) else out.failed if isinstance(item, FailLinkItem) else out.links).append(item)
     return item
+
+
+FAIL_GAP = 30.0  # between a failed op's mark and the boxes of its inputs: room for the lines
+
+
+def _failed_op(scene, out: MarkItems, call: CallInfo, layout: Layout, nodes: dict[str, NodeItem], theme,
+               show: bool) -> None:
+    """The op the script's forward pass failed in, drawn where it would have joined the graph: a
+    red mark on the consumer's side of its inputs' boxes (above them top down, left of them left to
+    right, below them in forward order), joined to each by a dashed line."""
+    op = failed_op(call)
+    if op is None:
+        return
+    boxes = []
+    for entry in op["inputs"]:
+        box = layout.members.get(entry["node"]) if entry["node"] is not None else None
+        if box is not None and box in nodes and box not in boxes:
+            boxes.append(box)
+    tip = mark_tip(op)
+    tag = _add(scene, out, TagItem("failed", mark_text(op), tip, theme, ("failed", tuple(boxes))), show)
+    w, h = tag.size()
+    rects = [layout.nodes[b] for b in boxes]
+    if not rects:  # no input has a graph: the mark stands over the graph built so far
+        rects = [layout.nodes[r] for r in (layout.members.get(n) for n in call.roots) if r in layout.nodes][:1]
+    if not rects:
+        return
+    left, right = min(b.x for b in rects), max(b.x + b.w for b in rects)
+    top, bottom = min(b.y for b in rects), max(b.y + b.h for b in rects)
+    cx, cy = (left + right) / 2, (top + bottom) / 2
+    if layout.direction == "LR":
+        spots = [(left - FAIL_GAP - w, cy - h / 2), (left - FAIL_GAP - w, top - FAIL_GAP - h),
+                 (left - FAIL_GAP - w, bottom + FAIL_GAP)]
+    else:
+        y = bottom + FAIL_GAP if layout.direction == "forward" else top - FAIL_GAP - h
+        far = bottom + 2 * FAIL_GAP + h if layout.direction == "forward" else top - 2 * FAIL_GAP - 2 * h
+        spots = [(cx - w / 2, y), (left, y), (right - w, y), (cx - w / 2, far)]
+    x, y = out.placer.spot(w, h, spots)
+    tag.setPos(x, y)
+    if not boxes:
+        return
+    mark = QRectF(x, y, w, h)
+    lines = []
+    for b in rects:
+        if layout.direction == "LR":
+            lines.append((QPointF(mark.right(), mark.center().y()), QPointF(b.x, b.y + b.h / 2)))
+        elif mark.bottom() <= b.y:
+            lines.append((QPointF(min(max(b.x + b.w / 2, mark.left() + h), mark.right() - h), mark.bottom()),
+                          QPointF(b.x + b.w / 2, b.y)))
+        else:
+            lines.append((QPointF(min(max(b.x + b.w / 2, mark.left() + h), mark.right() - h), mark.top()),
+                          QPointF(b.x + b.w / 2, b.y + b.h)))
+    _add(scene, out, FailLinkItem(lines, tip, theme, tuple(boxes)), show)
 
 
 def _saved_marks(scene, out: MarkItems, call: CallInfo, saved: list[SavedItem], theme, sharing, show) -> None:
