@@ -19,7 +19,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from core.client.show_link import send_open, write_private
+import torch
+
+from core.client.show_link import caller_title, send_open, write_private
+from core.worker.capture.show_cuts import note_saved_cuts
 from core.worker.capture.tensor_capture import LineTags, capture_tensor
 
 __all__ = ["record", "show"]
@@ -37,8 +40,10 @@ def show(tensor, *, save: str | os.PathLike | None = None, open_window: bool = T
     if os.environ.get("BACKPROP_STUDIO_WORKER"):
         return None
     caller = sys._getframe(1)
+    if isinstance(tensor, torch.Tensor):
+        note_saved_cuts(tensor, caller)  # cut inputs named as a traced run names them
     trace = capture_tensor(tensor, caller)
-    title = f"{Path(caller.f_code.co_filename).name}:{caller.f_lineno}"  # the window's title
+    title = caller_title(caller)  # the window's title: "train.py:42 — show(loss)"
     if save is None:  # a private file: a shared temp folder must not let others read or replace it
         path = write_private(trace.to_json())
     else:

@@ -1,7 +1,8 @@
 """The window's end of ``show()``: a local socket that opens the traces sent to it.
 
-Each connection sends one JSON line ``{"open": PATH, "title": "FILE:LINE"}``; the window opens that trace, comes
-to the front and answers ``ok``. The most recently started window listens.
+Each connection sends one JSON line ``{"open": PATH, "title": "train.py:42 — show(loss)"}`` (the
+caller's file, line and call); the window opens that trace, titled so, comes to the front and answers
+``ok``. The most recently started window listens.
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ from PySide6.QtNetwork import QLocalServer, QLocalSocket
 from core.client.show_link import address
 
 log = logging.getLogger(__name__)
+TITLE_KEPT = 200  # characters of a sent title shown: a window title is one line
 
 
 class ShowServer(QObject):
     sig_open = Signal(str)
     """A caller's ``show()`` sent a trace file to open (its path)."""
     sig_show = Signal(str, str)
-    """The same, with the title ``show()`` sent: its caller's ``file:line`` ("" when none came)."""
+    """The same, with the title ``show()`` sent: its caller's "file:line — call" ("" when none came)."""
 
     def __init__(self, parent: QObject | None = None, name: str | None = None):
         super().__init__(parent)
@@ -65,4 +67,4 @@ class ShowServer(QObject):
         sock.deleteLater()
         if isinstance(path, str):
             self.sig_open.emit(path)
-            self.sig_show.emit(path, title if isinstance(title, str) else "")
+            self.sig_show.emit(path, title[:TITLE_KEPT] if isinstance(title, str) else "")

@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import getpass
 import json
+import linecache
 import os
 import socket
 import stat
 import tempfile
 from pathlib import Path
+from types import FrameType
 
 TIMEOUT = 3.0
+CALL_SHOWN = 48  # characters of the caller's show(...) call kept in the title
 
 
 def address() -> str:
@@ -74,9 +77,40 @@ def write_private(text: str, prefix: str = "show-", suffix: str = ".json") -> st
     return path
 
 
+def caller_title(frame: FrameType) -> str:
+    """The window's title for a ``show()`` called from ``frame``: its file, line and call as the
+    caller wrote it, "train.py:42 — show(loss)" (the file and line alone where the source is gone)."""
+    code = frame.f_code
+    place = f"{Path(code.co_filename).name}:{frame.f_lineno}"
+    call = _call_text(frame)
+    return f"{place} — {call}" if call else place
+
+
+def _call_text(frame: FrameType) -> str:
+    """The source of the call ``frame`` is making, on one line; "" where it cannot be read."""
+    code = frame.f_code
+    try:
+        start, end, col, end_col = list(code.co_positions())[frame.f_lasti // 2]
+        lines = linecache.getlines(code.co_filename, frame.f_globals)
+        if not (start and end and col is not None and end_col is not None) or end > len(lines):
+            return ""
+        # columns count UTF-8 bytes
+        raw = [line.encode("utf-8") for line in lines[start - 1:end]]
+        raw[-1] = raw[-1][:end_col]
+        raw[0] = raw[0][col:]
+        text = " ".join(b.decode("utf-8", errors="replace").strip() for b in raw)
+    except Exception:  # no positions (python -X no_debug_ranges), or no source
+        return ""
+    text = text.replace("( ", "(").replace(" )", ")")
+    if len(text) > CALL_SHOWN:
+        head = text[:CALL_SHOWN].rsplit(",", 1)[0] if "," in text[:CALL_SHOWN] else text[:CALL_SHOWN - 1]
+        text = head + ", …)" if "," in text[:CALL_SHOWN] else head + "…"
+    return text
+
+
 def send_open(path: str, timeout: float = TIMEOUT, title: str | None = None) -> bool:
-    """Ask a running window to open the trace at ``path``, titled ``title`` (the caller's
-    ``file:line``); False when none answers."""
+    """Ask a running window to open the trace at ``path``, titled ``title`` (``caller_title``);
+    False when none answers."""
     if not hasattr(socket, "AF_UNIX"):
         return False
     try:

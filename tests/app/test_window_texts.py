@@ -159,7 +159,7 @@ def test_show_sends_its_callers_file_and_line(qtbot, tmp_path):
         Path(server.name).unlink(missing_ok=True)
         short.rmdir()
     assert proc.returncode == 0, stderr
-    assert blocker.args == [str(out.resolve()), "loss.py:6"]
+    assert blocker.args == [str(out.resolve()), 'loss.py:6 — show(loss, save=os.environ["SHOW_OUT"])']
 
 
 @pytest.mark.slow
@@ -198,6 +198,7 @@ def test_a_new_window_for_show_is_titled_by_its_caller(tmp_path, monkeypatch):
     line = sys._getframe().f_lineno + 1
     path = backprop_studio.show(a * 3, save=tmp_path / "c.json")
     ((args),) = started
-    assert args[-3:] == ["--title", f"test_window_texts.py:{line}", path]
+    title = f"test_window_texts.py:{line} — backprop_studio.show(a * 3, …)"
+    assert args[-3:] == ["--title", title, path]
     parsed = build_parser().parse_args(args[-3:])
-    assert (parsed.title, parsed.script) == (f"test_window_texts.py:{line}", path)
+    assert (parsed.title, parsed.script) == (title, path)

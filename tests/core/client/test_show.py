@@ -161,3 +161,68 @@ def test_show_opens_a_new_window_when_none_listens(tmp_path, monkeypatch):
     call = json.loads((tmp_path / "c.json").read_text())["calls"][0]
     assert [n["name"] for n in call["nodes"]] == ["MulBackward0", "AccumulateGrad"]
     assert call["nodes"][0]["label"] == "c"
+
+
+def _run_file(path: Path, code: str) -> dict:
+    """Run ``code`` as the file ``path``, as python runs a script (its lines readable by linecache)."""
+    import runpy
+
+    path.write_text(code, encoding="utf-8")
+    return runpy.run_path(str(path))
+
+
+def test_the_title_names_the_callers_file_line_and_call(tmp_path):
+    code = ("import sys\nfrom core.client.show_link import caller_title\n"
+            "def show(*args, **kwargs):\n    return caller_title(sys._getframe(1))\n"
+            + "\n" * 36 + "loss = 1\n"
+            "shown = show(loss)\n"  # line 42
+            "long = show(loss, save='runs/2024-05-01/epoch-17/loss-graph.json', open_window=False)\n"
+            "over = show(\n    loss,\n    open_window=False,\n)\n"
+            "spaced = show( loss )\n")
+    names = _run_file(tmp_path / "train.py", code)
+    assert names["shown"] == "train.py:42 — show(loss)"
+    assert names["long"] == "train.py:43 — show(loss, …)"
+    assert names["over"] == "train.py:44 — show(loss, open_window=False,)"
+    assert names["spaced"] == "train.py:48 — show(loss)"
+
+
+def test_the_title_is_the_file_and_line_without_source():
+    from core.client.show_link import caller_title
+
+    namespace = {"caller_title": caller_title, "sys": sys}
+    exec(compile("title = caller_title(sys._getframe(0))", "<typed>", "exec"), namespace)
+    assert namespace["title"] == "<typed>:1"
+
+
+SHOWN = """\
+import torch
+import backprop_studio
+w = torch.tensor([1.0, 2.0], requires_grad=True)
+scale = torch.tensor([3.0, 4.0])
+d = w.detach()
+loss = (w * scale).sum() + (w / d).sum() + (w + scale).sum()
+backprop_studio.show(loss, save=OUT)
+"""
+
+
+def test_show_titles_the_window_and_names_its_cut_inputs(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    import backprop_studio
+    from core.model.causes import cut_text
+
+    started = []
+    monkeypatch.delenv("BACKPROP_STUDIO_WORKER", raising=False)
+    monkeypatch.setattr(backprop_studio, "send_open", lambda path, timeout=3.0, title=None: False)
+    monkeypatch.setattr(backprop_studio.subprocess, "Popen", lambda args, **kw: started.append(args))
+    out = tmp_path / "loss.json"
+    _run_file(tmp_path / "train.py", SHOWN.replace("OUT", repr(str(out))))
+    ((args),) = started
+    assert args[-3:] == ["--title", "train.py:7 — backprop_studio.show(loss, …)", str(out)]
+    nodes = json.loads(out.read_text())["calls"][0]["nodes"]
+    cuts = {n["name"]: [(c["input"], c["cause"], c["name"]) for c in n["cuts"]] for n in nodes if n.get("cuts")}
+    # the div's cut is d: a tensor detach() made; the mul's is scale, a constant; the add saved nothing
+    assert cuts == {"MulBackward0": [(1, "constant", "scale")], "DivBackward0": [(1, "detach", "d")],
+                    "AddBackward0": [(1, "constant", None)]}
+    said = {n["name"]: cut_text(n["cuts"][0], short=True) for n in nodes if n.get("cuts")}
+    assert said == {"MulBackward0": "scale: requires_grad=False", "DivBackward0": "d: made by .detach()",
+                    "AddBackward0": "requires_grad=False"}
