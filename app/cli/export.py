@@ -230,7 +230,7 @@ def _write_outputs(args, script: Path, batch: bool, trace: Trace, index: int, st
                     edge_texts=edge_texts, collapsed=collapsed, show_saved=args.saved, show_shapes=args.shapes,
                     values=args.values, slots=args.slots,
                     scale=args.scale, background="transparent" if args.transparent else None,
-                    direction=args.direction, page=args.page)
+                    direction=args.direction, page=args.page, trace=trace)  # a failed run: titled by its error
     done = [f"{script}: {n}" for n in notes] + [f"{out}: call #{call.index} ({call.api}), {len(call.nodes)} nodes"]
     if args.frames or args.gif:
         frame_opts = dict(theme=args.theme, title=title, collapsed=collapsed, show_shapes=args.shapes)

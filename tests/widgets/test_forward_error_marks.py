@@ -206,3 +206,20 @@ def test_a_failed_run_opens_on_the_graph_it_failed_on():
     trace = Trace(calls=[mul_call(), leaf_inplace()], error=ErrorInfo(type="RuntimeError", message=LEAF, line=17))
     assert opening_call(trace).id == "c1"
     assert opening_call(replace(trace, calls=[mul_call()])).id == "c0"
+
+
+@pytest.mark.slow
+def test_main_export_of_a_failed_run_is_titled_by_its_error_and_still_fails(tmp_path):
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "leaf.svg"
+    result = subprocess.run([sys.executable, "main.py", "export", "resources/examples/18_inplace_on_leaf.py", "-o",
+                             str(out)], cwd=root, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    assert result.stdout == f"{out}: call #0 (Tensor.backward), 3 nodes\n"
+    assert result.stderr.splitlines()[-1] == (
+        f"backprop-studio export: resources/examples/18_inplace_on_leaf.py: the script raised RuntimeError: {LEAF} "
+        "(line 17); exported the graph as captured")
+    assert _svg_title(out) == f"RuntimeError at line 17: {LEAF}"
