@@ -16,6 +16,7 @@ from core.protocol.step_pack import pack_records
 from core.protocol.switch_interval import quick_switch
 from core.model.step_state import leaf_digest
 from core.model.trace_json import call_to_dict
+from core.worker.capture.retained import live_retained
 
 STEP_BATCH, STEP_BATCH_S = 1000, 0.05  # finished nodes are sent at least this often
 STEP_BATCH_RUN_ON_S = 0.5  # while backward runs on (Continue): fewer, bigger batches, fewer frames
@@ -168,7 +169,7 @@ class Stepping:
                 names=capture.names.name_of,
                 on_step=lambda record: self._on_step(index, record),
                 on_pause=lambda pending: self._on_pause(index, pending),
-                watch=[t for _, t in capture.names.named_tensors()],
+                watch=[*(t for _, t in capture.names.named_tensors()), *live_retained()],
             )
             send(protocol.StepBegin(call=index, api=api, line=line, structure=before.structure,
                                     leaves=leaf_digest(before), debug=debug is not None,

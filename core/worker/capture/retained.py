@@ -28,12 +28,17 @@ def note_retained(t) -> None:
             pass
 
 
+def live_retained() -> list[torch.Tensor]:
+    """Every retained tensor alive now (a stepped call reports their ``.grad`` as its nodes run)."""
+    return [t for t in list(_retained.values()) if t.retains_grad]
+
+
 def retained_in(node_ids: dict[int, str]) -> list[torch.Tensor]:
     """The retained tensors alive now whose grad_fn is a node of this graph (``node_ids``: id(node) ->
     node id), in the order ``retain_grad()`` was called."""
     out = []
-    for t in list(_retained.values()):
+    for t in live_retained():
         fn = grad_fn_of(t)
-        if fn is not None and id(fn) in node_ids and t.retains_grad:
+        if fn is not None and id(fn) in node_ids:
             out.append(t)
     return out

@@ -92,3 +92,30 @@ def test_backward_inputs_fill_a_non_leafs_grad_and_the_trace_reads_it(tmp_path):
     assert [node_notes(c) for c in trace.calls] == [{hidden[0]: ["hidden.grad = 3"]},
                                                     {hidden[1]: ["hidden.grad = 3 (before) + 3 = 6"]}]
     assert [next(t for t in c.tensors if t.name == "hidden").retains_grad for c in trace.calls] == [True, True]
+
+
+@pytest.mark.slow
+def test_a_stepped_call_reports_unnamed_retained_grads_as_their_nodes_run(tmp_path):
+    from core.model.step_state import step_view
+    from tests.core.worker.test_debug_run import Driver
+
+    path = tmp_path / "unnamed.py"
+    path.write_text(textwrap.dedent(UNNAMED))
+    driver = Driver()
+    try:
+        driver.client.run(str(path), debug={"pause_all": False, "skip_to": 0})
+        driver.wait("step_begin")
+        driver.step_to_end(0)
+        trace = driver.wait("finished").result.trace
+    finally:
+        driver.close()
+    call, steps = trace.calls[0], driver.steps[0]
+    # each retained grad is reported, keyed by its node, by the step of the node that made it
+    made = {nid for nid, notes in node_notes(call).items()}
+    reported = [(s["node"], sorted(s["leaf_grads"])) for s in steps if s["leaf_grads"] and s["node"] in made]
+    assert sorted(reported) == sorted((nid, [nid]) for nid in made)
+    first = min(i for i, s in enumerate(steps) if s["node"] in made)
+    before = node_notes(call, step_view(call, steps, upto=first).leaf_grads)
+    assert sorted(before.values()) == [[".grad = None (retained)"]] * 2
+    after = node_notes(call, step_view(call, steps).leaf_grads)
+    assert sorted(after.values()) == [[".grad = 2 (retained)"], [".grad = 4 (retained)"]] == sorted(node_notes(call).values())
