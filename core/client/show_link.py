@@ -17,6 +17,7 @@ import linecache
 import os
 import socket
 import stat
+import sys
 import tempfile
 from pathlib import Path
 from types import FrameType
@@ -81,9 +82,22 @@ def caller_title(frame: FrameType) -> str:
     """The window's title for a ``show()`` called from ``frame``: its file, line and call as the
     caller wrote it, "train.py:42 — show(loss)" (the file and line alone where the source is gone)."""
     code = frame.f_code
-    place = f"{Path(code.co_filename).name}:{frame.f_lineno}"
+    place = _kernel_cell(code.co_filename, frame.f_lineno) or f"{Path(code.co_filename).name}:{frame.f_lineno}"
     call = _call_text(frame)
     return f"{place} — {call}" if call else place
+
+
+def _kernel_cell(filename: str, line: int) -> str | None:
+    """"cell [5], line 3" for a line of a Jupyter kernel's cell (its file is a temporary name, the
+    cell is the kernel's execution count as the notebook shows it); None elsewhere."""
+    if "ipykernel_" not in filename and not filename.startswith("<ipython-input-"):
+        return None
+    ipython = sys.modules.get("IPython")
+    try:
+        count = ipython.get_ipython().execution_count if ipython is not None else None
+    except Exception:  # no shell running
+        count = None
+    return f"cell [{count}], line {line}" if isinstance(count, int) else None
 
 
 def _call_text(frame: FrameType) -> str:

@@ -226,3 +226,17 @@ def test_show_titles_the_window_and_names_its_cut_inputs(tmp_path, monkeypatch):
     said = {n["name"]: cut_text(n["cuts"][0], short=True) for n in nodes if n.get("cuts")}
     assert said == {"MulBackward0": "scale: requires_grad=False", "DivBackward0": "d: made by .detach()",
                     "AddBackward0": "requires_grad=False"}
+
+
+def test_a_kernel_cell_is_titled_by_its_execution_count(tmp_path, monkeypatch):
+    import types
+
+    shell = types.SimpleNamespace(execution_count=5)
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: shell))
+    cell = tmp_path / "ipykernel_4242" / "2815521436.py"  # the file a kernel compiles a cell as
+    cell.parent.mkdir()
+    names = _run_file(cell, "import sys\nfrom core.client.show_link import caller_title\n"
+                            "def show(t):\n    return caller_title(sys._getframe(1))\nloss = 1\nshown = show(loss)\n")
+    assert names["shown"] == "cell [5], line 6 — show(loss)"
+    shell.execution_count = None  # no count: the file's name and line
+    assert _run_file(cell, cell.read_text())["shown"] == "2815521436.py:6 — show(loss)"
