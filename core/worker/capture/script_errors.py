@@ -156,16 +156,24 @@ class FailedOp:
 def failing_op(exc: BaseException, names: NameTable) -> FailedOp | None:
     """The torch op that raised ``exc`` (the innermost one the capture's mode saw), or None when the
     error came from elsewhere (the script's own code, a library's Python)."""
+    from core.worker.capture.call_record import CallRecording  # it imports this module
+
+    record = CallRecording._record.__code__
     found = None
     for frame, _ in traceback.walk_tb(exc.__traceback__):
         if frame.f_code is _MODE_CODE:
             found = frame
+        elif frame.f_code is record:
+            return None  # raised in backward (the call's own error, or an op of a hook it ran)
     if found is None:
         return None
     local = found.f_locals
+    func = local.get("func")
+    if is_app_frame(getattr(getattr(func, "__code__", None), "co_filename", "")):
+        return None  # the capture's own wrapper of an entry point (Tensor.backward)
     site = local.get("site") or found.f_back
     kwargs = local.get("kwargs") or {}
-    return FailedOp(func=local.get("func"), args=tuple(local.get("args") or ()),
+    return FailedOp(func=func, args=tuple(local.get("args") or ()),
                     kwargs=dict(kwargs) if isinstance(kwargs, dict) else {},
                     line=names.user_line(site), frames=names.user_frames(site))
 

@@ -148,6 +148,19 @@ def test_the_scripts_own_error_has_no_failed_op(tmp_path):
     assert "failed_op" not in json.loads(trace.to_json())["error"]
 
 
+@pytest.mark.parametrize("failing", [
+    "y.backward()  # a second time",
+    "(x * 2).backward()  # not a scalar",
+    "x.register_hook(lambda g: g @ torch.ones(5, 5))\ny = (x * x).sum()\ny.backward()",
+])
+def test_an_error_in_backward_is_no_failed_op(tmp_path, failing):
+    trace = _capture(tmp_path, "import torch\nx = torch.ones(2, requires_grad=True)\ny = (x * x).sum()\n"
+                               "y.backward(retain_graph=False)\n" + failing + "\n")
+    assert trace.error.type == "RuntimeError" and trace.error.failed_op is None
+    assert [c.api for c in trace.calls] == ["Tensor.backward", "Tensor.backward"]
+    assert trace.calls[1].error is not None and "failed_op" not in trace.calls[1].options
+
+
 # -- the trace file ------------------------------------------------------------------------------
 
 
