@@ -98,15 +98,3 @@ def test_a_script_without_a_command_opens_in_the_window(window_calls, tmp_path, 
     assert (shot.script, shot.screenshot, view4) == (None, "shot.png", False)
     assert (word.command, word.script, view5) == ("open", "trase", False)
 
-
-def test_headless_commands_load_no_qt(tmp_path):
-    import subprocess
-
-    code = ("import sys\nfrom app.main import main\ncode = main(['hosts', 'list'])\n"
-            "print(code, [m for m in sys.modules if m.startswith('PySide6.QtWidgets')])")
-    import os
-    env = dict(os.environ, BACKPROP_STUDIO_SETTINGS=str(tmp_path / "s.ini"))
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines()[-1] == "0 []"
