@@ -19,6 +19,7 @@ from core.protocol import messages as protocol
 from core.model.step_state import leaf_chip_lines, short_values, step_texts, step_view
 from core.protocol.switch_interval import quick_switch
 from core.model.trace import CallInfo, ErrorInfo
+from core.programs.notebook import where as line_where
 
 STEPPING_STATES = (SessionState.PAUSED, SessionState.STEPPING, SessionState.DEBUGGING, SessionState.STARTING)
 UNFOLD_MS = 150  # stepping rests this long on a node in a folded module before the fold opens
@@ -205,7 +206,8 @@ class StepController(QObject):
         if s.run_kind == "debug":
             self.views.calls.select_call(call.id)
         warning = f" {s.warning}." if s.warning else ""
-        self._status(f"Paused at call #{call.index} ({call.api}, line {call.line}) before backward: "
+        where = line_where(self.views.source.cells, call.line) or "no line"  # "cell 4, line 2" in a notebook
+        self._status(f"Paused at call #{call.index} ({call.api}, {where}) before backward: "
                      f"{call.node_count} nodes. F10 runs one node, F5 the whole call.{warning}")
         self.sig_changed.emit()
 

@@ -20,6 +20,7 @@ from app.window.views import settings
 from core.client.handle import ClientState
 from core.protocol import messages as protocol
 from core.model.trace import ErrorInfo, Trace
+from core.programs.notebook import where as line_where
 
 
 class RunWiring:
@@ -131,7 +132,7 @@ class RunWiring:
     def _on_progress(self, event: protocol.CallStarted | protocol.CallDone) -> None:
         if isinstance(event, protocol.CallStarted):
             self.memory.chart.add_call(event.index, float(event.t))
-            self.counts_label.setText(f"backward call #{event.index} at line {event.line}")
+            self.counts_label.setText(f"backward call #{event.index} at {line_where(self.source.cells, event.line)}")
 
     def _on_finished(self, result) -> None:
         trace: Trace = result.trace

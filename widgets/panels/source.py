@@ -237,6 +237,7 @@ class SourcePanel(QWidget):
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
+        self.cells: list[dict] = []  # set_source: a notebook's cells
         self.path_label = QLabel(self)
         self.path_label.setContentsMargins(6, 3, 6, 3)
         self.path_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -261,6 +262,7 @@ class SourcePanel(QWidget):
             self.editor.breakpoints = set()
             self.editor.paused_line = None
         self._path = path
+        self.cells = list(cells or [])  # a notebook's: other views write its lines as "cell 4, line 2"
         self.editor.labels = gutter_labels(cells) if cells else {}
         self.editor.setPlainText(text)
         self.editor.breakpoints = {n for n in self.editor.breakpoints if n <= self.editor.blockCount()}

@@ -286,3 +286,29 @@ def test_a_notebook_names_parameters_by_their_model(tmp_path):
     assert as_notebook.leaf_grads["model.2.bias"] == as_script.leaf_grads["2.bias"]
     leaves = sorted(as_notebook.tensor(n.variable).name for n in as_notebook.nodes if n.name == "AccumulateGrad")
     assert leaves == ["model.0.bias", "model.0.weight", "model.2.bias", "model.2.weight"]
+
+
+@pytest.mark.slow
+def test_debugging_a_notebook_pauses_at_its_cell_and_line(qtbot, tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.setenv("BACKPROP_STUDIO_SETTINGS", str(tmp_path / "settings.ini"))
+    from app.session.session import SessionState
+    from app.window.window import MainWindow
+
+    path = write_notebook(tmp_path / "nb.ipynb", CELLS)
+    w = MainWindow(timeout=300)
+    qtbot.addWidget(w)
+    w.show()
+    try:
+        w.open_script(str(path), run=False)
+        said, show = [], w.stepper._status_bar
+        w.stepper._status_bar = lambda text: (said.append(text), show(text))
+        with qtbot.waitSignal(w.session.sig_paused, timeout=120_000):
+            w.debug_script()
+        qtbot.waitUntil(lambda: any(t.startswith("Paused at call #0") for t in said), timeout=30_000)
+        assert next(t for t in said if t.startswith("Paused at call #0")).startswith(
+            "Paused at call #0 (Tensor.backward, cell 4, line 3) before backward: 3 nodes.")
+        w.session.continue_()
+        qtbot.waitUntil(lambda: w.session.state is SessionState.IDLE and not w.handle.running, timeout=120_000)
+    finally:
+        w.handle.close()
