@@ -325,8 +325,29 @@ AUTOGRAD = {  # 01-19: graphs, gradients and the errors autograd raises
                 "leaf_grads": {"layer1.bias": [0.181609, 0.830388, 0.0, 0.0], "layer2.bias": 4.0},
                 "grad_tol": 1e-5,
             },
+            # calls #4 to #6, nested in #3: each block recomputed, the last block first
+            *[{"api": "autograd.backward", "root": "AddmmBackward0", "line": 51, "leaf_grads": {},
+               "node_names": ["AccumulateGrad"] * 5 + ["AddmmBackward0"] * 2 + ["ReluBackward0"]
+               + ["TBackward0"] * 2}] * 3,
+            {  # call #3: the deeper model, checkpointed block by block
+                "api": "Tensor.backward",
+                "root": "SumBackward0",
+                "node_names": ["AccumulateGrad", "AccumulateGrad", "AccumulateGrad", "AddmmBackward0",
+                               "CheckpointFunctionBackward", "CheckpointFunctionBackward",
+                               "CheckpointFunctionBackward", "SumBackward0", "TBackward0"],
+                "line": 51,
+                "leaf_grads": {"head.bias": 256.0},
+            },
+            {  # call #7: the same model without checkpointing
+                "api": "Tensor.backward",
+                "root": "SumBackward0",
+                "node_names": ["AccumulateGrad"] * 15 + ["AddmmBackward0"] * 7 + ["ReluBackward0"] * 3
+                + ["SumBackward0"] + ["TBackward0"] * 7,
+                "line": 53,
+                "leaf_grads": {"head.bias": 512.0},
+            },
         ],
-        "call_count": 3,
+        "call_count": 8,
         "error": None,
     },
     "15_hooks.py": {

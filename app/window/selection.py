@@ -24,8 +24,7 @@ class SelectionWiring:
             # What ran: a notebook's cells, or the script that opened a saved model.
             self.source.set_source(trace.source, trace.script, trace.cells)
         self.session.set_trace(trace)
-        if trace.memory:
-            self.memory.set_run(trace.memory, trace.script, trace.call_count)
+        self.memory.show_trace(trace)
         self.tensors.set_tensors(trace.tensors)
         self.problems.set_trace(trace)
         if trace.error is not None:

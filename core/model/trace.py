@@ -229,6 +229,7 @@ class MemorySample:
     where: str = ""  # the op (node, script line, module) that just ran: names a peak
     kept_bytes: int = 0  # of saved_bytes, held by graphs a list keeps (losses.append(loss)): a peak's cause
     kept_in: str = ""  # the name of the list keeping the most of kept_bytes
+    call: int | None = None  # the backward call whose start this sample marks (nested ones too)
 
 
 @dataclass(frozen=True)
@@ -323,7 +324,8 @@ def with_fields(obj, **changes):
 
 # Optional keys written only when set: keeps 5,000-node traces small.
 _SPARSE_KEYS = frozenset(("sample", "min", "max", "mean", "tensor", "value", "freed", "approx", "origin", "cuts",
-                          "edge_marks", "hooks", "recomputed", "numpy", "output_nr", "failed_op"))
+                          "edge_marks", "hooks", "recomputed", "numpy", "output_nr", "failed_op",
+                          "call"))
 _PRIMITIVES = (int, float, str, bool, type(None))
 
 

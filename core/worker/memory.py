@@ -160,10 +160,12 @@ class MemorySampler:
         t = event.get("t") if event else None
         if t is None:
             t = time.perf_counter() - self.origin
+        call = None
         if phase == "backward" and event is not None and "index" in event:
-            self.calls.append({"index": event["index"], "t": t})
+            call = event["index"]
+            self.calls.append({"index": call, "t": t})
         self.tick(force=force_saved)
-        return self._record(t, phase)
+        return self._record(t, phase, call=call)
 
     def handle_event(self, event: dict) -> None:
         """Mark phases from a capture event: "call" starts a backward, "call_done" ends it."""
@@ -226,7 +228,8 @@ class MemorySampler:
         return self._record(time.perf_counter() - self.origin, mark=kind, where=where)
 
     # -- samples --------------------------------------------------------------------------
-    def _record(self, t: float, phase: str | None = None, mark: str = "", where: str = "") -> MemorySample:
+    def _record(self, t: float, phase: str | None = None, mark: str = "", where: str = "",
+                call: int | None = None) -> MemorySample:
         """Append a sample; ``phase`` given (a mark) enters that phase, None keeps the current one."""
         try:
             values = self.source.read()
@@ -255,6 +258,7 @@ class MemorySampler:
                 where=where,
                 kept_bytes=self._kept,
                 kept_in=self._kept_in,
+                call=call,
             )
             seq = next(self._seq)
             self._samples.append(sample)

@@ -11,6 +11,10 @@ process RSS, 1 MB for CUDA allocated / reserved and 1 KB for saved tensors: a 4 
 308 MB process then looks like the 0.01 % it is, not like the whole height of the plot. The span
 is centred on what is visible and never reaches far below zero.
 
+The peak is labelled with what made it: the op that had just run, or, when graphs a list keeps
+alive (``kept_bytes``) hold at least half the saved bytes, the statement that keeps them
+(``set_lessons``: "kept by losses.append(loss) · line 29"); a notebook's lines read as cell and line.
+
 A finished run opens on its first call: from just before the end of the "starting" band (the
 worker starting and importing torch, most of a short run) to the run's end. ``show_whole_run``
 (the "Whole run" button, or a double-click) shows it all.
@@ -23,6 +27,8 @@ run (the leak beside its fix) on the same scale.
 from __future__ import annotations
 
 import bisect
+import html
+import re
 
 import numpy as np
 import pyqtgraph as pg
@@ -31,6 +37,7 @@ from PySide6.QtGui import QPen
 from PySide6.QtWidgets import QSizePolicy, QVBoxLayout, QWidget
 
 from core.model.memory import byte_unit, format_bytes
+from core.programs.notebook import where as line_where
 from widgets.memory.items import (
     LINES as _LINES,
     PHASES,
@@ -51,6 +58,7 @@ _AXIS_NAMES = {"cpu": "RSS", "cuda": "CUDA"}
 KB = float(1 << 10)
 SPAN_FLOOR = {("cpu", "left"): 16 * MB, ("cuda", "left"): MB, ("cpu", "right"): KB, ("cuda", "right"): KB}
 """The least span of each y axis, in bytes, by (mode, axis): small wiggles look small."""
+_LINE = re.compile(r"\bline (\d+)\b")
 SPAN_SHARE = 0.10  # ... or this share of the axis's largest value, if more
 CUDA_TOOLTIP = (
     "<b>allocated</b>: bytes held by live tensors.<br><b>reserved</b>: bytes the caching allocator "
@@ -126,6 +134,8 @@ class MemoryChart(TimeToolsMixin, QWidget):
         self.units = {"left": ("MB", 1 << 20), "right": ("MB", 1 << 20)}  # axis -> (name, bytes per unit)
         self._notes: list[pg.InfiniteLine] = []
         self._explicit_calls: list[tuple[float, int]] | None = None
+        self._keepers: dict[str, str] = {}  # list name -> "kept by losses.append(loss) · line 29" (set_lessons)
+        self._cells: list[dict] = []  # a notebook's cells: lines read "cell 3, line 2"
         self._mode: str | None = None  # "cpu" or "cuda": which lines are shown
         self._dense = False  # a long dashed path in view: drawn 1 px wide
         self._series = Series()
@@ -261,7 +271,29 @@ class MemoryChart(TimeToolsMixin, QWidget):
         i = int(np.argmax(s.cols[key][:s.n]))
         if s.cols[key][i] <= 0:
             return None
-        return float(s.t[i]), int(s.cols[key][i]), s.where_before(i)
+        return float(s.t[i]), int(s.cols[key][i]), self.blame(i)
+
+    def set_lessons(self, keepers: dict[str, str], cells: list[dict] | None = None) -> None:
+        """What the run's trace tells the chart: ``keepers`` names each list that keeps graphs alive
+        by the statement that fills it ("kept by losses.append(loss) · line 29"); ``cells``, a
+        notebook's, make script lines read "cell 3, line 2"."""
+        self._keepers = dict(keepers)
+        self._cells = list(cells or [])
+        self._draw_peak()
+
+    def blame(self, i: int) -> str:
+        """What the memory at sample ``i`` is blamed on: the list keeping graphs alive when its graphs
+        hold at least half the saved bytes, else the op that had just run."""
+        keeper = self._series.kept_in(i)
+        if keeper:
+            return self._keepers.get(keeper, f"kept in {keeper}")
+        return self.where_text(self._series.where_before(i))
+
+    def where_text(self, where: str) -> str:
+        """``where`` with each "line N" told as a notebook's "cell C, line M" (unchanged for a script)."""
+        if not self._cells:
+            return where
+        return _LINE.sub(lambda m: line_where(self._cells, int(m.group(1))), where)
 
     def _draw_peak(self) -> None:
         found = None if self._overlay else self.peak()
@@ -300,10 +332,13 @@ class MemoryChart(TimeToolsMixin, QWidget):
         return self._explicit_calls if self._explicit_calls is not None else self._series.calls
 
     # -- markers -------------------------------------------------------------------------------
-    def add_marker(self, t: float, text: str, color: str | None = None) -> pg.InfiniteLine:
-        """A labelled vertical line at ``t`` (a note, apart from call markers)."""
+    def add_marker(self, t: float, text: str, color: str | None = None, left: bool = False,
+                   position: float = 0.85) -> pg.InfiniteLine:
+        """A labelled vertical line at ``t`` (a note, apart from call markers); ``left`` puts the label
+        before the line (a note near the run's end); ``position``: its height, 0 (bottom) to 1."""
         pen = pg.mkPen(color or self._theme.executed_mark, width=2, style=Qt.DotLine)
-        opts = dict(position=0.85, color=self._theme.text, fill=self._theme.overlay_fill, anchors=[(0, 0.5)] * 2)
+        opts = dict(position=position, color=self._theme.text, fill=self._theme.overlay_fill,
+                    anchors=[(1 if left else 0, 0.5)] * 2)
         line = pg.InfiniteLine(pos=t, angle=90, movable=False, pen=pen, label=text, labelOpts=opts)
         line.setZValue(25)
         self.view.addItem(line, ignoreBounds=True)
@@ -486,8 +521,10 @@ class MemoryChart(TimeToolsMixin, QWidget):
                 rows.append(f"host RSS: {format_bytes(int(s.cols['rss'][i]))}")
         if mark := next((k for t, k in s.events if t == s.t[i]), None):
             rows.append(f"<b>{mark}</b>")
-        if where := s.where_before(i):
-            rows.append(f"after {where}")
+        if keeper := s.kept_in(i):
+            rows.append(html.escape(self._keepers.get(keeper, f"kept in {keeper}")))
+        if where := self.where_text(s.where_before(i)):
+            rows.append(f"after {html.escape(where)}")
         return f"<div style='font-size:8pt'>{'<br>'.join(rows)}</div>"
 
     def _on_click(self, ev) -> None:

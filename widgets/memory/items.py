@@ -18,7 +18,7 @@ from widgets.theme import Theme, get_theme
 
 PHASES = ("starting", "forward", "backward", "between")
 BACKWARD = PHASES.index("backward")
-FIELDS = ("allocated", "reserved", "rss", "saved_bytes", "max_allocated")
+FIELDS = ("allocated", "reserved", "rss", "saved_bytes", "max_allocated", "kept_bytes")
 # Lines per device: (sample field, legend name, axis, pen role).
 LINES = {
     "cuda": (("allocated", "allocated", "left", "solid"), ("reserved", "reserved", "left", "reserved"),
@@ -224,9 +224,12 @@ class Series:
         self.run_t0: list[float] = []  # each run of samples in one phase: start, end, phase code
         self.run_t1: list[float] = []
         self.run_codes: list[int] = []
-        self.calls: list[tuple[float, int]] = []  # derived from runs entering "backward"
+        # Call starts: the samples marking them (``call``), or, for samples without, each run entering "backward".
+        self.calls: list[tuple[float, int]] = []
+        self._marked_calls = False
         self.events: list[tuple[float, str]] = []  # (t, mark) of marked samples: zero_grad, optimizer.step, ...
         self.wheres: dict[int, str] = {}  # sample index -> the op that had just run (names peaks)
+        self.keepers: dict[int, str] = {}  # sample index -> the list keeping most of its kept_bytes
 
     def append(self, samples) -> None:
         m = len(samples)
@@ -239,10 +242,16 @@ class Series:
         for f in FIELDS:
             self.cols[f][sl] = [get_field(s, f) for s in samples]
         for i, s in enumerate(samples):
+            if (call := get_field(s, "call", None)) is not None:
+                if not self._marked_calls:  # the samples name their calls: nested ones too, by index
+                    self._marked_calls, self.calls = True, []
+                self.calls.append((float(self.t[self.n + i]), int(call)))
             if mark := get_field(s, "mark", ""):
                 self.events.append((float(self.t[self.n + i]), mark))
             elif where := get_field(s, "where", ""):  # an op; a marker's line names no peak
                 self.wheres[self.n + i] = where
+            if keeper := get_field(s, "kept_in", ""):
+                self.keepers[self.n + i] = keeper
         codes = [PHASES.index(ph) if (ph := get_field(s, "phase", "forward")) in PHASES else len(PHASES) - 1
                  for s in samples]
         self.codes[sl] = codes
@@ -254,7 +263,7 @@ class Series:
             self.run_t0.append(t)
             self.run_t1.append(t)
             self.run_codes.append(code)
-            if code == BACKWARD:
+            if code == BACKWARD and not self._marked_calls:
                 self.calls.append((t, len(self.calls)))
         self.n += m
 
@@ -268,6 +277,13 @@ class Series:
             return []
         ends = starts[1:] + [float(self.t[self.n - 1])]
         return list(zip(starts, ends))
+
+    def kept_in(self, i: int) -> str:
+        """The list that keeps most of sample ``i``'s saved bytes, when it keeps at least half of them."""
+        keeper = self.keepers.get(i, "")
+        if keeper and 2 * self.cols["kept_bytes"][i] >= self.cols["saved_bytes"][i] > 0:
+            return keeper
+        return ""
 
     def where_before(self, i: int) -> str:
         """What had just run at sample ``i``: the nearest op named at or before it."""

@@ -1,4 +1,5 @@
-"""Problems of a run: the script's error, errors raised by backward calls, stale saved tensors.
+"""Problems of a run: the script's error, errors raised by backward calls, stale saved tensors, and
+graphs a list keeps alive (one problem per list, the stale tensors of those graphs told in it).
 
 Each problem is one row; the details pane shows the message, traceback and fault report, long
 lines cut for display (Copy takes the full text). Activating a row asks the app to show the
@@ -18,9 +19,11 @@ from PySide6.QtWidgets import (
     QHeaderView, QSplitter, QStyle, QTextBrowser, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget,
 )
 
+from core.model.memory_lessons import kept_graphs
 from core.model.trace import CallInfo, ErrorInfo, NodeInfo, Trace
 from widgets.display_text import cut_line, cut_text
 from core.programs.notebook import where as line_where
+from widgets.memory.lessons import folded_stale, leak_problems
 from widgets.panels.inspector import stale_sentence
 
 log = logging.getLogger(__name__)
@@ -134,6 +137,8 @@ class ProblemsPanel(QWidget):
         if trace is None:
             return
         problems = []
+        kept = kept_graphs(trace)  # graphs a list keeps alive: one problem each, their stale tensors in it
+        folded = folded_stale(kept)
         if trace.error is not None:
             problems.append(self._error_problem(trace.error, None, None))
         for call in trace.calls:
@@ -144,8 +149,9 @@ class ProblemsPanel(QWidget):
                 else:
                     problems.append(self._error_problem(call.error, call, None))
             for node in call.nodes:
-                if node.stale is not None:
+                if node.stale is not None and (call.id, node.id) not in folded:
                     problems.append(self._stale_problem(call, node))
+        problems.extend(Problem(**fields) for fields in leak_problems(trace, kept))
         for problem in problems:
             self._add(problem)
         if self._problems:
