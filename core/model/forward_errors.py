@@ -48,7 +48,7 @@ _REASONS: list[tuple[re.Pattern, object]] = [
     (re.compile(r"a leaf Variable that requires grad is being used in an in-place operation"),
      "a leaf that requires grad cannot be changed in place"),
     (re.compile(r"Can't call numpy\(\) on Tensor that requires grad"),
-     "a tensor that requires grad has no .numpy(); call .detach().numpy()"),
+     lambda m, who="": f"a tensor that requires grad has no .numpy(); call {who}.detach().numpy()"),
     (re.compile(r"mat1 and mat2 shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)"),
      lambda m: f"shapes {_dims(m[1], m[2])} and {_dims(m[3], m[4])} cannot be multiplied ({m[2]} \u2260 {m[3]})"),
     (re.compile(r"The size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) "
@@ -59,12 +59,19 @@ _REASONS: list[tuple[re.Pattern, object]] = [
 ]
 
 
-def short_reason(message: str) -> str:
-    """What went wrong, in a few true words: ``a leaf that requires grad cannot be changed in place``."""
+_NUMPY = _REASONS[2][0]
+
+
+def short_reason(message: str, op: dict | None = None) -> str:
+    """What went wrong, in a few true words: ``a leaf that requires grad cannot be changed in place``;
+    ``op`` (the failed op's record) names the tensor where the fix needs it (``h.detach().numpy()``)."""
     for pattern, words in _REASONS:
         m = pattern.search(message)
         if m is not None:
-            return words(m) if callable(words) else words
+            if not callable(words):
+                return words
+            first = ((op or {}).get("inputs") or [{}])[0].get("name") if pattern is _NUMPY else None
+            return words(m, first) if first else words(m)
     first = (message.strip().splitlines() or [""])[0]
     first = first.split(". ")[0].rstrip(".")
     return _cut(first, REASON_CHARS)
@@ -85,7 +92,7 @@ def _where(op: dict) -> str:
 
 def mark_text(op: dict) -> str:
     """The mark on the graph: ``x.add_(1) failed: a leaf that requires grad cannot be changed in place (line 7)``."""
-    return f"{op['text']} failed: {short_reason(op.get('message', ''))} ({_where(op)})"
+    return f"{op['text']} failed: {short_reason(op.get('message', ''), op)} ({_where(op)})"
 
 
 def input_text(entry: dict) -> str:

@@ -67,7 +67,7 @@ CASES = {
                 "x.add_(1) failed: a leaf that requires grad cannot be changed in place (line 17)",
                 f"RuntimeError at line 17: {LEAF}"),
     "numpy": (numpy_on_grad, ("n0",),
-              "h.numpy() failed: a tensor that requires grad has no .numpy(); call .detach().numpy() (line 4)",
+              "h.numpy() failed: a tensor that requires grad has no .numpy(); call h.detach().numpy() (line 4)",
               f"RuntimeError at line 4: {NUMPY}"),
     "mm": (mm_mismatch, ("n0", "n2"),
            "torch.mm(h, w) failed: shapes 2×3 and 4×5 cannot be multiplied (3 ≠ 4) (line 6)",

@@ -377,7 +377,8 @@ def _tag_spots(b, w: float, h: float, direction: str) -> list[tuple[float, float
 def _add(scene: QGraphicsScene, out: MarkItems, item, show: bool):
     item.setVisible(show)
     scene.addItem(item)
-    (out.tags if isinstance(item, TagItem) else out.failed if isinstance(item, FailLinkItem) else out.links).append(item)
+    kept = out.tags if isinstance(item, TagItem) else out.failed if isinstance(item, FailLinkItem) else out.links
+    kept.append(item)
     return item
 
 

@@ -69,10 +69,19 @@ def test_numpy_on_a_tensor_that_requires_grad(tmp_path):
     assert _nodes(call) == [("n0", "MulBackward0", "h"), ("n1", "AccumulateGrad", "w")] and call.roots == ["n0"]
     op = call.options["failed_op"]
     assert op["message"] == "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead."
-    assert mark_text(op) == "h.numpy() failed: a tensor that requires grad has no .numpy(); call .detach().numpy() " \
+    assert mark_text(op) == "h.numpy() failed: a tensor that requires grad has no .numpy(); call h.detach().numpy() " \
                             "(line 4)"
     assert error_title(trace.error) == "RuntimeError at line 4: Can't call numpy() on Tensor that requires grad. " \
                                        "Use tensor.detach().numpy() instead."
+
+
+def test_numpy_on_an_unnamed_tensor_says_the_fix_without_a_name():
+    unnamed = {"position": 0, "name": None, "shape": [3], "dtype": "float32", "requires_grad": True,
+               "is_leaf": False, "node": "n0"}
+    op = {"name": "numpy", "text": "tensor(3).numpy()", "line": 2, "inputs": [unnamed], "type": "RuntimeError",
+          "message": "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead."}
+    assert mark_text(op) == "tensor(3).numpy() failed: a tensor that requires grad has no .numpy(); " \
+                            "call .detach().numpy() (line 2)"
 
 
 def test_a_shape_mismatch_in_a_function_names_its_locals(tmp_path):
@@ -185,7 +194,8 @@ def test_a_trace_written_before_failed_ops_still_opens():
     (lambda d: d["error"]["failed_op"].update(extra=1), "error.failed_op", "unknown key 'extra'"),
     (lambda d: d["error"]["failed_op"]["inputs"][0].pop("node"), "error.failed_op",
      "'inputs[0].node': missing"),
-    (lambda d: d["error"]["failed_op"]["inputs"][0].update(grad=1), "error.failed_op", "'inputs[0]': unknown key 'grad'"),
+    (lambda d: d["error"]["failed_op"]["inputs"][0].update(grad=1), "error.failed_op",
+     "'inputs[0]': unknown key 'grad'"),
     (lambda d: d["error"]["failed_op"]["inputs"][0].update(shape=[-2]), "error.failed_op",
      "'inputs[0].shape': expected a list of non-negative integers, got list"),
     (lambda d: d["calls"][1]["options"]["failed_op"].pop("message"), "calls[1].options",
