@@ -3,12 +3,16 @@ they are estimated from. Qt-free.
 
 Sizes are estimated from character counts (7 px a character at an 11 px font). The builders of
 the visible graph (``core.layout.visible``), the built-in engine (``core.layout.compound``) and
-Graphviz (``core.layout.dot``) all produce these types.
+Graphviz (``core.layout.dot``) all produce these types. ``Spacing`` is the room left between
+and inside boxes: roomy on screen, compact on a slide, where the same text on less room is
+drawn larger.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from core.layout.layered import LAYER_GAP, NODE_GAP
 
 CHAR_W = 7.0
 SMALL_CHAR_W = 5.8
@@ -23,6 +27,21 @@ GROUP_LABEL = 22.0
 GROUP_BOTTOM = 12.0
 MARGIN = 24.0
 DIRECTIONS = ("TB", "LR", "forward")
+
+
+@dataclass(frozen=True)
+class Spacing:
+    """The room a layout leaves, in scene units (pixels of an 11 px font at 100 %)."""
+
+    layer_gap: float = LAYER_GAP  # between layer bands: edge curves and the texts on edges live here
+    node_gap: float = NODE_GAP  # between two boxes of one layer
+    pad_y: float = PAD_Y  # above and below a box's text
+
+
+ROOMY = Spacing()  # on screen: room for edge texts, hover rings and clicks
+# A slide: an edge text (one 18-unit line) still fits in a gap, a two-line label keeps 5 units
+# above and below; a 15-node graph then fits a 1920 x 1080 slide with 20 px text.
+COMPACT = Spacing(layer_gap=28.0, node_gap=20.0, pad_y=5.0)
 
 
 @dataclass(frozen=True)
@@ -98,10 +117,10 @@ def group_id(path: str) -> str:
     return "group:" + path
 
 
-def text_size(label: str, kind: str) -> tuple[float, float]:
+def text_size(label: str, kind: str, pad_y: float = PAD_Y) -> tuple[float, float]:
     lines = label.split("\n")
     w = max(MIN_W, max(len(s) for s in lines) * CHAR_W + 2 * PAD_X)
-    h = len(lines) * LINE_H + 2 * PAD_Y
+    h = len(lines) * LINE_H + 2 * pad_y
     if kind == "accumulate_grad":
         w += h * 0.5  # rounded ends
     return w, h

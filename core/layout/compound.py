@@ -19,11 +19,14 @@ from dataclasses import replace
 
 from core.layout.boxes import (
     CHAR_W,
+    COMPACT,
     DIRECTIONS,
     GROUP_BOTTOM,
     GROUP_LABEL,
     GROUP_PAD,
     MARGIN,
+    PAD_Y,
+    ROOMY,
     SAVED_GAP,
     SAVED_H,
     SMALL_CHAR_W,
@@ -32,11 +35,13 @@ from core.layout.boxes import (
     Layout,
     NodeBox,
     SavedBox,
+    Spacing,
     group_id,
+    text_size,
 )
 from core.layout.dot import dot_available, layout_dot
 from core.layout.groups import group_info
-from core.layout.layered import LAYER_GAP, layered
+from core.layout.layered import layered
 from core.layout.visible import Visible, build_visible
 from core.model.anatomy import device_changes
 from core.model.edge_marks import mark_text
@@ -53,7 +58,8 @@ def layout_call(
     engine: str = "auto",
     direction: str = "TB",
 ) -> Layout:
-    """Lay out ``call``; ``engine`` is "auto"/"layered" (built in) or "dot" (Graphviz, if installed).
+    """Lay out ``call``; ``engine`` is "auto"/"layered" (built in), "compact" (built in, with the
+    ``COMPACT`` spacing of a slide) or "dot" (Graphviz, if installed).
 
     ``direction``: "TB" (the loss on top, arrows the way gradients flow), "LR" (the loss on the
     left) or "forward" (inputs on top, the loss at the bottom, arrows the way tensors flow, as
@@ -67,14 +73,17 @@ def layout_call(
             if dot_available():
                 return layout_dot(call, vis)
             log.warning("Graphviz dot is not installed; using the built-in layout")
+        room = COMPACT if engine == "compact" else ROOMY
+        if room.pad_y != PAD_Y:
+            vis.size = {v: text_size(vis.label[v], vis.kind[v], room.pad_y) for v in vis.ids}
         if direction == "LR":
             vis.saved = {}  # saved-tensor tabs sit beside nodes only in the top-down drawing
             vis.size = {v: (h, w) for v, (w, h) in vis.size.items()}
-            out = _transposed(_compound(call, vis, lr=True, gap=_lr_gap(call)))
+            out = _transposed(_compound(call, vis, lr=True, room=replace(room, layer_gap=_lr_gap(call, room))))
         elif direction == "forward":
-            out = _forward(_compound(call, vis, top=GROUP_BOTTOM, bottom=GROUP_LABEL))
+            out = _forward(_compound(call, vis, top=GROUP_BOTTOM, bottom=GROUP_LABEL, room=room))
         else:
-            out = _compound(call, vis)
+            out = _compound(call, vis, room=room)
     log.debug("layout of %d boxes in %.3f s", len(vis.ids), time.perf_counter() - start)
     return out
 
@@ -94,18 +103,18 @@ def _is_port(x, side: str) -> bool:
     return isinstance(x, tuple) and x[0] == side
 
 
-def _lr_gap(call: CallInfo) -> float:
+def _lr_gap(call: CallInfo, room: Spacing = ROOMY) -> float:
     """Left to right, labels sit above or below the edges that cross the gap between two columns:
     the gap is as wide as the widest label the call puts on an edge (broadcast, dtype and device
     marks), so that it fits between the columns instead of over a box."""
     texts = [mark_text(m) for n in call.nodes if n.edge_marks for m in n.edge_marks]
     texts += [c.text for c in device_changes(call)]
     widest = max(map(len, texts), default=0) * SMALL_CHAR_W + 28
-    return max(LAYER_GAP, widest)
+    return max(room.layer_gap, widest)
 
 
 def _compound(call: CallInfo, vis: Visible, lr: bool = False, top: float = GROUP_LABEL,
-              bottom: float = GROUP_BOTTOM, gap: float = LAYER_GAP) -> Layout:
+              bottom: float = GROUP_BOTTOM, room: Spacing = ROOMY) -> Layout:
     info = group_info(call)
     containers: list[str | None] = [None] + vis.groups
     chain: dict[str | None, tuple[str | None, ...]] = {None: (None,)}
@@ -182,7 +191,8 @@ def _compound(call: CallInfo, vis: Visible, lr: bool = False, top: float = GROUP
         res = memo.get(key)
         if res is None:
             res = memo[key] = layered(
-                *args[:2], sources=args[2], sinks=args[3], src_off=so, dst_off=do, anchors=anchors, fast=fast, gap=gap
+                *args[:2], sources=args[2], sinks=args[3], src_off=so, dst_off=do, anchors=anchors, fast=fast,
+                gap=room.layer_gap, node_gap=room.node_gap,
             )
         crossings += res.crossings
         results[c] = (order, index, keys, res)

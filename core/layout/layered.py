@@ -42,6 +42,7 @@ def layered(
     anchors: list[tuple[float, float, float] | None] | None = None,
     fast: bool = False,
     gap: float = LAYER_GAP,
+    node_gap: float = NODE_GAP,
 ) -> LayeredResult:
     """Lay out boxes ``sizes[i] = (w, h)`` joined by directed ``edges``.
 
@@ -50,7 +51,8 @@ def layered(
     centre; None spreads the edges of a box over its border). ``anchors[i] = (dx, w, h)``
     is the part of a box that edges attach to, when that is not the whole box. ``fast`` runs
     fewer sweeps (big graphs, where nobody reads every crossing). ``gap``: the space between
-    layers (wider where labels must fit beside edges that cross it).
+    layers (wider where labels must fit beside edges that cross it); ``node_gap``: between two
+    boxes of a layer.
     """
     n = len(sizes)
     m = len(edges)
@@ -110,7 +112,7 @@ def layered(
     fast = fast or total > 12000
     rows, crossings = _reduce_crossings(rows, up, down, 2 if fast else 6)
 
-    xs = _assign_x(rows, (up, up_d), (down, down_d), w, is_dummy, 2 if fast else 5)
+    xs = _assign_x(rows, (up, up_d), (down, down_d), w, is_dummy, 2 if fast else 5, node_gap)
     ys, height = _assign_y(rows, h, nl, bool(sources), bool(sinks), gap)
     left = min(xs[v] - w[v] / 2 for v in range(total))
     xs = [x - left for x in xs]
@@ -285,7 +287,7 @@ def _count_crossings(rows, down, pos) -> int:
     return total
 
 
-def _assign_x(rows, up, down, w, is_dummy, iterations) -> list[float]:
+def _assign_x(rows, up, down, w, is_dummy, iterations, node_gap: float = NODE_GAP) -> list[float]:
     total = len(w)
     xs = [0.0] * total
     seps: list[list[float]] = []
@@ -293,7 +295,7 @@ def _assign_x(rows, up, down, w, is_dummy, iterations) -> list[float]:
         sep = []
         for a, b in zip(row, row[1:]):
             da, db = is_dummy[a], is_dummy[b]
-            gap = LANE_GAP if da and db else (NODE_GAP if not (da or db) else MIXED_GAP)
+            gap = LANE_GAP if da and db else (node_gap if not (da or db) else min(MIXED_GAP, node_gap))
             sep.append((w[a] + w[b]) / 2 + gap)
         seps.append(sep)
         x = 0.0

@@ -1,7 +1,8 @@
 """Exports for slides and paper: the sheet fitted to a 16:9 or 4:3 slide or an A4 / Letter page.
 
-Text is never shrunk below ``MIN_PAGE_TEXT`` (pixels in a PNG, points in a PDF or SVG; on a
-slide, points of the SVG's page in a PNG too, so that both show the same picture):
+Text is never shrunk below ``MIN_PAGE_TEXT`` on paper and ``MIN_SLIDE_TEXT`` on a slide
+(pixels in a PNG, points in a PDF or SVG; on a slide, points of the SVG's page in a PNG too,
+so that both show the same picture: 10 points are 20 pixels on a 1920 x 1080 slide):
 when the graph does not fit at that size, module groups fold, deepest level first, until it
 does; when even the top level does not fit (a long chain with no modules), the page shows
 the part of the graph around the loss and its caption says so.
@@ -27,11 +28,13 @@ PAGES = {
     "Letter": ((1275, 1650), (612.0, 792.0)),
 }
 MIN_PAGE_TEXT = 9.0
+MIN_SLIDE_TEXT = 10.0  # read from the back of a room
 SLIDES = ("16:9", "4:3")
 MAX_PAGE_SCALE = 6.0  # PNG pixels per scene unit (other formats in proportion to the page's width)
 FIT_ROUNDS = 6
 OPEN_VALUES_NODES = 40
-CHROME_TEXT = 22.0  # PNG pixels: a page that enlarges the graph draws its legend's text no larger
+CHROME_TEXT = 20.0  # PNG pixels: a page that enlarges the graph draws its legend's smallest text no larger
+RING = 7.0  # a node's state ring (current, failed) is drawn this far outside its box
 MAX_FOLD_BOXES = 400  # fold levels with more boxes than this are not tried
 CROPPED_NOTE = "The part of the graph around the loss; fold modules or pick a larger page for the rest."
 
@@ -67,29 +70,65 @@ def smallest_text(view, legend: bool = True) -> float:
         sizes.append(t.font_px - 1)
     if view.group_items or legend:
         sizes.append(t.small_font_px + 1)
-    if view.saved_items or view.shows_shapes() or view.edge_texts():
+    if view.saved_items or view.shows_shapes() or view.edge_texts() or view.marks.tags:  # marks, notes, chips
         sizes.append(t.small_font_px)
     return float(min(sizes))
+
+
+def drawn_rect(view) -> QRectF:
+    """The scene rectangle the graph is drawn in: its boxes (with room for a state ring), frames,
+    edges, their texts and the notes beside them. Without the layout's margin and the room a
+    node item keeps for its hover ring: on a page, the page's margin is the only one."""
+    rect = QRectF()
+    for item in view.node_items.values():
+        ring = RING if item.state or item.selected or item.highlighted else 1.0
+        b = item.box
+        rect = rect.united(QRectF(b.x - ring, b.y - ring, b.w + 2 * ring, b.h + 2 * ring))
+    for item in [*view.group_items.values(), *view.edge_items, *view.saved_items, *view.marks.items()]:
+        if item.isVisible():
+            rect = rect.united(item.sceneBoundingRect())
+    return rect
 
 
 def plan_page(view, page: str, fmt: str, make_sheet, *, fold: bool = True, deepen: bool = False,
               legend: bool = True, caption: str | None = None, **sheet_options) -> PagePlan:
     """Fit the view's graph to ``page``, folding the view's module groups when ``fold`` and, with
     ``deepen``, opening deeper levels while they still fit (the view is left folded as planned).
-    ``make_sheet(view, caption=..., source=..., **sheet_options)`` builds the sheet."""
+    ``make_sheet(view, caption=..., source=..., **sheet_options)`` builds the sheet.
+
+    On a slide the text is at least ``MIN_SLIDE_TEXT``; where that would show only the part
+    around the loss (values written along a long graph's edges), the paper minimum is used
+    instead: more of the graph, the whole of it where it fits so."""
+    if compact_on_slide(view, page):
+        view.relayout(sync=True)
+    options = dict(fold=fold, deepen=deepen, legend=legend, caption=caption, **sheet_options)
+    start = view.collapsed()
+    plan = _plan(view, page, fmt, make_sheet, MIN_SLIDE_TEXT if page in SLIDES else MIN_PAGE_TEXT, **options)
+    if plan.cropped and page in SLIDES:
+        if view.collapsed() != start:
+            view.set_collapsed(start, sync=True)
+        return _plan(view, page, fmt, make_sheet, MIN_PAGE_TEXT, **options)
+    return plan
+
+
+def _plan(view, page: str, fmt: str, make_sheet, least: float, *, fold: bool, deepen: bool, legend: bool,
+          caption: str | None, **sheet_options) -> PagePlan:
+    """``plan_page`` with text of at least ``least`` (points of the page)."""
     w, h = page_size(page, fmt)
     most = MAX_PAGE_SCALE * w / PAGES[page][0][0]
-    least = MIN_PAGE_TEXT * (PAGES[page][0][0] / PAGES[page][1][0] if fmt == "png" and page in SLIDES else 1.0)
+    least *= PAGES[page][0][0] / PAGES[page][1][0] if fmt == "png" and page in SLIDES else 1.0
 
-    def attempt(source=None, note: str | None = None) -> tuple[Sheet, float, float]:
+    def attempt(crop=None, note: str | None = None) -> tuple[Sheet, float, float]:
         text = smallest_text(view, legend)
         cap = " ".join(x for x in (caption, note) if x) or None
+        source = crop or drawn_rect(view)
         sheet = make_sheet(view, caption=cap, source=source, legend=legend, **sheet_options)
         s = min(w / sheet.width, h / sheet.height, most)
-        if source is None:  # the graph fills the page; the legend and caption wrap to the width left
+        if crop is None:  # the graph fills the page; the legend and caption wrap to the width left
             s = min(w / (sheet.source.width() + 2 * MARGIN), h / (sheet.source.height() + 2 * MARGIN), most)
             for _ in range(FIT_ROUNDS):
-                chrome = min(1.0, CHROME_TEXT * w / PAGES[page][0][0] / (s * (view.theme().small_font_px + 1)))
+                # the legend's smallest text (a mark's sample) at CHROME_TEXT, within the fit's tolerance
+                chrome = min(1.0, CHROME_TEXT * w / PAGES[page][0][0] / (0.995 * s * view.theme().small_font_px))
                 wide = make_sheet(view, caption=cap, source=source, legend=legend, width=w / s, chrome=chrome,
                                   **sheet_options)
                 fit = min(w / wide.width, h / wide.height, most)
@@ -152,24 +191,51 @@ def keep_values_open(view, options: dict) -> dict:
     return options
 
 
+def compact_on_slide(view, page: str) -> bool:
+    """On a slide, the built-in engine lays the graph out with its compact spacing (the same
+    text on less room, so that it is drawn larger); True when the view's engine changed and the
+    graph must be laid out again. Not when values or shapes are written along the edges: their
+    texts need the roomy gaps between layers."""
+    texts = view.state.show_values or view.shows_shapes() or view.edge_texts()
+    if page in SLIDES and view.engine in ("auto", "layered") and not texts:
+        view.engine = "compact"
+        return True
+    return False
+
+
 def plan_slide(view, page: str, fmt: str, make_sheet, **options) -> PagePlan:
-    """``plan_page`` in the direction, top-down or left-to-right, that draws the graph's text
-    larger on the page: a tall graph goes across a wide slide."""
+    """``plan_page`` in the direction, top-down or left-to-right, that shows the most of the
+    graph (uncropped, fewest folds) and, of those, draws its text larger on the page: a tall
+    graph goes across a wide slide."""
     best = None
+    again = compact_on_slide(view, page)
     for direction in ("TB", "LR"):
-        if view.direction != direction:
-            view.direction = direction
+        if view.direction != direction or again:
+            view.direction, again = direction, False
             view.relayout(sync=True)
         plan = plan_page(view, page, fmt, make_sheet, **options)
-        if best is None or (not plan.cropped, plan.text) > (not best[1].cropped, best[1].text * 1.02):
-            best = (direction, plan, view.collapsed())
-    direction, plan, collapsed = best
+        shown = (not plan.cropped, len(view.node_items))
+        if best is None or shown > best[3] or shown == best[3] and _larger(plan, best[1]):
+            best = (direction, plan, view.collapsed(), shown)
+    direction, plan, collapsed, _ = best
     if view.direction != direction or view.collapsed() != collapsed:
         view.direction = direction
         view.set_collapsed(collapsed, sync=True)
         view.relayout(sync=True)
         plan = plan_page(view, page, fmt, make_sheet, **options)
     return plan
+
+
+def _larger(plan: PagePlan, other: PagePlan) -> bool:
+    """``plan`` draws the graph's text larger than ``other`` or, the same (both at the largest
+    scale), covers more of the page."""
+    if abs(plan.text - other.text) > 0.02 * other.text:
+        return plan.text > other.text
+
+    def area(p: PagePlan) -> float:
+        return p.sheet.source.width() * p.sheet.source.height() * p.scale * p.scale
+
+    return area(plan) > area(other) * 1.02
 
 
 def _root_centre(view, full: QRectF) -> tuple[float, float]:

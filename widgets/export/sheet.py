@@ -70,8 +70,8 @@ def layout_sheet(
     lfm = QFontMetricsF(legend_font)
     entry_w = [(SAMPLE_W + 8 + lfm.horizontalAdvance(legend_text(e))) * k for e in legend]
     one_line = QFontMetricsF(title_font).horizontalAdvance(title) * k if title else 0.0
-    # A long title wraps rather than widen the sheet past TITLE_WIDE (or the graph, or the page).
-    title_w = min(one_line, max(source.width(), TITLE_WIDE * k, (width or 0.0) - 2 * MARGIN))
+    # A long title wraps rather than widen the sheet past TITLE_WIDE (or the graph); on a page, past its width.
+    title_w = min(one_line, max(source.width(), TITLE_WIDE * k if width is None else width - 2 * MARGIN))
     inner = max(source.width(), title_w, MIN_TEXT_W * k if (legend or caption) else 0.0)
     # A legend row or a caption line may widen a narrow graph's sheet (up to WIDE) rather than wrap.
     if entry_w:

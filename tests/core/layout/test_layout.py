@@ -42,6 +42,36 @@ def test_mul_graph_exact():
     assert lay.width >= b.x + b.w and lay.height >= a.y + a.h
 
 
+def test_compact_spacing_keeps_the_boxes_and_their_order_on_less_room():
+    """A slide's layout: the same boxes in the same places of the order, 5 units above and below
+    a label instead of 8, 28 between layers instead of 46, 20 between neighbours instead of 26."""
+    c = mul_call()
+    roomy, compact = layout_call(c), layout_call(c, engine="compact")
+    assert [(b.id, b.x, b.y, b.w, b.h) for b in roomy.nodes.values()] == [
+        ("n0", 79.0, 24.0, 108.0, 46.0), ("n1", 24.0, 116.0, 96.0, 46.0), ("n2", 146.0, 116.0, 96.0, 46.0)]
+    assert [(b.id, b.x, b.y, b.w, b.h) for b in compact.nodes.values()] == [
+        ("n0", 73.0, 24.0, 108.0, 40.0), ("n1", 24.0, 92.0, 93.0, 40.0), ("n2", 137.0, 92.0, 93.0, 40.0)]
+    assert (compact.width, compact.height, compact.engine) == (254.0, 156.0, "layered")  # edges stay curved
+    lr = layout_call(c, engine="compact", direction="LR")
+    assert [(b.x, b.y) for b in lr.nodes.values()] == [(24.0, 54.0), (160.0, 24.0), (160.0, 84.0)]
+    big = mlp_call()
+    for direction in ("TB", "LR", "forward"):
+        lay = layout_call(big, engine="compact", direction=direction)
+        assert overlaps(node_boxes(lay)) == [] and edges_crossing_boxes(lay) == []
+        assert Counter((e.src, e.dst, e.input_nr) for e in lay.edges) == trace_edges(big)
+        assert {v: b.layer for v, b in lay.nodes.items()} == {
+            v: b.layer for v, b in layout_call(big, direction=direction).nodes.items()}
+        module = group_info(big).module
+        assert {g.path for g in lay.groups} == {"fc1", "fc2", "act"}
+        for g in lay.groups:
+            for b in lay.nodes.values():
+                box = (b.x, b.y, b.w, b.h)
+                if module[b.id] == g.path:
+                    assert inside(box, (g.x, g.y, g.w, g.h)), (b.id, g.path)
+                else:
+                    assert overlaps([("n", *box), ("g", g.x, g.y, g.w, g.h)]) == [], (b.id, g.path)
+
+
 def test_node_labels():
     c = mlp_call()
     n = c.node_map()
