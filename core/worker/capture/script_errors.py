@@ -3,6 +3,7 @@ and, for an error raised inside a torch op, that op and the tensors it was calle
 
 from __future__ import annotations
 
+import sys
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -156,9 +157,8 @@ class FailedOp:
 def failing_op(exc: BaseException, names: NameTable) -> FailedOp | None:
     """The torch op that raised ``exc`` (the innermost one the capture's mode saw), or None when the
     error came from elsewhere (the script's own code, a library's Python)."""
-    from core.worker.capture.call_record import CallRecording  # it imports this module
-
-    record = CallRecording._record.__code__
+    recording = getattr(sys.modules.get("core.worker.capture.call_record"), "CallRecording", None)
+    record = recording._record.__code__ if recording is not None else None  # (that module imports this one)
     found = None
     for frame, _ in traceback.walk_tb(exc.__traceback__):
         if frame.f_code is _MODE_CODE:
