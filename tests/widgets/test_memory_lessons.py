@@ -61,6 +61,21 @@ def test_a_stale_tensor_that_fails_backward_is_still_its_own_problem(qtbot, tmp_
     assert rows[-1] == ("graph kept alive by `losses.append(y.sum())` (line 6): 2 graphs, 24 B", "line 6")
 
 
+def test_a_list_of_grad_fns_is_a_leak_problem_from_the_samples(qtbot):
+    from core.model.trace import Trace
+
+    source = ("grad_fns = []\nfor epoch in range(4):\n    loss = model(x).sum()\n"
+              "    grad_fns.append(loss.grad_fn)  # keeps the graph\n")
+    samples = [MemorySample(t=0.1, device="cpu", saved_bytes=9152, kept_bytes=9152, kept_in="grad_fns")]
+    panel = ProblemsPanel()
+    qtbot.addWidget(panel)
+    panel.set_trace(Trace(calls=[], source=source, memory=samples))
+    (problem,) = panel.problems()
+    assert problem.summary == "graph kept alive by `grad_fns.append(loss.grad_fn)` (line 4): 8.9 KB"
+    assert problem.line == 4
+    assert "keep what the loop needs from it (a number, loss.item()) instead of the node" in problem.text
+
+
 def _samples(kept: int, where: str = "AddmmBackward0 · line 15 · fc1"):
     return [MemorySample(t=0.0, device="cpu", rss=300 << 20, phase="forward"),
             MemorySample(t=0.1, device="cpu", rss=300 << 20, saved_bytes=1000, where=where),
