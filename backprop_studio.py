@@ -7,8 +7,9 @@
 The graph is captured here, in the caller's process, with the same capture code a traced
 run uses (backward is not run: the notebook keeps its graph), saved as a trace file and
 sent to a running Backprop Studio window, or a new window opens on it; inside
-``with record():`` each op also remembers its line. No Qt is imported here. Inside a script that Backprop Studio itself is running, ``show()`` does nothing:
-the run already captures every graph.
+``with record():`` each op also remembers its line. The window is titled by the caller's file,
+line and call ("train.py:42 — show(loss)"). No Qt is imported here. Inside a script that
+Backprop Studio itself is running, ``show()`` does nothing: the run already captures every graph.
 """
 
 from __future__ import annotations

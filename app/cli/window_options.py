@@ -51,8 +51,8 @@ def add_window_options(parser: argparse.ArgumentParser, view: bool = False) -> a
 def add_window_commands(sub) -> None:
     """The ``open`` and ``view`` commands on the one parser's subcommands."""
     add_window_options(sub.add_parser("open", help=OPEN_HELP, description=OPEN_HELP[0].upper() + OPEN_HELP[1:]
-                                      + ". 'backprop-studio SCRIPT' is 'backprop-studio open SCRIPT'; without SCRIPT the window "
-                                      "opens on a bundled example."))
+                                      + ". 'backprop-studio SCRIPT' is 'backprop-studio open SCRIPT'; without "
+                                      "SCRIPT the window opens on a bundled example."))
     add_window_options(sub.add_parser("view", help=VIEW_HELP, description=VIEW_HELP[0].upper() + VIEW_HELP[1:]
                                       + ": its graphs, tensors, memory and errors as they were recorded."),
                        view=True)
