@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from core.model.trace import CallInfo, NodeInfo, Values
-from core.model.values import incoming_grads, leaf_value_lines
+from core.model.values import GRAD_WORD, grad_values, incoming_grads, leaf_value_lines
 from core.model.values import short_values as value_text
 
 
@@ -47,6 +47,13 @@ def short_values(values: dict | None, limit: int = 3) -> str:
     return f"{numel} values"
 
 
+def edge_text(values: dict | None) -> str:
+    """A gradient a step sent along an edge, worded as the call's edge gradients are: 'grad = [2, 2]'."""
+    if not values:
+        return GRAD_WORD + "None"
+    return GRAD_WORD + grad_values(values.get("numel", 0), values.get("data"), values.get("mean"), values.get("sample"))
+
+
 def _num(v) -> str:
     if isinstance(v, float):
         return f"{v:.4g}"
@@ -72,7 +79,7 @@ def step_view(call: CallInfo, steps: list[dict], pending: dict | None = None, up
         grads = record.get("grad_inputs") or []
         for edge, grad in zip(node.next, grads):
             if edge is not None and grad is not None:
-                view.edge_texts[(node_id, edge.node)] = short_values(grad)
+                view.edge_texts[(node_id, edge.node)] = edge_text(grad)
         for name, values in (record.get("leaf_grads") or {}).items():
             view.leaf_grads[name] = with_added(record, node, values) if name == node.label else values
         if record.get("error"):
@@ -165,7 +172,7 @@ class StepTracker:
                 continue
             if i < len(grads) and grads[i] is not None:
                 key = (node_id, edge.node)
-                self.edge_texts[key] = short_values(grads[i])
+                self.edge_texts[key] = edge_text(grads[i])
                 self._dirty_edges.add(key)
             left = self.remaining.get(edge.node, 0) - 1
             self.remaining[edge.node] = left
@@ -331,21 +338,22 @@ def step_texts(call: CallInfo, view: StepView) -> dict[tuple[str, str], str]:
 
 
 def _leaf_suffix(call: CallInfo, leaf_id: str, texts: dict, grad) -> dict[tuple[str, str], str]:
-    """The edges into a leaf, the last one ending in its .grad: "2  \u21d2 .grad 6 + 2 = 8" when the leaf
-    is reached by several edges (their gradients add up), "6  \u21d2 .grad 6" when by one, and
-    "4  \u21d2 .grad 4 (before) + 4 = 8" when it added to a .grad held before."""
+    """The edges into a leaf, the last one ending in its .grad: "grad = 2  \u21d2 .grad 6 + 2 = 8" when
+    the leaf is reached by several edges (their gradients add up), "grad = 6  \u21d2 .grad 6" when by
+    one, and "grad = 4  \u21d2 .grad 4 (before) + 4 = 8" when it added to a .grad held before."""
     keys = [(p, leaf_id) for p in dict.fromkeys(call.consumers().get(leaf_id, [])) if (p, leaf_id) in texts]
     if not keys:
         return {}
     bases = [texts[k].split("  \u21d2 ")[0] for k in keys]
     out = dict(zip(keys, bases))
+    terms = [b[len(GRAD_WORD):] if b.startswith(GRAD_WORD) else b for b in bases]
     total = short_values(grad)
     held = held_before(grad)
     if held is not None and len(held) <= SUM_LIMIT:
         before = short_values({"data": held, "numel": len(held)})
-        out[keys[-1]] = bases[-1] + f"  \u21d2 .grad {before} (before) + {' + '.join(bases)} = {total}"
+        out[keys[-1]] = bases[-1] + f"  \u21d2 .grad {before} (before) + {' + '.join(terms)} = {total}"
         return out
-    out[keys[-1]] = bases[-1] + (f"  \u21d2 .grad {' + '.join(bases)} = {total}" if len(keys) > 1
+    out[keys[-1]] = bases[-1] + (f"  \u21d2 .grad {' + '.join(terms)} = {total}" if len(keys) > 1
                                  else f"  \u21d2 .grad {total}")
     return out
 

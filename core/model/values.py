@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from core.model.trace import CallInfo, GradInfo, NodeInfo, Values
 
 
@@ -44,15 +46,18 @@ def short_values(values: Values, shape: list[int], limit: int = 4) -> str:
 
 def incoming_grads(call: CallInfo, node_id: str) -> list[Values]:
     """The gradients recorded on the edges into a node, in the order of its consumers."""
-    out = []
-    for c in call.nodes:
-        grads = call.edge_grads.get(c.id)
-        if not grads:
-            continue
-        for i, e in enumerate(c.next):
-            if e is not None and e.node == node_id and i < len(grads) and grads[i] is not None:
-                out.append(grads[i].values)
-    return out
+    index = call.__dict__.get("_incoming_grads")
+    if index is None:  # built once per call: a big graph asks for each of its thousands of leaves
+        index = {}
+        for c in call.nodes:
+            grads = call.edge_grads.get(c.id)
+            if not grads:
+                continue
+            for i, e in enumerate(c.next):
+                if e is not None and i < len(grads) and grads[i] is not None:
+                    index.setdefault(e.node, []).append(grads[i].values)
+        object.__setattr__(call, "_incoming_grads", index)
+    return list(index.get(node_id, ()))
 
 
 def _scalar(v: Values):
@@ -85,9 +90,62 @@ def leaf_value_lines(call: CallInfo, node: NodeInfo) -> list[str]:
     return lines + [f".grad = {grad}"]
 
 
+GRAD_WORD = "grad = "  # how an edge's gradient is written: a value, never a shape
+EDGE_LIMIT = 4  # elements of an edge's gradient written out
+
+
+def grad_values(numel: int, data=None, mean=None, sample=None) -> str:
+    """A gradient's values as edges show them, after the call and while stepping alike: '6',
+    '[1, 2]', '[8, 8, 8, 8, …] (6 values)', '512 values, mean 0.01'."""
+    if data is not None:
+        if numel == 1 and data:
+            return _edge_num(data[0])
+        shown = ", ".join([_edge_num(v) for v in data[:EDGE_LIMIT]])
+        return f"[{shown}]" if len(data) <= EDGE_LIMIT else f"[{shown}, …] ({numel:,} values)"
+    if mean is not None:
+        return f"{numel:,} values, mean {_edge_num(mean)}"
+    if sample:
+        return f"[{', '.join(_edge_num(v) for v in sample[:EDGE_LIMIT])}, …] ({numel:,} values)"
+    return f"{numel:,} values"
+
+
+def _edge_num(v) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
 def edge_grad_text(grad: GradInfo) -> str:
-    """A gradient on an edge: 'grad = 6', 'grad = [1, 2]', 'grad = shape 3×5, μ 1 ∈ [1, 1]'."""
-    return "grad = " + short_values(grad.values, grad.shape)
+    """A gradient on an edge: 'grad = 6', 'grad = [1, 2]', 'grad = [1, 1, 1, 1, …] (15 values)'."""
+    v = grad.values
+    return GRAD_WORD + grad_values(v.numel, v.data, v.mean, v.sample)
+
+
+def compact_values(text: str, level: int = 1) -> str:
+    """A shorter form of an edge text, for an edge with no room for the whole: at ``level`` 1 the
+    first element of each list and how many there are ('grad = [-0.08, …] (8 values)'), at 2 only
+    how many ('grad = … (8 values)'); the text itself when it is no longer."""
+    def short(m) -> str:
+        items = m.group(1).split(", ")
+        count = m.group(2) or f" ({len(items)} values)"
+        if len(items) <= 1:
+            return m.group(0)
+        return f"[{items[0]}, …]{count}" if level == 1 else f"…{count}"
+    text = _LIST.sub(short, text)
+    return _MEAN.sub(r"\1", text) if level == 2 else text
+
+
+_MEAN = re.compile(r"(\d[\d,]* values), mean [^\s,]+")
+_LIST = re.compile(r"\[([^\[\]]*)\]( \([\d,]+ values\))?")
+
+
+def edge_label(parts: list[str], value: str) -> str:
+    """One label for an edge: 'grad = [2, 2]'; after a shape or broadcast chip, its value follows
+    it: '[4, 3] → Σ → [3] = [8, 8, 8]' (two texts side by side would read as two things)."""
+    if not parts:
+        return value
+    head = "  ".join(parts)
+    if not value:
+        return head
+    return f"{head} = {value[len(GRAD_WORD):] if value.startswith(GRAD_WORD) else value}"
 
 
 def seed_text(call: CallInfo, root: NodeInfo) -> str:

@@ -89,11 +89,11 @@ def test_a_stepped_leaf_shows_before_plus_this_step_once_its_accumulate_grad_ran
     assert leaf_chip_lines(call, leaf, tracker.leaf_grads, trace.calls[0]) == ["x = 2", ".grad = 2"]
     tracker.add(steps[1])
     assert leaf_chip_lines(call, leaf, tracker.leaf_grads) == ["x = 2", ".grad = 2 (before) + 2 = 4"]
-    assert tracker.edge_texts[(mul.id, leaf.id)] == "2  \u21d2 .grad 2 (before) + 2 = 4"
+    assert tracker.edge_texts[(mul.id, leaf.id)] == "grad = 2  \u21d2 .grad 2 (before) + 2 = 4"
     # A replayed step says the same.
     view = step_view(call, steps)
     assert leaf_chip_lines(call, leaf, view.leaf_grads) == ["x = 2", ".grad = 2 (before) + 2 = 4"]
-    assert step_texts(call, view)[(mul.id, leaf.id)] == "2  \u21d2 .grad 2 (before) + 2 = 4"
+    assert step_texts(call, view)[(mul.id, leaf.id)] == "grad = 2  \u21d2 .grad 2 (before) + 2 = 4"
 
 
 def test_a_stepped_leaf_that_held_no_grad_shows_this_step_alone(trace):
@@ -102,4 +102,4 @@ def test_a_stepped_leaf_that_held_no_grad_shows_this_step_alone(trace):
     mul = next(n for n in call.nodes if n.kind != "accumulate_grad")
     view = step_view(call, _steps(call, 0.0, 2.0))
     assert leaf_chip_lines(call, leaf, view.leaf_grads) == ["x = 2", ".grad = 2"]
-    assert step_texts(call, view)[(mul.id, leaf.id)] == "2  \u21d2 .grad 2"
+    assert step_texts(call, view)[(mul.id, leaf.id)] == "grad = 2  \u21d2 .grad 2"

@@ -195,10 +195,10 @@ def test_saved_boxes_and_shape_texts(view):
     assert {s.saved.label for s in view.saved_items if s.no_grad} == {"mat1 = x", "target = target"}
     assert "saved" in view.legend.entries() and "no_grad" in view.legend.entries()
     view.set_show_shapes(True)
-    texts = {e.key: e._text() for e in view.edge_items}
+    texts = {e.key: e.label_text() for e in view.edge_items}
     assert texts[("n1", "n3")] == "" and texts[("n3", "n4")] == "shape 2×8" and texts[("n0", "n1")] == "shape 4×2"
-    view.set_edge_texts({("n3", "n4"): "grad 0.25"})
-    assert view.edge_items[[e.key for e in view.edge_items].index(("n3", "n4"))]._text() == "shape 2×8  grad 0.25"
+    view.set_edge_texts({("n3", "n4"): "grad = 0.25"})  # one label: the shape, then its value
+    assert view.edge_items[[e.key for e in view.edge_items].index(("n3", "n4"))].label_text() == "shape 2×8 = 0.25"
 
 
 def test_error_call_marks_the_culprit(view):

@@ -415,16 +415,17 @@ def test_cut_labels_cross_no_edge_and_edge_texts_hide_no_arrowhead(qtbot, direct
     with offscreen_view(call, values=True, direction=direction) as view:
         lay, lines, heads = _edge_shapes(view)
         tips = [e.points[-1] for e in lay.edges]
-        notes = [t for t in view.marks.tags if t.kind in ("cut", "grad", "value")]
+        notes = [t for t in view.marks.tags if t.kind in ("cut", "value")]
         cuts = [t for t in notes if t.kind == "cut"]
         assert sorted(" ".join(t.lines) for t in cuts) == ["✂ Python number 1", "✂ Python number 2"]
-        assert len([t for t in notes if t.kind == "grad"]) == len(lay.edges) == 5
+        grads = [e for e in view.edge_items if e.label_text().startswith("grad = ")]
+        assert len(grads) == len(lay.edges) == 5
         for t in cuts:
             assert not [i for i, line in enumerate(lines) if line.intersects(t.text_rect())], (direction, t.lines)
-        for t in notes:
-            r = t.text_rect()
-            assert not any(r.contains(x, y) for x, y in tips), (direction, t.lines)
-            assert not any(r.intersects(h) for h in heads), (direction, t.lines)
+        texts = [(t.lines, t.text_rect()) for t in notes] + [(e.label_text(), e.label_rect()) for e in grads]
+        for what, r in texts:
+            assert not any(r.contains(x, y) for x, y in tips), (direction, what)
+            assert not any(r.intersects(h) for h in heads), (direction, what)
 
 
 @pytest.fixture(scope="module")
@@ -465,4 +466,8 @@ def test_no_mark_covers_an_arrowhead_or_crosses_an_edge(qtbot, marked_calls, dir
                 assert not [v for v, b in boxes.items() if v != own and b.intersects(r)], where
                 assert not [p for p in placed if p.intersects(r)], where
                 placed.append(r)
+            for e in view.edge_items:  # broadcast marks are edge labels (see test_label_placement)
+                if e.mark_text:
+                    kinds.add("mark")
+                    assert not any(e.label_rect().intersects(h) for h in heads), (direction, name, e.mark_text)
     assert kinds == {"stale", "inplace", "device", "device_edge", "mark", "cut"}

@@ -11,7 +11,9 @@ from PySide6.QtGui import QFontMetricsF, QPainter, QPainterPath, QPolygonF
 from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem
 
 from core.layout.boxes import EdgePath, GroupBox, NodeBox, SavedBox
+from core.model.values import compact_values, edge_label
 from widgets.display_text import cut_middle
+from widgets.graph.labels import sample_path
 from widgets.graph.painting import (
     MIN_TEXT_PX, NodeStyle, color, font, node_outline, paint_node, pen, summary_px, text_metrics,
 )
@@ -104,7 +106,10 @@ class EdgeItem(QGraphicsItem):
         self.accent: str | None = None  # a theme colour name: the edge is drawn bold in it
         self.shape_text = shape_text
         self.show_shape = False
-        self.value_text = ""
+        self.value_text = ""  # the gradient a step sent along the edge ('grad = [2, 2]')
+        self.mark_text = ""  # a broadcast or dtype change on the edge ('[4, 3] → Σ → [3]')
+        self.grad_text = ""  # with Values on: the gradient the call sent ('grad = [8, 8, 8]')
+        self.stepping = False  # a step view is shown: only stepped gradients are written
         self._curved = curved
         self._path: QPainterPath | None = None  # built on first paint: most edges are never seen
         xs = [p[0] for p in edge.points]
@@ -113,7 +118,9 @@ class EdgeItem(QGraphicsItem):
         self._line_bounds = QRectF(x0 - 5, y0 - 3, max(xs) - x0 + 10, max(ys) - y0 + 6)
         self._bounds = self._line_bounds
         self._text_rect = QRectF()
-        self._anchor: tuple[float, float] | None = None  # where the text sits (see _label_anchor)
+        self._size = (0.0, 0.0)
+        self._form = 0  # which of ``label_forms`` is drawn
+        self._leader: tuple[QPointF, QPointF] | None = None
         self.setCacheMode(_DEVICE_CACHE)
 
     def _ensure_path(self) -> None:
@@ -141,30 +148,108 @@ class EdgeItem(QGraphicsItem):
     def boundingRect(self) -> QRectF:
         return self._bounds
 
-    def _text(self) -> str:
-        parts = [t for t in ((self.shape_text if self.show_shape else ""), self.value_text) if t]
-        return "  ".join(parts)
+    def label_text(self) -> str:
+        """The one label of the edge as drawn (see ``label_forms``)."""
+        forms = self.label_forms()
+        return forms[min(self._form, len(forms) - 1)] if forms else ""
 
-    def set_texts(self, *, show_shape: bool | None = None, value: str | None = None) -> None:
+    def label_forms(self) -> list[str]:
+        """The edge's label, whole and (when it differs) shorter: its shape and broadcast/dtype chip,
+        then '= values' (the gradient a step gave it; with Values on and no stepping, the one the
+        call sent). The placer takes the shorter form only where the whole one finds no room."""
+        value = self.value_text if self.stepping else (self.value_text or self.grad_text)
+        parts = [t for t in ((self.shape_text if self.show_shape else ""), self.mark_text) if t]
+        whole = edge_label(parts, value)
+        if not whole:
+            return []
+        forms = [whole]
+        for level in (1, 2):
+            short = edge_label(parts, compact_values(value, level))
+            if short != forms[-1]:
+                forms.append(short)
+        return forms
+
+    def label_sizes(self) -> list[tuple[float, float]]:
+        """The size of each of ``label_forms``."""
+        fm = text_metrics(self.theme.font_family, self.theme.small_font_px)
+        return [(fm.horizontalAdvance(t) + 8, fm.height() + 2) for t in self.label_forms()]
+
+    def set_texts(self, *, show_shape: bool | None = None, value: str | None = None, mark: str | None = None,
+                  grad: str | None = None, stepping: bool | None = None) -> None:
+        """New label parts; the label keeps its spot until ``set_label_at`` (the label placer) moves it."""
         if show_shape is not None:
             self.show_shape = show_shape
         if value is not None:
             self.value_text = value
-        text = self._text()
-        rect = QRectF()
+        if mark is not None:
+            self.mark_text = mark
+        if grad is not None:
+            self.grad_text = grad
+        if stepping is not None:
+            self.stepping = stepping
+        if any(v is not None for v in (show_shape, value, mark, grad, stepping)):
+            self._form = 0  # new text: the whole of it, until the placer finds it no room
+        text = self.label_text()
+        size = (0.0, 0.0)
         if text:
             fm = text_metrics(self.theme.font_family, self.theme.small_font_px)
-            w, h = fm.horizontalAdvance(text) + 8, fm.height() + 2
-            if self._anchor is None:
-                self._anchor = _label_anchor(self.edge.points, self._curved)
-            ax, ay = self._anchor
-            rect = QRectF(ax + 4, ay - h / 2, w, h)
-        if rect != self._text_rect:
-            self.prepareGeometryChange()
-            self._text_rect = rect
+            size = (fm.horizontalAdvance(text) + 8, fm.height() + 2)
+        if size == self._size:
+            self.update()
+            return
+        self._size = size
+        if not text:
+            self._set_label(QRectF(), None)
+            return
+        r = self._text_rect
+        if r.isNull():  # until placed: beside the middle of its last gap crossing
+            ax, ay = _label_anchor(self.edge.points, self._curved)
+            r = QRectF(ax + 4, ay - size[1] / 2, 0, 0)
+        self._set_label(QRectF(r.x(), r.center().y() - size[1] / 2, size[0], size[1]), self._leader)
+
+    def label_size(self) -> tuple[float, float]:
+        """The label's width and height (0, 0 without one)."""
+        return self._size
+
+    def label_rect(self) -> QRectF:
+        """The label's box in scene coordinates (null without one)."""
+        return QRectF(self._text_rect)
+
+    def leader(self) -> tuple[QPointF, QPointF] | None:
+        """The short line from the edge to its label, when the label sits off the line."""
+        return self._leader
+
+    def arrow_rect(self) -> QRectF:
+        """The arrowhead's box in scene coordinates (no label covers one)."""
+        self._ensure_path()
+        return self._arrow.boundingRect().adjusted(-1, -1, 1, 1)
+
+    def line_points(self) -> list[tuple[float, float]]:
+        """The drawn line, sampled (what the label placer measures distances to)."""
+        return sample_path(self.edge.points, self._curved, self._horizontal)
+
+    def set_label_at(self, rect: tuple[float, float, float, float], a=None, b=None, form: int = 0) -> None:
+        """Put the label (``label_forms()[form]``) at ``rect`` (x0, y0, x1, y1), joined to its edge
+        by a leader from ``a`` to ``b``."""
+        self._form = form
+        self._size = (rect[2] - rect[0], rect[3] - rect[1])
+        self._set_label(QRectF(QPointF(rect[0], rect[1]), QPointF(rect[2], rect[3])),
+                        (QPointF(*a), QPointF(*b)) if a is not None else None)
+
+    def _set_label(self, rect: QRectF, leader) -> None:
+        if rect == self._text_rect and leader == self._leader:
+            self.update()
+            return
+        self.prepareGeometryChange()
+        self._text_rect, self._leader = rect, leader
+        if rect.isNull():
+            self._bounds = self._line_bounds
+        else:
             # Room for the text enlarged twice about its centre (zoomed out, see ``summary_px``).
             big = rect.adjusted(-rect.width() / 2, -rect.height() / 2, rect.width() / 2, rect.height() / 2)
-            self._bounds = self._line_bounds.united(big) if not rect.isNull() else self._line_bounds
+            self._bounds = self._line_bounds.united(big)
+            if leader is not None:
+                self._bounds = self._bounds.united(QRectF(leader[0], leader[1]).normalized().adjusted(-2, -2, 2, 2))
         self.update()
 
     def set_active(self, active: bool) -> None:
@@ -197,7 +282,7 @@ class EdgeItem(QGraphicsItem):
         p.setPen(Qt.NoPen)
         p.setBrush(color(c))
         p.drawPolygon(self._arrow)
-        text = self._text()
+        text = self.label_text()
         px = summary_px(lod, t.small_font_px, 2.0 * t.small_font_px) if text else 0
         if px:
             r = self._text_rect
@@ -205,6 +290,10 @@ class EdgeItem(QGraphicsItem):
                 k = px / t.small_font_px
                 r = QRectF(r.center().x() - r.width() * k / 2, r.center().y() - r.height() * k / 2,
                            r.width() * k, r.height() * k)
+            if self._leader is not None and px == t.small_font_px:
+                p.setPen(pen(c, 0.8))
+                p.drawLine(*self._leader)
+            p.setPen(pen(t.device, 0.8) if self.mark_text else Qt.NoPen)
             p.setBrush(color(t.background))
             p.drawRoundedRect(r, 3, 3)
             p.setFont(font(t.font_family, px))
@@ -247,6 +336,13 @@ class GroupBoxItem(QGraphicsItem):
     def set_theme(self, theme: Theme) -> None:
         self.theme = theme
         self.update()
+
+    def title_rect(self) -> QRectF:
+        """Where the frame's title is written, in scene coordinates (labels and notes keep off it)."""
+        t = self.theme
+        f = font(t.font_family, t.small_font_px + 1, True)
+        w = min(QFontMetricsF(f).horizontalAdvance("\u2212 " + cut_middle(self.group.label)), self._rect.width() - 20)
+        return QRectF(self.group.x + 10, self.group.y + 4, max(w, 0.0), 14)
 
     def paint(self, p: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
         t = self.theme

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem
 
 from core.layout.visible import open_nodes
 from core.model.causes import cut_text, hook_lines, hook_tips, node_notes
-from core.model.edge_marks import edge_mark_tip, mark_text
+from core.model.edge_marks import mark_text
 from core.model.step_state import leaf_lines_after
 from core.model.values import edge_grad_text, seed_text
 from widgets.graph.items import EdgeItem, edge_path
@@ -139,6 +139,9 @@ class Placer:
         self.taken: dict[tuple[int, int], list[QRectF]] = {}  # boxes and placed notes, by grid cell
         for b in layout.nodes.values():
             self._take(QRectF(b.x, b.y, b.w, b.h))
+        for g in layout.groups:  # module frame titles (their strip along the frame's top)
+            if not g.collapsed:
+                self._take(QRectF(g.x + 10, g.y + 4, max(g.w - 20, 0.0), 14))
         # where edges write their shape or gradient: around the middle of each edge
         self.texts: dict[tuple[int, int], list[QRectF]] = {}
         for x, y in (_middle(e.points) for e in layout.edges):
@@ -364,9 +367,12 @@ def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scen
         if hooks:
             item = NoteItem("hook", hooks, "\n".join(hook_tips(call, n)), theme, n.id, False)
             w, h = item.size()
+            cx = box.x + box.w / 2 - w / 2
             placer.place(item, [(box.x + box.w - 10, box.y - h + 4), (box.x + box.w + 4, box.y),
                                 (box.x - w - 4, box.y), (box.x - w + 10, box.y - h + 4),
-                                (box.x + box.w - 10, box.y + box.h - 4)], avoid_edges=True)
+                                (box.x + box.w - 10, box.y + box.h - 4), (cx, box.y - h - 4),
+                                (cx, box.y + box.h + 4), (box.x + box.w + 4, box.y - h - 4),
+                                (box.x - w - 4, box.y + box.h + 4)], avoid_edges=True)
             out.append(item)
         if values and n.kind == "accumulate_grad" and n.variable:
             lines = (leaf_lines or {}).get(n.id) or leaf_lines_after(call, n)
@@ -377,7 +383,10 @@ def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scen
                 cy = box.y + box.h / 2 - h / 2
                 placer.place(item, [(box.x + box.w + 4, cy), (box.x - w - 4, cy),
                                     (box.x + box.w / 2 - w / 2, box.y + box.h + 4),
-                                    (box.x + box.w + 4, box.y + box.h + 4), (box.x - w - 4, box.y + box.h + 4)])
+                                    (box.x + box.w + 4, box.y + box.h + 4), (box.x - w - 4, box.y + box.h + 4),
+                                    (box.x + box.w / 2 - w / 2, box.y - h - 4),
+                                    (box.x + box.w + 4, box.y - h - 4), (box.x - w - 4, box.y - h - 4)],
+                             avoid_edges=True)
                 out.append(item)
     edges = {(e.src, e.slot): e for e in layout.edges}
     if slots:
@@ -401,38 +410,40 @@ def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scen
             w, h = item.size()
             above, below = (box.x + box.w / 2 - w / 2, box.y - h - 4), (box.x + box.w / 2 - w / 2, box.y + box.h + 4)
             left = (box.x - w - 6, box.y + box.h / 2 - h / 2)
-            spots = {"forward": [below, above], "LR": [left, above, below]}.get(layout.direction, [above, below])
+            right = (box.x + box.w + 6, box.y + box.h / 2 - h / 2)
+            spots = {"forward": [below, above, right, left],
+                     "LR": [left, above, below]}.get(layout.direction, [above, right, left, below])
             placer.place(item, spots, avoid_edges=True)
-            out.append(item)
-    # edges leave only from nodes drawn as their own boxes; broadcast and dtype marks (what the
-    # picture teaches) take the best spot beside their edge, the gradient values then the next
-    for n in shown:
-        for mark in n.edge_marks or ():
-            edge = edges.get((n.id, mark["input"]))
-            if edge is None:
-                continue
-            tip = edge_mark_tip(mark)
-            item = NoteItem("mark", [mark_text(mark)], tip, theme, n.id, False)
-            w, h = item.size()
-            path = edge_path(edge.points, placer.curved, placer.horizontal)
-            placer.place(item, beside(path, w, h, layout.direction == "LR"), avoid_edges=True)
-            out.append(item)
-    for n in shown if values else ():
-        for slot, g in enumerate(call.edge_grads.get(n.id) or ()):
-            edge = edges.get((n.id, slot))
-            if g is None or edge is None:
-                continue
-            src = call.node(n.next[slot].node) if n.next[slot] is not None else None
-            item = NoteItem("grad", [edge_grad_text(g)], f"the gradient {n.name} sent to "
-                            f"{src.name if src else 'this input'} in this call", theme, n.id, False)
-            w, h = item.size()
-            path = edge_path(edge.points, placer.curved, placer.horizontal)
-            placer.place(item, beside(path, w, h, layout.direction == "LR"), avoid_edges=True)
             out.append(item)
     for item in out:
         item.setVisible(show)
         scene.addItem(item)
+    label_edges(call, layout, scene, shown, values)
     return out
+
+
+def label_edges(call, layout, scene, shown, values: bool) -> None:
+    """Broadcast and dtype marks (what the picture teaches) and, with ``values``, the gradient each
+    edge carried go into the edge's own label, then every label is placed (after the notes, which
+    they keep off). Edges leave only from nodes drawn as their own boxes."""
+    from widgets.graph.scene import place_edge_labels  # the scene module builds on the marks'
+
+    items = [i for i in scene.items(Qt.AscendingOrder) if isinstance(i, EdgeItem)]
+    by_slot = {(i.edge.src, i.edge.slot): i for i in items}
+    marks: dict[int, list[str]] = {}
+    grads: dict[int, str] = {}
+    for n in shown:
+        for mark in n.edge_marks or ():
+            item = by_slot.get((n.id, mark["input"]))
+            if item is not None:
+                marks.setdefault(id(item), []).append(mark_text(mark))
+        for slot, g in enumerate(call.edge_grads.get(n.id) or () if values else ()):
+            item = by_slot.get((n.id, slot))
+            if g is not None and item is not None:
+                grads[id(item)] = edge_grad_text(g)
+    for item in items:
+        item.set_texts(mark="  ".join(marks.get(id(item), ())), grad=grads.get(id(item), ""))
+    place_edge_labels(scene, items)
 
 
 def _slot_spots(points, w: float, h: float, direction: str) -> list[tuple[float, float]]:

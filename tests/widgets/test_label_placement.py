@@ -1,0 +1,166 @@
+"""Edge labels that cannot be misread: every bundled example, with values on, in each direction,
+on screen and in the SVG export. No text box covers another text, a node or a module frame's
+title, and each edge's label is nearer its own drawn line than any other edge's line."""
+
+from __future__ import annotations
+
+import math
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QRectF
+
+from core.layout.boxes import DIRECTIONS
+from widgets.export import graph_export as export
+from widgets.graph.items import edge_path
+from widgets.graph.painting import text_metrics
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "resources" / "examples"
+SVG = "{http://www.w3.org/2000/svg}"
+NUM = re.compile(r"-?\d+(?:\.\d+)?(?:e-?\d+)?")
+SKIPPED = ("32_", "50_", "51_")  # the allocator demo (no graph to label) and the big graphs
+TOUCH = 0.5  # boxes overlapping by less than this (rounding) do not count
+# Left to right these layouts leave one label no spot nearer its own edge than a neighbour's: three
+# edges fan out of one node across a layer gap narrower than the label's shortest form. That label
+# takes its shortest form ("grad = … (8 values)") and still covers nothing.
+NO_ROOM = {("14_checkpointing", "LR"): ("n1", "n3"), ("40_model_small_cnn", "LR"): ("n6", "n12"),
+           ("41_model_build", "LR"): ("n4", "n9")}
+
+
+@pytest.fixture(scope="module")
+def example_calls():
+    """The first call with nodes of every bundled example that makes one."""
+    capture = pytest.importorskip("core.worker.capture.recorder")
+    out = {}
+    for path in sorted(EXAMPLES.glob("*.py")):
+        if path.stem.startswith(SKIPPED):
+            continue
+        call = next((c for c in capture.capture_script(str(path)).calls if c.nodes), None)
+        if call is not None:
+            out[path.stem] = call
+    return out
+
+
+def _rect(r: QRectF) -> tuple[float, float, float, float]:
+    return r.left(), r.top(), r.right(), r.bottom()
+
+
+def _overlap(a, b) -> bool:
+    return a[0] + TOUCH < b[2] and b[0] + TOUCH < a[2] and a[1] + TOUCH < b[3] and b[1] + TOUCH < a[3]
+
+
+def _line(item) -> list[tuple[float, float]]:
+    """The edge's drawn line, sampled every 2 px or so (the painter's own path, not the placer's)."""
+    path = edge_path(item.edge.points, item._curved, item._horizontal)
+    n = max(40, int(path.length() / 2))
+    return [(p.x(), p.y()) for p in (path.pointAtPercent(path.percentAtLength(path.length() * i / n))
+                                     for i in range(n + 1))]
+
+
+def _distance(line, r) -> float:
+    return min(math.hypot(max(r[0] - x, 0, x - r[2]), max(r[1] - y, 0, y - r[3])) for x, y in line)
+
+
+def scene_faults(view) -> list[str]:
+    """What is wrong with the texts of a view's scene, in words (empty when nothing is)."""
+    from widgets.graph.marks import TagItem
+    from widgets.graph.teaching import NoteItem
+
+    labels = [(e, _rect(e.label_rect())) for e in view.edge_items if e.label_size()[0]]
+    notes = [(t, _rect(t.text_rect())) for t in view.marks.tags if isinstance(t, NoteItem)]
+    tags = [(t, _rect(t.sceneBoundingRect().adjusted(1, 1, -1, -1))) for t in view.marks.tags if isinstance(t, TagItem)]
+    boxes = [(f"node {b.id}", (b.x, b.y, b.x + b.w, b.y + b.h)) for b in view.graph_layout().nodes.values()]
+    boxes += [(f"saved {s.node}.{s.name}", (s.x, s.y, s.x + s.w, s.y + s.h)) for s in view.graph_layout().saved]
+    titles = [(f"title of {g.path}", _rect(g.title_rect())) for g in view.group_items.values()]
+    texts = [(f"label {e.label_text()!r}", r) for e, r in labels] + [(f"note {t.lines!r}", r) for t, r in notes]
+    tags = [(f"tag {t.text!r}", r) for t, r in tags]
+    faults = []
+    for i, (a, ra) in enumerate(texts):
+        for b, rb in texts[i + 1:] + tags:
+            if _overlap(ra, rb):
+                faults.append(f"{a} overlaps {b}")
+    for a, ra in texts:
+        for b, rb in boxes + titles:
+            if _overlap(ra, rb):
+                faults.append(f"{a} covers {b}")
+    lines = {id(e): _line(e) for e in view.edge_items}
+    for e, r in labels:
+        own = _distance(lines[id(e)], r)
+        for other in view.edge_items:
+            if other is not e and other.key != e.key and _distance(lines[id(other)], r) <= own:
+                faults.append(f"label {e.label_text()!r} of {e.key} is as near {other.key} as its own edge")
+                break
+    return faults
+
+
+def svg_texts(path: Path) -> list[tuple[str, tuple[float, float, float, float]]]:
+    """Every <text> of an SVG with its box in the SVG's units (measured with the font it names)."""
+    out = []
+    for g in ET.parse(path).getroot().iter(SVG + "g"):
+        m = g.get("transform") or "matrix(1,0,0,1,0,0)"
+        a, _, _, d, e, f = (float(v) for v in NUM.findall(m))
+        for ch in g:
+            text = (ch.text or "").strip() if ch.tag == SVG + "text" else ""
+            if not text:
+                continue
+            px = float(ch.get("font-size") or g.get("font-size"))
+            fm = text_metrics(ch.get("font-family") or g.get("font-family"), round(px))
+            x, y = float(ch.get("x")), float(ch.get("y"))
+            x0 = x + (len(ch.text) - len(ch.text.lstrip())) * fm.horizontalAdvance(" ")
+            box = (x0, y - fm.ascent() + 1, x0 + fm.horizontalAdvance(text), y + fm.descent() - 1)
+            out.append((text, (a * box[0] + e, d * box[1] + f, a * box[2] + e, d * box[3] + f)))
+    return out
+
+
+def svg_faults(path: Path, placed: set[str]) -> list[str]:
+    """Overlaps in an SVG between a placed text (an edge label or a note's line) and any other text.
+    Tags hang on their node by design, so a tag over its node's name is not counted."""
+    texts = svg_texts(path)
+    return [f"{a!r} overlaps {b!r}" for i, (a, ra) in enumerate(texts) for b, rb in texts[i + 1:]
+            if (a in placed or b in placed) and _overlap(ra, rb)]
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_every_example_labels_its_own_edge_and_covers_nothing(example_calls, direction, tmp_path):
+    assert len(example_calls) == 27 and "28_broadcasting_backward" in example_calls
+    faults = {}
+    labelled = 0
+    for name, call in example_calls.items():
+        with export.offscreen_view(call, values=True, direction=direction) as view:
+            found = scene_faults(view)
+            cramped = NO_ROOM.get((name, direction))
+            if cramped is not None:
+                edge = next(e for e in view.edge_items if e.key == cramped)
+                assert edge.label_text() == edge.label_forms()[-1], (name, edge.label_text())
+                found = [f for f in found if f" of {cramped} is as near " not in f]
+            labels = [e.label_text() for e in view.edge_items if e.label_size()[0]]
+            lines = {line for t in view.marks.tags for line in getattr(t, "lines", ())}
+            labelled += len(labels)
+            svg = export.render_svg(view, tmp_path / f"{name}.svg")
+            drawn = [t for t, _ in svg_texts(svg)]
+            found += [f"SVG: {f}" for f in svg_faults(svg, set(labels) | lines)]
+            found += [f"SVG lacks the label {t!r}" for t in labels if t not in drawn]
+        if found:
+            faults[name] = found
+    assert faults == {}
+    assert labelled >= 140  # the examples' edges do carry labels
+
+
+def test_broadcast_sum_and_its_value_are_one_label_on_their_own_edge(example_calls):
+    call = example_calls["28_broadcasting_backward"]
+    names = {n.id: n.name for n in call.nodes}
+    with export.offscreen_view(call, values=True) as view:
+        texts = {(names[e.edge.src], view.graph_layout().nodes[e.edge.dst].label.split("\n")[0]): e.label_text()
+                 for e in view.edge_items}
+        assert scene_faults(view) == []
+    assert texts == {
+        ("SumBackward0", "MulBackward0"): "grad = [1, 1, 1, 1, …] (12 values)",
+        ("MulBackward0", "AddBackward0"): "grad = [2, 2, 2, 2, …] (12 values)",
+        ("MulBackward0", "s"): "[4, 3] \u2192 \u03a3 \u2192 [] = 86.4",
+        ("AddBackward0", "MmBackward0"): "grad = [2, 2, 2, 2, …] (12 values)",
+        ("AddBackward0", "b"): "[4, 3] \u2192 \u03a3 \u2192 [3] = [8, 8, 8]",
+        ("MmBackward0", "w"): "grad = [8, 8, 8, 8, …] (6 values)",
+    }
