@@ -35,6 +35,7 @@ FIT_ROUNDS = 6
 OPEN_VALUES_NODES = 40
 CHROME_TEXT = 20.0  # PNG pixels: a page that enlarges the graph draws its legend's smallest text no larger
 RING = 7.0  # a node's state ring (current, failed) is drawn this far outside its box
+CLEAR = 4.0  # scene units between the drawing and the legend's rule under it
 MAX_FOLD_BOXES = 400  # fold levels with more boxes than this are not tried
 CROPPED_NOTE = "The part of the graph around the loss; fold modules or pick a larger page for the rest."
 
@@ -78,7 +79,8 @@ def smallest_text(view, legend: bool = True) -> float:
 def drawn_rect(view) -> QRectF:
     """The scene rectangle the graph is drawn in: its boxes (with room for a state ring), frames,
     edges, their texts and the notes beside them. Without the layout's margin and the room a
-    node item keeps for its hover ring: on a page, the page's margin is the only one."""
+    node item keeps for its hover ring: on a page, the page's margin is the only one (and
+    ``CLEAR`` below, above the legend's rule)."""
     rect = QRectF()
     for item in view.node_items.values():
         ring = RING if item.state or item.selected or item.highlighted else 1.0
@@ -87,7 +89,7 @@ def drawn_rect(view) -> QRectF:
     for item in [*view.group_items.values(), *view.edge_items, *view.saved_items, *view.marks.items()]:
         if item.isVisible():
             rect = rect.united(item.sceneBoundingRect())
-    return rect
+    return rect.adjusted(0, 0, 0, CLEAR)
 
 
 def plan_page(view, page: str, fmt: str, make_sheet, *, fold: bool = True, deepen: bool = False,
