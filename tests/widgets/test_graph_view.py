@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from PySide6.QtCore import QEvent, QPoint, QPointF, Qt
+from PySide6.QtCore import QEvent, QPoint, QPointF, QRect, Qt
 from PySide6.QtGui import QColor, QHelpEvent, QWheelEvent
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication
@@ -74,15 +74,24 @@ def test_legend_lists_what_the_graph_shows(view):
     assert view.legend.entries() == ["op", "leaf", "custom", "frame", "retained"]
     view.set_node_states({"n0": "executed", "n1": "current"})
     assert view.legend.entries()[-2:] == ["executed", "current"]
-    # drawn in the bottom-left corner, over the viewport, and it does not scroll with the scene
-    geo = view.legend.geometry()
-    assert geo.left() < 20 and geo.bottom() > view.viewport().geometry().bottom() - 20
+    # drawn in the bottom-left corner, over the viewport; it does not scroll with the scene, it
+    # only moves to another corner when boxes come under it
+    geo, vp = view.legend.geometry(), view.viewport().geometry()
+    assert geo.left() == vp.left() + 8 and geo.bottom() == vp.bottom() - 8
     view.set_zoom(300)
     bar = view.verticalScrollBar()
     assert bar.maximum() > 0
-    before, node_before = view.legend.pos(), centre_of(view, "n0")
+    before, node_before = view.legend.geometry(), centre_of(view, "n0")
     bar.setValue(bar.maximum())
-    assert centre_of(view, "n0") != node_before and view.legend.pos() == before
+    after = view.legend.geometry()
+    assert centre_of(view, "n0") != node_before
+    # zoomed in, boxes filled the bottom left corner: the legend sat in the bottom right one;
+    # scrolled to the end, below the graph, it is back in its own corner
+    assert before == QRect(vp.right() - 8 - 226, vp.bottom() - 8 - 183, 227, 184)
+    assert after == QRect(vp.left() + 8, vp.bottom() - 8 - 183, 227, 184)
+    boxes = [view.mapFromScene(i.sceneBoundingRect()).boundingRect().translated(vp.topLeft())
+             for i in view.node_items.values()]
+    assert not any(b.intersects(after) for b in boxes)
 
 
 def test_async_layout_emits_scene_ready(view, qtbot):

@@ -3,14 +3,15 @@
 ``OverviewItem`` draws every box and edge with a handful of painter calls; the view shows
 it instead of the per-node items when zoomed out so far that no text is readable, which
 keeps a full repaint of a 5,000-node graph in a few milliseconds. The minimap and the
-legend are overlays: child widgets of the view that do not scroll with the scene.
+legend are overlays: child widgets of the view that do not scroll with the scene, placed by
+``widgets.graph.overlays``.
 """
 
 from __future__ import annotations
 
 from PySide6.QtCore import QPointF, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QPainterPath, QPen, QPixmap
-from PySide6.QtWidgets import QGraphicsItem, QGraphicsView, QWidget
+from PySide6.QtWidgets import QGraphicsItem, QWidget
 
 from core.layout.boxes import Layout
 from widgets.graph.painting import NodeStyle, color, font, node_colors, paint_node
@@ -101,7 +102,7 @@ class Minimap(QWidget):
     def __init__(self, parent: QWidget):
         super().__init__(parent)
         self.setCursor(Qt.PointingHandCursor)
-        self.setToolTip("Overview: click or drag to move the view")
+        self.setToolTip("Overview: click or drag to move the view; M folds it")
         self._overview: OverviewItem | None = None
         self._pixmap = QPixmap()
         self._scene_rect = QRectF()
@@ -247,7 +248,7 @@ def paint_legend_entry(p: QPainter, key: str, sample: QRectF, theme: Theme, fram
 
 
 class Legend(QWidget):
-    """What each shape and mark means, for the kinds present in the graph; click to fold."""
+    """What each shape and mark means, for the kinds present in the graph; click to fold or open."""
 
     sig_folded = Signal(bool)
     """The user folded (True) or unfolded the legend; the window remembers it."""
@@ -258,10 +259,12 @@ class Legend(QWidget):
         super().__init__(parent)
         self._entries: list[str] = []
         self._theme: Theme | None = None
-        self.folded = False
+        self.folded = False  # the user folded it (the window remembers it)
+        self.tucked = False  # folded for want of a corner free of nodes (``Overlays.place``)
+        self.pinned = False  # the user opened it: it stays open, off the current and selected nodes
         self.setCursor(Qt.PointingHandCursor)
-        self.setToolTip("Legend: click to fold or unfold")
         self._cached: tuple = (None, None)  # (what was drawn, its pixmap)
+        self._tip()
 
     def set_entries(self, entries: list[str], theme: Theme) -> None:
         self._entries = [e for e in entries if e in LEGEND_ENTRIES]
@@ -272,27 +275,58 @@ class Legend(QWidget):
     def entries(self) -> list[str]:
         return list(self._entries)
 
-    def _resize(self) -> None:
-        rows = 0 if self.folded else len(self._entries)
+    def shown_folded(self) -> bool:
+        """True when only the title tab shows: folded by the user, or tucked away."""
+        return self.folded or self.tucked
+
+    def size_for(self, folded: bool) -> QSize:
+        """The legend's size open (``folded`` False) or as its title tab."""
+        rows = 0 if folded else len(self._entries)
         width = 90.0
         if self._theme is not None and rows:
             fm = QFontMetricsF(font(self._theme.font_family, self._theme.small_font_px + 1))
             width = max(fm.horizontalAdvance(LEGEND_ENTRIES[k][0]) for k in self._entries) + 80
-        bottom = self.y() + self.height()
-        self.setFixedSize(int(width), 24 + rows * self.ROW + (6 if rows else 0))
-        self.move(self.x(), bottom - self.height())  # folding keeps the bottom corner in place
+        return QSize(int(width), 24 + rows * self.ROW + (6 if rows else 0))
+
+    def _resize(self) -> None:
+        self.setFixedSize(self.size_for(self.shown_folded()))
+
+    def _tip(self) -> None:
+        self.setToolTip("Legend: folded to keep the graph clear; click or press L to open it" if self.tucked
+                        else "Legend: click or press L to fold or unfold")
+
+    def _replace(self) -> None:
+        if self.parent() is not None and hasattr(self.parent(), "overlays"):
+            self.parent().overlays.place()
 
     def set_folded(self, folded: bool) -> None:
-        if folded != self.folded:
-            self.folded = folded
+        """Fold or unfold as the user last left it; unfolded, it still tucks away when it has no room."""
+        if folded != self.folded or self.pinned:
+            self.folded, self.pinned = folded, False
             self._resize()
             self.update()
-            if self.parent() is not None and hasattr(self.parent(), "overlays"):
-                self.parent().overlays.place()
+            self._replace()
+
+    def set_tucked(self, tucked: bool) -> None:
+        """Fold into the title tab (True) because no corner is free, or open again."""
+        if tucked != self.tucked:
+            self.tucked = tucked
+            self._resize()
+            self._tip()
+            self.update()
+
+    def toggle(self) -> None:
+        """The user's click or key: fold an open legend; open a folded one, which then stays open."""
+        opening = self.shown_folded()
+        self.folded, self.pinned = not opening, opening
+        self.set_tucked(False)
+        self._resize()
+        self.update()
+        self._replace()
+        self.sig_folded.emit(self.folded)
 
     def mousePressEvent(self, event) -> None:
-        self.set_folded(not self.folded)
-        self.sig_folded.emit(self.folded)
+        self.toggle()
         event.accept()
 
     def mouseReleaseEvent(self, event) -> None:
@@ -300,7 +334,7 @@ class Legend(QWidget):
 
     def paintEvent(self, event) -> None:
         # Drawn once into a pixmap: the legend sits over the graph, so it repaints with every frame.
-        key = (tuple(self._entries), self._theme, self.folded, self.size(), self.devicePixelRatioF())
+        key = (tuple(self._entries), self._theme, self.shown_folded(), self.size(), self.devicePixelRatioF())
         if key != self._cached[0]:
             pixmap = QPixmap(self.size() * self.devicePixelRatioF())
             pixmap.setDevicePixelRatio(self.devicePixelRatioF())
@@ -325,9 +359,9 @@ class Legend(QWidget):
         p.drawText(
             QRectF(10, 4, self.width() - 20, 16),
             Qt.AlignLeft | Qt.AlignVCenter,
-            "Legend " + ("\u25b8" if self.folded else "\u25be"),
+            "Legend " + ("\u25b8" if self.shown_folded() else "\u25be"),
         )
-        if not self.folded:
+        if not self.shown_folded():
             y = 26.0
             for key in self._entries:
                 text = LEGEND_ENTRIES[key][0]
@@ -338,33 +372,3 @@ class Legend(QWidget):
                 p.drawText(QRectF(66, y, self.width() - 72, self.ROW - 2), Qt.AlignLeft | Qt.AlignVCenter, text)
                 y += self.ROW
         p.end()
-
-
-class Overlays:
-    """The legend (bottom left) and the minimap (bottom right) over a graphics view's viewport.
-
-    They are children of the view, not of its viewport, so scrolling does not move them.
-    """
-
-    def __init__(self, view: QGraphicsView):
-        self.view = view
-        self.legend = Legend(view)
-        self.minimap = Minimap(view)
-
-    def update(self, has_graph: bool) -> None:
-        """Show the minimap only while part of the graph is out of sight, and outline the view."""
-        view = self.view
-        scene_rect = view.scene().sceneRect()
-        visible = view.mapToScene(view.viewport().rect()).boundingRect()
-        larger = has_graph and not visible.contains(scene_rect.adjusted(2, 2, -2, -2))
-        self.minimap.setVisible(larger)
-        if larger:
-            self.minimap.set_view_rect(visible)
-        self.place()
-
-    def place(self) -> None:
-        vp = self.view.viewport().geometry()
-        self.legend.move(vp.left() + 8, vp.bottom() - self.legend.height() - 8)
-        self.minimap.move(vp.right() - self.minimap.width() - 8, vp.bottom() - self.minimap.height() - 8)
-        self.legend.raise_()
-        self.minimap.raise_()

@@ -55,14 +55,16 @@ class NavigationMixin:
             self._center_in(QPointF(x, top + area.height() / 2 / s), area)
 
     def _area(self, minimap: bool = False) -> QRectF:
-        """The part of the viewport not covered by the legend (bottom left) and, with ``minimap``,
-        the minimap (bottom right), in viewport pixels: of the strip between them and the band
-        above them, the larger one."""
+        """The part of the viewport left free by the legend in its own corner (bottom left, open
+        unless the user folded it) and, with ``minimap``, the minimap (bottom right), in viewport
+        pixels: of the strip between them and the band above them, the larger one. A graph framed
+        in it leaves those corners free, so the overlays open there."""
         vp = QRectF(self.viewport().rect())
         leg, mm = self.legend, self.minimap
         lw = lh = mw = mh = 0.0
-        if not leg.isHidden() and leg.entries():
-            lw, lh = leg.width() + 16, leg.height() + 16
+        if leg.entries():
+            size = leg.size_for(leg.folded)
+            lw, lh = size.width() + 16, size.height() + 16
         if minimap and mm.has_overview():
             mw, mh = mm.width() + 16, mm.height() + 16
         if not (lw or mw):

@@ -29,7 +29,8 @@ from widgets.graph.state import GraphState
 from widgets.graph.steps import StepStatesMixin
 from widgets.graph.scene import LayoutRunner, build_message, build_scene, legend_entries
 from widgets.graph.scene import overview_marks, search_index, toggled, tooltip
-from widgets.graph.minimap import Overlays, OverviewItem
+from widgets.graph.minimap import OverviewItem
+from widgets.graph.overlays import OverlaysMixin
 from widgets.theme import Theme, get_theme
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ SMALL_SCENE = 1500  # scenes with fewer items always draw their own items
 EXPAND_ONE_LEVEL = 400  # expanding a group bigger than this keeps its subgroups collapsed
 
 
-class GraphView(NavigationMixin, RelationsMixin, MarksMixin, StepStatesMixin, QGraphicsView):
+class GraphView(NavigationMixin, RelationsMixin, MarksMixin, OverlaysMixin, StepStatesMixin, QGraphicsView):
     """The autograd graph of one call, with zoom, search, selection, groups, step states and marks."""
 
     sig_scene_ready = Signal(str)
@@ -95,9 +96,7 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, StepStatesMixin, QG
         self._runner = LayoutRunner(self)
         self._runner.sig_done.connect(self._on_done)
         self._runner.sig_failed.connect(self._on_failed)
-        self.overlays = Overlays(self)
-        self.legend, self.minimap = self.overlays.legend, self.overlays.minimap
-        self.minimap.sig_center_on.connect(self.centerOn)
+        self._init_overlays()
         self._init_relations()
         self.horizontalScrollBar().valueChanged.connect(self._update_minimap)
         self.verticalScrollBar().valueChanged.connect(self._update_minimap)
@@ -113,6 +112,7 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, StepStatesMixin, QG
         self.state.state_kinds, self.state.box_tally = {}, {}
         self.state.states_token += 1
         self.state.fit_next = True
+        self.overlays.reset()
         self._relayout(sync, collapsed, opening=collapsed is None)
 
     def call(self) -> CallInfo | None:
@@ -309,6 +309,8 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, StepStatesMixin, QG
             self.overview.set_theme(t)
             self.minimap.set_overview(self.overview, self.scene().sceneRect(), t)
         self.legend.set_entries(self.legend.entries(), t)
+        self.overlays.place()
+        self.overlays.minimap_tab.update()
 
     def theme(self) -> Theme:
         return self._theme
@@ -377,6 +379,7 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, StepStatesMixin, QG
             if center:
                 self.centerOn(item.sceneBoundingRect().center())
         self._update_marks()
+        self.overlays.place()  # the selection is never covered
 
     def _update_marks(self) -> None:
         if self.overview is None:
@@ -402,8 +405,8 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, StepStatesMixin, QG
             self.overview.setVisible(not detail)
 
     def _update_minimap(self, *_args) -> None:
+        self._update_crumbs()  # first: the overlays keep off the breadcrumbs
         self.overlays.update(self.state.layout is not None)
-        self._update_crumbs()
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)

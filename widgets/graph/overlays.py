@@ -1,0 +1,350 @@
+"""Where the legend and the minimap sit over the graph view, and how they fold away.
+
+Each overlay takes a corner of the viewport that no node box in view reaches (the legend
+prefers the bottom left, the minimap the bottom right). When no corner is free it folds into
+a small tab, put where it covers no box either. A click on the tab (or the view's key for it)
+opens the overlay again, and it then stays open, in the corner where it covers the fewest
+boxes, until the user folds it or another call is shown. The box of the node backward is at
+while stepping and the selected node's box are never covered, not even by an overlay the
+user opened. Placement runs again whenever the view scrolls, zooms or is resized, and when
+the current node or the selection changes.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QRectF, QSize, Qt, Signal
+from PySide6.QtGui import QAction, QFontMetricsF, QKeySequence, QPainter, QPen
+from PySide6.QtWidgets import QGraphicsView, QWidget
+
+from core.layout.boxes import Layout
+from widgets.graph.minimap import Legend, Minimap
+from widgets.graph.painting import color, font
+
+EDGE = 8.0  # viewport pixels between an overlay and the viewport's edge
+GAP = 2.0  # viewport pixels kept between an overlay and a node box (rounding of both)
+CORNERS = {  # corners in the order each overlay tries them
+    "legend": ("bottom_left", "top_left", "bottom_right", "top_right"),
+    "minimap": ("bottom_right", "top_right", "bottom_left", "top_left"),
+}
+# Costs of the places an overlay can take; the pair with the lowest sum is chosen.
+OPEN, OPEN_SLID, OPEN_COVERING, TAB, TAB_SLID, TAB_COVERING, HIDDEN = 0, 5, 10, 20, 25, 100, 1000
+
+
+class BoxIndex:
+    """The node boxes of one layout (with the margin their items draw in) in a coarse grid of
+    scene cells, so a rectangle query costs the boxes near it, not all of them."""
+
+    CELL = 256.0
+
+    def __init__(self, layout: Layout, margin: float):
+        self.layout = layout
+        self.rects = [(b.x - margin, b.y - margin, b.x + b.w + margin, b.y + b.h + margin)
+                      for b in layout.nodes.values()]
+        self.ids = {b.id: i for i, b in enumerate(layout.nodes.values())}
+        self.cells: dict[tuple[int, int], list[int]] = {}
+        c = self.CELL
+        for i, (x0, y0, x1, y1) in enumerate(self.rects):
+            for cx in range(int(x0 // c), int(x1 // c) + 1):
+                for cy in range(int(y0 // c), int(y1 // c) + 1):
+                    self.cells.setdefault((cx, cy), []).append(i)
+
+    def hits(self, r: QRectF) -> list[int]:
+        """Indices of the boxes that overlap scene rectangle ``r``."""
+        x0, y0, x1, y1 = r.left(), r.top(), r.right(), r.bottom()
+        c = self.CELL
+        cx0, cx1, cy0, cy1 = int(x0 // c), int(x1 // c), int(y0 // c), int(y1 // c)
+        if (cx1 - cx0 + 1) * (cy1 - cy0 + 1) > len(self.rects):
+            near = range(len(self.rects))  # zoomed far out: a plain scan is cheaper
+        else:
+            near = {i for cx in range(cx0, cx1 + 1) for cy in range(cy0, cy1 + 1) for i in self.cells.get((cx, cy), ())}
+        rects = self.rects
+        return [i for i in near if rects[i][0] < x1 and rects[i][2] > x0 and rects[i][1] < y1 and rects[i][3] > y0]
+
+    def rect(self, i: int) -> QRectF:
+        x0, y0, x1, y1 = self.rects[i]
+        return QRectF(x0, y0, x1 - x0, y1 - y0)
+
+
+class OverlayTab(QWidget):
+    """A small tab standing for a folded overlay; a click opens the overlay."""
+
+    sig_clicked = Signal()
+    """The user clicked the tab."""
+
+    def __init__(self, parent: QGraphicsView, text: str, tip: str):
+        super().__init__(parent)
+        self._text = text
+        self.setCursor(Qt.PointingHandCursor)
+        self.setToolTip(tip)
+        self.hide()
+
+    def size_for_theme(self) -> QSize:
+        t = self.parent().theme()
+        fm = QFontMetricsF(font(t.font_family, t.small_font_px + 1, True))
+        return QSize(int(fm.horizontalAdvance(self._text)) + 22, 24)
+
+    def mousePressEvent(self, event) -> None:
+        self.sig_clicked.emit()
+        event.accept()
+
+    def mouseReleaseEvent(self, event) -> None:
+        event.accept()
+
+    def paintEvent(self, event) -> None:
+        t = self.parent().theme()
+        p = QPainter(self)
+        p.setRenderHint(QPainter.Antialiasing, True)
+        p.setPen(QPen(color(t.overlay_border), 1))
+        p.setBrush(color(t.overlay_fill))
+        p.drawRoundedRect(QRectF(self.rect()).adjusted(0.5, 0.5, -0.5, -0.5), 5, 5)
+        p.setFont(font(t.font_family, t.small_font_px + 1, True))
+        p.setPen(color(t.text))
+        p.drawText(QRectF(10, 4, self.width() - 14, 16), Qt.AlignLeft | Qt.AlignVCenter, self._text)
+        p.end()
+
+
+class OverlaysMixin:
+    """The overlays of ``GraphView``: their keys, and placing them again when the current node
+    changes (the view places them on every scroll, zoom, resize and selection)."""
+
+    def _init_overlays(self) -> None:
+        self.overlays = Overlays(self)
+        self.legend, self.minimap = self.overlays.legend, self.overlays.minimap
+        self.minimap.sig_center_on.connect(self.centerOn)
+        self.act_legend = self._view_action("Fold or Open the &Legend", "L", self.overlays.toggle_legend)
+        self.act_minimap = self._view_action("Fold or Open the &Overview Map", "M", self.overlays.toggle_minimap)
+
+    def _view_action(self, text: str, key: str, slot) -> QAction:
+        """A key of the view (only while it has the focus), listed with the window's shortcuts."""
+        action = QAction(text, self)
+        action.setShortcut(QKeySequence(key))
+        action.setShortcutContext(Qt.WidgetWithChildrenShortcut)
+        action.triggered.connect(slot)
+        self.addAction(action)
+        return action
+
+    def overlay_keep_clear(self) -> set[str]:
+        """Trace node ids (or group ids) no overlay may cover: the current step's and the selection."""
+        keep = set(self.overlays.current)
+        if self.state.selected is not None:
+            keep.add(self.state.selected)
+        return keep
+
+    def set_node_states(self, states: dict[str, str]) -> None:
+        super().set_node_states(states)
+        self.overlays.current = {nid for nid, st in states.items() if st == "current"}
+        self.overlays.place()
+
+    def update_step(self, states: dict[str, str | None], texts: dict[tuple[str, str], str | None]) -> None:
+        super().update_step(states, texts)
+        current, moved = self.overlays.current, False
+        for nid, st in states.items():
+            if st == "current" and nid not in current:
+                current.add(nid)
+                moved = True
+            elif st != "current" and nid in current:
+                current.discard(nid)
+                moved = True
+        if moved:
+            self.overlays.place()
+
+
+class Overlays:
+    """The legend and the minimap over a graphics view's viewport, kept off the node boxes.
+
+    They are children of the view, not of its viewport, so scrolling does not move them; ``place``
+    does. The view gives the boxes (``state.layout``), the boxes never to cover
+    (``overlay_keep_clear``) and its breadcrumbs (``crumbs``), which the overlays also avoid.
+    """
+
+    def __init__(self, view: QGraphicsView):
+        self.view = view
+        self.legend = Legend(view)
+        self.minimap = Minimap(view)
+        self.minimap_tab = OverlayTab(view, "Overview \u25b8",
+                                      "Overview: folded to keep the graph clear; click or press M to open it")
+        self.minimap_tab.sig_clicked.connect(self.toggle_minimap)
+        self.minimap_folded = False  # the user folded the minimap
+        self.minimap_pinned = False  # the user opened it: it stays open where it covers the fewest boxes
+        self.minimap_needed = False  # part of the graph is out of sight
+        self.current: set[str] = set()  # nodes in the "current" step state, kept clear
+        self._index: BoxIndex | None = None
+
+    # -- what the user asks -----------------------------------------------------------------------
+    def toggle_legend(self) -> None:
+        """Fold the legend if it is open, else open it (and keep it open)."""
+        self.legend.toggle()
+
+    def toggle_minimap(self) -> None:
+        """Fold the minimap if it is open, else open it (and keep it open while it is needed)."""
+        opening = self.minimap_folded or not self.minimap.isVisible()
+        self.minimap_folded, self.minimap_pinned = not opening, opening
+        self.place()
+
+    def minimap_open(self) -> bool:
+        """True when the minimap is shown open, False when it is folded or not needed."""
+        return self.minimap.isVisible()
+
+    def reset(self) -> None:
+        """A new call: no current node, and overlays the user opened go back to folding
+        themselves when there is no room."""
+        self.current = set()
+        self.legend.pinned = False
+        self.minimap_pinned = False
+
+    # -- placing ---------------------------------------------------------------------------------
+    def update(self, has_graph: bool) -> None:
+        """Need the minimap only while part of the graph is out of sight, outline the view, place both."""
+        view = self.view
+        scene_rect = view.scene().sceneRect()
+        visible = view.mapToScene(view.viewport().rect()).boundingRect()
+        self.minimap_needed = has_graph and self.minimap.has_overview() and not visible.contains(
+            scene_rect.adjusted(2, 2, -2, -2))
+        if self.minimap_needed:
+            self.minimap.set_view_rect(visible)
+        self.place()
+
+    def place(self) -> None:
+        """Put each overlay where it covers no node box in view, or fold it into a tab."""
+        view = self.view
+        vp = QRectF(view.viewport().geometry())
+        layout = getattr(view.state, "layout", None)
+        index = self._box_index(layout)
+        reserved, top = [], vp.top() + EDGE
+        crumbs = getattr(view, "crumbs", None)
+        if crumbs is not None and crumbs.isVisible():
+            reserved.append(QRectF(crumbs.geometry()).adjusted(-GAP, -GAP, GAP, GAP))
+            top = crumbs.geometry().bottom() + 1 + EDGE / 2  # the top left corner is below the breadcrumbs
+        probe = _Probe(view, vp, index, reserved, top)
+        leg = self.legend
+        legend_opts = self._options(probe, "legend", leg.size_for(False), leg.size_for(True),
+                                    not leg.folded, leg.pinned)
+        # The legend's place first (in order of cost), then the minimap's around it, so a tab
+        # slid along an edge also goes past the legend.
+        best = None
+        for lc, lk, lr in legend_opts:
+            if best is not None and lc >= best[0]:
+                break
+            mc, mk, mr = 0, "none", QRectF()
+            if self.minimap_needed:
+                probe.reserved = reserved + ([lr.adjusted(-GAP, -GAP, GAP, GAP)] if lk != "hidden" else [])
+                mc, mk, mr = self._options(probe, "minimap", self.minimap.size(), self.minimap_tab.size_for_theme(),
+                                           not self.minimap_folded, self.minimap_pinned)[0]
+            if best is None or lc + mc < best[0]:
+                best = (lc + mc, (lk, lr), (mk, mr))
+        (lk, lr), (mk, mr) = best[1], best[2]
+        leg.set_tucked(lk == "tab" and not leg.folded)
+        leg.setVisible(lk != "hidden")
+        if lk != "hidden":
+            leg.move(int(lr.x()), int(lr.y()))
+            leg.raise_()
+        self.minimap.setVisible(mk == "open")
+        self.minimap_tab.setVisible(mk == "tab")
+        if mk == "open":
+            self.minimap.move(int(mr.x()), int(mr.y()))
+            self.minimap.raise_()
+        elif mk == "tab":
+            self.minimap_tab.setFixedSize(self.minimap_tab.size_for_theme())
+            self.minimap_tab.move(int(mr.x()), int(mr.y()))
+            self.minimap_tab.raise_()
+
+    def _box_index(self, layout: Layout | None) -> BoxIndex | None:
+        if layout is None:
+            self._index = None
+        elif self._index is None or self._index.layout is not layout:
+            item = next(iter(self.view.node_items.values()), None)
+            margin = -item.boundingRect().left() if item is not None else 0.0
+            self._index = BoxIndex(layout, margin)
+        return self._index
+
+    def _options(self, probe: "_Probe", name: str, open_size: QSize, tab_size: QSize, want_open: bool,
+                 pinned: bool) -> list[tuple[float, str, QRectF]]:
+        """The places one overlay can take, each with its cost: open in a free corner, or along the
+        bottom or top edge, open over boxes (only when the user opened it), a tab in a free corner
+        or along an edge, a tab over boxes, hidden. None of them covers a box kept clear."""
+        opts: list[tuple[float, str, QRectF]] = []
+        for rank, corner in enumerate(CORNERS[name]):
+            if want_open:
+                r = probe.corner(corner, open_size)
+                covered = probe.covered(r)
+                if covered == 0:
+                    opts.append((OPEN + rank, "open", r))
+                elif pinned and covered > 0:
+                    opts.append((OPEN_COVERING + covered + rank / 10, "open", r))
+            r = probe.corner(corner, tab_size)
+            covered = probe.covered(r)
+            if covered == 0:
+                opts.append((TAB + rank, "tab", r))
+            elif covered > 0:
+                opts.append((TAB_COVERING + covered + rank / 10, "tab", r))
+        right = CORNERS[name][0].endswith("right")
+        if want_open:
+            opts.extend((OPEN_SLID + k / 100, "open", r) for k, r in enumerate(probe.slid(open_size, right)))
+        for k, r in enumerate(probe.slid(tab_size, right)):  # also when a corner is free: the other overlay may take it
+            opts.append((TAB_SLID + k / 100, "tab", r))
+        opts.append((HIDDEN, "hidden", QRectF()))
+        return sorted(opts, key=lambda o: o[0])
+
+
+class _Probe:
+    """Rectangles in view coordinates tested against the node boxes in the viewport."""
+
+    def __init__(self, view: QGraphicsView, vp: QRectF, index: BoxIndex | None, reserved: list[QRectF],
+                 top_left: float):
+        self.view, self.vp, self.index, self.reserved = view, vp, index, reserved
+        self.top_left = top_left  # where the top left corner starts (below the breadcrumbs)
+        self.offset = vp.topLeft()
+        self.to_scene, _ = view.viewportTransform().inverted()
+        self.to_view = view.viewportTransform()
+        s = max(view.transform().m11(), 1e-6)
+        self.pad = GAP / s
+        self.keep = set()
+        if index is not None:
+            members = index.layout.members
+            for nid in view.overlay_keep_clear():
+                i = index.ids.get(members.get(nid, nid))
+                if i is not None:
+                    self.keep.add(i)
+
+    def corner(self, corner: str, size: QSize) -> QRectF:
+        vp, w, h = self.vp, size.width(), size.height()
+        x = vp.left() + EDGE if corner.endswith("left") else vp.right() - EDGE - w
+        top = self.top_left if corner == "top_left" else vp.top() + EDGE
+        y = top if corner.startswith("top") else vp.bottom() - EDGE - h
+        return QRectF(x, y, w, h)
+
+    def _scene(self, r: QRectF) -> QRectF:
+        return self.to_scene.mapRect(r.translated(-self.offset)).adjusted(-self.pad, -self.pad, self.pad, self.pad)
+
+    def covered(self, r: QRectF) -> int:
+        """How many node boxes ``r`` covers; -1 when it covers a box kept clear or the breadcrumbs."""
+        if any(r.intersects(c) for c in self.reserved):
+            return -1
+        if self.index is None:
+            return 0
+        hits = self.index.hits(self._scene(r))
+        return -1 if self.keep.intersection(hits) else len(hits)
+
+    def slid(self, size: QSize, right: bool) -> list[QRectF]:
+        """Free places along the bottom edge, then the top edge: in each free stretch of an edge,
+        the place at its left end and the one at its right end, the nearest to the left (or the
+        ``right``) side first."""
+        vp, w, h = self.vp, size.width(), size.height()
+        out = []
+        for y in (vp.bottom() - EDGE - h, vp.top() + EDGE):
+            row = []
+            strip = QRectF(vp.left() + EDGE, y, vp.width() - 2 * EDGE, h)
+            blocked = [(c.left(), c.right()) for c in self.reserved if c.intersects(strip)]
+            if self.index is not None:
+                for i in self.index.hits(self._scene(strip)):
+                    r = self.to_view.mapRect(self.index.rect(i)).translated(self.offset)
+                    blocked.append((r.left() - GAP, r.right() + GAP))
+            x = strip.left()
+            for x0, x1 in sorted(blocked) + [(strip.right(), strip.right())]:
+                if x0 - x >= w:
+                    row.append(QRectF(x, y, w, h))
+                    if x0 - w > x:
+                        row.append(QRectF(x0 - w, y, w, h))
+                x = max(x, x1)
+            out += sorted(row, key=lambda r: -r.x() if right else r.x())
+        return out
