@@ -20,6 +20,7 @@ NUM = re.compile(r"-?\d+(?:\.\d+)?(?:e-?\d+)?")
 SLIDE_W = 1920.0
 SMALL_GRAPH = 15  # nodes
 
+
 def slide_metrics(path: Path) -> dict:
     """Texts with their size in pixels on a 1920-wide slide, and the share of the slide's width and
     height that the graph (nodes, edges and their texts: all but the page, title, legend and caption) covers."""
