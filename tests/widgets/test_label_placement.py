@@ -164,3 +164,16 @@ def test_broadcast_sum_and_its_value_are_one_label_on_their_own_edge(example_cal
         ("AddBackward0", "b"): "[4, 3] \u2192 \u03a3 \u2192 [3] = [8, 8, 8]",
         ("MmBackward0", "w"): "grad = [8, 8, 8, 8, …] (6 values)",
     }
+
+
+def test_a_retained_grad_is_written_beside_its_node(example_calls):
+    call = example_calls["06_retain_grad"]
+    hidden = next(n for n in call.nodes if n.label == "hidden")
+    with export.offscreen_view(call, values=True) as view:
+        notes = {tuple(t.lines): t for t in view.marks.tags if getattr(t, "target", None) == hidden.id}
+        assert list(notes) == [("✂ Python number 3",), ("hidden.grad = 3",)]
+        box = view.graph_layout().nodes[hidden.id]
+        r = notes[("hidden.grad = 3",)].text_rect()
+        gap = max(box.x - r.right(), r.left() - box.x - box.w, box.y - r.bottom(), r.top() - box.y - box.h)
+        assert 0 < gap <= 6  # beside the box, not over it
+        assert scene_faults(view) == []

@@ -219,6 +219,10 @@ class EdgeItem(QGraphicsItem):
         """The short line from the edge to its label, when the label sits off the line."""
         return self._leader
 
+    def horizontal(self) -> bool:
+        """Drawn for a left-to-right layout (S-curves with horizontal tangents)."""
+        return self._horizontal
+
     def arrow_rect(self) -> QRectF:
         """The arrowhead's box in scene coordinates (no label covers one)."""
         self._ensure_path()

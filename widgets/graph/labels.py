@@ -110,8 +110,9 @@ class LabelPlacer:
     """Places the labels of ``paths`` (sampled edge lines, one per edge key) clear of ``fixed``
     rectangles and of each other; ``place`` again when a label's text changes."""
 
-    def __init__(self, paths: dict, fixed: list[Rect]):
+    def __init__(self, paths: dict, fixed: list[Rect], horizontal: bool = False):
         self.paths = paths
+        self.horizontal = horizontal  # layers run left to right: labels go above or below their edge
         self._segs: dict[tuple[int, int], list[tuple[object, Rect, Rect]]] = {}
         self._own: dict = {}  # key -> its line's (segment, bounding box) pieces
         for key, line in paths.items():
@@ -188,21 +189,27 @@ class LabelPlacer:
         lengths = [math.hypot(x1 - x0, y1 - y0) for (x0, y0), (x1, y1) in zip(line, line[1:])]
         total = sum(lengths)
         spots = [_at(line, lengths, total * t) for t in ALONG]
+        # the side the edge leans to first (the outside of a fan of edges, away from its siblings)
+        lean_x, lean_y = line[-1][0] - line[0][0], line[-1][1] - line[0][1]
+        across = (1, -1) if lean_x > 1 else (-1, 1)
+        updown = (1, -1) if lean_y > 1 else (-1, 1)
         for gap in GAPS:
             for (x, y), (tx, ty) in spots:
                 if gap == 0:
                     yield (x - w / 2, y - h / 2, x + w / 2, y + h / 2), (x, y), gap
                     continue
-                if abs(ty) >= abs(tx):  # a steep line: left or right of it, clear of its slope
+                # Beside the line across the axis layers are spread on (left or right of it top down,
+                # above or below it left to right), so a label never slides into the next row of boxes.
+                if not self.horizontal:
                     run = abs(tx) / max(abs(ty), 1e-6) * h / 2
                     off = gap + min(run, w)
-                    for side in (1, -1):
+                    for side in across:
                         x0 = x + off if side > 0 else x - off - w
                         yield (x0, y - h / 2, x0 + w, y + h / 2), (x, y), gap
-                else:  # a flat line: above or below it, centred on the point or running off either way
+                else:  # above or below it, centred on the point or running off either way
                     rise = abs(ty) / max(abs(tx), 1e-6) * w / 2
                     off = gap + min(rise, 3 * h)
-                    for side in (-1, 1):
+                    for side in updown:
                         y0 = y - off - h if side < 0 else y + off
                         for x0 in (x - w / 2, x - 8, x + 8 - w):
                             yield (x0, y0, x0 + w, y0 + h), (x, y), gap

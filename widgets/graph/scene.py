@@ -460,7 +460,8 @@ def place_edge_labels(scene, edges: list[EdgeItem]) -> None:
         return
     lines = {e: e.line_points() for e in edges}
     heads = [e.arrow_rect() for e in edges]
-    placer = LabelPlacer(lines, label_obstacles(scene) + [(r.left(), r.top(), r.right(), r.bottom()) for r in heads])
+    placer = LabelPlacer(lines, label_obstacles(scene) + [(r.left(), r.top(), r.right(), r.bottom()) for r in heads],
+                         horizontal=bool(edges) and edges[0].horizontal())
     _PLACERS[scene] = (edges, placer)
     # Short edges first: they have the fewest spots, long ones can go elsewhere along their line.
     labelled.sort(key=lambda e: _length(lines[e]))

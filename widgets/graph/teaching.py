@@ -18,6 +18,7 @@ from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem
 from core.layout.visible import open_nodes
 from core.model.causes import cut_text, hook_lines, hook_tips, node_notes
 from core.model.edge_marks import mark_text
+from core.model.grad_notes import note_tip, notes_for
 from core.model.step_state import leaf_lines_after
 from core.model.values import edge_grad_text, seed_text
 from widgets.graph.items import EdgeItem, edge_path
@@ -373,6 +374,17 @@ def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scen
                                 (box.x + box.w - 10, box.y + box.h - 4), (cx, box.y - h - 4),
                                 (cx, box.y + box.h + 4), (box.x + box.w + 4, box.y - h - 4),
                                 (box.x - w - 4, box.y + box.h + 4)], avoid_edges=True)
+            out.append(item)
+        notes = notes_for(call, n.id) if values and not leaf_lines else []  # stepped: see ``leaf_lines``
+        if notes:  # a retained grad ("hidden.grad = 3"), what autograd.grad returned for an input
+            item = NoteItem("value", notes, note_tip(call, n.id), theme, n.id, False)
+            w, h = item.size()
+            cy = box.y + box.h / 2 - h / 2
+            placer.place(item, [(box.x - w - 4, cy), (box.x + box.w + 4, cy),
+                                (box.x + box.w / 2 - w / 2, box.y - h - 4),
+                                (box.x + box.w / 2 - w / 2, box.y + box.h + 4),
+                                (box.x - w - 4, box.y - h - 4), (box.x + box.w + 4, box.y + box.h + 4)],
+                         avoid_edges=True)
             out.append(item)
         if values and n.kind == "accumulate_grad" and n.variable:
             lines = (leaf_lines or {}).get(n.id) or leaf_lines_after(call, n)
