@@ -239,8 +239,10 @@ def commands(parser: argparse.ArgumentParser) -> list[str]:
     return list(parser._subparsers._group_actions[0].choices)
 
 
-def main(args: argparse.Namespace) -> int:
-    """Run a headless command parsed by ``build_parser``."""
+def main(args: argparse.Namespace | list[str]) -> int:
+    """Run a headless command: parsed by ``build_parser``, or its words (``["trace", "x.py"]``)."""
+    if not isinstance(args, argparse.Namespace):  # --help and refused words exit as argparse does
+        args = build_parser().parse_args(list(args))
     try:
         return _dispatch(args)
     except LauncherError as exc:
