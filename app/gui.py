@@ -20,7 +20,7 @@ from PySide6.QtCore import QSize, QTimer
 from PySide6.QtWidgets import QApplication
 
 from app.cli.options import load_options
-from app.cli.window_options import window_parser as build_parser
+from app.cli.commands import window_parser as build_parser
 from app.session.open_trace import is_trace_path, open_trace
 from app.session.show_server import ShowServer
 from app.window.resources import DEFAULT_EXAMPLE, icon

@@ -234,6 +234,11 @@ def command_parser(parser: argparse.ArgumentParser, name: str) -> argparse.Argum
     return parser._subparsers._group_actions[0].choices[name]
 
 
+def window_parser(view: bool = False) -> argparse.ArgumentParser:
+    """The one parser's ``open`` (or ``view``) command, which the window parses its arguments with."""
+    return command_parser(build_parser(), "view" if view else "open")
+
+
 def commands(parser: argparse.ArgumentParser) -> list[str]:
     """The command names, in the order --help lists them."""
     return list(parser._subparsers._group_actions[0].choices)

@@ -57,9 +57,3 @@ def add_window_commands(sub) -> None:
                                       + ": its graphs, tensors, memory and errors as they were recorded."),
                        view=True)
 
-
-def window_parser(view: bool = False) -> argparse.ArgumentParser:
-    """The one parser's ``open`` (or ``view``) command, which the window parses its arguments with."""
-    from app.cli.commands import build_parser, command_parser  # commands holds the one parser
-
-    return command_parser(build_parser(), "view" if view else "open")

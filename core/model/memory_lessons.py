@@ -15,7 +15,7 @@ import re
 import tokenize
 from dataclasses import dataclass
 
-from core.model.memory import format_bytes, tensor_bytes
+from core.model.memory import format_bytes, held_by_nodes, tensor_bytes
 from core.model.trace import CallInfo, MemorySample, Trace
 
 _ITEM = re.compile(r"^([A-Za-z_][A-Za-z_0-9.]*)\[\d+\]$")
@@ -171,7 +171,6 @@ def checkpoint_saving(trace: Trace) -> list[CheckpointSaving]:
     """Each reentrant-checkpointed call with a plain call of the same parameters (the same model
     without checkpointing). Non-reentrant checkpointing keeps its inputs outside the graph's
     saved tensors, where the saved bytes do not see them, so it is not compared."""
-    from core.model.memory import held_by_nodes
 
     by_index = {c.index: c for c in trace.calls}
     calls = [c for c in trace.calls if c.api != "unreached" and c.nodes and "nested_in" not in c.options]
