@@ -177,3 +177,43 @@ def test_a_retained_grad_is_written_beside_its_node(example_calls):
         gap = max(box.x - r.right(), r.left() - box.x - box.w, box.y - r.bottom(), r.top() - box.y - box.h)
         assert 0 < gap <= 6  # beside the box, not over it
         assert scene_faults(view) == []
+
+
+def test_stepping_writes_only_the_stepped_gradients_and_labels_keep_clear(example_calls):
+    """While a call is stepped its edges show what the steps sent, worded like the call's own
+    gradients, and nothing from after the call; a leaf's chip that grows pushes labels aside."""
+    from core.model.step_state import edge_text
+
+    call = example_calls["28_broadcasting_backward"]
+    names = {n.id: n.name for n in call.nodes}
+    root = call.roots[0]
+    first = next(n.node for n in call.node(root).next if n is not None)
+    with export.offscreen_view(call, values=True) as view:
+        view.set_node_states({root: "executed", first: "current"})
+        view.update_step({}, {(root, first): edge_text({"numel": 12, "data": [1.0] * 12})})
+        texts = {(names[e.edge.src], names[e.edge.dst]): e.label_text() for e in view.edge_items if e.label_text()}
+        assert texts == {("SumBackward0", "MulBackward0"): "grad = [1, 1, 1, 1, …] (12 values)",
+                         ("MulBackward0", "AccumulateGrad"): "[4, 3] \u2192 \u03a3 \u2192 []",
+                         ("AddBackward0", "AccumulateGrad"): "[4, 3] \u2192 \u03a3 \u2192 [3]"}
+        assert scene_faults(view) == []
+
+
+def test_a_leaf_chip_that_grows_while_stepping_pushes_labels_aside(example_calls):
+    from widgets.graph.teaching import NoteItem
+
+    call = example_calls["13_mlp_classifier"]
+    with export.offscreen_view(call, values=True) as view:
+        chips = [t for t in view.marks.tags if isinstance(t, NoteItem) and t.leaf]
+        labels = [e for e in view.edge_items if e.label_size()[0]]
+        # a chip with a label just below it, within its width
+        chip, label = min(((c, e) for c in chips for e in labels
+                           if e.label_rect().left() < c.text_rect().right() < e.label_rect().right() + 400
+                           and e.label_rect().right() > c.text_rect().left()
+                           and e.label_rect().top() >= c.text_rect().bottom()),
+                          key=lambda p: p[1].label_rect().top() - p[0].text_rect().bottom())
+        before = label.label_rect()
+        more = int((before.bottom() - chip.text_rect().top()) // 12) + 2
+        view.set_leaf_lines({chip.target: chip.lines + [f"line {i}" for i in range(more)]})
+        assert chip.text_rect().intersects(before)  # the chip now reaches where the label was
+        assert label.label_rect() != before
+        assert scene_faults(view) == []

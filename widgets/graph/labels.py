@@ -131,6 +131,12 @@ class LabelPlacer:
         self.rects: dict = {}  # key -> the rect its label took
         self.faults: dict = {}  # key -> how badly its spot breaks the rules (0: not at all)
 
+    def add_fixed(self, r: Rect) -> list:
+        """Something new to keep off (a note grew): returns the keys of the labels it now covers."""
+        for cell in _cells(r):
+            self._fixed.setdefault(cell, []).append(r)
+        return list({k: None for cell in _cells(r) for k, p in self._placed.get(cell, {}).items() if _overlap(r, p)})
+
     def release(self, key) -> None:
         """Forget ``key``'s label (its text was removed)."""
         r = self.rects.pop(key, None)

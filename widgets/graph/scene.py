@@ -489,6 +489,16 @@ def _length(line) -> float:
     return sum(abs(x1 - x0) + abs(y1 - y0) for (x0, y0), (x1, y1) in zip(line, line[1:]))
 
 
+def note_grew(scene, rect: QRectF) -> None:
+    """A note's text now fills ``rect`` (a leaf's chip while stepping): the labels it covers move."""
+    found = _PLACERS.get(scene) if scene is not None else None
+    if found is None:
+        return
+    placer = found[1]
+    for e in placer.add_fixed((rect.left(), rect.top(), rect.right(), rect.bottom())):
+        e.set_label_at(*placer.place(e, e.label_sizes()))
+
+
 def replace_edge_labels(scene, edges: list[EdgeItem], changed: list[EdgeItem]) -> None:
     """Place again the labels of ``changed`` edges (their text changed), the others staying put:
     O(changed) once the scene's labels were placed."""

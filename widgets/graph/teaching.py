@@ -59,6 +59,10 @@ class NoteItem(QGraphicsItem):
         self.lines = list(lines)
         self._measure()
         self.update()
+        if self.scene() is not None:
+            from widgets.graph.scene import note_grew  # the scene module builds on the marks'
+
+            note_grew(self.scene(), self.text_rect())
 
     def _measure(self) -> None:
         lines, theme, stub, right, up = self.lines, self.theme, self.stub, self.right, self.up
