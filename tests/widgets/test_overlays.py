@@ -128,7 +128,12 @@ def test_a_legend_with_no_free_corner_folds_and_opens_again(view, calls, qtbot):
     assert view.legend.tucked and not view.legend.folded
     rects = overlay_rects(view)
     assert rects["legend"] == QRect(8, 766, 90, 24)  # its title tab, in the bottom left corner
-    assert rects["minimap"] == QRect(1204, 632, 66, 158)
+    # the minimap leaves the bottom right corner to the "✂ example_input" cut note
+    assert rects["minimap"] == QRect(8, 31, 66, 158)  # below the breadcrumbs
+    note = next(i for i in view.marks.tags if getattr(i, "kind", "") == "cut")
+    assert note.lines[0].startswith("\u2702 example_input")
+    shown = view.mapFromScene(note.text_rect()).boundingRect()
+    assert shown.intersects(QRect(1204, 632, 66, 158)) and not shown.intersects(rects["minimap"])
     assert covered(view) == []
     # a click on the tab opens it; it stays open (over other boxes) but off the selected node
     view.show_selection("n5")  # AddmmBackward0, in sight already
@@ -136,8 +141,8 @@ def test_a_legend_with_no_free_corner_folds_and_opens_again(view, calls, qtbot):
         QTest.mouseClick(view.legend, Qt.LeftButton, Qt.NoModifier, QPoint(20, 12))
     assert folded.args == [False]
     assert not view.legend.tucked and view.legend.pinned and view.legend.size() == QSize(227, 96)
-    assert overlay_rects(view)["legend"] == QRect(8, 694, 227, 96)  # over encoder.0.bias only
-    assert covered(view) == [("legend", "n6")]
+    assert overlay_rects(view) == {"legend": QRect(8, 31, 227, 96), "minimap": QRect(8, 632, 66, 158)}
+    assert covered(view) == [("legend", "n9")]  # the edge of encoder.1.weight, the fewest boxes
     view.centerOn(layout.width * 0.45, layout.height * 0.7)  # panning keeps it open, off the selection
     assert view.legend.size() == QSize(227, 96)
     assert not overlay_rects(view)["legend"].intersects(node_boxes(view)["n5"])

@@ -17,30 +17,33 @@ from PySide6.QtGui import QAction, QFontMetricsF, QKeySequence, QPainter, QPen
 from PySide6.QtWidgets import QGraphicsView, QWidget
 
 from core.layout.boxes import Layout
+from widgets.graph.items import EdgeItem, SavedItem
+from widgets.graph.marks import TagItem
 from widgets.graph.minimap import Legend, Minimap
 from widgets.graph.painting import color, font
 
 EDGE = 8.0  # viewport pixels between an overlay and the viewport's edge
 GAP = 2.0  # viewport pixels kept between an overlay and a node box (rounding of both)
+TEXT_SCALE = 0.3  # below this zoom texts under an overlay are too small to count
 CORNERS = {  # corners in the order each overlay tries them
     "legend": ("bottom_left", "top_left", "bottom_right", "top_right"),
     "minimap": ("bottom_right", "top_right", "bottom_left", "top_left"),
 }
-# Costs of the places an overlay can take; the pair with the lowest sum is chosen.
-OPEN, OPEN_SLID, OPEN_COVERING, TAB, TAB_SLID, TAB_COVERING, HIDDEN = 0, 5, 10, 20, 25, 100, 1000
+# Costs of the places an overlay can take; the pair with the lowest sum is chosen. A text
+# under an overlay (a module frame's title, an edge label, a tag, a saved tensor) costs TITLE:
+# a free corner, then a free stretch of an edge, then texts covered, before folding into a tab.
+OPEN, OPEN_SLID, TITLE, OPEN_COVERING, TAB, TAB_SLID, TAB_COVERING, HIDDEN = 0, 5, 6, 50, 100, 105, 500, 10000
 
 
 class BoxIndex:
-    """The node boxes of one layout (with the margin their items draw in) in a coarse grid of
-    scene cells, so a rectangle query costs the boxes near it, not all of them."""
+    """Scene rectangles (node boxes, frame titles) in a coarse grid of scene cells, so a
+    rectangle query costs the rectangles near it, not all of them."""
 
     CELL = 256.0
 
-    def __init__(self, layout: Layout, margin: float):
-        self.layout = layout
-        self.rects = [(b.x - margin, b.y - margin, b.x + b.w + margin, b.y + b.h + margin)
-                      for b in layout.nodes.values()]
-        self.ids = {b.id: i for i, b in enumerate(layout.nodes.values())}
+    def __init__(self, rects: list[tuple[float, float, float, float]], ids: list[str]):
+        self.rects = rects
+        self.ids = {nid: i for i, nid in enumerate(ids)}
         self.cells: dict[tuple[int, int], list[int]] = {}
         c = self.CELL
         for i, (x0, y0, x1, y1) in enumerate(self.rects):
@@ -168,7 +171,7 @@ class Overlays:
         self.minimap_pinned = False  # the user opened it: it stays open where it covers the fewest boxes
         self.minimap_needed = False  # part of the graph is out of sight
         self.current: set[str] = set()  # nodes in the "current" step state, kept clear
-        self._index: BoxIndex | None = None
+        self._index: tuple = (None, None, None)  # (layout, its node boxes, its frame titles)
 
     # -- what the user asks -----------------------------------------------------------------------
     def toggle_legend(self) -> None:
@@ -209,13 +212,14 @@ class Overlays:
         view = self.view
         vp = QRectF(view.viewport().geometry())
         layout = getattr(view.state, "layout", None)
-        index = self._box_index(layout)
+        texts = view.transform().m11() >= TEXT_SCALE
+        boxes, titles = self._indexes(layout, texts)
         reserved, top = [], vp.top() + EDGE
         crumbs = getattr(view, "crumbs", None)
         if crumbs is not None and crumbs.isVisible():
             reserved.append(QRectF(crumbs.geometry()).adjusted(-GAP, -GAP, GAP, GAP))
             top = crumbs.geometry().bottom() + 1 + EDGE / 2  # the top left corner is below the breadcrumbs
-        probe = _Probe(view, vp, index, reserved, top)
+        probe = _Probe(view, vp, layout, boxes, titles, reserved, top)
         leg = self.legend
         legend_opts = self._options(probe, "legend", leg.size_for(False), leg.size_for(True),
                                     not leg.folded, leg.pinned)
@@ -248,14 +252,23 @@ class Overlays:
             self.minimap_tab.move(int(mr.x()), int(mr.y()))
             self.minimap_tab.raise_()
 
-    def _box_index(self, layout: Layout | None) -> BoxIndex | None:
+    def _indexes(self, layout: Layout | None, texts: bool) -> tuple[BoxIndex | None, BoxIndex | None]:
+        """The node boxes (with the margin their items draw in) of ``layout`` and, when ``texts``
+        count (zoomed in enough to read them), its frame titles, each indexed once per layout."""
+        view = self.view
         if layout is None:
-            self._index = None
-        elif self._index is None or self._index.layout is not layout:
-            item = next(iter(self.view.node_items.values()), None)
-            margin = -item.boundingRect().left() if item is not None else 0.0
-            self._index = BoxIndex(layout, margin)
-        return self._index
+            self._index = (None, None, None)
+        elif self._index[0] is not layout:
+            item = next(iter(view.node_items.values()), None)
+            m = -item.boundingRect().left() if item is not None else 0.0
+            nodes = list(layout.nodes.values())
+            boxes = BoxIndex([(b.x - m, b.y - m, b.x + b.w + m, b.y + b.h + m) for b in nodes], [b.id for b in nodes])
+            self._index = (layout, boxes, None)
+        if texts and self._index[0] is not None and self._index[2] is None:
+            frames = [g.title_rect() for g in view.group_items.values()]
+            titles = BoxIndex([(r.left(), r.top(), r.right(), r.bottom()) for r in frames], list(view.group_items))
+            self._index = (layout, self._index[1], titles)
+        return self._index[1], self._index[2] if texts else None
 
     def _options(self, probe: "_Probe", name: str, open_size: QSize, tab_size: QSize, want_open: bool,
                  pinned: bool) -> list[tuple[float, str, QRectF]]:
@@ -263,44 +276,47 @@ class Overlays:
         bottom or top edge, open over boxes (only when the user opened it), a tab in a free corner
         or along an edge, a tab over boxes, hidden. None of them covers a box kept clear."""
         opts: list[tuple[float, str, QRectF]] = []
+
+        def add(kind: str, r: QRectF, free: float, over_boxes: float | None) -> None:
+            hit = probe.covered(r)
+            if hit is None:
+                return
+            boxes, titles = hit
+            if boxes == 0:
+                opts.append((free + TITLE * titles, kind, r))
+            elif over_boxes is not None:
+                opts.append((over_boxes + 10 * boxes, kind, r))
+
+        right = CORNERS[name][0].endswith("right")
         for rank, corner in enumerate(CORNERS[name]):
             if want_open:
-                r = probe.corner(corner, open_size)
-                covered = probe.covered(r)
-                if covered == 0:
-                    opts.append((OPEN + rank, "open", r))
-                elif pinned and covered > 0:
-                    opts.append((OPEN_COVERING + covered + rank / 10, "open", r))
-            r = probe.corner(corner, tab_size)
-            covered = probe.covered(r)
-            if covered == 0:
-                opts.append((TAB + rank, "tab", r))
-            elif covered > 0:
-                opts.append((TAB_COVERING + covered + rank / 10, "tab", r))
-        right = CORNERS[name][0].endswith("right")
+                add("open", probe.corner(corner, open_size), OPEN + rank, OPEN_COVERING + rank / 10 if pinned else None)
+            add("tab", probe.corner(corner, tab_size), TAB + rank, TAB_COVERING + rank / 10)
         if want_open:
-            opts.extend((OPEN_SLID + k / 100, "open", r) for k, r in enumerate(probe.slid(open_size, right)))
+            for k, r in enumerate(probe.slid(open_size, right)):
+                add("open", r, OPEN_SLID + k / 100, None)
         for k, r in enumerate(probe.slid(tab_size, right)):  # also when a corner is free: the other overlay may take it
-            opts.append((TAB_SLID + k / 100, "tab", r))
+            add("tab", r, TAB_SLID + k / 100, None)
         opts.append((HIDDEN, "hidden", QRectF()))
         return sorted(opts, key=lambda o: o[0])
 
 
 class _Probe:
-    """Rectangles in view coordinates tested against the node boxes in the viewport."""
+    """Rectangles in view coordinates tested against the node boxes and frame titles in the viewport."""
 
-    def __init__(self, view: QGraphicsView, vp: QRectF, index: BoxIndex | None, reserved: list[QRectF],
-                 top_left: float):
-        self.view, self.vp, self.index, self.reserved = view, vp, index, reserved
+    def __init__(self, view: QGraphicsView, vp: QRectF, layout: Layout | None, index: BoxIndex | None,
+                 titles: BoxIndex | None, reserved: list[QRectF], top_left: float):
+        self.view, self.vp, self.index, self.titles, self.reserved = view, vp, index, titles, reserved
         self.top_left = top_left  # where the top left corner starts (below the breadcrumbs)
         self.offset = vp.topLeft()
         self.to_scene, _ = view.viewportTransform().inverted()
         self.to_view = view.viewportTransform()
         s = max(view.transform().m11(), 1e-6)
         self.pad = GAP / s
+        self.texts = view.scene() if titles is not None and view.state.detail else None
         self.keep = set()
         if index is not None:
-            members = index.layout.members
+            members = layout.members
             for nid in view.overlay_keep_clear():
                 i = index.ids.get(members.get(nid, nid))
                 if i is not None:
@@ -316,14 +332,39 @@ class _Probe:
     def _scene(self, r: QRectF) -> QRectF:
         return self.to_scene.mapRect(r.translated(-self.offset)).adjusted(-self.pad, -self.pad, self.pad, self.pad)
 
-    def covered(self, r: QRectF) -> int:
-        """How many node boxes ``r`` covers; -1 when it covers a box kept clear or the breadcrumbs."""
+    def covered(self, r: QRectF) -> tuple[int, int] | None:
+        """How many node boxes and frame titles ``r`` covers; None when it covers a box kept
+        clear or the breadcrumbs."""
         if any(r.intersects(c) for c in self.reserved):
-            return -1
+            return None
         if self.index is None:
+            return 0, 0
+        scene = self._scene(r)
+        hits = self.index.hits(scene)
+        if self.keep.intersection(hits):
+            return None
+        titles = len(self.titles.hits(scene)) if self.titles is not None else 0
+        return len(hits), titles + self._texts(scene)
+
+    def _texts(self, scene: QRectF) -> int:
+        """Edge labels, notes (value chips, cut stubs), tags and saved tensors under scene
+        rectangle ``scene``."""
+        if self.texts is None:
             return 0
-        hits = self.index.hits(self._scene(r))
-        return -1 if self.keep.intersection(hits) else len(hits)
+        n = 0
+        for item in self.texts.items(scene):
+            if not item.isVisible():
+                continue
+            if isinstance(item, EdgeItem):
+                r = item.label_rect()
+            elif hasattr(item, "text_rect"):  # a note
+                r = item.text_rect()
+            elif isinstance(item, (TagItem, SavedItem)):
+                r = item.sceneBoundingRect()
+            else:
+                continue
+            n += not r.isNull() and r.intersects(scene)
+        return n
 
     def slid(self, size: QSize, right: bool) -> list[QRectF]:
         """Free places along the bottom edge, then the top edge: in each free stretch of an edge,
