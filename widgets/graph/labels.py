@@ -23,6 +23,7 @@ Point = tuple[float, float]
 
 CELL = 64.0  # grid of boxes and placed labels
 LINE_CELL = 32.0  # grid of line pieces: finer, as dense graphs run many lines through a cell
+COARSE = 256.0  # grid of whole lines, from which a fine cell's pieces are found
 MARGIN = 3.0  # a label's box must be this much nearer its own edge than any other
 PAD = 1.0  # labels keep this far from what they must not cover
 GAPS = (3.0, 0.0, 10.0, 18.0, 28.0, 40.0)  # off the line (0: centred on it); beyond 6 a leader line joins them
@@ -113,16 +114,16 @@ class LabelPlacer:
     def __init__(self, paths: dict, fixed: list[Rect], horizontal: bool = False):
         self.paths = paths
         self.horizontal = horizontal  # layers run left to right: labels go above or below their edge
+        # Line pieces by fine grid cell, found when a cell is first asked about (through a coarse
+        # grid of whole lines): the first label of a step on a big graph need not index them all.
         self._segs: dict[tuple[int, int], list[tuple[object, Rect, Rect]]] = {}
-        self._own: dict = {}  # key -> its line's (segment, bounding box) pieces
+        self._own: dict = {}  # key -> its line's (segment, bounding box) pieces, made when needed
+        self._lines: dict[tuple[int, int], list] = {}  # coarse cell -> keys of the lines crossing it
+        self._filled: set[tuple[int, int]] = set()  # coarse cells whose fine cells are indexed
         for key, line in paths.items():
-            own = self._own[key] = []
-            for (x0, y0), (x1, y1) in zip(line, line[1:]):
-                s = (x0, y0, x1, y1)
-                box = (min(x0, x1), min(y0, y1), max(x0, x1), max(y0, y1))
-                own.append((s, box))
-                for cell in _cells(box, LINE_CELL):
-                    self._segs.setdefault(cell, []).append((key, s, box))
+            xs, ys = [p[0] for p in line], [p[1] for p in line]
+            for cell in _cells((min(xs), min(ys), max(xs), max(ys)), COARSE):
+                self._lines.setdefault(cell, []).append(key)
         self._fixed: dict[tuple[int, int], list[Rect]] = {}
         for r in fixed:
             for cell in _cells(r):
@@ -130,6 +131,31 @@ class LabelPlacer:
         self._placed: dict[tuple[int, int], dict] = {}  # cell -> key -> rect
         self.rects: dict = {}  # key -> the rect its label took
         self.faults: dict = {}  # key -> how badly its spot breaks the rules (0: not at all)
+
+    def _pieces(self, key) -> list:
+        own = self._own.get(key)
+        if own is None:
+            line = self.paths[key]
+            own = self._own[key] = [((x0, y0, x1, y1), (min(x0, x1), min(y0, y1), max(x0, x1), max(y0, y1)))
+                                    for (x0, y0), (x1, y1) in zip(line, line[1:])]
+        return own
+
+    def _cell_pieces(self, cell: tuple[int, int]) -> list:
+        found = self._segs.get(cell)
+        if found is None:
+            coarse = (int(cell[0] * LINE_CELL // COARSE), int(cell[1] * LINE_CELL // COARSE))
+            if coarse in self._filled:
+                return ()
+            self._filled.add(coarse)  # index the pieces of every line through it, in its fine cells
+            n = int(COARSE // LINE_CELL)
+            i0, j0 = coarse[0] * n, coarse[1] * n
+            for key in self._lines.get(coarse, ()):
+                for s, box in self._pieces(key):
+                    for i in range(max(i0, int(box[0] // LINE_CELL)), min(i0 + n - 1, int(box[2] // LINE_CELL)) + 1):
+                        for j in range(max(j0, int(box[1] // LINE_CELL)), min(j0 + n - 1, int(box[3] // LINE_CELL)) + 1):
+                            self._segs.setdefault((i, j), []).append((key, s, box))
+            found = self._segs.get(cell, ())
+        return found
 
     def add_fixed(self, r: Rect) -> list:
         """Something new to keep off (a note grew): returns the keys of the labels it now covers."""
@@ -238,12 +264,12 @@ class LabelPlacer:
         if bad:
             return bad + 3
         own = math.inf
-        for s, box in self._own[key]:
+        for s, box in self._pieces(key):
             if own > 0 and max(box[0] - r[2], r[0] - box[2], box[1] - r[3], r[1] - box[3]) < own:
                 own = min(own, segment_rect_distance(s, r))
         near = own + MARGIN
         for cell in _cells((r[0] - near, r[1] - near, r[2] + near, r[3] + near), LINE_CELL):
-            for k, s, box in self._segs.get(cell, ()):
+            for k, s, box in self._cell_pieces(cell):
                 if k == key or box[0] - r[2] > near or r[0] - box[2] > near or box[1] - r[3] > near \
                         or r[1] - box[3] > near:
                     continue
