@@ -248,6 +248,8 @@ class Overlays:
             self.minimap.move(int(mr.x()), int(mr.y()))
             self.minimap.raise_()
         elif mk == "tab":
+            self.minimap_tab.setToolTip("Overview: click or press M to open it" if self.minimap_folded else
+                                        "Overview: folded to keep the graph clear; click or press M to open it")
             self.minimap_tab.setFixedSize(self.minimap_tab.size_for_theme())
             self.minimap_tab.move(int(mr.x()), int(mr.y()))
             self.minimap_tab.raise_()
