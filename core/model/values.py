@@ -142,7 +142,7 @@ def edge_label(parts: list[str], value: str) -> str:
     it: '[4, 3] → Σ → [3] = [8, 8, 8]' (two texts side by side would read as two things)."""
     if not parts:
         return value
-    head = "  ".join(parts)
+    head = ", ".join(parts)
     if not value:
         return head
     return f"{head} = {value[len(GRAD_WORD):] if value.startswith(GRAD_WORD) else value}"

@@ -25,7 +25,7 @@ SKIPPED = ("32_", "50_", "51_")  # the allocator demo (no graph to label) and th
 TOUCH = 0.5  # boxes overlapping by less than this (rounding) do not count
 # Left to right these layouts leave one label no spot nearer its own edge than a neighbour's: three
 # edges fan out of one node across a layer gap narrower than the label's shortest form. That label
-# takes its shortest form ("grad = … (8 values)") and still covers nothing.
+# takes its shortest form ("grad = … (8 values)", without its shape) and still covers nothing.
 NO_ROOM = {("14_checkpointing", "LR"): ("n1", "n3"), ("40_model_small_cnn", "LR"): ("n6", "n12"),
            ("41_model_build", "LR"): ("n4", "n9")}
 
@@ -97,22 +97,35 @@ def scene_faults(view) -> list[str]:
 
 
 def svg_texts(path: Path) -> list[tuple[str, tuple[float, float, float, float]]]:
-    """Every <text> of an SVG with its box in the SVG's units (measured with the font it names)."""
+    """Every <text> of an SVG with its box in the SVG's units (measured with the font it names);
+    a line written in runs (a Greek letter starts a run of its own) is one text."""
     out = []
     for g in ET.parse(path).getroot().iter(SVG + "g"):
         m = g.get("transform") or "matrix(1,0,0,1,0,0)"
         a, _, _, d, e, f = (float(v) for v in NUM.findall(m))
         for ch in g:
-            text = (ch.text or "").strip() if ch.tag == SVG + "text" else ""
-            if not text:
+            raw = (ch.text or "") if ch.tag == SVG + "text" else ""
+            if not raw.strip():
                 continue
             px = float(ch.get("font-size") or g.get("font-size"))
             fm = text_metrics(ch.get("font-family") or g.get("font-family"), round(px))
             x, y = float(ch.get("x")), float(ch.get("y"))
-            x0 = x + (len(ch.text) - len(ch.text.lstrip())) * fm.horizontalAdvance(" ")
-            box = (x0, y - fm.ascent() + 1, x0 + fm.horizontalAdvance(text), y + fm.descent() - 1)
-            out.append((text, (a * box[0] + e, d * box[1] + f, a * box[2] + e, d * box[3] + f)))
-    return out
+            box = (x, y - fm.ascent() + 1, x + fm.horizontalAdvance(raw), y + fm.descent() - 1)
+            box = (a * box[0] + e, d * box[1] + f, a * box[2] + e, d * box[3] + f)
+            last = out[-1] if out else None
+            if last is not None and abs(last[1][1] - box[1]) < 0.1 and abs(last[1][2] - box[0]) < 1.0:
+                out[-1] = (last[0] + raw, (last[1][0], last[1][1], box[2], last[1][3]))
+            else:
+                out.append((raw, box))
+    return [_trimmed(t, r) for t, r in out]
+
+
+def _trimmed(raw: str, box):
+    """A text without the spaces around it, its box without theirs."""
+    fm = text_metrics("DejaVu Sans", 9)
+    left = (len(raw) - len(raw.lstrip())) * fm.horizontalAdvance(" ")
+    right = (len(raw) - len(raw.rstrip())) * fm.horizontalAdvance(" ")
+    return raw.strip(), (box[0] + left, box[1], box[2] - right, box[3])
 
 
 def svg_faults(path: Path, placed: set[str]) -> list[str]:
@@ -123,13 +136,14 @@ def svg_faults(path: Path, placed: set[str]) -> list[str]:
             if (a in placed or b in placed) and _overlap(ra, rb)]
 
 
+@pytest.mark.parametrize("shapes", [False, True], ids=["values", "values+shapes"])
 @pytest.mark.parametrize("direction", DIRECTIONS)
-def test_every_example_labels_its_own_edge_and_covers_nothing(example_calls, direction, tmp_path):
+def test_every_example_labels_its_own_edge_and_covers_nothing(example_calls, direction, shapes, tmp_path):
     assert len(example_calls) == 27 and "28_broadcasting_backward" in example_calls
     faults = {}
     labelled = 0
     for name, call in example_calls.items():
-        with export.offscreen_view(call, values=True, direction=direction) as view:
+        with export.offscreen_view(call, values=True, direction=direction, show_shapes=shapes) as view:
             found = scene_faults(view)
             cramped = NO_ROOM.get((name, direction))
             if cramped is not None:

@@ -167,6 +167,10 @@ class EdgeItem(QGraphicsItem):
             short = edge_label(parts, compact_values(value, level))
             if short != forms[-1]:
                 forms.append(short)
+        if self.show_shape and self.shape_text and value:  # the shape is in the inspector too
+            short = edge_label([self.mark_text] if self.mark_text else [], compact_values(value, 2))
+            if short not in forms:
+                forms.append(short)
         return forms
 
     def label_sizes(self) -> list[tuple[float, float]]:
