@@ -22,10 +22,10 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "resources" / "examples"
 
 @pytest.fixture(scope="module")
 def calls():
-    """The first backward call of 13_mlp_classifier and of 41_model_build, captured in this process."""
+    """The first backward call of three bundled examples, captured in this process."""
     capture = pytest.importorskip("core.worker.capture.recorder")
     return {name: capture.capture_script(str(EXAMPLES / f"{name}.py")).calls[0]
-            for name in ("13_mlp_classifier", "41_model_build")}
+            for name in ("13_mlp_classifier", "40_model_small_cnn", "41_model_build")}
 
 
 def node_boxes(view) -> dict[str, QRect]:
@@ -95,26 +95,31 @@ def test_fit_and_centring_on_each_node_leave_every_box_clear(view, calls):
     assert overlay_rects(view) == {"legend": QRect(1043, 694, 227, 96), "minimap": QRect(1199, 8, 71, 158)}
 
 
-def test_stepping_never_covers_the_current_node_or_the_selection(view, calls):
-    call = calls["13_mlp_classifier"]
+@pytest.mark.parametrize("name, nodes, last", [("13_mlp_classifier", 11, "fc1.weight"),
+                                               ("40_model_small_cnn", 16, "conv1.bias")])
+def test_stepping_never_covers_the_current_node_or_the_selection(view, calls, name, nodes, last):
+    call = calls[name]
     view.set_call(call, sync=True)
     view.set_zoom(300)
     order = backward_order(call)
-    assert len(order) == 11
-    states: dict[str, str] = {}
+    assert len(order) == nodes and view.node_items[order[-1]].box.label.startswith(last)
+    current_covered, others_covered = [], []
     for k, nid in enumerate(order):
         change = {nid: "current"}
         if k:
             change[order[k - 1]] = "executed"
         view.update_step(change, {})
         view.ensure_visible(nid)  # as the stepping session does at each pause
-        states.update(change)
+        assert [n for n, st in view.node_states().items() if st == "current"] == [nid]
         box = node_boxes(view)[nid]
-        assert all(not r.intersects(box) for r in overlay_rects(view).values()), nid
+        if any(r.intersects(box) for r in overlay_rects(view).values()):
+            current_covered.append(nid)
+        others_covered += [(nid, hit) for hit in covered(view) if hit[1] != nid]
+    assert current_covered == [] and others_covered == []
+    for nid in order:  # each node selected in turn, brought into view
+        view.show_selection(nid)
+        assert view.shown_selection() == nid
         assert covered(view) == [], nid
-    view.show_selection("n8")  # fc1.weight, brought into view
-    assert view.shown_selection() == "n8"
-    assert covered(view) == []
 
 
 def test_a_legend_with_no_free_corner_folds_and_opens_again(view, calls, qtbot):
