@@ -13,6 +13,7 @@ import pytest
 from PySide6.QtCore import QRectF
 
 from core.layout.boxes import DIRECTIONS
+from core.model.edge_marks import edge_mark_tip
 from widgets.export import graph_export as export
 from widgets.graph.items import edge_path
 from widgets.graph.painting import text_metrics
@@ -170,6 +171,10 @@ def test_broadcast_sum_and_its_value_are_one_label_on_their_own_edge(example_cal
         texts = {(names[e.edge.src], view.graph_layout().nodes[e.edge.dst].label.split("\n")[0]): e.label_text()
                  for e in view.edge_items}
         assert scene_faults(view) == []
+        into_b = next(e for e in view.edge_items if e.label_text().endswith("= [8, 8, 8]"))
+        add = call.node(into_b.edge.src)
+        assert into_b.toolTip() == (edge_mark_tip(add.edge_marks[0])
+                                    + "\n\nthe gradient AddBackward0 sent to AccumulateGrad in this call")
     assert texts == {
         ("SumBackward0", "MulBackward0"): "grad = [1, 1, 1, 1, …] (12 values)",
         ("MulBackward0", "AddBackward0"): "grad = [2, 2, 2, 2, …] (12 values)",

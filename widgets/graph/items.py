@@ -7,7 +7,7 @@ readable; how a box is painted is ``widgets.graph.painting``'s (shared with the 
 from __future__ import annotations
 
 from PySide6.QtCore import QPointF, QRectF, Qt
-from PySide6.QtGui import QFontMetricsF, QPainter, QPainterPath, QPolygonF
+from PySide6.QtGui import QFontMetricsF, QPainter, QPainterPath, QPainterPathStroker, QPolygonF
 from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem
 
 from core.layout.boxes import EdgePath, GroupBox, NodeBox, SavedBox
@@ -147,6 +147,16 @@ class EdgeItem(QGraphicsItem):
 
     def boundingRect(self) -> QRectF:
         return self._bounds
+
+    def shape(self) -> QPainterPath:
+        """The line and the label: what hovering shows the edge's tooltip over."""
+        self._ensure_path()
+        stroker = QPainterPathStroker()
+        stroker.setWidth(6)
+        out = stroker.createStroke(self._path)
+        if not self._text_rect.isNull():
+            out.addRect(self._text_rect)
+        return out
 
     def label_text(self) -> str:
         """The one label of the edge as drawn (see ``label_forms``)."""

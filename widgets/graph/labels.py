@@ -2,10 +2,12 @@
 
 A label is only true if a reader can tell which edge it belongs to. So a spot is taken only when
 the label's box is nearer its own edge's drawn line than any other edge's line (by a margin), and
-covers no node box, module frame title, note, tag or label placed before it. Candidate spots run
-along the edge from its middle out: beside the line (left or right of a steep line, above or below
-a flat one), then centred on it, then further out with a leader line; the first clear one wins,
-else the one that breaks the fewest rules.
+covers no node box, module frame title, arrowhead, note, tag or label placed before it. Candidate
+spots run along the edge from its middle out: beside the line across the axis the layers are spread
+on (left or right of it top down, above or below it left to right), on the side the edge leans to
+first, then centred on it, then further out with a leader line. The first clear one wins; when none
+is, a shorter form of the label is tried (see ``EdgeItem.label_forms``), and at last the spot that
+breaks the fewest rules is taken.
 
 Hand-written, in plain geometry, rather than a general label-placement library: the rules are few
 and specific to this picture (own edge nearest, nothing covered), the inputs are rectangles and

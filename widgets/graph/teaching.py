@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem
 
 from core.layout.visible import open_nodes
 from core.model.causes import cut_text, hook_lines, hook_tips, node_notes
-from core.model.edge_marks import mark_text
+from core.model.edge_marks import edge_mark_tip, mark_text
 from core.model.grad_notes import note_tip, notes_for
 from core.model.step_state import leaf_lines_after
 from core.model.values import edge_grad_text, seed_text
@@ -448,17 +448,23 @@ def label_edges(call, layout, scene, shown, values: bool) -> None:
     by_slot = {(i.edge.src, i.edge.slot): i for i in items}
     marks: dict[int, list[str]] = {}
     grads: dict[int, str] = {}
+    tips: dict[int, list[str]] = {}
     for n in shown:
         for mark in n.edge_marks or ():
             item = by_slot.get((n.id, mark["input"]))
             if item is not None:
                 marks.setdefault(id(item), []).append(mark_text(mark))
+                tips.setdefault(id(item), []).append(edge_mark_tip(mark))
         for slot, g in enumerate(call.edge_grads.get(n.id) or () if values else ()):
             item = by_slot.get((n.id, slot))
             if g is not None and item is not None:
                 grads[id(item)] = edge_grad_text(g)
+                src = call.node(n.next[slot].node) if n.next[slot] is not None else None
+                tips.setdefault(id(item), []).append(
+                    f"the gradient {n.name} sent to {src.name if src else 'this input'} in this call")
     for item in items:
-        item.set_texts(mark="  ".join(marks.get(id(item), ())), grad=grads.get(id(item), ""))
+        item.set_texts(mark=", ".join(marks.get(id(item), ())), grad=grads.get(id(item), ""))
+        item.setToolTip("\n\n".join(tips.get(id(item), ())))
     place_edge_labels(scene, items)
 
 
