@@ -181,3 +181,19 @@ def test_the_minimap_folds_into_a_tab_and_opens_again(view, calls):
     QTest.mouseClick(tab, Qt.LeftButton, Qt.NoModifier, QPoint(10, 12))
     assert view.minimap.isVisible() and not tab.isVisible()
     assert overlay_rects(view)["minimap"] == QRect(1199, 632, 71, 158)
+
+
+def test_with_no_free_corner_the_legend_takes_a_free_stretch_of_the_edge_and_stays(view, calls):
+    view.set_call(calls["40_model_small_cnn"], sync=True)
+    view.set_zoom(400)
+    layout = view.graph_layout()
+    x, y = layout.width * 0.65, layout.height * 0.7
+    view.centerOn(x, y)
+    # IndicesBackward0 fills the bottom left corner, the minimap the bottom right one and the
+    # conv2 leaves the top: the legend opens on the bottom edge, just right of IndicesBackward0
+    assert overlay_rects(view) == {"legend": QRect(518, 694, 227, 96), "minimap": QRect(1193, 632, 77, 158)}
+    assert covered(view) == []
+    view.centerOn(x - 8, y)  # the box moves right 32 px and pushes the legend along
+    assert overlay_rects(view)["legend"] == QRect(550, 694, 227, 96) and covered(view) == []
+    view.centerOn(x, y)  # back: the legend's place is still free, so it stays there
+    assert overlay_rects(view)["legend"] == QRect(550, 694, 227, 96) and covered(view) == []

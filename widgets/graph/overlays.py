@@ -12,7 +12,7 @@ the current node or the selection changes.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QRectF, QSize, Qt, Signal
+from PySide6.QtCore import QRectF, QSize, QSizeF, Qt, Signal
 from PySide6.QtGui import QAction, QFontMetricsF, QKeySequence, QPainter, QPen
 from PySide6.QtWidgets import QGraphicsView, QWidget
 
@@ -222,9 +222,11 @@ class Overlays:
         probe = _Probe(view, vp, layout, boxes, titles, reserved, top)
         leg = self.legend
         legend_opts = self._options(probe, "legend", leg.size_for(False), leg.size_for(True),
-                                    not leg.folded, leg.pinned)
+                                    not leg.folded, leg.pinned, self._now(leg, leg.shown_folded()))
         # The legend's place first (in order of cost), then the minimap's around it, so a tab
         # slid along an edge also goes past the legend.
+        minimap_now = (self._now(self.minimap, False) if self.minimap.isVisible()
+                       else self._now(self.minimap_tab, True))
         best = None
         for lc, lk, lr in legend_opts:
             if best is not None and lc >= best[0]:
@@ -233,7 +235,7 @@ class Overlays:
             if self.minimap_needed:
                 probe.reserved = reserved + ([lr.adjusted(-GAP, -GAP, GAP, GAP)] if lk != "hidden" else [])
                 mc, mk, mr = self._options(probe, "minimap", self.minimap.size(), self.minimap_tab.size_for_theme(),
-                                           not self.minimap_folded, self.minimap_pinned)[0]
+                                           not self.minimap_folded, self.minimap_pinned, minimap_now)[0]
             if best is None or lc + mc < best[0]:
                 best = (lc + mc, (lk, lr), (mk, mr))
         (lk, lr), (mk, mr) = best[1], best[2]
@@ -254,6 +256,11 @@ class Overlays:
             self.minimap_tab.move(int(mr.x()), int(mr.y()))
             self.minimap_tab.raise_()
 
+    @staticmethod
+    def _now(widget: QWidget, tab: bool) -> tuple[str, QRectF] | None:
+        """Where ``widget`` is shown now: ("open" or "tab", its geometry); None when hidden."""
+        return ("tab" if tab else "open", QRectF(widget.geometry())) if widget.isVisible() else None
+
     def _indexes(self, layout: Layout | None, texts: bool) -> tuple[BoxIndex | None, BoxIndex | None]:
         """The node boxes (with the margin their items draw in) of ``layout`` and, when ``texts``
         count (zoomed in enough to read them), its frame titles, each indexed once per layout."""
@@ -273,10 +280,12 @@ class Overlays:
         return self._index[1], self._index[2] if texts else None
 
     def _options(self, probe: "_Probe", name: str, open_size: QSize, tab_size: QSize, want_open: bool,
-                 pinned: bool) -> list[tuple[float, str, QRectF]]:
+                 pinned: bool, now: tuple[str, QRectF] | None = None) -> list[tuple[float, str, QRectF]]:
         """The places one overlay can take, each with its cost: open in a free corner, or along the
         bottom or top edge, open over boxes (only when the user opened it), a tab in a free corner
-        or along an edge, a tab over boxes, hidden. None of them covers a box kept clear."""
+        or along an edge, a tab over boxes, hidden. None of them covers a box kept clear. Where it
+        is ``now`` (kind, place) along an edge it stays while that place is free, so panning does
+        not drag it along the gaps between boxes."""
         opts: list[tuple[float, str, QRectF]] = []
 
         def add(kind: str, r: QRectF, free: float, over_boxes: float | None) -> None:
@@ -299,6 +308,11 @@ class Overlays:
                 add("open", r, OPEN_SLID + k / 100, None)
         for k, r in enumerate(probe.slid(tab_size, right)):  # also when a corner is free: the other overlay may take it
             add("tab", r, TAB_SLID + k / 100, None)
+        if now is not None and now[0] in ("open", "tab") and (now[0] == "tab" or want_open):
+            kind, r = now
+            size = open_size if kind == "open" else tab_size
+            if r.size() == QSizeF(size) and probe.inside(r):
+                add(kind, r, (OPEN_SLID if kind == "open" else TAB_SLID) - 0.5, None)
         opts.append((HIDDEN, "hidden", QRectF()))
         return sorted(opts, key=lambda o: o[0])
 
@@ -330,6 +344,10 @@ class _Probe:
         top = self.top_left if corner == "top_left" else vp.top() + EDGE
         y = top if corner.startswith("top") else vp.bottom() - EDGE - h
         return QRectF(x, y, w, h)
+
+    def inside(self, r: QRectF) -> bool:
+        """True when ``r`` lies within the viewport's margin."""
+        return self.vp.adjusted(EDGE - 1, EDGE - 1, 1 - EDGE, 1 - EDGE).contains(r)
 
     def _scene(self, r: QRectF) -> QRectF:
         return self.to_scene.mapRect(r.translated(-self.offset)).adjusted(-self.pad, -self.pad, self.pad, self.pad)
