@@ -120,6 +120,7 @@ class EdgeItem(QGraphicsItem):
         self._text_rect = QRectF()
         self._size = (0.0, 0.0)
         self._form = 0  # which of ``label_forms`` is drawn
+        self._shape: QPainterPath | None = None
         self._leader: tuple[QPointF, QPointF] | None = None
         self.setCacheMode(_DEVICE_CACHE)
 
@@ -150,13 +151,14 @@ class EdgeItem(QGraphicsItem):
 
     def shape(self) -> QPainterPath:
         """The line and the label: what hovering shows the edge's tooltip over."""
-        self._ensure_path()
-        stroker = QPainterPathStroker()
-        stroker.setWidth(6)
-        out = stroker.createStroke(self._path)
-        if not self._text_rect.isNull():
-            out.addRect(self._text_rect)
-        return out
+        if self._shape is None:  # made on first hover: most edges are never hovered
+            self._ensure_path()
+            stroker = QPainterPathStroker()
+            stroker.setWidth(6)
+            self._shape = stroker.createStroke(self._path)
+            if not self._text_rect.isNull():
+                self._shape.addRect(self._text_rect)
+        return self._shape
 
     def label_text(self) -> str:
         """The one label of the edge as drawn (see ``label_forms``)."""
@@ -259,7 +261,7 @@ class EdgeItem(QGraphicsItem):
             self.update()
             return
         self.prepareGeometryChange()
-        self._text_rect, self._leader = rect, leader
+        self._text_rect, self._leader, self._shape = rect, leader, None
         if rect.isNull():
             self._bounds = self._line_bounds
         else:
