@@ -317,7 +317,7 @@ class Legend(QWidget):
 
     def toggle(self) -> None:
         """The user's click or key: fold an open legend; open a folded one, which then stays open."""
-        opening = self.shown_folded()
+        opening = self.shown_folded() or self.isHidden()  # hidden: no place kept the current node clear
         self.folded, self.pinned = not opening, opening
         self.set_tucked(False)
         self._resize()

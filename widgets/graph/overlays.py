@@ -1,10 +1,11 @@
 """Where the legend and the minimap sit over the graph view, and how they fold away.
 
 Each overlay takes a corner of the viewport that no node box in view reaches (the legend
-prefers the bottom left, the minimap the bottom right). When no corner is free it folds into
-a small tab, put where it covers no box either. A click on the tab (or the view's key for it)
-opens the overlay again, and it then stays open, in the corner where it covers the fewest
-boxes, until the user folds it or another call is shown. The box of the node backward is at
+prefers the bottom left, the minimap the bottom right), else a free stretch of the bottom or
+top edge; among free places, the one over fewest texts (frame titles, edge labels, notes).
+When no place is free it folds into a small tab, put where it covers no box either. A click on
+the tab (or the view's key for it, L or M) opens the overlay again, and it then stays open
+where it covers the fewest boxes, until the user folds it or another call is shown. The box of the node backward is at
 while stepping and the selected node's box are never covered, not even by an overlay the
 user opened. Placement runs again whenever the view scrolls, zooms or is resized, and when
 the current node or the selection changes.
@@ -183,10 +184,6 @@ class Overlays:
         opening = self.minimap_folded or not self.minimap.isVisible()
         self.minimap_folded, self.minimap_pinned = not opening, opening
         self.place()
-
-    def minimap_open(self) -> bool:
-        """True when the minimap is shown open, False when it is folded or not needed."""
-        return self.minimap.isVisible()
 
     def reset(self) -> None:
         """A new call: no current node, and overlays the user opened go back to folding
