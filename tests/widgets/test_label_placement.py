@@ -215,6 +215,9 @@ def test_stepping_writes_only_the_stepped_gradients_and_labels_keep_clear(exampl
                          ("MulBackward0", "AccumulateGrad"): "[4, 3] \u2192 \u03a3 \u2192 []",
                          ("AddBackward0", "AccumulateGrad"): "[4, 3] \u2192 \u03a3 \u2192 [3]"}
         assert scene_faults(view) == []
+        view.clear_states()  # stepping over: the call's own gradients again
+        assert next(e for e in view.edge_items if e.label_text().startswith("[4, 3] \u2192 \u03a3 \u2192 [3]")
+                    ).label_text() == "[4, 3] \u2192 \u03a3 \u2192 [3] = [8, 8, 8]"
 
 
 def test_a_leaf_chip_that_grows_while_stepping_pushes_labels_aside(example_calls):
@@ -236,3 +239,19 @@ def test_a_leaf_chip_that_grows_while_stepping_pushes_labels_aside(example_calls
         assert chip.text_rect().intersects(before)  # the chip now reaches where the label was
         assert label.label_rect() != before
         assert scene_faults(view) == []
+
+
+def test_labels_are_placed_anew_when_shapes_are_switched_on_over_values(example_calls):
+    """On screen the toggles come one after the other: values first, then shapes, each one
+    placing the labels again for their new texts."""
+    faults = {}
+    for name in ("13_mlp_classifier", "28_broadcasting_backward", "30_graph_leak", "41_model_build"):
+        with export.offscreen_view(example_calls[name], values=True) as view:
+            view.set_show_shapes(True)
+            assert any(e.label_text().startswith("shape ") for e in view.edge_items), name
+            found = scene_faults(view)
+            view.set_show_shapes(False)
+            found += scene_faults(view)
+        if found:
+            faults[name] = found
+    assert faults == {}

@@ -337,16 +337,20 @@ def apply_edge_texts(view) -> int:
         # Stepping changes a few edges at a time: touch only those (5,000-edge graphs).
         by_key = last[2]
         changed = {k for k in values.keys() | last[1].keys() if values.get(k) != last[1].get(k)}
+        moved = []
         for key in changed:
             for item in by_key.get(key, ()):
                 item.set_texts(show_shape=view.state.show_shapes, value=values.get(key, ""))
+                moved.append(item)
                 touched += 1
+        replace_edge_labels(view.scene(), view.edge_items, moved)
     else:
         by_key = {}
         for item in view.edge_items:
             by_key.setdefault(item.key, []).append(item)
-            item.set_texts(show_shape=view.state.show_shapes, value=values.get(item.key, ""))
+            item.set_texts(show_shape=view.state.show_shapes, value=values.get(item.key, ""), stepping=stepping)
             touched += 1
+        place_edge_labels(view.scene(), view.edge_items)
     view.state.applied_texts = (stamp, values, by_key, sources)
     return touched
 

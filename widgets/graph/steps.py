@@ -91,8 +91,8 @@ class StepStatesMixin:
         return self.state.states_token
 
     def clear_states(self) -> None:
-        self.set_edge_texts({})
         self.set_node_states({})
+        self.set_edge_texts({})  # after the states: with none left, edges show the call's values again
         self.set_leaf_lines({}, replace=True)
 
     def leaf_chip(self, node_id: str) -> list[str] | None:

@@ -167,8 +167,7 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, OverlaysMixin, Step
 
     def set_show_shapes(self, show: bool) -> None:
         self.state.show_shapes = show
-        for item in self.edge_items:
-            item.set_texts(show_shape=show)
+        self._apply_edge_texts()  # the labels' new texts, placed anew
 
     def relayout(self, *, sync: bool = False, refit: bool = False) -> None:
         """Lay the shown call out again with its folds (after ``direction`` or ``engine`` changed);
