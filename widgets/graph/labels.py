@@ -153,8 +153,9 @@ class LabelPlacer:
             i0, j0 = coarse[0] * n, coarse[1] * n
             for key in self._lines.get(coarse, ()):
                 for s, box in self._pieces(key):
-                    for i in range(max(i0, int(box[0] // LINE_CELL)), min(i0 + n - 1, int(box[2] // LINE_CELL)) + 1):
-                        for j in range(max(j0, int(box[1] // LINE_CELL)), min(j0 + n - 1, int(box[3] // LINE_CELL)) + 1):
+                    i1, j1 = min(i0 + n - 1, int(box[2] // LINE_CELL)), min(j0 + n - 1, int(box[3] // LINE_CELL))
+                    for i in range(max(i0, int(box[0] // LINE_CELL)), i1 + 1):
+                        for j in range(max(j0, int(box[1] // LINE_CELL)), j1 + 1):
                             self._segs.setdefault((i, j), []).append((key, s, box))
             found = self._segs.get(cell, ())
         return found

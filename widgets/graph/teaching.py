@@ -21,7 +21,7 @@ from core.model.edge_marks import edge_mark_tip, mark_text
 from core.model.grad_notes import note_tip, notes_for
 from core.model.step_state import leaf_lines_after
 from core.model.values import edge_grad_text, seed_text
-from widgets.graph.items import EdgeItem, edge_path
+from widgets.graph.items import EdgeItem
 from widgets.graph.painting import MIN_TEXT_PX, color, font, text_width
 from widgets.theme import Theme
 
@@ -404,7 +404,6 @@ def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scen
                                     (box.x + box.w + 4, box.y - h - 4), (box.x - w - 4, box.y - h - 4)],
                              avoid_edges=True)
                 out.append(item)
-    edges = {(e.src, e.slot): e for e in layout.edges}
     if slots:
         for e in layout.edges:
             n, dst = call.node(e.src), call.node(e.dst)
