@@ -83,6 +83,10 @@ class TagItem(QGraphicsItem):
     def size(self) -> tuple[float, float]:
         return self._rect.width(), self._rect.height()
 
+    def label_obstacle(self) -> QRectF:
+        """What edge labels keep off: the whole tag (see ``widgets.graph.edge_labels``)."""
+        return self.sceneBoundingRect()
+
     def boundingRect(self) -> QRectF:
         return self._rect.adjusted(-1, -1, 1, 1)
 

@@ -7,7 +7,6 @@ function of the call, its layout and the theme.
 from __future__ import annotations
 
 import logging
-import weakref
 from dataclasses import dataclass, field
 
 from PySide6.QtCore import QObject, QRectF, Qt, QThreadPool, QTimer, Signal
@@ -26,7 +25,7 @@ from core.layout.visible import prepare_folds
 from core.model.trace import CallInfo, paused_gc
 from widgets.display_text import cut_line, cut_text
 from widgets.graph.items import EdgeItem, GroupBoxItem, NodeItem, SavedItem
-from widgets.graph.labels import LabelPlacer
+from widgets.graph.edge_labels import place_edge_labels, replace_edge_labels
 from widgets.graph.minimap import OverviewItem
 from widgets.graph.painting import NodeStyle, color, font
 from widgets.theme import Theme
@@ -421,100 +420,3 @@ def _enter_stepping(view) -> int:
             item.stepping = True
     replace_edge_labels(view.scene(), view.edge_items, changed)
     return len(changed)
-
-
-_PLACERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # scene -> (edges, LabelPlacer)
-
-
-def label_obstacles(scene) -> list[tuple[float, float, float, float]]:
-    """What an edge label must not cover: node and saved boxes, module frame titles, notes, tags
-    and the banner (scene rectangles)."""
-    from widgets.graph.marks import TagItem  # marks builds on this module
-    from widgets.graph.teaching import NoteItem
-
-    out = []
-    for item in scene.items():
-        if isinstance(item, NodeItem):
-            b = item.box
-            out.append((b.x, b.y, b.x + b.w, b.y + b.h))
-        elif isinstance(item, SavedItem):
-            b = item.saved
-            out.append((b.x, b.y, b.x + b.w, b.y + b.h))
-        elif isinstance(item, GroupBoxItem):
-            r = item.title_rect()
-            if not r.isNull():
-                out.append((r.left(), r.top(), r.right(), r.bottom()))
-        elif isinstance(item, NoteItem):
-            r = item.text_rect()
-            out.append((r.left(), r.top(), r.right(), r.bottom()))
-        elif isinstance(item, (TagItem, QGraphicsSimpleTextItem)):
-            r = item.sceneBoundingRect()
-            out.append((r.left(), r.top(), r.right(), r.bottom()))
-    return out
-
-
-def place_edge_labels(scene, edges: list[EdgeItem]) -> None:
-    """Place every edge label of the scene anew (see ``widgets.graph.labels``): after the notes
-    and tags, which they keep off."""
-    if scene is None:
-        return
-    labelled = [e for e in edges if e.label_size()[0]]
-    if not labelled:
-        _PLACERS.pop(scene, None)
-        return
-    lines = {e: e.line_points() for e in edges}
-    heads = [e.arrow_rect() for e in edges]
-    placer = LabelPlacer(lines, label_obstacles(scene) + [(r.left(), r.top(), r.right(), r.bottom()) for r in heads],
-                         horizontal=bool(edges) and edges[0].horizontal())
-    _PLACERS[scene] = (edges, placer)
-    # Short edges first: they have the fewest spots, long ones can go elsewhere along their line.
-    labelled.sort(key=lambda e: _length(lines[e]))
-    for e in labelled:
-        e.set_label_at(*placer.place(e, e.label_sizes()))
-    # One repair round: a label that found no clear spot goes first, the labels around it after;
-    # kept only when that breaks fewer rules.
-    for e in [e for e in labelled if placer.faults.get(e)]:
-        if not placer.faults.get(e):
-            continue
-        saved = {o: (placer.rects[o], placer.faults[o]) for o in [e, *placer.placed_near(e, 60.0)]}
-        for o in saved:
-            placer.release(o)
-        spots = {o: placer.place(o, o.label_sizes()) for o in saved}
-        if sum(placer.faults[o] for o in saved) < sum(bad for _, bad in saved.values()):
-            for o, spot in spots.items():
-                o.set_label_at(*spot)
-            continue
-        for o, (rect, bad) in saved.items():
-            placer.release(o)
-            placer.keep(o, rect, bad)
-
-
-def _length(line) -> float:
-    return sum(abs(x1 - x0) + abs(y1 - y0) for (x0, y0), (x1, y1) in zip(line, line[1:]))
-
-
-def note_grew(scene, rect: QRectF) -> None:
-    """A note's text now fills ``rect`` (a leaf's chip while stepping): the labels it covers move."""
-    found = _PLACERS.get(scene) if scene is not None else None
-    if found is None:
-        return
-    placer = found[1]
-    for e in placer.add_fixed((rect.left(), rect.top(), rect.right(), rect.bottom())):
-        e.set_label_at(*placer.place(e, e.label_sizes()))
-
-
-def replace_edge_labels(scene, edges: list[EdgeItem], changed: list[EdgeItem]) -> None:
-    """Place again the labels of ``changed`` edges (their text changed), the others staying put:
-    O(changed) once the scene's labels were placed."""
-    if scene is None or not changed:
-        return
-    found = _PLACERS.get(scene)
-    if found is None or found[0] is not edges:
-        place_edge_labels(scene, edges)
-        return
-    placer = found[1]
-    for e in changed:
-        if e.label_size()[0]:
-            e.set_label_at(*placer.place(e, e.label_sizes()))
-        else:
-            placer.release(e)

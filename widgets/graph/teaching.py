@@ -21,6 +21,7 @@ from core.model.edge_marks import edge_mark_tip, mark_text
 from core.model.grad_notes import note_tip, notes_for
 from core.model.step_state import leaf_lines_after
 from core.model.values import edge_grad_text, seed_text
+from widgets.graph.edge_labels import note_grew, place_edge_labels
 from widgets.graph.items import EdgeItem
 from widgets.graph.painting import MIN_TEXT_PX, color, font, text_width
 from widgets.theme import Theme
@@ -60,8 +61,6 @@ class NoteItem(QGraphicsItem):
         self._measure()
         self.update()
         if self.scene() is not None:
-            from widgets.graph.scene import note_grew  # the scene module builds on the marks'
-
             note_grew(self.scene(), self.text_rect())
 
     def _measure(self) -> None:
@@ -88,6 +87,10 @@ class NoteItem(QGraphicsItem):
     def text_rect(self) -> QRectF:
         """The text's rectangle in scene coordinates."""
         return self._text.translated(self.pos())
+
+    def label_obstacle(self) -> QRectF:
+        """What edge labels keep off: the text (see ``widgets.graph.edge_labels``)."""
+        return self.text_rect()
 
     def boundingRect(self) -> QRectF:
         return QRectF(-2, -1, self._w + 4, self._h + 2)
@@ -441,8 +444,6 @@ def label_edges(call, layout, scene, shown, values: bool) -> None:
     """Broadcast and dtype marks (what the picture teaches) and, with ``values``, the gradient each
     edge carried go into the edge's own label, then every label is placed (after the notes, which
     they keep off). Edges leave only from nodes drawn as their own boxes."""
-    from widgets.graph.scene import place_edge_labels  # the scene module builds on the marks'
-
     items = [i for i in scene.items(Qt.AscendingOrder) if isinstance(i, EdgeItem)]
     by_slot = {(i.edge.src, i.edge.slot): i for i in items}
     marks: dict[int, list[str]] = {}
