@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from PySide6.QtCore import QRectF
 
 from app.session.opening import opening_call
 from core.model.forward_errors import mark_tip
@@ -132,6 +133,32 @@ def test_in_forward_order_the_mark_stands_below_the_input(view):
     assert tag.sceneBoundingRect().top() > b.y + b.h
     ((_, end),) = link.lines
     assert (end.x(), end.y()) == (b.x + b.w / 2, b.y + b.h)
+
+
+def device_mismatch_under_a_consumer():
+    """resources/examples/26_device_mismatch.py: ``fine = on_meta * also_meta`` sits above
+    ``on_meta = w.to("meta")``, then ``on_meta.mul(cpu_tensor)`` fails at line 16."""
+    msg = "Tensor on device cpu is not on the expected device meta!"
+    op = {"name": "mul", "text": "on_meta.mul(cpu_tensor)", "line": 16, "type": "RuntimeError", "message": msg,
+          "inputs": [_input(0, "on_meta", [3], True, False, "n1")]}
+    nodes = [node("n0", "MulBackward0", ["n1", None], label="fine", tensor_id="t2"),
+             node("n1", "ToCopyBackward0", ["n2"], label="on_meta", tensor_id="t1"), leaf("n2", "t0", "w")]
+    tensors = [tensor("t0", "w", [3]), tensor("t1", "on_meta", [3], is_leaf=False, grad_fn="n1"),
+               tensor("t2", "fine", [3], is_leaf=False, grad_fn="n0")]
+    return _failed(nodes, tensors, ["n0"], op)
+
+
+def test_a_mark_with_no_room_above_its_input_stands_beside_it_covering_no_node(view):
+    view.set_call(device_mismatch_under_a_consumer(), sync=True)
+    (tag,), (link,) = _failed_marks(view)
+    layout = view.graph_layout()
+    mark = tag.sceneBoundingRect()
+    for b in layout.nodes.values():
+        assert not mark.intersects(QRectF(b.x, b.y, b.w, b.h)), b.id
+    b = layout.nodes["n1"]
+    assert mark.left() > b.x + b.w and b.y < mark.center().y() < b.y + b.h  # to the right of on_meta
+    ((start, end),) = link.lines
+    assert (end.x(), end.y()) == (b.x + b.w, b.y + b.h / 2) and start.x() == pytest.approx(mark.left(), abs=1.01)
 
 
 def test_a_call_that_did_not_fail_in_forward_has_no_failed_mark(view):

@@ -419,7 +419,9 @@ def _failed_op(scene, out: MarkItems, call: CallInfo, layout: Layout, nodes: dic
     else:
         y = bottom + FAIL_GAP if layout.direction == "forward" else top - FAIL_GAP - h
         far = bottom + 2 * FAIL_GAP + h if layout.direction == "forward" else top - 2 * FAIL_GAP - 2 * h
-        spots = [(cx - w / 2, y), (left, y), (right - w, y), (cx - w / 2, far)]
+        # above (below in forward order) the inputs, then beside them, then further out
+        spots = [(cx - w / 2, y), (left, y), (right - w, y), (right + FAIL_GAP, cy - h / 2),
+                 (left - FAIL_GAP - w, cy - h / 2), (cx - w / 2, far)]
     x, y = out.placer.spot(w, h, spots)
     tag.setPos(x, y)
     if not boxes:
@@ -427,8 +429,10 @@ def _failed_op(scene, out: MarkItems, call: CallInfo, layout: Layout, nodes: dic
     mark = QRectF(x, y, w, h)
     lines = []
     for b in rects:
-        if layout.direction == "LR":
+        if layout.direction == "LR" or mark.right() <= b.x:
             lines.append((QPointF(mark.right(), mark.center().y()), QPointF(b.x, b.y + b.h / 2)))
+        elif mark.left() >= b.x + b.w:
+            lines.append((QPointF(mark.left(), mark.center().y()), QPointF(b.x + b.w, b.y + b.h / 2)))
         elif mark.bottom() <= b.y:
             lines.append((QPointF(min(max(b.x + b.w / 2, mark.left() + h), mark.right() - h), mark.bottom()),
                           QPointF(b.x + b.w / 2, b.y)))
