@@ -1,17 +1,22 @@
 """Tensor anatomy of a call: in-place ops, stale saved tensors, shared storages, device changes.
 
 Plain functions of a CallInfo, so the graph view and the exporters mark the same things and
-say the same words about them. Qt-free.
+say the same words about them. Qt-free. A script line is written "line 12"; a notebook's as
+"cell 4, line 2" once ``name_lines`` gave its calls the notebook's cells.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from core.model.trace import CallInfo, NodeInfo, StorageInfo, TensorInfo
 from core.model.values import dims_text, format_shape
 
 ARROW = "\u2192"
+WHERE = "_where"  # options key: how the call writes a script line; "_" keys are never saved to a trace file
+HOOK_LINE = re.compile(r" \(line (\d+)\)$")  # a hook as the trace stores it: "clip (line 5)"
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,30 @@ class DeviceChange:
 
 
 # -- names ---------------------------------------------------------------------------------------
+
+
+def name_lines(calls: Iterable[CallInfo], where: Callable[[int], str]) -> None:
+    """Have every text about ``calls`` write a script line as ``where(line)`` does: for a notebook,
+    ``functools.partial(core.programs.notebook.where, trace.cells)`` ("cell 4, line 2")."""
+    for call in calls:
+        if isinstance(call.options, dict):
+            call.options[WHERE] = where
+
+
+def line_name(call: CallInfo, line: int | None) -> str:
+    """``line 12``, or ``cell 4, line 2`` in a notebook (``name_lines``); "" for no line."""
+    if not line:
+        return ""
+    where = call.options.get(WHERE) if isinstance(call.options, dict) else None
+    return (where(line) if where is not None else "") or f"line {line}"
+
+
+def hook_name(call: CallInfo, hook: str) -> str:
+    """A hook as the trace stores it, "clip (line 5)", with its line named as ``line_name`` does."""
+    found = HOOK_LINE.search(hook)
+    if found is None:
+        return hook
+    return f"{hook[:found.start()]} ({line_name(call, int(found.group(1)))})"
 
 
 def tensor_name(call: CallInfo, t: TensorInfo | None) -> str:
@@ -167,7 +196,7 @@ def stale_tip(call: CallInfo, node: NodeInfo) -> str:
     if culprit is not None:
         name = culprit.label or (tensor_name(call, call.tensor(culprit.tensor)) if culprit.tensor else None)
     subject = f"{name} (saved as '{s.saved}')" if name else f"The saved tensor '{s.saved}'"
-    where = f" at line {s.op_line}" if s.op_line else ""
+    where = f" at {line_name(call, s.op_line)}" if s.op_line else ""
     op = f"{s.op}{where} changed it in place" if s.op else "an in-place op changed it"
     return (
         f"{subject} was saved at version {_version(s.saved_version)} by {node.name}; "
@@ -178,7 +207,7 @@ def stale_tip(call: CallInfo, node: NodeInfo) -> str:
 def inplace_tip(call: CallInfo, node: NodeInfo, stale: list[NodeInfo] | None = None) -> str:
     """What an in-place op did to the tensor and to the graph; ``stale``: the call's stale nodes, if known."""
     name = node.label or (tensor_name(call, call.tensor(node.tensor)) if node.tensor else "its input")
-    where = f" at line {node.line}" if node.line else ""
+    where = f" at {line_name(call, node.line)}" if node.line else ""
     prev = next((call.node(e.node) for e in node.next if e is not None), None)
     stacked = f", stacked on {prev.name}, which made it before" if prev is not None else ""
     if stale is None:

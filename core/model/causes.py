@@ -5,6 +5,7 @@ Plain data only (no torch): the inspector and the exporters use it on a captured
 
 from __future__ import annotations
 
+from core.model.anatomy import hook_name
 from core.model.trace import CallInfo, TensorInfo
 
 CUT_WORDS = {
@@ -129,7 +130,7 @@ def hook_tips(call: CallInfo, node) -> list[str]:
     for h in (t.hooks or ()) if t is not None else ():
         where = "before the gradient is accumulated into .grad" if node.kind == "accumulate_grad" else \
             "on the gradient of this node's output, before the node runs"
-        out.append(f"{h}: registered with register_hook on {t.name or 'this tensor'}; runs {where} "
+        out.append(f"{hook_name(call, h)}: registered with register_hook on {t.name or 'this tensor'}; runs {where} "
                    "and may replace the gradient")
     if node.name == HOOK_NODE:
         out.append("Module.register_full_backward_hook: its hooks see the module's grad_input and grad_output here")

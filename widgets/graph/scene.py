@@ -13,7 +13,7 @@ from PySide6.QtCore import QObject, QRectF, Qt, QThreadPool, QTimer, Signal
 from PySide6.QtGui import QFontMetricsF
 from PySide6.QtWidgets import QGraphicsScene, QGraphicsSimpleTextItem
 
-from core.model.anatomy import stale_tip
+from core.model.anatomy import line_name, stale_tip
 from core.model.causes import blamed_nodes
 from core.layout.boxes import Layout
 from core.layout.compound import layout_call
@@ -164,7 +164,7 @@ def tooltip(call: CallInfo, box_id: str) -> str:
     elif n.label:
         lines.append(f"tensor: {n.label}")
     if n.line:
-        lines.append(f"line {n.line}")
+        lines.append(line_name(call, n.line))
     module = group_info(call).module.get(n.id)
     if module and module.startswith(PAGE_MARK):  # a page of a huge call, not a module
         module = module.partition(".")[2]
