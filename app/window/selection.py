@@ -9,8 +9,12 @@ problems show the same thing.
 
 from __future__ import annotations
 
+from functools import partial
+
 from app.session.session import Selection
+from core.model.anatomy import name_lines
 from core.model.trace import CallInfo, Trace
+from core.programs.notebook import where as line_where
 
 
 class SelectionWiring:
@@ -20,6 +24,8 @@ class SelectionWiring:
         """Show a trace: calls list, problems, memory, and the graph of the call the session opens
         it on (``Session.opening_call``: the first call, or the one last stepped)."""
         self.inspector.cells = trace.cells
+        if trace.cells:  # the graph's tips and notes say "cell 4, line 2"
+            name_lines(trace.calls, partial(line_where, trace.cells))
         if trace.source and (trace.cells or trace.mode == "model"):
             # What ran: a notebook's cells, or the script that opened a saved model.
             self.source.set_source(trace.source, trace.script, trace.cells)
