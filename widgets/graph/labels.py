@@ -246,7 +246,9 @@ class LabelPlacer:
                     off = gap + min(rise, 3 * h)
                     for side in updown:
                         y0 = y - off - h if side < 0 else y + off
-                        for x0 in (x - w / 2, x - 8, x + 8 - w):
+                        # further out, a leader line joins it: it may also run well past the point
+                        far = (x + 24, x - 24 - w) if gap > LEADER_FROM else ()
+                        for x0 in (x - w / 2, x - 8, x + 8 - w, *far):
                             yield (x0, y0, x0 + w, y0 + h), (x, y), gap
 
     def _faults(self, key, r: Rect) -> int:

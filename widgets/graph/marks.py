@@ -160,6 +160,10 @@ class ShareLinkItem(QGraphicsItem):
         self.setZValue(LINK_Z)
         self.setCacheMode(_CACHE)
 
+    def label_obstacle(self) -> QRectF:
+        """What edge labels keep off: the pill that names the storage (see ``widgets.graph.edge_labels``)."""
+        return self._label.translated(self.pos())
+
     def boundingRect(self) -> QRectF:
         return self._bounds
 
@@ -200,12 +204,13 @@ def paint_legend_sample(p: QPainter, key: str, rect: QRectF, theme: Theme) -> bo
         y = rect.center().y()
         p.drawLine(QPointF(rect.left(), y), QPointF(rect.right(), y))
         return True
-    sample = {"inplace": "\u270e", "view": "view", "device": "\u2192"}.get(key)
+    sample = {"inplace": "\u270e", "view": "view", "device": "\u2192", "failed_op": "failed"}.get(key)
     if sample is None:
         return False
-    w, h = tag_size(sample, theme, key == "device")
+    kind = {"device": "device_edge", "failed_op": "failed"}.get(key, key)
+    w, h = tag_size(sample, theme, TAG_STYLES[kind][2])
     c = rect.center()
-    paint_tag(p, QRectF(c.x() - w / 2, c.y() - h / 2, w, h), "device_edge" if key == "device" else key, sample, theme)
+    paint_tag(p, QRectF(c.x() - w / 2, c.y() - h / 2, w, h), kind, sample, theme)
     return True
 
 
@@ -230,6 +235,8 @@ class MarkItems:
             keys.insert(1 if "inplace" in keys else 0, "sharing")
         if "device_edge" in kinds:
             keys.append("device")
+        if "failed" in kinds:
+            keys.append("failed_op")
         if self.direction != "TB":
             keys.append("flow_forward" if self.direction == "forward" else "flow_backward")
         return keys

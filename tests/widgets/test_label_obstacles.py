@@ -1,0 +1,58 @@
+"""What edge labels keep off besides boxes and notes: the storage names on sharing links, on
+every bundled example in each direction (see ``test_label_placement`` for the rules)."""
+
+from __future__ import annotations
+
+from core.layout.boxes import DIRECTIONS
+from tests.widgets.test_label_placement import _overlap, _rect, example_calls, scene_faults  # noqa: F401
+from widgets.export import graph_export as export
+
+
+def link_faults(view) -> list[str]:
+    """Edge labels over the storage names of sharing links (the pill in the middle of each link)."""
+    links = [(link.storage, _rect(link.label_obstacle())) for link in view.marks.links]
+    return [f"label {e.label_text()!r} of {e.key} covers storage {s!r}" for e in view.edge_items
+            if e.label_size()[0] for s, r in links if _overlap(_rect(e.label_rect()), r)]
+
+
+# With sharing on, the storage names on the links take the last spots beside these fanned-out
+# edges: three edges leave one node, and the label of the middle one finds no spot nearer
+# its own edge than a neighbour's. It takes its shortest form and covers nothing.
+SHARED_NO_ROOM = {("14_checkpointing", "TB"): ("n1", "n3"), ("14_checkpointing", "forward"): ("n1", "n3"),
+                  ("40_model_small_cnn", "TB"): ("n6", "n12"), ("41_model_build", "TB"): ("n4", "n9"), ("41_model_build", "LR"): ("n4", "n9")}
+
+
+def test_edge_labels_keep_off_the_storage_names_of_sharing_links(example_calls):
+    faults = {}
+    linked = set()
+    for name, call in example_calls.items():
+        for direction in DIRECTIONS:
+            with export.offscreen_view(call, values=True, direction=direction) as view:
+                view.set_show_sharing(True)
+                if view.marks.links:
+                    linked.add(name)
+                found = link_faults(view) + scene_faults(view)
+                cramped = SHARED_NO_ROOM.get((name, direction))
+                if cramped is not None:
+                    edge = next(e for e in view.edge_items if e.key == cramped)
+                    assert edge.label_text() == edge.label_forms()[-1], (name, direction, edge.label_text())
+                    found = [f for f in found if f" of {cramped} is as near " not in f]
+            if found:
+                faults[(name, direction)] = found
+    assert faults == {}
+    assert len(linked) == 21  # the examples whose tensors share storages
+
+
+def test_a_gradient_label_moves_off_the_storage_it_would_cover(example_calls):
+    """03_second_order: x and the PowBackward0 output share storage s1, whose name sits on the
+    edge the gradient 12 runs along; with sharing on, the label steps aside."""
+    call = example_calls["03_second_order"]
+    with export.offscreen_view(call, values=True) as view:
+        edge = next(e for e in view.edge_items if e.label_size()[0])
+        assert (edge.label_text(), _rect(edge.label_rect())) == ("grad = 12", (21.71875, 86.7734375, 75.0, 99.2265625))
+        view.set_show_sharing(True)
+        [link] = view.marks.links
+        assert (link.storage, _rect(link.label_obstacle())) == ("s1", (43.171875, 86.0, 63.578125, 100.0))
+        edge = next(e for e in view.edge_items if e.label_size()[0])
+        assert (edge.label_text(), _rect(edge.label_rect())) == ("grad = 12", (81.0, 86.7734375, 134.28125, 99.2265625))
+        assert link_faults(view) == [] and scene_faults(view) == []
