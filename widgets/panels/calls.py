@@ -11,6 +11,7 @@ from PySide6.QtWidgets import (
 )
 
 from core.model.call_notes import call_flags, grad_history, group_calls
+from core.model.forward_errors import failed_op
 from core.programs.notebook import where as line_where
 from core.model.trace import CallInfo, Trace
 from widgets.display_text import cut_line, cut_text
@@ -26,9 +27,14 @@ DETAIL_ROLE = Qt.ItemDataRole.UserRole + 3
 def call_parts(call: CallInfo, index_of: dict[str, int] | None = None,
                cells: list | None = None) -> tuple[str, list[str]]:
     """The head (``#0 Tensor.backward``) and the details (line, node count, error) of a call;
-    ``cells`` (a notebook's) gives the line as "cell 4, line 2"."""
-    api = "(never backwarded)" if call.api == "unreached" else call.api
-    details = [line_where(cells or [], call.line)] if call.line else []
+    ``cells`` (a notebook's) gives the line as "cell 4, line 2". The graph a forward pass failed
+    on is headed by the op (``#1 failed in forward: x.add_(1)``) and placed at the op's line."""
+    op = failed_op(call)
+    if op is not None:
+        where = op.get("where") or line_where(cells or [], op.get("line"))
+        details = [where] if where else []
+    else:
+        details = [line_where(cells or [], call.line)] if call.line else []
     if call.snapshot == "summary":
         same = (index_of or {}).get(call.same_as or "")
         details.append(f"same graph as #{same}" if same is not None else "same graph as an earlier call")
@@ -37,7 +43,17 @@ def call_parts(call: CallInfo, index_of: dict[str, int] | None = None,
         details.append(f"{count} node" + ("" if count == 1 else "s"))
     if call.error is not None:
         details.append(call.error.type)
-    return f"#{call.index} {api}", details
+    elif op is not None and op.get("type"):
+        details.append(op["type"])
+    return call_head(call), details
+
+
+def call_head(call: CallInfo) -> str:
+    """``#0 Tensor.backward``; ``#1 (never backwarded)``; ``#1 failed in forward: x.add_(1)``."""
+    op = failed_op(call)
+    if op is not None:
+        return f"#{call.index} failed in forward: {op.get('text') or op.get('name') or 'an op'}"
+    return f"#{call.index} " + ("(never backwarded)" if call.api == "unreached" else call.api)
 
 
 def call_title(call: CallInfo, index_of: dict[str, int] | None = None) -> str:
@@ -47,8 +63,9 @@ def call_title(call: CallInfo, index_of: dict[str, int] | None = None) -> str:
 
 
 def call_state(call: CallInfo) -> str:
-    """How the row is drawn: "error", "summary", "unreached" or "ok"."""
-    if call.error is not None:
+    """How the row is drawn: "error" (backward raised, or the forward pass failed on this graph),
+    "summary", "unreached" or "ok"."""
+    if call.error is not None or failed_op(call) is not None:
         return "error"
     if call.snapshot == "summary":
         return "summary"
@@ -57,8 +74,13 @@ def call_state(call: CallInfo) -> str:
 
 def call_tooltip(call: CallInfo) -> str:
     """A longer description shown on hover."""
-    lines = [call.title]
-    if call.api == "unreached":
+    op = failed_op(call)
+    lines = [call.title if op is None else call_head(call)]
+    if op is not None:
+        lines.append(f"The graph the script had built when {op.get('text') or 'an op'} raised; backward never "
+                     "ran on it. The op is drawn joined to the inputs it was called on.")
+        lines.append(cut_text(f"{op.get('type', 'Error')}: {op.get('message', '')}", 200, 2_000))
+    elif call.api == "unreached":
         lines.append("A graph that was built but never had backward called on it.")
     if call.snapshot == "summary":
         lines.append("Only a summary was kept: the graph has the same structure as an earlier call.")
