@@ -229,3 +229,22 @@ def test_saved_leaves_are_linked_to_their_leaf(view):
     view.set_call(replace(c, tensors=[*c.tensors[:2], viewed]), sync=True)
     assert tags(view, "view") == {"n0": "view of a"}
     assert len(links(view)) == 2
+
+
+def test_a_failed_op_mark_has_its_legend_entry(view, tmp_path):
+    """The red pill of the op a forward pass raised in is explained in the legend, on screen and
+    in the SVG export, with a pill like it as its sample."""
+    import re
+
+    from tests.widgets.test_forward_error_marks import mm_mismatch
+    from widgets.export import graph_export as export
+    from widgets.graph.minimap import LEGEND_ENTRIES
+
+    view.set_call(mm_mismatch(), sync=True)
+    assert view.legend.entries() == ["op", "leaf", "failed_op"]
+    assert LEGEND_ENTRIES["failed_op"][0] == "failed in forward: the op the script raised in"
+    texts = re.findall(r">([^<]+)</text>", export.render_svg(view, tmp_path / "failed.svg").read_text())
+    assert texts[-4:] == ["leaf tensor (AccumulateGrad)", "failed", "failed in forward: the op the script raised in",
+                          "arrows: gradients, from the loss to the leaves"]
+    view.set_call(mul_call(), sync=True)  # a healthy graph: no such entry
+    assert "failed_op" not in view.legend.entries()

@@ -212,6 +212,7 @@ LEGEND_ENTRIES = {
     "sharing": ("dashed: same storage", None, None),
     "view": ("view of \u2026: shares its base's memory", None, None),
     "device": ("gradient crosses devices", None, None),
+    "failed_op": ("failed in forward: the op the script raised in", None, None),
     "executed": ("executed", NodeStyle("op"), "executed"),
     "current": ("running now", NodeStyle("op"), "current"),
     "frontier": ("ready to run", NodeStyle("op"), "frontier"),
