@@ -47,7 +47,8 @@ def _trace(args) -> int:
             ranks[int(event.rank)] = event.trace
 
     result = run_capture(str(script), device=args.device, mode=args.mode, timeout=args.timeout,
-                         load=load_options(args), on_event=on_event, **worker_options(args))
+                         load=load_options(args), on_event=on_event, nan_check=args.nan_check,
+                         **worker_options(args))
     trace = result.trace
     _say_bad_messages(result)
     written = save_ranks(Path(args.json), trace, _other_ranks(ranks)) if args.json else []
@@ -212,6 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="OUT", help="write the trace as JSON (with --nproc: the picked rank's; "
                    "each other rank's beside it, OUT's name with .rankN)")
     p.add_argument("--quiet", action="store_true", help="do not echo the script's output")
+    p.add_argument("--nan-check", action="store_true",
+                   help="check every op's output and every node's gradient for NaN/Inf and name the first "
+                   "of each (off by default: it costs a reduction per op)")
     add_run_options(p)
     add_worker_args(p)
     p = sub.add_parser("step", help="step through one backward call node by node, printing each step",

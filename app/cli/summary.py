@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from core.model.nan_check import summary_lines as nan_check_lines
 from core.model.trace import CallInfo, Trace, Values
 from core.programs.notebook import where as line_where
 
@@ -92,4 +93,5 @@ def trace_summary(trace: Trace, shown_calls: int = 12) -> str:
         e = trace.error
         where = f" at {e.where}" if getattr(e, "where", "") else (f" at line {e.line}" if e.line else "")
         lines.append(f"error{where}: {e.type}: {e.message}")
+    lines.extend(nan_check_lines(trace.nan_check))
     return "\n".join(lines)

@@ -109,13 +109,14 @@ class WorkerClient:
     # -- public --------------------------------------------------------------------------------
     def run(self, path: str, device: str = "cpu", mode: str = "auto", timeout: float = DEFAULT_TIMEOUT,
             step: dict | None = None, debug: dict | None = None, seeds: dict | None = None,
-            load: dict | None = None, ddp: dict | None = None) -> int:
+            load: dict | None = None, ddp: dict | None = None, nan_check: bool = False) -> int:
         """Start running ``path``; returns the run id. A run in progress is cancelled first.
 
         ``step`` (``{"call": N, "mode": "interactive" | "all"}``) runs backward call N under the
         stepper; ``debug`` (``{"lines": [...], "pause_all": bool, "skip_to": N}``) makes a debug
         run that pauses at each call a breakpoint selects; drive both with ``control()``. Stepping
         and debug runs have no time limit: the user sets the pace. ``seeds`` reseeds the run.
+        ``nan_check`` names the first op and node that made a NaN or an infinity (``Trace.nan_check``).
         """
         with self._lock:
             old, self._run = self._run, None
@@ -136,7 +137,7 @@ class WorkerClient:
             self._run = {"id": run_id, "path": str(path), "device": device, "start": time.monotonic(),
                          "worker": worker, "timeout": timeout, "done": False, "step": step, "debug": debug}
             self._set_state(ClientState.RUNNING)
-        extra = {"debug": debug, "seeds": seeds, "load": load, "ddp": ddp}
+        extra = {"debug": debug, "seeds": seeds, "load": load, "ddp": ddp, "nan_check": nan_check}
         threading.Thread(target=self._launch, args=(worker, run_id, path, device, mode, timeout, step, extra),
                          name=f"run-{run_id}", daemon=True).start()
         return run_id
@@ -224,6 +225,8 @@ class WorkerClient:
                            load=extra.get("load"))
         if extra.get("ddp"):
             cmd.extra["ddp"] = extra["ddp"]
+        if extra.get("nan_check"):
+            cmd.extra["nan_check"] = True
         if self.launcher is None:  # traces in columns, uncompressed, through the local pipe
             cmd.extra.update({"compress": RAW, "encodings": ENCODINGS})
         else:
@@ -431,12 +434,12 @@ def _no_hello(worker: WorkerProcess, limit: float) -> str:
 def run_capture(path: str, device: str = "cpu", mode: str = "auto", timeout: float = DEFAULT_TIMEOUT,
                 on_event: Callable[[protocol._Base], None] | None = None, step: dict | None = None,
                 seeds: dict | None = None, load: dict | None = None, launcher=None,
-                ddp: dict | None = None, memory_rate: float | None = None) -> RunResult:
+                ddp: dict | None = None, memory_rate: float | None = None, nan_check: bool = False) -> RunResult:
     """Run one script in a fresh worker and wait for its result (the CLI and tests use this).
     ``memory_rate`` sets the memory samples per second (0: none, when nothing shows them)."""
     with capture_run(path, memory_rate=memory_rate, launcher=launcher, device=device, mode=mode,
                      timeout=timeout, on_event=on_event, step=step, seeds=seeds, load=load,
-                     ddp=ddp) as result:
+                     ddp=ddp, nan_check=nan_check) as result:
         return result
 
 

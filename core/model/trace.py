@@ -253,6 +253,10 @@ class Trace:
     cells: list[dict] = field(default_factory=list)
     format: str = FORMAT
     version: int = VERSION
+    # The NaN/Inf check (``--nan-check``), absent when it was off: {"forward": the first op whose output
+    # held a NaN or an infinity, "backward": the first node whose gradient did}, each None when none did.
+    # Drives the trace command's two "first non-finite" lines (core.model.nan_check).
+    nan_check: dict | None = None
 
     def to_dict(self) -> dict:
         with paused_gc():
@@ -324,7 +328,7 @@ def with_fields(obj, **changes):
 
 # Optional keys written only when set: keeps 5,000-node traces small.
 _SPARSE_KEYS = frozenset(("sample", "min", "max", "mean", "tensor", "value", "freed", "approx", "origin", "cuts",
-                          "edge_marks", "hooks", "recomputed", "numpy", "output_nr", "failed_op",
+                          "edge_marks", "hooks", "recomputed", "numpy", "output_nr", "failed_op", "nan_check",
                           "call"))
 _PRIMITIVES = (int, float, str, bool, type(None))
 

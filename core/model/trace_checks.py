@@ -202,7 +202,20 @@ def check_trace(trace: Trace, fail: Fail) -> None:
             fail("error.failed_op.call", f"names call '{_id(failed['call'])}', which holds no failed op")
         else:
             check_failed_inputs(failed, trace.calls[at], "error.failed_op", fail)
+    check_nan_check(trace, ids, fail)
 
+
+def check_nan_check(trace: Trace, ids: dict[str, int], fail: Fail) -> None:
+    """The NaN/Inf check's records name calls of this trace, and nodes of those calls kept in full."""
+    for part in ("forward", "backward"):
+        record = (trace.nan_check or {}).get(part)
+        if record is None or record["call"] is None:
+            continue
+        at = ids.get(record["call"])
+        if at is None:
+            fail(f"nan_check.{part}.call", _missing("call", record["call"], "this trace"))
+        elif trace.calls[at].snapshot == "full" and trace.calls[at].node(record["node"]) is None:
+            fail(f"nan_check.{part}.node", _missing("node", record["node"], f"call '{_id(record['call'])}'"))
 
 def size_problem(data: dict) -> str | None:
     """Why a decoded trace is too big to open (a call past ``MAX_CALL_NODES`` nodes), read from the

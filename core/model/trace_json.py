@@ -569,6 +569,53 @@ _CHECKS: dict[type, dict[str, Any]] = {
 }
 
 
+# The NaN/Inf check's record (``Trace.nan_check``): every key present, each of its type.
+_NAN_COUNTS = {"shape": _t_shape, "numel": _t_count, "nan": _t_count, "posinf": _t_count, "neginf": _t_count}
+_NAN_INPUT = {"position": _t_count, "name": _t_opt_str, "shape": _t_shape, "dtype": _t_str, "min": _t_opt_num,
+              "max": _t_opt_num}
+_NAN_FORWARD = {"op": _t_str, "text": _t_str, "line": _t_opt_int, "module": _t_opt_str, "output": _t_count,
+                **_NAN_COUNTS, "inputs": _t_list, "call": _t_opt_str, "node": _t_opt_str}
+_NAN_BACKWARD = {"call": _t_str, "node": _t_str, "name": _t_str, "line": _t_opt_int, "module": _t_opt_str,
+                 "input": _t_count, "to": _t_opt_str, **_NAN_COUNTS}
+
+
+def _exact_keys(v, checks: dict, what: str):
+    """None when ``v`` is an object with exactly the keys of ``checks``, each passing its check."""
+    if not isinstance(v, dict):
+        return f"expected {what}, got {_short(v)}"
+    if set(v) != set(checks):
+        odd = sorted(set(v) ^ set(checks))[0]
+        return f"'{odd}' {'missing' if odd in checks else 'is not a key of ' + what}"
+    for key, check in checks.items():
+        problem = check(v[key])
+        if problem is not None:
+            return f"'{key}': {problem}"
+    return None
+
+
+def _t_nan_check(v):
+    if v is None:
+        return None
+    problem = _exact_keys(v, {"forward": _t_opt_obj, "backward": _t_opt_obj}, "the NaN/Inf check's record")
+    if problem is not None:
+        return problem
+    if v["forward"] is not None:
+        problem = _exact_keys(v["forward"], _NAN_FORWARD, "a forward op's record")
+        if problem is not None:
+            return f"'forward': {problem}"
+        for i, entry in enumerate(v["forward"]["inputs"]):
+            problem = _exact_keys(entry, _NAN_INPUT, "an input's record")
+            if problem is not None:
+                return f"'forward.inputs[{i}]': {problem}"
+    if v["backward"] is not None:
+        problem = _exact_keys(v["backward"], _NAN_BACKWARD, "a backward node's record")
+        if problem is not None:
+            return f"'backward': {problem}"
+    return None
+
+
+_CHECKS[Trace]["nan_check"] = _t_nan_check
+
 def call_to_dict(call: CallInfo) -> dict:
     """One call in the trace format (the ``calls`` entry), JSON-ready."""
     with paused_gc():

@@ -235,6 +235,10 @@ class Worker(Stepping):
                 capture = Capture(cmd["path"], device=device, mode=cmd.get("mode", "auto"), on_event=on_event,
                                   load=cmd.get("load"))
                 capture.script_ended = INTERRUPTS.script_ended
+                if cmd.get("nan_check"):  # off, the capture pushes no check mode and hooks no node
+                    from core.worker.capture.nan_check import NanCheck
+
+                    capture.nan_check = NanCheck()
                 self._live = (capture, run_id)
                 self._stepped = False
                 if cmd.get("debug") is not None:

@@ -222,6 +222,8 @@ class CallRecording:
         seen = self._structures.get(structure, (None, 0))[1]
         record = len(nodes) <= EDGE_GRAD_LIMIT and seen < self.keep_first
         self._edge_grads[index] = EdgeGradRecorder(order if record else [], ids)
+        if self.nan_check is not None:  # the NaN/Inf check's hooks, removed in _after
+            self.nan_check.watch(index, order, ids)
         # Previews are taken now, and every reference backward would otherwise free is dropped:
         # the snapshot must not hold activations (device memory) the script does not hold.
         snap.release(ids)
@@ -244,6 +246,8 @@ class CallRecording:
         tensors = snap.finish_tensors(ids, read_grads=True)
         recorder = self._edge_grads.pop(index, None)
         edge_grads = recorder.finish() if recorder is not None else {}
+        if self.nan_check is not None:
+            self.nan_check.unwatch(index)
         nodes = label_nodes(nodes, tensors)
         leaf_grads = {}
         options: dict = {"retain_graph": bool(retain_graph) if retain_graph is not None else bool(create_graph),

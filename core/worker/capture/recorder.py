@@ -92,6 +92,7 @@ class Capture(CreationTags, CallRecording):
         self.namespace: dict = {}
         self.started = 0.0
         self.hook_call: tuple | None = None  # what ``call_before`` needs while a call_hook runs
+        self.nan_check = None  # a core.worker.capture.nan_check.NanCheck when the NaN/Inf check is on
 
 
     # -- running ---------------------------------------------------------------------------------
@@ -104,6 +105,8 @@ class Capture(CreationTags, CallRecording):
             torch.nn.modules.module.register_module_forward_pre_hook(self._pre_forward),
             _register_post_hook(self._post_forward),
         ]
+        if self.nan_check is not None:  # beneath the creation mode, which must see the script's frames first
+            self.nan_check.enter(self, self._module_stack)
         self._mode = _CreationMode(self)
         self._mode.__enter__()
         self._real_import = builtins.__import__
@@ -117,6 +120,8 @@ class Capture(CreationTags, CallRecording):
             self._mode.__exit__(None, None, None)
         except Exception:
             log.exception("leaving the creation mode failed")
+        if self.nan_check is not None:
+            self.nan_check.exit()
         for h in self._hooks:
             h.remove()
         clear_call_sites()
@@ -325,6 +330,7 @@ class Capture(CreationTags, CallRecording):
             tensors=tensors,
             storages=storages,
             cells=cells,
+            nan_check=self.nan_check.record() if self.nan_check is not None else None,
         )
 
 
