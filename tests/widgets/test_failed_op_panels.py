@@ -1,14 +1,20 @@
-"""The graph a forward pass failed on, headed in the Calls list by the op that failed. The calls are
-the ones capture records (see tests/widgets/test_forward_error_marks.py), built here without torch."""
+"""The op a forward pass failed in, told by the panels: the inspector's "Failed here" on the op's
+inputs and the Calls row headed by the op. The calls are the ones capture records (see
+tests/widgets/test_forward_error_marks.py), built here without torch."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+from PySide6.QtCore import QUrl
+
 from core.model.trace import ErrorInfo, Trace
 from tests.fixtures_graphs import mul_call
-from tests.widgets.test_forward_error_marks import LEAF, leaf_inplace
+from tests.widgets.test_forward_error_marks import LEAF, MM, device_mismatch_under_a_consumer, leaf_inplace, \
+    mm_mismatch
 from widgets.panels.calls import HEAD_ROLE, STATE_ROLE, CallsPanel
+from widgets.panels.inspector import InspectorPanel
 
 
 def _run_error(call, message=LEAF, line=17):
@@ -21,6 +27,91 @@ def _leaf_trace():
     """18_inplace_on_leaf.py: one backward (#0), then ``x += 1`` fails on the leaf x (#1)."""
     failed = leaf_inplace()
     return Trace(calls=[mul_call(), failed], error=_run_error(failed), call_count=1)
+
+
+def _failed_here(text: str) -> list[str]:
+    """The inspector's "Failed here" section, one line per row (key and value joined by a tab)."""
+    if "Failed here" not in text:
+        return []
+    section = text.split("Failed here\n", 1)[1].split("\nThis node\n", 1)[0]
+    lines, out = [line for line in section.split("\n") if line], []
+    keys = ("op", "why", "script line") + tuple(f"input {i}" for i in range(4))
+    for line in lines:
+        if out and out[-1] in keys:
+            out[-1] += "\t" + line
+        else:
+            out.append(line)
+    return out
+
+
+# -- inspector ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def inspector(qtbot):
+    panel = InspectorPanel()
+    qtbot.addWidget(panel)
+    panel.resize(420, 900)
+    return panel
+
+
+def test_the_failed_ops_input_says_it_failed_here_with_the_whole_error(inspector):
+    inspector.show_node(leaf_inplace(), "n0")
+    assert _failed_here(inspector.text()) == [
+        "the script stopped in forward at this op, called on this node's tensor; backward never ran on this graph",
+        "✖ x.add_(1) raised RuntimeError",
+        LEAF,
+        "op\tx.add_(1)",
+        "why\ta leaf that requires grad cannot be changed in place",
+        "script line\tline 17",
+        "input 0\tx (this node) · shape 2 · float32 · requires_grad True · leaf True",
+    ]
+    assert "call\n#1 failed in forward: x.add_(1) (line 17)\n" in inspector.text()
+    assert "href='line:17'" in inspector.browser.toHtml().replace('"', "'")
+
+
+def test_each_input_of_a_two_input_op_links_to_the_other(qtbot, inspector):
+    call = mm_mismatch()
+    inspector.show_node(call, "n2")
+    assert _failed_here(inspector.text())[1:] == [
+        "✖ torch.mm(h, w) raised RuntimeError",
+        MM,
+        "op\ttorch.mm(h, w)",
+        "why\tshapes 2×3 and 4×5 cannot be multiplied (3 ≠ 4)",
+        "script line\tline 6",
+        "input 0\th · shape 2×3 · float32 · requires_grad True · leaf False",
+        "input 1\tw (this node) · shape 4×5 · float32 · requires_grad True · leaf True",
+    ]
+    with qtbot.waitSignal(inspector.sig_node_selected) as picked:
+        inspector._on_anchor(QUrl("node:n0"))  # the link on h
+    assert picked.args == ["n0"]
+    inspector.show_node(call, "n0")
+    assert _failed_here(inspector.text())[-2:] == [
+        "input 0\th (this node) · shape 2×3 · float32 · requires_grad True · leaf False",
+        "input 1\tw · shape 4×5 · float32 · requires_grad True · leaf True",
+    ]
+
+
+def test_a_node_the_op_was_not_called_on_has_no_failed_section(inspector):
+    inspector.show_node(mm_mismatch(), "n1")  # x: h = x * 2 was fine
+    assert _failed_here(inspector.text()) == [] and "This node" not in inspector.text()
+    inspector.show_node(device_mismatch_under_a_consumer(), "n0")  # fine = on_meta * also_meta
+    assert _failed_here(inspector.text()) == []
+    inspector.show_node(device_mismatch_under_a_consumer(), "n1")
+    assert _failed_here(inspector.text())[3:5] == ["op\ton_meta.mul(cpu_tensor)", "why\tTensor on device cpu is "
+                                                    "not on the expected device meta!"]
+    inspector.show_node(mul_call(), "n1")
+    assert _failed_here(inspector.text()) == [] and "call\n#0 Tensor.backward (line 3)\n" in inspector.text()
+
+
+def test_a_notebooks_failed_op_is_placed_by_cell_and_line(inspector):
+    call = leaf_inplace()
+    op = dict(call.options["failed_op"], text="x.mul_(3)", line=5, where="cell 2, line 2")
+    inspector.cells = [{"first": 1, "lines": 2}, {"first": 4, "lines": 2}]
+    inspector.show_node(replace(call, options={"failed_op": op}), "n0")
+    rows = _failed_here(inspector.text())
+    assert rows[3] == "op\tx.mul_(3)" and rows[5] == "script line\tcell 2, line 2"
+    assert "call\n#1 failed in forward: x.mul_(3) (cell 2, line 2)\n" in inspector.text()
 
 
 # -- calls ----------------------------------------------------------------------------------------

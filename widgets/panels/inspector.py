@@ -20,6 +20,7 @@ from core.model.attrs import decoded_text, script_names
 from core.model.causes import cut_text, grad_none_cause, hook_tips
 from core.model.edge_marks import edge_mark_tip, mark_text
 from core.model.formulas import formula_for, formula_lines
+from core.model.forward_errors import failed_op, short_reason
 from core.model.grad_notes import RESULT_TIP, note_tip, notes_for, returned
 from core.model.memory import format_bytes
 from core.programs.notebook import where as line_where
@@ -27,6 +28,8 @@ from core.model.storage_map import contiguity as is_contiguous
 from core.model.trace import CallInfo, NodeInfo, Stale, TensorInfo, Values
 from core.model.values import dims_text, format_shape
 from widgets.display_text import cut_line, cut_markup
+from widgets.display_text import cut_text as cut_lines
+from widgets.panels.calls import call_head
 
 log = logging.getLogger(__name__)
 
@@ -291,6 +294,7 @@ class InspectorPanel(QWidget):
             .code {{ background-color: {_mix(base, text, 0.06)}; }}
             .warn {{ background-color: {_mix(base, amber, 0.22)}; }}
             .badge {{ background-color: {_mix(base, link, 0.18)}; }}
+            .failed {{ background-color: {_mix(base, QColor("#d32f2f"), 0.16)}; }}
         """
         self.browser.document().setDefaultStyleSheet(css)
         self.browser.setHtml(f"<html><body>{cut_markup(body)}</body></html>")
@@ -363,6 +367,7 @@ class InspectorPanel(QWidget):
         if node.stale is not None:
             parts.append(f"<table class='warn' width='100%' cellpadding='6'><tr><td>"
                          f"<b>⚠ Stale saved tensor</b><br>{stale_sentence(node.stale, self.cells)}</td></tr></table>")
+        parts.append(self._failed_html(call, node))
         rows = [("kind", html.escape(KIND_WORDS.get(node.kind, node.kind)))]
         if node.label:
             rows.append(("label", f"<code>{html.escape(cut_line(node.label))}</code> (the script's name)"))
@@ -374,7 +379,9 @@ class InspectorPanel(QWidget):
         if node.module:
             rows.append(("module", f"<code>{html.escape(cut_line(node.module))}</code>"))
         title = call.title
-        if self.cells:  # a notebook: the call's line as "cell 4, line 2"
+        if failed_op(call) is not None:
+            title = f"{call_head(call)} ({self._op_where(failed_op(call)) or 'no line'})"
+        elif self.cells:  # a notebook: the call's line as "cell 4, line 2"
             title = f"#{call.index} {call.api} ({line_where(self.cells, call.line) or 'no line'})"
         rows.append(("call", html.escape(title)))
         rows.append(("id", f"<code>{html.escape(node.id)}</code>"))
@@ -452,6 +459,48 @@ class InspectorPanel(QWidget):
                 rows.append(("", f"<span class='muted'>… {len(node.saved) - LIST_LIMIT:,} more saved values</span>"))
             parts.append(self._rows(rows))
         return "".join(parts)
+
+    def _op_where(self, op: dict) -> str:
+        """The failed op's line: "line 17", or "cell 5, line 2" in a notebook ("" without one)."""
+        return op.get("where") or line_where(self.cells, op.get("line"))
+
+    def _failed_html(self, call: CallInfo, node: NodeInfo) -> str:
+        """"Failed here": the op the forward pass failed in, when ``node`` is one of its inputs'."""
+        op = failed_op(call)
+        inputs = (op or {}).get("inputs") or []
+        if op is None or not any(entry.get("node") == node.id for entry in inputs):
+            return ""
+        text = op.get("text") or op.get("name") or "an op"
+        box = (f"<table class='failed' width='100%' cellpadding='6'><tr><td><b>✖ {html.escape(cut_line(text))} "
+               f"raised {html.escape(op.get('type', 'an error'))}</b><br>"
+               f"{html.escape(cut_lines(op.get('message', '').strip()))}</td></tr></table>")
+        rows = [("op", f"<code>{html.escape(cut_line(text))}</code>"),
+                ("why", html.escape(short_reason(op.get("message", ""), op)))]
+        where = self._op_where(op)
+        if where and op.get("line"):
+            rows.append(("script line", f"<a href='line:{op['line']}'>{html.escape(where)}</a>"))
+        elif where:
+            rows.append(("script line", html.escape(where)))
+        for entry in inputs:
+            rows.append((f"input {entry.get('position', 0)}", self._failed_input(call, node, entry)))
+        return (self._section("Failed here", "the script stopped in forward at this op, called on this node's "
+                              "tensor; backward never ran on this graph") + box + self._rows(rows)
+                + "<p class='section'>This node</p>")
+
+    def _failed_input(self, call: CallInfo, node: NodeInfo, entry: dict) -> str:
+        """``x · shape 2 · float32 · requires_grad True · leaf True``; the name links to its node."""
+        name = html.escape(cut_line(entry.get("name") or "unnamed tensor"))
+        nid = entry.get("node")
+        if nid == node.id:
+            name = f"<b>{name}</b> <span class='muted'>(this node)</span>"
+        elif nid and call.node(nid) is not None:
+            name = f"<a href='node:{html.escape(nid)}'><b>{name}</b></a>"
+        else:
+            name = f"<b>{name}</b>"
+        facts = [format_shape(entry.get("shape")) or "shape unknown", html.escape(entry.get("dtype", "")),
+                 f"requires_grad <code>{bool(entry.get('requires_grad'))}</code>",
+                 f"leaf <code>{bool(entry.get('is_leaf'))}</code>"]
+        return " · ".join([name, *(f for f in facts if f)])
 
     def _tensor_html(self, table: Mapping[str, TensorInfo], call: CallInfo | None, t: TensorInfo,
                      shown: CallInfo | None = None) -> str:
