@@ -174,6 +174,9 @@ class CallInfo:
     # Graphs up to 300 nodes: node id -> one GradInfo (or None) per ``next`` entry, the gradient that
     # node sent along that edge in this call. Drives values on edges and "6 + 2 = 8" at leaves.
     edge_grads: dict = field(default_factory=dict)
+    # Norms after the call (summaries too): {"params": {name: {"module", "grad", "param", "ratio",
+    # "added" (when .grad accumulated)}}, "modules": {module path: norm}}. Drives core.model.grad_health.
+    grad_norms: dict | None = None
 
     def node(self, node_id: str) -> NodeInfo | None:
         return self.node_map().get(node_id)
@@ -251,6 +254,9 @@ class Trace:
     # Notebooks: one entry per code cell (cell, first script line, line count); maps lines to
     # "cell N, line M" in errors, the inspector and the Source panel's gutter.
     cells: list[dict] = field(default_factory=list)
+    # clip_grad_norm_ / clip_grad_value_, optimizer.step (update per module) and zero_grad, in order,
+    # each with "kind", "line" and "after_call" (the call it follows). Drives core.model.grad_health.
+    grad_events: list[dict] = field(default_factory=list)
     format: str = FORMAT
     version: int = VERSION
     # The NaN/Inf check (``--nan-check``), absent when it was off: {"forward": the first op whose output
@@ -329,7 +335,7 @@ def with_fields(obj, **changes):
 # Optional keys written only when set: keeps 5,000-node traces small.
 _SPARSE_KEYS = frozenset(("sample", "min", "max", "mean", "tensor", "value", "freed", "approx", "origin", "cuts",
                           "edge_marks", "hooks", "recomputed", "numpy", "output_nr", "failed_op", "nan_check",
-                          "call"))
+                          "call", "grad_norms"))
 _PRIMITIVES = (int, float, str, bool, type(None))
 
 

@@ -517,6 +517,53 @@ def _failed_op(v, extra: dict, what: str):
     return f"'{missing[0]}' missing" if missing else None
 
 
+def _t_norm(v) -> bool:
+    return v is None or _is_num(v) or v in ("nan", "inf")
+
+
+def _t_grad_norms(v):
+    """``CallInfo.grad_norms``: null, or {"params": {name: {"module", "grad", "param", "ratio"[, "added"]}},
+    "modules": {path: norm}}; a norm is a number, null, "nan" or "inf"."""
+    if v is None:
+        return None
+    if not isinstance(v, dict) or set(v) != {"params", "modules"} or not isinstance(v["params"], dict) \
+            or not isinstance(v["modules"], dict):
+        return "expected null or an object with 'params' and 'modules'"
+    for name, p in v["params"].items():
+        if not isinstance(p, dict) or not {"module", "grad", "param", "ratio"} <= p.keys() \
+                or not p.keys() <= {"module", "grad", "param", "ratio", "added"} or not isinstance(p["module"], str) \
+                or not all(_t_norm(p[k]) for k in p if k != "module"):
+            return f"'params.{name}': expected {{module, grad, param, ratio[, added]}} with numbers"
+    if not all(isinstance(k, str) and _t_norm(n) for k, n in v["modules"].items()):
+        return "'modules': expected module paths with numbers"
+    return None
+
+
+_EVENT_FIELDS = {"clip_grad_norm_": {"max_norm", "norm_type", "total_norm", "clip_coef", "norm_after", "params"},
+                 "clip_grad_value_": {"clip_value", "total_norm", "norm_after", "params"},
+                 "optimizer.step": {"optimizer", "update"}, "zero_grad": set()}
+
+
+def _t_grad_events(v):
+    """``Trace.grad_events``: a list of {"kind", "after_call", "line", ...the kind's own fields}."""
+    if not isinstance(v, list):
+        return f"expected a list, got {_short(v)}"
+    for i, e in enumerate(v):
+        own = _EVENT_FIELDS.get(e.get("kind")) if isinstance(e, dict) else None
+        if own is None or set(e) != {"kind", "after_call", "line"} | own:
+            return f"[{i}]: expected an event with 'kind' (one of {', '.join(_EVENT_FIELDS)}), 'after_call', " \
+                   "'line' and that kind's fields"
+        if _t_opt_int(e["after_call"]) or _t_opt_int(e["line"]):
+            return f"[{i}]: 'after_call' and 'line' must be integers or null"
+        if e["kind"] == "optimizer.step":
+            if not isinstance(e["optimizer"], str) or not isinstance(e["update"], dict) \
+                    or not all(isinstance(k, str) and _t_norm(n) for k, n in e["update"].items()):
+                return f"[{i}]: 'update' must map module paths to numbers"
+        elif not all(_t_norm(e[k]) for k in own):
+            return f"[{i}]: {', '.join(sorted(own))} must be numbers"
+    return None
+
+
 def _t_error_failed_op(v):
     return _failed_op(v, {"call": _t_opt_str, "where": _t_str}, "null or a failed op's record")
 
@@ -557,7 +604,7 @@ _CHECKS: dict[type, dict[str, Any]] = {
                "nodes": _t_objs, "tensors": _t_objs, "error": _t_opt_obj, "storages": _t_objs,
                "options": _t_options, "snapshot": _t_str, "same_as": _t_opt_str, "structure": _t_str,
                "node_count": _t_count, "edge_count": _t_count, "leaf_grads": _t_obj, "duration_s": _t_num,
-               "edge_grads": _t_obj},
+               "edge_grads": _t_obj, "grad_norms": _t_grad_norms},
     MemorySample: {"t": _t_num, "device": _t_str, "allocated": _t_count, "reserved": _t_count, "rss": _t_count,
                    "saved_bytes": _t_count, "phase": _t_str, "max_allocated": _t_count, "mark": _t_str,
                    "where": _t_str, "kept_bytes": _t_count, "kept_in": _t_str,
@@ -565,7 +612,8 @@ _CHECKS: dict[type, dict[str, Any]] = {
     Trace: {"calls": _t_objs, "error": _t_opt_obj, "script": _t_str, "source": _t_str, "device": _t_str,
             "mode": _t_str, "output": _t_str, "duration_s": _t_num, "torch_version": _t_str,
             "call_count": _t_call_count, "tensors": _t_objs, "storages": _t_objs, "memory": _t_objs,
-            "format": _t_str, "version": _t_count, "cells": _t_cells, "seeds": _t_free},
+            "format": _t_str, "version": _t_count, "cells": _t_cells, "seeds": _t_free,
+            "grad_events": _t_grad_events},
 }
 
 
@@ -615,6 +663,7 @@ def _t_nan_check(v):
 
 
 _CHECKS[Trace]["nan_check"] = _t_nan_check
+
 
 def call_to_dict(call: CallInfo) -> dict:
     """One call in the trace format (the ``calls`` entry), JSON-ready."""

@@ -226,6 +226,7 @@ class CallRecording:
             self.nan_check.watch(index, order, ids)
         # Previews are taken now, and every reference backward would otherwise free is dropped:
         # the snapshot must not hold activations (device memory) the script does not hold.
+        self.grad_norms.before(index, order)
         snap.release(ids)
         if self.call_hook is None:
             self.names.release()
@@ -295,6 +296,7 @@ class CallRecording:
             leaf_grads=leaf_grads,
             duration_s=time.perf_counter() - t0,
             edge_grads=edge_grads,
+            grad_norms=self.grad_norms.after(index, api),
         )
         self._store(call)
         self.phase = "between"

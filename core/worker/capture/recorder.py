@@ -32,6 +32,7 @@ from core.worker.capture.creation import CreationTags, _CreationMode, _register_
 from core.worker.capture.compile_skip import hide_when_compiling
 from core.worker.capture.cuts import CutRecorder
 from core.worker.capture.edge_grads import EdgeGradRecorder
+from core.worker.capture.grad_norms import GradNorms, script_line as current_line
 from core.worker.saved_bytes import live_storages
 from core.worker.capture.names import NameTable, untraced
 from core.worker.capture.numpy_peers import numpy_peers
@@ -93,6 +94,7 @@ class Capture(CreationTags, CallRecording):
         self.started = 0.0
         self.hook_call: tuple | None = None  # what ``call_before`` needs while a call_hook runs
         self.nan_check = None  # a core.worker.capture.nan_check.NanCheck when the NaN/Inf check is on
+        self.grad_norms = GradNorms(self.names.name_of, current_line(self.names))  # norms, clipping, steps
 
 
     # -- running ---------------------------------------------------------------------------------
@@ -111,6 +113,7 @@ class Capture(CreationTags, CallRecording):
         self._mode.__enter__()
         self._real_import = builtins.__import__
         builtins.__import__ = self.names.untraced_import(self._real_import)
+        self.grad_norms.install()
         sys.settrace(self.names.tracer)
 
     def uninstall(self) -> None:
@@ -124,6 +127,7 @@ class Capture(CreationTags, CallRecording):
             self.nan_check.exit()
         for h in self._hooks:
             h.remove()
+        self.grad_norms.remove()
         clear_call_sites()
         torch.Tensor.backward = _ORIG_TENSOR_BACKWARD
         torch.autograd.backward = _ORIG_BACKWARD
@@ -330,6 +334,7 @@ class Capture(CreationTags, CallRecording):
             tensors=tensors,
             storages=storages,
             cells=cells,
+            grad_events=list(self.grad_norms.events),
             nan_check=self.nan_check.record() if self.nan_check is not None else None,
         )
 

@@ -1,0 +1,162 @@
+"""Gradient norms per call, clipping and optimizer steps, compared with a plain run of the same script."""
+
+import json
+import math
+import runpy
+import textwrap
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from core.model.trace import TraceFormatError  # noqa: E402
+from core.model.trace_json import trace_from_json  # noqa: E402
+from core.worker.capture.recorder import capture_script  # noqa: E402
+
+LOOP = """\
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    w = torch.randn(3, requires_grad=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    x = torch.randn(16, 4)
+    y = torch.randn(16, 1)
+    grads, totals, clipped, before, after = [], [], [], [], []
+    for step in range(5):
+        opt.zero_grad()
+        w.grad = None
+        loss = (model(x) - y).pow(2).mean() + (w * w).sum()
+        loss.backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()} | {"w": w.grad.clone()})
+        totals.append(torch.nn.utils.clip_grad_norm_(model.parameters(), 0.3))
+        clipped.append([p.grad.clone() for p in model.parameters()])
+        before.append({n: p.detach().clone() for n, p in model.named_parameters()})
+        opt.step()
+        after.append({n: p.detach().clone() for n, p in model.named_parameters()})
+"""
+
+
+def _script(tmp_path, source: str):
+    path = tmp_path / "script.py"
+    path.write_text(textwrap.dedent(source))
+    return path
+
+
+@pytest.fixture(scope="module")
+def loop(tmp_path_factory):
+    path = _script(tmp_path_factory.mktemp("loop"), LOOP)
+    plain = runpy.run_path(str(path))
+    return capture_script(str(path)), plain
+
+
+def test_each_norm_is_the_vector_norm_of_that_grad_in_a_plain_run(loop):
+    trace, plain = loop
+    assert [c.snapshot for c in trace.calls] == ["full", "full", "full", "summary", "full"]
+    for call, grads in zip(trace.calls, plain["grads"]):
+        params = call.grad_norms["params"]
+        assert sorted(params) == ["0.bias", "0.weight", "2.bias", "2.weight", "w"]
+        for name, g in grads.items():
+            assert params[name]["grad"] == float(torch.linalg.vector_norm(g))
+            assert "added" not in params[name]
+        assert params["0.weight"]["module"] == "0" and params["w"]["module"] == "w"
+        for module in ("0", "2"):
+            both = torch.cat([grads[f"{module}.weight"].flatten(), grads[f"{module}.bias"].flatten()])
+            assert call.grad_norms["modules"][module] == pytest.approx(float(torch.linalg.vector_norm(both)), rel=1e-6)
+
+
+def test_param_norm_and_ratio_are_of_the_leaf_after_the_call(loop):
+    trace, plain = loop
+    # Call 2 ran on the parameters as they were after step 1.
+    weight = plain["after"][1]["0.weight"]
+    entry = trace.calls[2].grad_norms["params"]["0.weight"]
+    assert entry["param"] == float(torch.linalg.vector_norm(weight))
+    assert entry["ratio"] == entry["grad"] / entry["param"]
+
+
+def test_clip_grad_norm_records_torchs_total_and_the_norm_after(loop):
+    trace, plain = loop
+    clips = [e for e in trace.grad_events if e["kind"] == "clip_grad_norm_"]
+    assert [(e["after_call"], e["line"]) for e in clips] == [(i, 17) for i in range(5)]
+    for event, total, clipped in zip(clips, plain["totals"], plain["clipped"]):
+        assert event["total_norm"] == float(total)
+        assert event["clip_coef"] == float(torch.clamp(0.3 / (total + 1e-6), max=1.0))
+        after = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in clipped]))
+        assert event["norm_after"] == float(after)
+        assert (event["max_norm"], event["norm_type"], event["params"]) == (0.3, 2.0, 4)
+    assert clips[0]["clip_coef"] < 1.0 and clips[0]["norm_after"] == pytest.approx(0.3, rel=1e-5)
+
+
+def test_each_step_records_the_update_per_module_after_its_call(loop):
+    trace, plain = loop
+    steps = [e for e in trace.grad_events if e["kind"] == "optimizer.step"]
+    assert [(e["after_call"], e["line"], e["optimizer"]) for e in steps] == [(i, 20, "SGD") for i in range(5)]
+    for event, old, new in zip(steps, plain["before"], plain["after"]):
+        for module in ("0", "2"):
+            names = (f"{module}.weight", f"{module}.bias")
+            delta = math.sqrt(sum(float(torch.linalg.vector_norm(new[n] - old[n])) ** 2 for n in names))
+            size = math.sqrt(sum(float(torch.linalg.vector_norm(new[n])) ** 2 for n in names))
+            assert event["update"][module] == pytest.approx(delta / size, rel=1e-6)
+        assert "w" not in event["update"]  # not among the optimizer's parameters
+    zeros = [e["after_call"] for e in trace.grad_events if e["kind"] == "zero_grad"]
+    assert zeros == [None, 0, 1, 2, 3]
+
+
+def test_norms_and_events_round_trip_and_are_checked(loop):
+    trace, _ = loop
+    back = trace_from_json(trace.to_json())
+    assert back.calls[3].grad_norms == trace.calls[3].grad_norms
+    assert back.grad_events == trace.grad_events
+    data = json.loads(trace.to_json())
+    del data["grad_events"]
+    for call in data["calls"]:
+        del call["grad_norms"]
+    old = trace_from_json(json.dumps(data))  # a file written before these fields
+    assert old.grad_events == [] and old.calls[0].grad_norms is None
+    data["calls"][0]["grad_norms"] = {"params": {"w": {"module": "w", "grad": "big", "param": 1, "ratio": 1}},
+                                      "modules": {}}
+    with pytest.raises(TraceFormatError, match=r"field 'calls\[0\].grad_norms': 'params.w'"):
+        trace_from_json(json.dumps(data))
+    data["calls"][0].pop("grad_norms")
+    data["grad_events"] = [{"kind": "clip_grad_norm_", "after_call": 0, "line": 3}]
+    with pytest.raises(TraceFormatError, match=r"field 'grad_events': \[0\]"):
+        trace_from_json(json.dumps(data))
+
+
+def test_accumulated_grad_records_what_the_call_added(tmp_path):
+    path = _script(tmp_path, """\
+        import torch
+        w = torch.tensor([3.0, 4.0], requires_grad=True)
+        (w * 2).sum().backward()
+        (w * w).sum().backward()
+    """)
+    trace = capture_script(str(path))
+    first, second = (c.grad_norms["params"]["w"] for c in trace.calls)
+    assert first == {"module": "w", "grad": float(torch.tensor([2.0, 2.0]).norm()), "param": 5.0,
+                     "ratio": float(torch.tensor([2.0, 2.0]).norm()) / 5.0}
+    assert second["grad"] == float(torch.tensor([8.0, 10.0]).norm())  # 2 + 2w
+    assert second["added"] == float(torch.tensor([6.0, 8.0]).norm())  # 2w: 10.0
+
+
+def test_clip_grad_value_and_nonfinite_norms(tmp_path):
+    path = _script(tmp_path, """\
+        import torch
+        from torch.nn.utils import clip_grad_value_
+        w = torch.tensor([3.0, -4.0], requires_grad=True)
+        (w * 10).sum().backward()
+        clip_grad_value_([w], 1.5)
+        v = torch.tensor([1e30], requires_grad=True)
+        (v * v * v).sum().backward()
+    """)
+    originals = (torch.nn.utils.clip_grad_value_, torch.nn.utils.clip_grad.clip_grad_norm_,
+                 torch.optim.Optimizer.zero_grad)
+    trace = capture_script(str(path))
+    assert (torch.nn.utils.clip_grad_value_, torch.nn.utils.clip_grad.clip_grad_norm_,
+            torch.optim.Optimizer.zero_grad) == originals  # restored after the run
+    assert trace.grad_events == [{"kind": "clip_grad_value_", "after_call": 0, "line": 5, "clip_value": 1.5,
+                                  "total_norm": float(torch.tensor([10.0, 10.0]).norm()),
+                                  "norm_after": float(torch.tensor([1.5, 1.5]).norm()), "params": 1}]
+    assert trace.calls[1].grad_norms["params"]["v"]["grad"] == "inf"
+    assert trace.calls[1].grad_norms["modules"] == {"v": "inf"}
+    assert trace_from_json(trace.to_json()).calls[1].grad_norms == trace.calls[1].grad_norms
