@@ -13,6 +13,7 @@ from functools import partial
 
 from app.session.session import Selection
 from core.model.anatomy import name_lines
+from core.model.forward_errors import failed_op
 from core.model.trace import CallInfo, Trace
 from core.programs.notebook import where as line_where
 
@@ -198,6 +199,16 @@ class SelectionWiring:
             self.source.highlight_lines([line])
             return
         nodes = [n for n in self.call.nodes if n.line == line]
+        op = failed_op(self.call)
+        if not nodes and op is not None and op.get("line") == line:
+            # the op the forward pass failed in made no node: its inputs are where it is drawn
+            inputs = [e["node"] for e in op.get("inputs") or () if e.get("node") and self.call.node(e["node"])]
+            if inputs and self.session.selected not in inputs:
+                self.session.select(inputs[0])
+            self.source.highlight_lines([line])
+            self.state_label.setText(f"Line {line}: {op.get('text') or op.get('name')} failed in forward "
+                                     f"(graph #{self.call.index})")
+            return
         if nodes:
             self.session.select(nodes[0].id)
             self.source.highlight_lines([line])

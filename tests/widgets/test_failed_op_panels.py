@@ -1,13 +1,15 @@
 """The op a forward pass failed in, told by the panels: the inspector's "Failed here" on the op's
-inputs and the Calls row headed by the op. The calls are the ones capture records (see
-tests/widgets/test_forward_error_marks.py), built here without torch."""
+inputs, the Problems entry that names the graph it is drawn on and opens it, and the Calls row
+headed by the op. The calls are the ones capture records (see tests/widgets/test_forward_error_marks.py),
+built here without torch."""
 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QUrl
+from PySide6.QtCore import Qt, QUrl
 
 from core.model.trace import ErrorInfo, Trace
 from tests.fixtures_graphs import mul_call
@@ -15,6 +17,9 @@ from tests.widgets.test_forward_error_marks import LEAF, MM, device_mismatch_und
     mm_mismatch
 from widgets.panels.calls import HEAD_ROLE, STATE_ROLE, CallsPanel
 from widgets.panels.inspector import InspectorPanel
+from widgets.panels.problems import ProblemsPanel
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "resources" / "examples"
 
 
 def _run_error(call, message=LEAF, line=17):
@@ -114,6 +119,69 @@ def test_a_notebooks_failed_op_is_placed_by_cell_and_line(inspector):
     assert "call\n#1 failed in forward: x.mul_(3) (cell 2, line 2)\n" in inspector.text()
 
 
+# -- problems -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def problems(qtbot):
+    panel = ProblemsPanel()
+    qtbot.addWidget(panel)
+    return panel
+
+
+def _activated(panel: ProblemsPanel, row: int = 0) -> list[tuple[str, object]]:
+    """What activating a row (Enter, double-click) asks for, in order."""
+    said: list[tuple[str, object]] = []
+    panel.sig_call_selected.connect(lambda c: said.append(("call", c)))
+    panel.sig_node_selected.connect(lambda n: said.append(("node", n)))
+    panel.sig_line_activated.connect(lambda n: said.append(("line", n)))
+    panel.tree.itemActivated.emit(panel.tree.topLevelItem(row), 0)
+    return said
+
+
+def test_the_runs_error_names_the_graph_its_op_is_drawn_on_and_opens_it(problems):
+    problems.set_trace(_leaf_trace())
+    (problem,) = problems.problems()
+    assert (problem.summary, problem.where, problem.call, problem.node, problem.line) == (
+        f"RuntimeError: {LEAF}", "line 17 · call #1", "c1", "n0", 17)
+    assert problems.tree.topLevelItem(0).text(1) == "line 17 · call #1"
+    assert problems.current_text().splitlines()[:4] == [
+        "The script raised an exception", f"RuntimeError: {LEAF}", "at line 17", "Drawn on graph #1 at x"]
+    details = problems.details.toPlainText()
+    assert "Drawn on graph #1 at x (Enter or double-click opens it)" in details
+    assert "href='node:n0'" in problem.details
+    assert _activated(problems) == [("call", "c1"), ("node", "n0"), ("line", 17)]
+    # the trace's error shown again (as the window does after set_trace) stays one entry
+    problems.show_error(_leaf_trace().error)
+    assert problems.count() == 1
+
+
+def test_an_op_on_two_inputs_is_drawn_at_both(problems):
+    failed = mm_mismatch()
+    problems.set_trace(Trace(calls=[failed], error=_run_error(failed, MM, 6)))
+    (problem,) = problems.problems()
+    assert (problem.where, problem.call, problem.node) == ("line 6 · call #0", "c0", "n0")
+    assert problems.current_text().splitlines()[3] == "Drawn on graph #0 at h and w"
+
+
+def test_only_an_error_whose_op_is_drawn_on_a_listed_graph_points_there(problems):
+    problems.set_trace(_leaf_trace())
+    assert (problems.problems()[0].call, problems.problems()[0].node) == ("c1", "n0")
+    plain = ErrorInfo(type="RuntimeError", message=LEAF, line=17)
+    problems.set_trace(Trace(calls=[mul_call(), leaf_inplace()], error=plain))
+    (problem,) = problems.problems()
+    assert (problem.where, problem.call, problem.node) == ("line 17", None, None)
+    assert "Drawn on graph" not in problems.current_text()
+    assert _activated(problems) == [("line", 17)]
+    # an op whose inputs had no graph: told, and nothing to open
+    nothing = replace(plain, failed_op={"name": "add_", "text": "x.add_(1)", "line": 17, "inputs": [], "call": None})
+    problems.set_trace(Trace(calls=[mul_call()], error=nothing))
+    assert problems.problems()[0].call is None and "Drawn on graph" not in problems.current_text()
+    # an error whose graph is not among the listed calls (another run's) is not linked to them
+    problems.set_trace(Trace(calls=[mul_call(), replace(leaf_inplace(), options={})], error=_leaf_trace().error))
+    assert (problems.problems()[0].call, problems.problems()[0].node) == (None, None)
+
+
 # -- calls ----------------------------------------------------------------------------------------
 
 
@@ -146,3 +214,67 @@ def test_a_notebooks_failed_graph_is_placed_by_cell_and_line(qtbot):
     panel.set_trace(Trace(calls=[replace(call, options={"failed_op": op})],
                           cells=[{"first": 1, "lines": 2}, {"first": 4, "lines": 2}]))
     assert panel.list.item(0).text() == "#1 failed in forward: x.mul_(3) · cell 2, line 2 · 1 node · RuntimeError"
+
+
+# -- the window -----------------------------------------------------------------------------------
+
+
+def _rows(window) -> list[str]:
+    return [window.calls.list.item(r).text() for r in range(window.calls.list.count())]
+
+
+def test_the_window_opens_on_the_failed_graph_and_problems_opens_it_again(qtbot, window):
+    window.source.set_source((EXAMPLES / "18_inplace_on_leaf.py").read_text(), None)
+    with qtbot.waitSignal(window.sig_trace_shown, timeout=60_000):
+        window.show_trace(_leaf_trace())
+    assert window.call.id == "c1" and window.calls.current_call() == "c1"
+    assert _rows(window)[1] == "#1 failed in forward: x.add_(1) · line 17 · 1 node · RuntimeError"
+    assert _failed_here(window.inspector.text())[1] == "✖ x.add_(1) raised RuntimeError"  # described on opening
+
+    window.show_call("c0")
+    assert window.call.id == "c0"
+    window.problems.tree.itemActivated.emit(window.problems.tree.topLevelItem(0), 0)
+    assert window.call.id == "c1" and window.calls.current_call() == "c1"
+    assert window.session.selected == "n0" and window.graph.shown_selection() == "n0"
+    assert _failed_here(window.inspector.text())[-1] == \
+        "input 0\tx (this node) · shape 2 · float32 · requires_grad True · leaf True"
+    assert window.source.highlighted_lines() == [17]
+    assert window.state_label.text() == "Line 17: x.add_(1) failed in forward (graph #1)"
+
+
+def test_the_failed_ops_line_selects_its_input(qtbot, window):
+    failed = mm_mismatch()
+    window.source.set_source("".join(f"line{i}\n" for i in range(1, 9)), None)
+    with qtbot.waitSignal(window.sig_trace_shown, timeout=60_000):
+        window.show_trace(Trace(calls=[failed], error=_run_error(failed, MM, 6)))
+    window.select_node("n1")
+    window.inspector._on_anchor(QUrl("line:6"))  # the same link as the "script line" row of "Failed here"
+    assert window.session.selected == "n0" and window.source.highlighted_lines() == [6]
+    window.select_node("n2")  # already an input: the line keeps it
+    window.select_line(6)
+    assert window.session.selected == "n2"
+    window.select_line(3)
+    assert window.state_label.text() == "Line 3 created no node of this graph"
+
+
+@pytest.mark.slow
+def test_the_bundled_in_place_example_opens_on_its_failed_op(qtbot, window):
+    with qtbot.waitSignal(window.sig_trace_shown, timeout=60_000):
+        window.open_script(str(EXAMPLES / "18_inplace_on_leaf.py"))
+    assert _rows(window) == ["#0 Tensor.backward · line 14 · 3 nodes · x.grad [4, 6]",
+                             "#1 failed in forward: x.add_(1) · line 17 · 1 node · RuntimeError"]
+    assert window.call.id == window.calls.current_call() == "c1"
+    problem = window.problems.problems()[0]
+    assert (problem.where, problem.node) == ("line 17 · call #1", "n0")
+    assert "Drawn on graph #1 at x" in window.problems.current_text().splitlines()
+    assert _failed_here(window.inspector.text())[3:] == [
+        "op\tx.add_(1)",
+        "why\ta leaf that requires grad cannot be changed in place",
+        "script line\tline 17",
+        "input 0\tx (this node) · shape 2 · float32 · requires_grad True · leaf True",
+    ]
+    window.calls.list.setCurrentRow(0)
+    assert window.call.id == "c0"
+    window.problems.tree.setFocus()
+    qtbot.keyClick(window.problems.tree, Qt.Key.Key_Return)
+    assert window.call.id == "c1" and window.session.selected == "n0"

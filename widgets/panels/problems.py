@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QHeaderView, QSplitter, QStyle, QTextBrowser, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget,
 )
 
+from core.model.forward_errors import failed_op
 from core.model.memory_lessons import kept_graphs
 from core.model.trace import CallInfo, ErrorInfo, NodeInfo, Trace
 from widgets.display_text import cut_line, cut_text
@@ -67,6 +68,7 @@ class ProblemsPanel(QWidget):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self._cells: list[dict] = []  # the trace's notebook cells (set_trace)
+        self._calls: list[CallInfo] = []  # the trace's calls (set_trace): where a failed op is drawn
         self.tree = QTreeWidget(self)
         self.tree.setHeaderLabels(["Problem", "Where"])
         self.tree.setRootIsDecorated(False)
@@ -108,6 +110,7 @@ class ProblemsPanel(QWidget):
     def clear(self) -> None:
         """Remove every problem."""
         self._problems = []
+        self._calls = []
         self.tree.clear()
         self._show_details(None)
 
@@ -136,6 +139,7 @@ class ProblemsPanel(QWidget):
         self._cells = trace.cells if trace is not None else []  # a notebook's: lines read "cell 4, line 2"
         if trace is None:
             return
+        self._calls = list(trace.calls)
         problems = []
         kept = kept_graphs(trace)  # graphs a list keeps alive: one problem each, their stale tensors in it
         folded = folded_stale(kept)
@@ -216,12 +220,45 @@ class ProblemsPanel(QWidget):
             parts.append("<p class='section'>Fault report <span class='muted'>(faulthandler: where each "
                          f"thread was when the process died)</span></p>{_code(error.fault)}")
             text += ["", "Fault report:", error.fault.rstrip()]
+        drawn, node = (self._drawn_at(error) if call is None else (None, None))
+        if drawn is not None:
+            where_html, where_text = self._drawn_text(error.failed_op, drawn)
+            parts.insert(3 if error.line else 2, f"<p>{where_html}</p>")
+            text.insert(3 if error.line else 2, where_text)
+            call = drawn
         line = error.line if error.line else (call.line if call is not None else None)
         located = _where(line, call, self._cells)
         if error.where:  # a notebook: "cell 4, line 2"
             located = " · ".join([error.where] + ([f"call #{call.index}"] if call is not None else []))
-        return Problem("error", summary, "".join(parts), line, call.id if call else None, None, located,
+        return Problem("error", summary, "".join(parts), line, call.id if call else None, node, located,
                        "\n".join(text))
+
+    def _drawn_at(self, error: ErrorInfo) -> tuple[CallInfo | None, str | None]:
+        """The graph the op ``error`` was raised in is drawn on, and the node of its first input
+        there: (None, None) when the error has no failed op or the listed trace has not that graph."""
+        op = error.failed_op or {}
+        drawn = next((c for c in self._calls if op.get("call") and c.id == op["call"]), None)
+        held = failed_op(drawn)
+        if held is None or held.get("text") != op.get("text"):
+            return None, None
+        node = next((e["node"] for e in held.get("inputs") or () if e.get("node") and drawn.node(e["node"])), None)
+        return drawn, node
+
+    @staticmethod
+    def _drawn_text(op: dict, call: CallInfo) -> tuple[str, str]:
+        """``Drawn on graph #1 at x``, as HTML (names link to their nodes) and as plain text."""
+        seen, links, names = set(), [], []
+        for entry in op.get("inputs") or ():
+            nid, name = entry.get("node"), entry.get("name") or f"input {entry.get('position', 0)}"
+            if nid and nid not in seen and call.node(nid) is not None:
+                seen.add(nid)
+                names.append(name)
+                links.append(f"<a href='node:{html.escape(nid)}'>{html.escape(cut_line(name))}</a>")
+        head = f"Drawn on graph #{call.index}"
+        if not names:
+            return f"{head}, above the graph the script had built.", f"{head}, above the graph the script had built."
+        return (f"{head} at {_and(links)} <span class='muted'>(Enter or double-click opens it)</span>",
+                f"{head} at {_and(names)}")
 
     def _stale_problem(self, call: CallInfo, node: NodeInfo) -> Problem:
         stale = node.stale
@@ -306,6 +343,11 @@ class ProblemsPanel(QWidget):
 def _code(text: str) -> str:
     return (f"<table class='code' width='100%' cellspacing='0' cellpadding='6'><tr><td>"
             f"<pre>{html.escape(cut_text(text.rstrip()))}</pre></td></tr></table>")
+
+
+def _and(names: list[str]) -> str:
+    """``x``; ``h and w``; ``a, b and c``."""
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def _first_line(text: str) -> str:
