@@ -6,6 +6,7 @@ the graph view only show what they are given.
 
 from __future__ import annotations
 
+from core.model.forward_errors import failed_op
 from core.model.trace import CallInfo, Trace
 
 
@@ -20,8 +21,12 @@ def opening_call(trace: Trace | None, opens_on: int | None = None) -> CallInfo |
 
 def opening_node(call: CallInfo | None) -> str | None:
     """The node described while ``call`` has no selection: for a failed call, the one it is about
-    (whose saved tensor was changed in place), else the root (the loss); None without roots."""
+    (whose saved tensor was changed in place, or the first input of the op the forward pass failed
+    in), else the root (the loss); None without roots."""
     if call is None or not call.roots:
         return None
+    failed = [e["node"] for e in (failed_op(call) or {}).get("inputs") or () if e.get("node")]
+    if failed and call.node(failed[0]) is not None:
+        return failed[0]
     stale = next((n.id for n in call.nodes if n.stale is not None), None) if call.error else None
     return stale or call.roots[0]

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import Qt, QUrl
 
+from app.session.opening import opening_node
 from core.model.trace import ErrorInfo, Trace
 from tests.fixtures_graphs import mul_call
 from tests.widgets.test_forward_error_marks import LEAF, MM, device_mismatch_under_a_consumer, leaf_inplace, \
@@ -255,6 +256,12 @@ def test_the_failed_ops_line_selects_its_input(qtbot, window):
     assert window.session.selected == "n2"
     window.select_line(3)
     assert window.state_label.text() == "Line 3 created no node of this graph"
+
+
+def test_a_failed_graph_is_described_at_the_ops_first_input_before_anything_is_selected():
+    assert opening_node(device_mismatch_under_a_consumer()) == "n1"  # on_meta, not the root fine
+    assert opening_node(mm_mismatch()) == "n0"
+    assert opening_node(mul_call()) == "n0"
 
 
 @pytest.mark.slow
