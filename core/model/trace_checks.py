@@ -203,6 +203,15 @@ def check_trace(trace: Trace, fail: Fail) -> None:
         else:
             check_failed_inputs(failed, trace.calls[at], "error.failed_op", fail)
     check_nan_check(trace, ids, fail)
+    check_grad_events(trace, fail)
+
+
+def check_grad_events(trace: Trace, fail: Fail) -> None:
+    """Each clipping / optimizer event follows a call the run made."""
+    for i, event in enumerate(trace.grad_events):
+        after = event["after_call"]
+        if after is not None and after >= max(trace.call_count, len(trace.calls)):
+            fail(f"grad_events[{i}].after_call", f"names call {after}, past the {trace.call_count} calls of this run")
 
 
 def check_nan_check(trace: Trace, ids: dict[str, int], fail: Fail) -> None:

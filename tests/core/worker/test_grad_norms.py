@@ -122,6 +122,9 @@ def test_norms_and_events_round_trip_and_are_checked(loop):
     data["grad_events"] = [{"kind": "clip_grad_norm_", "after_call": 0, "line": 3}]
     with pytest.raises(TraceFormatError, match=r"field 'grad_events': \[0\]"):
         trace_from_json(json.dumps(data))
+    data["grad_events"] = [dict(trace.grad_events[0], after_call=5)]
+    with pytest.raises(TraceFormatError, match=r"field 'grad_events\[0\].after_call': names call 5, past the 5"):
+        trace_from_json(json.dumps(data))
 
 
 def test_accumulated_grad_records_what_the_call_added(tmp_path):
