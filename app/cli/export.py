@@ -73,11 +73,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    "whichever draws the graph larger); LR: the loss on the left; forward: inputs on top, arrows "
                    "from the inputs to the loss")
     p.add_argument("--page", choices=("16:9", "4:3", "A4", "Letter"),
-                   help="fit a slide (16:9 is 1920x1080 in PNG) or a portrait page. On a slide, text stays at "
-                   "10 pt of the slide or more (20 px at 1920x1080): the graph is spaced compactly when nothing is "
-                   "written along its edges, and modules fold before text gets smaller; only a graph that folded "
-                   "would still show just its part around the loss goes down to 9 pt. On paper, modules fold rather "
-                   "than text going below 9 pt (9 px in PNG). With --values, graphs of up to 40 nodes stay unfolded")
+                   help="fit a slide (16:9 is 1920x1080 in PNG) or a portrait page. On a slide, text stays at 10 "
+                   "pt of the slide or more (20 px at 1920x1080): the graph is spaced compactly unless what "
+                   "is written along its edges needs more room, and modules fold before text gets smaller; "
+                   "only a graph that folded would still show just its part around the loss goes down to 9 "
+                   "pt. On paper, modules fold rather than text going below 9 pt (9 px in PNG). With "
+                   "--values, graphs of up to 40 nodes stay unfolded")
     p.add_argument("--frames", metavar="DIR", help="also write one PNG per backward step (frame_000.png, ...)")
     p.add_argument("--gif", metavar="OUT.gif", help="also write the steps as an animated GIF")
     p.add_argument("--duration", type=int, default=700, help="milliseconds per GIF frame (default 700)")

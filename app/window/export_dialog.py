@@ -100,10 +100,11 @@ class ExportDialog(QDialog):
                           ("Letter", "Letter portrait")):
             self.page.addItem(text, key)
         self.page.setToolTip("Fit a slide or a portrait page. On a slide, text stays at 20 px or more at "
-                             "1920\u00d71080 (10 pt of the slide): the graph is spaced compactly when nothing is "
-                             "written along its edges, and modules fold before text gets smaller; only a graph "
-                             "that folded would still show just its part around the loss goes down to 9 pt. "
-                             "On paper, modules fold rather than text going below 9 pt.")
+                             "1920\u00d71080 (10 pt of the slide): the graph is spaced compactly unless what "
+                             "is written along its edges needs more room, and modules fold before text gets "
+                             "smaller; only a graph that folded would still show just its part around the "
+                             "loss goes down to 9 pt. On paper, modules fold rather than text going below 9 "
+                             "pt.")
         self.selection = QCheckBox("Include the selection ring")
         self.only_call = QCheckBox("Only the current call (JSON)")
         steps = self._steps()

@@ -102,8 +102,9 @@ def test_page_help_tells_the_slide_and_paper_minimums():
     assert "below 9 px" not in page
     slide_px = MIN_SLIDE_TEXT * PAGES["16:9"][0][0] / PAGES["16:9"][1][0]
     assert (slide_px, MIN_PAGE_TEXT, OPEN_VALUES_NODES) == (20.0, 9.0, 40)
-    assert page == ("fit a slide (16:9 is 1920x1080 in PNG) or a portrait page. On a slide, text stays at 10 pt of "
-                    "the slide or more (20 px at 1920x1080): the graph is spaced compactly when nothing is written "
-                    "along its edges, and modules fold before text gets smaller; only a graph that folded would still "
-                    "show just its part around the loss goes down to 9 pt. On paper, modules fold rather than text "
-                    "going below 9 pt (9 px in PNG). With --values, graphs of up to 40 nodes stay unfolded")
+    assert page == ("fit a slide (16:9 is 1920x1080 in PNG) or a portrait page. On a slide, text stays at 10 "
+                    "pt of the slide or more (20 px at 1920x1080): the graph is spaced compactly unless what "
+                    "is written along its edges needs more room, and modules fold before text gets smaller; "
+                    "only a graph that folded would still show just its part around the loss goes down to 9 "
+                    "pt. On paper, modules fold rather than text going below 9 pt (9 px in PNG). With "
+                    "--values, graphs of up to 40 nodes stay unfolded")
