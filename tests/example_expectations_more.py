@@ -199,6 +199,32 @@ TENSORS_MEMORY_AND_MODELS = {
         "same_graph_every_call": True,
         "error": None,
     },
+    "33_first_nan.py": {
+        "calls": [
+            {
+                "api": "Tensor.backward",
+                "root": "NegBackward0",
+                "node_names": [
+                    "AccumulateGrad", "AccumulateGrad", "AddBackward0", "AddmmBackward0", "LogBackward0",
+                    "LogBackward0", "MeanBackward0", "MulBackward0", "MulBackward0", "NegBackward0",
+                    "RsubBackward1", "SigmoidBackward0", "SqueezeBackward1", "TBackward0",
+                ],
+                "line": 38,
+                "leaf_grads": {"fc.bias": None, "fc.weight": None},  # nan: the example's point
+            },
+            {
+                "api": "Tensor.backward",
+                "root": "BinaryCrossEntropyWithLogitsBackward0",
+                "node_names": ["AccumulateGrad", "AccumulateGrad", "AddmmBackward0",
+                               "BinaryCrossEntropyWithLogitsBackward0", "SqueezeBackward1", "TBackward0"],
+                "line": 44,
+                "leaf_grads": {"fc.bias": [-0.100561], "fc.weight": [[-0.088209, 0.075566]]},
+                "grad_tol": 1e-5,
+            },
+        ],
+        "call_count": 2,
+        "error": None,
+    },
     "40_model_small_cnn.py": {
         "calls": [],
         "call_count": 0,

@@ -202,3 +202,20 @@ def test_the_trace_command_prints_both_and_writes_them_in_the_json(tmp_path, cap
     assert cli_main(["trace", str(script), "--json", str(out)]) == 0
     assert not [line for line in capsys.readouterr().out.splitlines() if line.startswith("first non-finite")]
     assert "nan_check" not in json.loads(out.read_text())
+
+
+def test_the_bundled_example_names_its_log_and_the_node_it_made():
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[3] / "resources" / "examples" / "33_first_nan.py"
+    capture = Capture(str(example))
+    capture.nan_check = nan_check.NanCheck()
+    trace = capture.run()
+    forward, backward = trace.nan_check["forward"], trace.nan_check["backward"]
+    assert (forward["op"], forward["text"], forward["line"], forward["neginf"], forward["call"]) == (
+        "log", "torch.log(q)", 25, 1, "c0")
+    assert forward["inputs"][0]["name"] == "q" and forward["inputs"][0]["min"] == 0.0
+    assert abs(forward["inputs"][0]["max"] - 0.924142) < 1e-6
+    assert trace.calls[0].node(forward["node"]).name == "LogBackward0"
+    assert (backward["name"], backward["node"], backward["line"], backward["nan"], backward["call"]) == (
+        "LogBackward0", forward["node"], 25, 1, "c0")
