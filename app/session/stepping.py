@@ -290,6 +290,7 @@ class StepController(QObject):
             self.graph.set_node_states(view.states)
             self.graph.set_edge_texts(step_texts(call, view))
             self.graph.set_leaf_lines(self._leaf_lines(view.leaf_grads), replace=True)
+            self.graph.set_step_grads(view.leaf_grads)
             return
         pending = self.session.pending
         tracker.set_current(pending.get("node") if pending else None)
@@ -305,6 +306,7 @@ class StepController(QObject):
             self.graph.set_node_states(view.states)
             self.graph.set_edge_texts(view.edge_texts)  # the tracker keeps leaf .grad values on their edges
             self.graph.set_leaf_lines(self._leaf_lines(tracker.leaf_grads), replace=True)
+        self.graph.set_step_grads(tracker.leaf_grads)  # retained grads on their nodes, at this step
         self._synced = (tracker, self.graph.states_token())
 
     def _leaf_lines(self, leaf_grads: dict, nodes=None) -> dict[str, list[str]]:

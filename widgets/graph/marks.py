@@ -582,7 +582,8 @@ class MarksMixin:
         )
         self.marks.tags.extend(teaching_items(self.state.call, self.state.layout, self._theme, scene=scene, show=self.state.detail,
                                               values=self.state.show_values, leaf_lines=self.state.leaf_lines,
-                                              slots=self.state.show_slots, placer=self.marks.placer))
+                                              slots=self.state.show_slots, placer=self.marks.placer,
+                                              step_grads=self.step_grads()))
         rect = self.marks.bounds()
         scene.setSceneRect(self._base_rect.united(rect.adjusted(-6, -6, 6, 6)) if rect.isValid() else self._base_rect)
 

@@ -11,6 +11,7 @@ export); ``states_token`` tells a caller sending deltas whether that happened me
 
 from __future__ import annotations
 
+from core.model.grad_notes import node_notes
 from core.model.step_state import box_state
 from core.model.values import leaf_value_lines
 from widgets.graph.items import NodeItem
@@ -23,6 +24,7 @@ class StepStatesMixin:
     def _init_step_states(self) -> None:
         self._box_size: dict[str, int] = {}  # members of each folded group's box
         self.item_updates = 0  # node and edge items given a new state or text (tests read it)
+        self._step_grads: tuple | None = None  # (call, the step's leaf_grads) while a call is stepped
 
     def node_states(self) -> dict[str, str]:
         """Step states by trace node id (see ``set_node_states``)."""
@@ -94,6 +96,34 @@ class StepStatesMixin:
         self.set_node_states({})
         self.set_edge_texts({})  # after the states: with none left, edges show the call's values again
         self.set_leaf_lines({}, replace=True)
+        self.set_step_grads(None)
+
+    def step_grads(self) -> dict | None:
+        """The ``leaf_grads`` of the step shown (see ``set_step_grads``); None when not stepping."""
+        found = self._step_grads
+        return found[1] if found is not None and found[0] is self.state.call else None
+
+    def set_step_grads(self, leaf_grads: dict | None) -> None:
+        """The ``leaf_grads`` of the step shown (``StepView.leaf_grads``: a tensor's name, or its
+        node's id, -> its .grad at that step) while the call is stepped; None: the call's own. The
+        retained-grad and ``autograd.grad`` notes on nodes follow: "hidden.grad = None" until
+        hidden's node has run, then the value that step recorded. O(notes) once the call has none."""
+        call = self.state.call
+        self._step_grads = (call, leaf_grads) if leaf_grads is not None and call is not None else None
+        items = [i for i in self.marks.tags if getattr(i, "grad_note", False)]
+        if not items:
+            return
+        notes = node_notes(call, self.step_grads())
+        for item in items:
+            lines = notes.get(item.target)
+            if lines and lines != item.lines:
+                item.set_lines(lines)
+                self.item_updates += 1
+
+    def note_lines(self, node_id: str) -> list[str] | None:
+        """The lines of the retained-grad / ``autograd.grad`` note on a node (None: none drawn)."""
+        item = next((i for i in self.marks.tags if getattr(i, "grad_note", False) and i.target == node_id), None)
+        return list(item.lines) if item is not None else None
 
     def leaf_chip(self, node_id: str) -> list[str] | None:
         """The lines a leaf's value chip shows (None: no chip drawn for it)."""

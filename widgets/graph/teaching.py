@@ -18,7 +18,8 @@ from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem
 from core.layout.visible import open_nodes
 from core.model.causes import cut_text, hook_lines, hook_tips, node_notes
 from core.model.edge_marks import edge_mark_tip, mark_text
-from core.model.grad_notes import note_tip, notes_for
+from core.model.grad_notes import node_notes as grad_notes
+from core.model.grad_notes import note_tip
 from core.model.step_state import leaf_lines_after
 from core.model.values import edge_grad_text, seed_text
 from widgets.graph.edge_labels import note_grew, place_edge_labels
@@ -47,6 +48,7 @@ class NoteItem(QGraphicsItem):
         self.theme = theme
         self.stub = stub
         self.leaf = False  # a leaf's value chip (its lines follow stepping: ``set_lines``)
+        self.grad_note = False  # a retained grad or autograd.grad result on its node (so do they)
         self._measure()
         self.setToolTip(tip)
         # Cut labels sit under edges and their gradient texts (which matter more), above module frames.
@@ -336,11 +338,15 @@ def _cut_spots(item: NoteItem, box, k: int, direction: str, up: bool) -> list[tu
 
 
 def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scene, slots: bool = False,
-                   placer: Placer | None = None, leaf_lines: dict | None = None) -> list[NoteItem]:
+                   placer: Placer | None = None, leaf_lines: dict | None = None,
+                   step_grads: dict | None = None) -> list[NoteItem]:
     """Cut stubs for every drawn node with None inputs; leaf values and seeds when ``values``.
     ``placer``: the one that placed the scene's other marks, so that notes keep off them;
-    ``leaf_lines``: a leaf chip's lines by node id, while its call is stepped (else the call's own)."""
+    ``leaf_lines``: a leaf chip's lines by node id, while its call is stepped (else the call's own);
+    ``step_grads``: the ``leaf_grads`` of the step shown while it is stepped, so that a retained
+    grad reads as it is at that step (else as after the call)."""
     out: list[NoteItem] = []
+    noted = grad_notes(call, step_grads) if values else {}
     members = layout.members
     placer = placer or Placer(layout)
     shown = open_nodes(call, layout)
@@ -382,9 +388,10 @@ def teaching_items(call, layout, theme: Theme, *, values: bool, show: bool, scen
                                 (cx, box.y + box.h + 4), (box.x + box.w + 4, box.y - h - 4),
                                 (box.x - w - 4, box.y + box.h + 4)], avoid_edges=True)
             out.append(item)
-        notes = notes_for(call, n.id) if values and not leaf_lines else []  # stepped: see ``leaf_lines``
+        notes = noted.get(n.id)
         if notes:  # a retained grad ("hidden.grad = 3"), what autograd.grad returned for an input
             item = NoteItem("value", notes, note_tip(call, n.id), theme, n.id, False)
+            item.grad_note = True
             w, h = item.size()
             cy = box.y + box.h / 2 - h / 2
             placer.place(item, [(box.x - w - 4, cy), (box.x + box.w + 4, cy),
