@@ -225,6 +225,39 @@ TENSORS_MEMORY_AND_MODELS = {
         "call_count": 2,
         "error": None,
     },
+    "34_vanishing_gradients.py": {
+        "calls": [
+            {
+                "api": "Tensor.backward",
+                "root": "MseLossBackward0",
+                "node_names": ["AccumulateGrad"] * 22 + ["AddmmBackward0"] * 11 + ["MseLossBackward0"]
+                + ["SigmoidBackward0"] * 10 + ["TBackward0"] * 11,
+                "line": 35,
+                # Only the smallest gradient is listed (layers.0.weight's norm is ~1e-8: the example's point).
+                "leaf_grads": {"model.head.bias": [-0.514187]},
+                "grad_tol": 1e-5,
+            }
+        ],
+        "call_count": 5,
+        "same_graph_every_call": True,
+        "error": None,
+    },
+    "35_exploding_and_clipping.py": {
+        "calls": [
+            {
+                "api": "Tensor.backward",
+                "root": "MseLossBackward0",
+                "node_names": ["AccumulateGrad"] * 6 + ["AddmmBackward0"] * 3 + ["MseLossBackward0"]
+                + ["ReluBackward0"] * 2 + ["TBackward0"] * 3,
+                "line": 36,
+                "leaf_grads": {"fc3.bias": [0.0710145]},  # model is local to train(): named by module path
+                "grad_tol": 1e-5,
+            }
+        ],
+        "call_count": 16,
+        "same_graph_every_call": True,
+        "error": None,
+    },
     "40_model_small_cnn.py": {
         "calls": [],
         "call_count": 0,

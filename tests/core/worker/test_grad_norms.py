@@ -163,3 +163,36 @@ def test_clip_grad_value_and_nonfinite_norms(tmp_path):
     assert trace.calls[1].grad_norms["params"]["v"]["grad"] == "inf"
     assert trace.calls[1].grad_norms["modules"] == {"v": "inf"}
     assert trace_from_json(trace.to_json()).calls[1].grad_norms == trace.calls[1].grad_norms
+
+
+EXAMPLES = __import__("pathlib").Path(__file__).resolve().parents[3] / "resources" / "examples"
+
+
+def test_deep_sigmoid_mlp_is_flagged_vanishing_at_its_first_layers():
+    from core.model.grad_health import grad_health
+
+    trace = capture_script(str(EXAMPLES / "34_vanishing_gradients.py"))
+    health = grad_health(trace)
+    assert health.matrix.modules == [f"layers.{i}" for i in range(10)] + ["head"]
+    assert health.matrix.calls == [0, 1, 2, 3, 4]
+    assert [(f.kind, f.module, f.call, f.calls) for f in health.flags] == \
+        [("vanishing", f"layers.{i}", 0, 5) for i in range(7)]
+    assert all(f.first < 1e-3 * f.last for f in health.flags)
+    steps = [e for e in trace.grad_events if e["kind"] == "optimizer.step"]
+    assert len(steps) == 5 and steps[0]["update"]["layers.0"] < 1e-9 < steps[0]["update"]["head"]
+
+
+def test_relu_net_with_a_huge_learning_rate_explodes_from_the_call_before_it_and_clipping_holds(capsys):
+    from core.model.grad_health import grad_health
+
+    trace = capture_script(str(EXAMPLES / "35_exploding_and_clipping.py"))
+    health = grad_health(trace)
+    assert health.matrix.modules == ["fc1", "fc2", "fc3"]
+    # Calls 0-7 without clipping (lr 1.0 from the step after call 3), 8-15 clipped.
+    assert [(f.kind, f.module, f.call) for f in health.flags] == [("exploding", m, 3) for m in ("fc1", "fc2", "fc3")]
+    assert health.matrix.row("fc1")[7] != health.matrix.row("fc1")[7]  # nan by then
+    clips = [e for e in trace.grad_events if e["kind"] == "clip_grad_norm_"]
+    assert [(e["after_call"], e["line"]) for e in clips] == [(i, 38) for i in range(8, 16)]
+    assert all(e["norm_after"] == pytest.approx(1.0, rel=1e-5) and e["clip_coef"] < 1 for e in clips)
+    printed = [float(line.split()[-1]) for line in capsys.readouterr().out.splitlines() if "before clipping" in line]
+    assert [e["total_norm"] for e in clips] == pytest.approx(printed, rel=5e-3)  # printed to 3 digits
