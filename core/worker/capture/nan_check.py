@@ -36,6 +36,9 @@ _OPERATORS = {"__truediv__": "div", "__rtruediv__": "div", "__itruediv__": "div_
               "__rpow__": "pow", "__ipow__": "pow_", "__matmul__": "matmul", "__rmatmul__": "matmul",
               "__neg__": "neg", "__abs__": "abs", "__setitem__": "setitem", "__getitem__": "getitem"}
 _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+# Ops whose output is memory not yet written (a NaN there is whatever the allocator left): not checked.
+UNINITIALISED = frozenset(("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
+                           "empty_permuted"))
 
 
 def _finite(t) -> bool:
@@ -101,7 +104,8 @@ class _NanMode(TorchFunctionMode):
     def __torch_function__(self, func, types_, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         check = self.check
-        if check.forward is not None or _compiling() or not check.capture.tagging:
+        if check.forward is not None or _compiling() or not check.capture.tagging \
+                or getattr(func, "__name__", "") in UNINITIALISED:
             return out
         with torch._C.DisableTorchFunction():
             if isinstance(out, torch.Tensor):

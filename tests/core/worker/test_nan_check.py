@@ -219,3 +219,44 @@ def test_the_bundled_example_names_its_log_and_the_node_it_made():
     assert trace.calls[0].node(forward["node"]).name == "LogBackward0"
     assert (backward["name"], backward["node"], backward["line"], backward["nan"], backward["call"]) == (
         "LogBackward0", forward["node"], 25, 1, "c0")
+
+
+def test_memory_not_yet_written_is_not_a_finding():
+    """``torch.empty`` hands back whatever the allocator left there, NaN included: only what the
+    script then writes counts."""
+
+    class _Names:
+        module_paths: dict = {}
+
+        def refresh(self, frames):
+            pass
+
+        def release(self):
+            pass
+
+        def user_frames(self, frame):
+            return []
+
+        def user_line(self, frame):
+            return 3
+
+        def name_of(self, t):
+            return None
+
+    class _Capture:
+        tagging = True
+        names = _Names()
+
+    def empty(*shape):
+        return torch.full(shape, float("nan"))
+
+    def fill_(t, value):
+        return t.fill_(value)
+
+    check = nan_check.NanCheck()
+    check.capture = _Capture()
+    mode = nan_check._NanMode(check)
+    garbage = mode.__torch_function__(empty, (), (2,))
+    assert check.forward is None
+    mode.__torch_function__(fill_, (), (garbage, float("inf")))
+    assert (check.forward["op"], check.forward["line"], check.forward["posinf"]) == ("fill_", 3, 2)
