@@ -87,6 +87,7 @@ def scene_faults(view) -> list[str]:
         for b, rb in boxes + titles:
             if _overlap(ra, rb):
                 faults.append(f"{a} covers {b}")
+    faults += tag_faults(view)
     lines = {id(e): _line(e) for e in view.edge_items}
     for e, r in labels:
         own = _distance(lines[id(e)], r)
@@ -94,6 +95,29 @@ def scene_faults(view) -> list[str]:
             if other is not e and other.key != e.key and _distance(lines[id(other)], r) <= own:
                 faults.append(f"label {e.label_text()!r} of {e.key} is as near {other.key} as its own edge")
                 break
+    return faults
+
+
+HANG = 6.0  # how far a tag's pill may reach over its own box's border (it hangs from it)
+
+
+def tag_faults(view) -> list[str]:
+    """Tags over node or saved boxes: a tag's pill may hang on its own box's border, no deeper,
+    and covers no other box."""
+    from widgets.graph.marks import TagItem
+
+    layout = view.graph_layout()
+    boxes = [(b.id, f"node {b.id}", (b.x, b.y, b.x + b.w, b.y + b.h)) for b in layout.nodes.values()]
+    boxes += [(("saved", s.node, s.name), f"saved {s.node}.{s.name}", (s.x, s.y, s.x + s.w, s.y + s.h))
+              for s in layout.saved]
+    faults = []
+    for t in view.marks.tags:
+        if not isinstance(t, TagItem):
+            continue
+        r = _rect(t.sceneBoundingRect().adjusted(1, 1, -1, -1))
+        for key, name, box in boxes:
+            if _overlap(r, box) and not (key == t.target and min(r[3], box[3]) - max(r[1], box[1]) <= HANG):
+                faults.append(f"tag {t.text!r} covers {name}")
     return faults
 
 
@@ -129,18 +153,28 @@ def _trimmed(raw: str, box):
     return raw.strip(), (box[0] + left, box[1], box[2] - right, box[3])
 
 
-def svg_faults(path: Path, placed: set[str]) -> list[str]:
-    """Overlaps in an SVG between a placed text (an edge label or a note's line) and any other text.
-    Tags hang on their node by design, so a tag over its node's name is not counted."""
+def svg_faults(path: Path, placed: set[str], tags: set[str] = frozenset(), names: set[str] = frozenset()) -> list[str]:
+    """Overlaps in an SVG between a placed text (an edge label or a note's line) and any other
+    text, and between a tag's text and a node's (its name and label lines): a tag's pill may hang
+    on its own node's border, its text never covers a node's."""
     texts = svg_texts(path)
     return [f"{a!r} overlaps {b!r}" for i, (a, ra) in enumerate(texts) for b, rb in texts[i + 1:]
-            if (a in placed or b in placed) and _overlap(ra, rb)]
+            if (a in placed or b in placed or (a in tags and b in names) or (b in tags and a in names))
+            and _overlap(ra, rb)]
+
+
+def view_texts(view) -> tuple[set[str], set[str]]:
+    """(the texts of a view's tags, the lines its nodes write: names and labels)."""
+    from widgets.graph.marks import TagItem
+
+    tags = {t.text for t in view.marks.tags if isinstance(t, TagItem)}
+    return tags, {line for b in view.graph_layout().nodes.values() for line in b.label.split("\n")} - tags
 
 
 @pytest.mark.parametrize("shapes", [False, True], ids=["values", "values+shapes"])
 @pytest.mark.parametrize("direction", DIRECTIONS)
 def test_every_example_labels_its_own_edge_and_covers_nothing(example_calls, direction, shapes, tmp_path):
-    assert len(example_calls) == 27 and "28_broadcasting_backward" in example_calls
+    assert len(example_calls) == 30 and "28_broadcasting_backward" in example_calls
     faults = {}
     labelled = 0
     for name, call in example_calls.items():
@@ -156,7 +190,7 @@ def test_every_example_labels_its_own_edge_and_covers_nothing(example_calls, dir
             labelled += len(labels)
             svg = export.render_svg(view, tmp_path / f"{name}.svg")
             drawn = [t for t, _ in svg_texts(svg)]
-            found += [f"SVG: {f}" for f in svg_faults(svg, set(labels) | lines)]
+            found += [f"SVG: {f}" for f in svg_faults(svg, set(labels) | lines, *view_texts(view))]
             found += [f"SVG lacks the label {t!r}" for t in labels if t not in drawn]
         if found:
             faults[name] = found

@@ -469,8 +469,13 @@ def _saved_marks(scene, out: MarkItems, call: CallInfo, saved: list[SavedItem], 
         w = sum(item.size()[0] for item in row) + TAG_GAP * (len(row) - 1)
         h = max(item.size()[1] for item in row)
         right, top, bottom = box.x + box.w - w, box.y - h - 2, box.y + box.h + 2
+        # beside the box, then over or under it; a box squeezed between nodes (a saved box sits in
+        # its node's row) has its tag further up or down, clear of their boxes and names
+        mid = box.x + (box.w - w) / 2
         x, y = out.placer.spot(w, h, [(box.x + box.w + 4, box.y + (box.h - h) / 2), (right, top), (right, bottom),
-                                      (box.x, top), (box.x, bottom)])
+                                      (box.x, top), (box.x, bottom), (box.x - w - 4, box.y + (box.h - h) / 2),
+                                      *((x, y) for d in (10.0, 22.0, 34.0) for x in (mid, right, box.x)
+                                        for y in (top - d, bottom + d))])
         for item in row:
             item.setPos(x, y + (h - item.size()[1]) / 2)
             x += item.size()[0] + TAG_GAP
