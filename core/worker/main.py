@@ -236,7 +236,7 @@ class Worker(Stepping):
                                   load=cmd.get("load"))
                 capture.script_ended = INTERRUPTS.script_ended
                 if cmd.get("nan_check"):  # off, the capture pushes no check mode and hooks no node
-                    from core.worker.capture.nan_check import NanCheck
+                    from core.worker.capture.nan_check import NanCheck  # torch's, like Capture above
 
                     capture.nan_check = NanCheck()
                 self._live = (capture, run_id)
