@@ -5,12 +5,14 @@ Sizes are estimated from character counts (7 px a character at an 11 px font). T
 the visible graph (``core.layout.visible``), the built-in engine (``core.layout.compound``) and
 Graphviz (``core.layout.dot``) all produce these types. ``Spacing`` is the room left between
 and inside boxes: roomy on screen, compact on a slide, where the same text on less room is
-drawn larger.
+drawn larger (or, with values written along the edges, ``COMPACT_GAPS``: compact boxes with the
+roomy gaps between layers). An engine name ending in ``+labels`` ("auto+labels",
+"compact+labels") asks for room for the values written along the edges (``Spacing.labels``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from core.layout.layered import LAYER_GAP, NODE_GAP
 
@@ -36,12 +38,33 @@ class Spacing:
     layer_gap: float = LAYER_GAP  # between layer bands: edge curves and the texts on edges live here
     node_gap: float = NODE_GAP  # between two boxes of one layer
     pad_y: float = PAD_Y  # above and below a box's text
+    # Values written along the edges. Left to right a label stands above or below its edge in the
+    # gap between two columns: the gap holds a label beside a fan of edges out of one box (at
+    # least ``LABEL_COLUMN_GAP``), and the boxes of a column keep ``LABEL_ROW_GAP`` apart, so that
+    # the edges of a fan part far enough for a label between two of them. Top down the labels
+    # stand beside their edges and need no more room.
+    labels: bool = False
 
 
 ROOMY = Spacing()  # on screen: room for edge texts, hover rings and clicks
 # A slide: an edge text (one 18-unit line) still fits in a gap, a two-line label keeps 5 units
 # above and below; a 15-node graph then fits a 1920 x 1080 slide with 20 px text.
 COMPACT = Spacing(layer_gap=28.0, node_gap=20.0, pad_y=5.0)
+# A slide with values written along the edges: the labels of a fan of edges out of one box need
+# the roomy gap between layers to part, the boxes keep their compact spacing.
+COMPACT_GAPS = Spacing(layer_gap=LAYER_GAP, node_gap=20.0, pad_y=5.0)
+SPACINGS = {"compact": COMPACT, "compact-gaps": COMPACT_GAPS}  # by engine name; the others are roomy
+LABEL_COLUMN_GAP = 180.0
+LABEL_ROW_GAP = 40.0
+LABELS = "+labels"  # the suffix of an engine name that asks for ``Spacing.labels``
+
+
+def spacing_of(engine: str) -> Spacing:
+    """The room an engine name asks for: "compact" or "compact-gaps" (a slide's) or roomy, with
+    ``+labels`` room for the values written along the edges."""
+    base, labels = engine.removesuffix(LABELS), engine.endswith(LABELS)
+    room = SPACINGS.get(base, ROOMY)
+    return replace(room, labels=True) if labels else room
 
 
 @dataclass(frozen=True)

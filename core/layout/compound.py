@@ -19,11 +19,13 @@ from dataclasses import replace
 
 from core.layout.boxes import (
     CHAR_W,
-    COMPACT,
     DIRECTIONS,
     GROUP_BOTTOM,
     GROUP_LABEL,
     GROUP_PAD,
+    LABEL_COLUMN_GAP,
+    LABEL_ROW_GAP,
+    LABELS,
     MARGIN,
     PAD_Y,
     ROOMY,
@@ -37,6 +39,7 @@ from core.layout.boxes import (
     SavedBox,
     Spacing,
     group_id,
+    spacing_of,
     text_size,
 )
 from core.layout.dot import dot_available, layout_dot
@@ -58,8 +61,11 @@ def layout_call(
     engine: str = "auto",
     direction: str = "TB",
 ) -> Layout:
-    """Lay out ``call``; ``engine`` is "auto"/"layered" (built in), "compact" (built in, with the
-    ``COMPACT`` spacing of a slide) or "dot" (Graphviz, if installed).
+    """Lay out ``call``; ``engine`` is "auto"/"layered" (built in), "compact" or "compact-gaps"
+    (built in, with the ``COMPACT`` or ``COMPACT_GAPS`` spacing of a slide) or "dot" (Graphviz, if
+    installed); any of them with
+    ``+labels`` when values are written along the edges (``Spacing.labels``: left to right, the
+    built-in engine leaves them room).
 
     ``direction``: "TB" (the loss on top, arrows the way gradients flow), "LR" (the loss on the
     left) or "forward" (inputs on top, the loss at the bottom, arrows the way tensors flow, as
@@ -69,17 +75,19 @@ def layout_call(
     start = time.perf_counter()
     with paused_gc():
         vis = build_visible(call, frozenset(collapsed), show_saved)
-        if engine == "dot" and direction == "TB":
+        room = spacing_of(engine)
+        if engine.removesuffix(LABELS) == "dot" and direction == "TB":
             if dot_available():
                 return layout_dot(call, vis)
             log.warning("Graphviz dot is not installed; using the built-in layout")
-        room = COMPACT if engine == "compact" else ROOMY
         if room.pad_y != PAD_Y:
             vis.size = {v: text_size(vis.label[v], vis.kind[v], room.pad_y) for v in vis.ids}
         if direction == "LR":
             vis.saved = {}  # saved-tensor tabs sit beside nodes only in the top-down drawing
             vis.size = {v: (h, w) for v, (w, h) in vis.size.items()}
-            out = _transposed(_compound(call, vis, lr=True, room=replace(room, layer_gap=_lr_gap(call, room))))
+            lr_room = replace(room, layer_gap=_lr_gap(call, room),
+                              node_gap=max(room.node_gap, LABEL_ROW_GAP) if room.labels else room.node_gap)
+            out = _transposed(_compound(call, vis, lr=True, room=lr_room))
         elif direction == "forward":
             out = _forward(_compound(call, vis, top=GROUP_BOTTOM, bottom=GROUP_LABEL, room=room))
         else:
@@ -106,11 +114,12 @@ def _is_port(x, side: str) -> bool:
 def _lr_gap(call: CallInfo, room: Spacing = ROOMY) -> float:
     """Left to right, labels sit above or below the edges that cross the gap between two columns:
     the gap is as wide as the widest label the call puts on an edge (broadcast, dtype and device
-    marks), so that it fits between the columns instead of over a box."""
+    marks), so that it fits between the columns instead of over a box; with values written along
+    the edges (``room.labels``), at least ``LABEL_COLUMN_GAP``."""
     texts = [mark_text(m) for n in call.nodes if n.edge_marks for m in n.edge_marks]
     texts += [c.text for c in device_changes(call)]
     widest = max(map(len, texts), default=0) * SMALL_CHAR_W + 28
-    return max(room.layer_gap, widest)
+    return max(room.layer_gap, widest, LABEL_COLUMN_GAP if room.labels else 0.0)
 
 
 def _compound(call: CallInfo, vis: Visible, lr: bool = False, top: float = GROUP_LABEL,

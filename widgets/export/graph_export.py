@@ -349,12 +349,12 @@ def offscreen_view(call: CallInfo, *, theme="print", collapsed=None, show_saved=
         view.direction = direction
         if show_saved:
             view.set_show_saved(True)
+        if values or slots:  # before the layout, which leaves values room along the edges
+            set_show_values(view, values)
+            set_show_slots(view, slots)
         view.set_call(call, sync=True, collapsed=None if collapsed is None else frozenset(collapsed))
         if show_shapes:
             view.set_show_shapes(True)
-        if values or slots:
-            set_show_values(view, values)
-            set_show_slots(view, slots)
         if states:
             view.set_node_states(states)
         if edge_texts:

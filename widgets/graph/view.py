@@ -16,7 +16,7 @@ from PySide6.QtCore import QCoreApplication, QDeadlineTimer, QEvent, QPointF, Qt
 from PySide6.QtGui import QBrush, QKeySequence, QPainter, QTransform
 from PySide6.QtWidgets import QGraphicsScene, QGraphicsView, QWidget
 
-from core.layout.boxes import Layout
+from core.layout.boxes import LABELS, Layout
 from core.layout.groups import group_info
 from core.model.nesting import nested_calls
 from core.model.trace import CallInfo
@@ -187,7 +187,8 @@ class GraphView(NavigationMixin, RelationsMixin, MarksMixin, OverlaysMixin, Step
             return
         self.state.pending = True
         area = self._area() if opening else None
-        self._runner.run(gen, call, collapsed, self.state.show_saved, self.engine, sync=sync,
+        engine = self.engine + (LABELS if self.state.show_values else "")  # values on edges: room for them
+        self._runner.run(gen, call, collapsed, self.state.show_saved, engine, sync=sync,
                          area=(area.width(), area.height()) if area is not None else None, direction=self.direction)
 
     def _on_done(self, gen: int, result) -> None:

@@ -72,6 +72,26 @@ def test_compact_spacing_keeps_the_boxes_and_their_order_on_less_room():
                     assert overlaps([("n", *box), ("g", g.x, g.y, g.w, g.h)]) == [], (b.id, g.path)
 
 
+
+def test_labelled_edges_get_room_left_to_right_only():
+    """With values written along the edges, left to right the gap between columns holds a label
+    (180 units, not 46; a slide's 28) and a column's boxes keep 40 apart (not 26; 20), so that the
+    edges fanning out of a box part far enough for a label between two of them. Top down the
+    labels stand beside their edges: the layout is the same."""
+    c = mul_call()
+    for engine, gap, row in (("auto", 46.0, 26.0), ("auto+labels", 180.0, 40.0), ("compact", 28.0, 20.0),
+                             ("compact+labels", 180.0, 40.0)):
+        lay = layout_call(c, engine=engine, direction="LR")
+        mul, a, b = lay.nodes["n0"], lay.nodes["n1"], lay.nodes["n2"]
+        assert (a.x - (mul.x + mul.w), b.y - (a.y + a.h)) == (gap, row), engine
+        assert overlaps(node_boxes(lay)) == [] and lay.engine == "layered"
+    for plain in ("auto", "compact"):
+        for direction in ("TB", "forward"):
+            boxes = [layout_call(c, engine=e, direction=direction).nodes for e in (plain, plain + "+labels")]
+            assert boxes[0] == boxes[1], (plain, direction)
+    assert layout_call(mlp_call(), engine="auto+labels", direction="LR").width > \
+        layout_call(mlp_call(), direction="LR").width + 3 * (180 - 46)
+
 def test_node_labels():
     c = mlp_call()
     n = c.node_map()
