@@ -5,7 +5,10 @@ Text is never shrunk below ``MIN_PAGE_TEXT`` on paper and ``MIN_SLIDE_TEXT`` on 
 so that both show the same picture: 10 points are 20 pixels on a 1920 x 1080 slide):
 when the graph does not fit at that size, module groups fold, deepest level first, until it
 does; when even the top level does not fit (a long chain with no modules), the page shows
-the part of the graph around the loss and its caption says so.
+the part of the graph around the loss and its caption says so. A graph showing values is not
+folded (``keep_values_open``): on a slide, where it would be cropped at ``MIN_SLIDE_TEXT``, it
+is drawn whole at the largest scale that fits, down to ``MIN_PAGE_TEXT``, and cropped only
+when it does not fit even so, in either direction and spacing.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from PySide6.QtCore import QRectF
 
 from core.layout.groups import group_info
 from widgets.export.sheet import MARGIN, Sheet
+from widgets.graph import edge_labels
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +41,7 @@ CHROME_TEXT = 20.0  # PNG pixels: a page that enlarges the graph draws its legen
 RING = 7.0  # a node's state ring (current, failed) is drawn this far outside its box
 CLEAR = 4.0  # scene units between the drawing and the legend's rule under it
 MAX_FOLD_BOXES = 400  # fold levels with more boxes than this are not tried
+SLIDE_ENGINES = ("compact", "compact-gaps")  # the built-in engine's slide spacings, the tightest first
 CROPPED_NOTE = "The part of the graph around the loss; fold modules or pick a larger page for the rest."
 
 
@@ -101,8 +106,7 @@ def plan_page(view, page: str, fmt: str, make_sheet, *, fold: bool = True, deepe
     On a slide the text is at least ``MIN_SLIDE_TEXT``; where that would show only the part
     around the loss (values written along a long graph's edges), the paper minimum is used
     instead: more of the graph, the whole of it where it fits so."""
-    if compact_on_slide(view, page):
-        view.relayout(sync=True)
+    slide_spacing(view, page)
     options = dict(fold=fold, deepen=deepen, legend=legend, caption=caption, **sheet_options)
     start = view.collapsed()
     plan = _plan(view, page, fmt, make_sheet, MIN_SLIDE_TEXT if page in SLIDES else MIN_PAGE_TEXT, **options)
@@ -193,16 +197,41 @@ def keep_values_open(view, options: dict) -> dict:
     return options
 
 
-def compact_on_slide(view, page: str) -> bool:
-    """On a slide, the built-in engine lays the graph out with its compact spacing (the same
-    text on less room, so that it is drawn larger); True when the view's engine changed and the
-    graph must be laid out again. Not when values or shapes are written along the edges: their
-    texts need the roomy gaps between layers."""
-    texts = view.state.show_values or view.shows_shapes() or view.edge_texts()
-    if page in SLIDES and view.engine in ("auto", "layered") and not texts:
-        view.engine = "compact"
-        return True
-    return False
+def slide_spacing(view, page: str) -> None:
+    """On a slide, the built-in engine lays the graph out with its compact spacing (the same text
+    on less room, so that it is drawn larger). Where values or shapes are written along the edges,
+    only when their labels find spots as clear as on the roomy spacing (a label on a clear spot:
+    on or beside its own edge, covering nothing); else compact boxes with the roomy gaps between
+    layers, on the same terms; else the roomy spacing. The view is laid out as chosen, in its
+    ``direction``."""
+    if page not in SLIDES or view.engine not in ("auto", "layered", *SLIDE_ENGINES):
+        return
+    roomy = "auto" if view.engine in SLIDE_ENGINES else view.engine
+    if not (view.state.show_values or view.shows_shapes() or view.edge_texts()):
+        _lay_out(view, SLIDE_ENGINES[0])
+        return
+    _lay_out(view, roomy)
+    clear = label_faults(view)
+    for engine in SLIDE_ENGINES:
+        _lay_out(view, engine)
+        if label_faults(view) <= clear:
+            return
+    _lay_out(view, roomy)
+
+
+def _lay_out(view, engine: str) -> None:
+    """The view laid out with ``engine`` in its direction, unless it already is."""
+    layout = view.graph_layout()
+    if view.engine != engine or layout is None or layout.direction != view.direction:
+        view.engine = engine
+        view.relayout(sync=True)
+
+
+def label_faults(view) -> int:
+    """How badly the view's edge labels break the placer's rules, summed (0: every label on a
+    clear spot: nearer its own edge than any other, covering nothing)."""
+    found = edge_labels._PLACERS.get(view.scene())  # (edges, the scene's LabelPlacer)
+    return sum(found[1].faults.values()) if found is not None else 0
 
 
 def plan_slide(view, page: str, fmt: str, make_sheet, **options) -> PagePlan:
@@ -210,10 +239,9 @@ def plan_slide(view, page: str, fmt: str, make_sheet, **options) -> PagePlan:
     graph (uncropped, fewest folds) and, of those, draws its text larger on the page: a tall
     graph goes across a wide slide."""
     best = None
-    again = compact_on_slide(view, page)
     for direction in ("TB", "LR"):
-        if view.direction != direction or again:
-            view.direction, again = direction, False
+        if view.direction != direction:
+            view.direction = direction
             view.relayout(sync=True)
         plan = plan_page(view, page, fmt, make_sheet, **options)
         shown = (not plan.cropped, len(view.node_items))
@@ -223,7 +251,6 @@ def plan_slide(view, page: str, fmt: str, make_sheet, **options) -> PagePlan:
     if view.direction != direction or view.collapsed() != collapsed:
         view.direction = direction
         view.set_collapsed(collapsed, sync=True)
-        view.relayout(sync=True)
         plan = plan_page(view, page, fmt, make_sheet, **options)
     return plan
 
