@@ -49,10 +49,10 @@ def _norms(tensors: list, ord=2.0) -> list[float]:
     """Each tensor's norm as a float: one fused op and one read back where the list allows."""
     if not tensors:
         return []
+    tensors = [t.detach() for t in tensors]  # a create_graph call's grads have a graph of their own
     try:
-        norms = torch._foreach_norm(tensors, ord)
-        return [float(v) for v in torch.stack([n.to(torch.float64) for n in norms]).tolist()]
-    except Exception:  # sparse grads, mixed devices
+        return torch.stack(torch._foreach_norm(tensors, ord)).tolist()
+    except Exception:  # sparse grads, mixed devices or dtypes
         return [float(torch.linalg.vector_norm(t.to_dense() if t.is_sparse else t, ord)) for t in tensors]
 
 
@@ -87,11 +87,19 @@ class GradNorms:
     def before(self, index: int, order) -> None:
         """Note the named leaves the call's walked nodes reach, and a copy of any ``.grad`` they
         hold already (the call accumulates into it)."""
+        try:
+            self._pending[index] = self._leaves(order)
+        except Exception:  # a record must never break the script's backward
+            log.debug("noting the leaves of call %s failed", index, exc_info=True)
+
+    def _leaves(self, order) -> tuple:
         names, leaves, held = [], [], []
         seen = set()
         for node in order:
-            leaf = getattr(node, "variable", None)
-            if leaf is None or id(leaf) in seen:
+            if type(node).__name__ != "AccumulateGrad":
+                continue
+            leaf = node.variable
+            if not isinstance(leaf, torch.Tensor) or id(leaf) in seen:
                 continue
             seen.add(id(leaf))
             name = self.name_of(leaf)
@@ -102,15 +110,22 @@ class GradNorms:
             g = leaf.grad
             held.append(None if g is None else g.detach().clone())
             self._known[leaf._cdata] = name
-        self._pending[index] = (names, leaves, held)
+        return names, leaves, held
 
     def after(self, index: int, api: str) -> dict | None:
         """The call's norms (``CallInfo.grad_norms``), or None when it reached no named leaf or
         left no ``.grad`` (``autograd.grad``)."""
-        names, leaves, held = self._pending.pop(index, ([], [], []))
+        pending = self._pending.pop(index, None)
         self.last_call = index
-        if api == "autograd.grad":
+        if api == "autograd.grad" or pending is None:
             return None
+        try:
+            return self._norms_of(*pending)
+        except Exception:
+            log.debug("the norms of call %s failed", index, exc_info=True)
+            return None
+
+    def _norms_of(self, names, leaves, held) -> dict | None:
         rows = [(n, p, p.grad, h) for n, p, h in zip(names, leaves, held) if p.grad is not None]
         if not rows:
             return None
@@ -118,7 +133,7 @@ class GradNorms:
         grad_n = _norms(grads)
         param_n = _norms([p.detach() for _, p, _, _ in rows])
         summed = [(i, g, h) for i, (_, _, g, h) in enumerate(rows) if h is not None and h.shape == g.shape]
-        added = dict(zip([i for i, _, _ in summed], _norms([g - h for _, g, h in summed]))) if summed else {}
+        added = dict(zip([i for i, _, _ in summed], _norms([g.detach() - h for _, g, h in summed]))) if summed else {}
         params = {}
         for i, (name, _, _, _) in enumerate(rows):
             entry = {"module": module_of(name), "grad": _num(grad_n[i]), "param": _num(param_n[i]),
@@ -214,7 +229,7 @@ class GradNorms:
                 named = [(self._known[p._cdata], p) for g in opt.param_groups for p in g["params"]
                          if p._cdata in self._known]
                 self._steps[id(opt)] = ([n for n, _ in named], [p for _, p in named],
-                                        [p.detach().clone() for _, p in named])
+                                        torch._foreach_mul([p.detach() for _, p in named], 1.0) if named else [])
         except Exception:
             log.debug("noting parameters before a step failed", exc_info=True)
 
@@ -222,8 +237,10 @@ class GradNorms:
         names, params, old = self._steps.pop(id(opt), ([], [], []))
         try:
             with torch._C.DisableTorchFunction(), untraced():
-                delta = _norms([p.detach() - o for p, o in zip(params, old)])
-                size = _norms([p.detach() for p in params])
+                now = [p.detach() for p in params]
+                if old:
+                    torch._foreach_sub_(old, now)  # the copies become -Δ, with no new memory
+                delta, size = _norms(old), _norms(now)
             d_mod, p_mod = _modules(names, delta), _modules(names, size)
             update = {m: _ratio(d_mod[m], p_mod[m]) for m in d_mod}
             self._event("optimizer.step", optimizer=type(opt).__name__, update=update)
@@ -235,7 +252,7 @@ def _total_norm(grads: list, norm_type: float) -> float:
     """The norm over all ``grads`` together, as torch's clipping computes it."""
     if not grads:
         return 0.0
-    norms = torch._foreach_norm(grads, norm_type)
+    norms = torch._foreach_norm([g.detach() for g in grads], norm_type)
     return float(torch.linalg.vector_norm(torch.stack([n.to(grads[0].device) for n in norms]), norm_type))
 
 

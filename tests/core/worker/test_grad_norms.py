@@ -196,3 +196,38 @@ def test_relu_net_with_a_huge_learning_rate_explodes_from_the_call_before_it_and
     assert all(e["norm_after"] == pytest.approx(1.0, rel=1e-5) and e["clip_coef"] < 1 for e in clips)
     printed = [float(line.split()[-1]) for line in capsys.readouterr().out.splitlines() if "before clipping" in line]
     assert [e["total_norm"] for e in clips] == pytest.approx(printed, rel=5e-3)  # printed to 3 digits
+
+
+@pytest.mark.filterwarnings("ignore:Using backward\\(\\) with create_graph=True")
+def test_grad_calls_record_none_and_a_create_graph_grad_is_measured_without_a_graph(tmp_path):
+    path = _script(tmp_path, """\
+        import torch
+        x = torch.tensor([2.0], requires_grad=True)
+        (g,) = torch.autograd.grad(x ** 3, x, create_graph=True)
+        (x ** 3).backward(create_graph=True)
+        x.grad.sum().backward()
+
+        class Scale(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, t):
+                ctx.variable = "not a tensor"  # a ctx attribute named like AccumulateGrad's
+                return t * 2
+
+            @staticmethod
+            def backward(ctx, grad):
+                return grad * 2
+
+        w = torch.tensor([1.0, 1.0], requires_grad=True)
+        Scale.apply(w).sum().backward()
+    """)
+    trace = capture_script(str(path))
+    assert trace.error is None
+    assert [c.api for c in trace.calls] == ["autograd.grad", "Tensor.backward", "Tensor.backward", "Tensor.backward",
+                                            "unreached"]
+    assert trace.calls[4].grad_norms is None
+    assert trace.calls[0].grad_norms is None
+    assert trace.calls[1].grad_norms["params"]["x"] == {"module": "x", "grad": 12.0, "param": 2.0, "ratio": 6.0}
+    # d(3x^2)/dx = 6x = 12, added to the 12 already there
+    assert trace.calls[2].grad_norms["params"]["x"] == {"module": "x", "grad": 24.0, "param": 2.0, "ratio": 12.0,
+                                                        "added": 12.0}
+    assert trace.calls[3].grad_norms["params"]["w"]["grad"] == float(torch.tensor([2.0, 2.0]).norm())
