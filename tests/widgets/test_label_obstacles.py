@@ -102,3 +102,31 @@ def test_a_saved_boxs_view_tag_squeezed_between_nodes_stands_over_it(example_cal
         assert tag.text == "view of a 100 tensor"
         assert _rect(tag.sceneBoundingRect()) == (117.1609375, 355.5, 221.2390625, 371.5)
         assert tag_faults(view) == []
+
+
+def test_every_label_lies_inside_the_scene_so_it_can_be_scrolled_to(example_calls):
+    """A label placed beside an edge on the graph's side reaches past the boxes: the scene (what
+    the view scrolls over) grows to hold it, as it does for notes."""
+    outside = {}
+    for name, call in example_calls.items():
+        for direction in DIRECTIONS:
+            with export.offscreen_view(call, values=True, direction=direction) as view:
+                scene = view.scene().sceneRect()
+                found = [e.label_text() for e in view.edge_items
+                         if e.label_size()[0] and not scene.contains(e.label_rect())]
+                found += [str(t.lines) for t in view.marks.tags if hasattr(t, "lines")
+                          and not scene.contains(t.text_rect())]
+            if found:
+                outside[(name, direction)] = found
+    assert outside == {}
+
+
+def test_a_label_past_the_graphs_side_widens_the_scene(example_calls):
+    """13_mlp_classifier: the gradient into fc1.bias is written left of its edge, past the graph's
+    left side (the fc1.bias chip is there, right of it)."""
+    call = example_calls["13_mlp_classifier"]
+    with export.offscreen_view(call, values=True) as view:
+        edge = next(e for e in view.edge_items if e.label_text().startswith("grad = [-0.01795, 0.03569"))
+        assert edge.label_text() == "grad = [-0.01795, 0.03569, 0.04663, 0.03086, …] (16 values)"
+        assert _rect(edge.label_rect()) == (-205.84735460058266, 732.429455991217, 80.18389539941734, 744.882580991217)
+        assert view.scene().sceneRect().left() == -211.84735460058266  # with the scene's 6 px margin

@@ -62,8 +62,13 @@ def place_edge_labels(scene, edges: list[EdgeItem]) -> None:
     labelled.sort(key=lambda e: _length(lines[e]))
     for e in labelled:
         e.set_label_at(*placer.place(e, e.label_sizes()))
-    # One repair round: a label that found no clear spot goes first, the labels around it after;
-    # kept only when that breaks fewer rules.
+    _repair(placer, labelled)
+    hold_labels(scene, labelled)
+
+
+def _repair(placer: LabelPlacer, labelled: list[EdgeItem]) -> None:
+    """One repair round: a label that found no clear spot goes first, the labels around it after;
+    kept only when that breaks fewer rules."""
     for e in [e for e in labelled if placer.faults.get(e)]:
         if not placer.faults.get(e):
             continue
@@ -80,6 +85,18 @@ def place_edge_labels(scene, edges: list[EdgeItem]) -> None:
             placer.keep(o, rect, bad)
 
 
+def hold_labels(scene, edges) -> None:
+    """Grow the scene rect to hold the labels of ``edges`` that were placed past it (beside an
+    edge on the graph's side), so that they can be scrolled to; it never shrinks here."""
+    rect = scene.sceneRect()
+    grown = rect
+    for e in edges:
+        if e.label_size()[0]:
+            grown = grown.united(e.label_rect().adjusted(-6, -6, 6, 6))
+    if grown != rect:
+        scene.setSceneRect(grown)
+
+
 def _length(line) -> float:
     return sum(abs(x1 - x0) + abs(y1 - y0) for (x0, y0), (x1, y1) in zip(line, line[1:]))
 
@@ -90,8 +107,10 @@ def note_grew(scene, rect: QRectF) -> None:
     if found is None:
         return
     placer = found[1]
-    for e in placer.add_fixed((rect.left(), rect.top(), rect.right(), rect.bottom())):
+    moved = placer.add_fixed((rect.left(), rect.top(), rect.right(), rect.bottom()))
+    for e in moved:
         e.set_label_at(*placer.place(e, e.label_sizes()))
+    hold_labels(scene, moved)
 
 
 def replace_edge_labels(scene, edges: list[EdgeItem], changed: list[EdgeItem]) -> None:
@@ -109,3 +128,4 @@ def replace_edge_labels(scene, edges: list[EdgeItem], changed: list[EdgeItem]) -
             e.set_label_at(*placer.place(e, e.label_sizes()))
         else:
             placer.release(e)
+    hold_labels(scene, changed)

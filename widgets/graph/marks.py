@@ -590,6 +590,9 @@ class MarksMixin:
                                               slots=self.state.show_slots, placer=self.marks.placer,
                                               step_grads=self.step_grads()))
         rect = self.marks.bounds()
+        for edge in self.edge_items:  # a label placed beside an edge on the graph's side
+            if edge.label_size()[0]:
+                rect = rect.united(edge.label_rect())
         scene.setSceneRect(self._base_rect.united(rect.adjusted(-6, -6, 6, 6)) if rect.isValid() else self._base_rect)
 
     def _scene_items(self) -> list[QGraphicsItem]:
