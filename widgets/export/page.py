@@ -202,7 +202,8 @@ def slide_spacing(view, page: str) -> None:
     on less room, so that it is drawn larger). Where values or shapes are written along the edges,
     only when their labels find spots as clear as on the roomy spacing (a label on a clear spot:
     on or beside its own edge, covering nothing); else compact boxes with the roomy gaps between
-    layers, on the same terms; else the roomy spacing. The view is laid out as chosen, in its
+    layers, on the same terms; else the roomy spacing (always, past ``OPEN_VALUES_NODES`` nodes:
+    each try lays out and labels the whole graph). The view is laid out as chosen, in its
     ``direction``."""
     if page not in SLIDES or view.engine not in ("auto", "layered", *SLIDE_ENGINES):
         return
@@ -211,6 +212,9 @@ def slide_spacing(view, page: str) -> None:
         _lay_out(view, SLIDE_ENGINES[0])
         return
     _lay_out(view, roomy)
+    call = view.call()
+    if call is None or len(call.nodes) > OPEN_VALUES_NODES:
+        return
     clear = label_faults(view)
     for engine in SLIDE_ENGINES:
         _lay_out(view, engine)
