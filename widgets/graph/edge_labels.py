@@ -21,8 +21,8 @@ _PLACERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # scene -> (e
 
 
 def label_obstacles(scene) -> list[tuple[float, float, float, float]]:
-    """What an edge label must not cover: node and saved boxes, module frame titles, notes, tags
-    and the banner (scene rectangles)."""
+    """What an edge label must not cover: node and saved boxes, module frame titles, notes, tags,
+    sharing links (their storage names and dashed lines) and the banner (scene rectangles)."""
     out = []
     for item in scene.items():
         if isinstance(item, NodeItem):
@@ -35,9 +35,11 @@ def label_obstacles(scene) -> list[tuple[float, float, float, float]]:
             r = item.title_rect()
             if not r.isNull():
                 out.append((r.left(), r.top(), r.right(), r.bottom()))
-        elif hasattr(item, "label_obstacle"):  # notes and tags: the text they draw
+        elif hasattr(item, "label_obstacle"):  # notes, tags and link pills: the text they draw
             r = item.label_obstacle()
             out.append((r.left(), r.top(), r.right(), r.bottom()))
+            if hasattr(item, "line_obstacles"):  # a sharing link's dashed line
+                out.extend(item.line_obstacles())
         elif isinstance(item, QGraphicsSimpleTextItem):
             r = item.sceneBoundingRect()
             out.append((r.left(), r.top(), r.right(), r.bottom()))

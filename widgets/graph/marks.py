@@ -164,6 +164,21 @@ class ShareLinkItem(QGraphicsItem):
         """What edge labels keep off: the pill that names the storage (see ``widgets.graph.edge_labels``)."""
         return self._label.translated(self.pos())
 
+    def line_obstacles(self, piece: float = 12.0) -> list[tuple[float, float, float, float]]:
+        """The dashed line as small boxes (x0, y0, x1, y1) of at most ``piece`` px along it, which
+        edge labels keep off too: a label crossed by a link is hard to read."""
+        out = []
+        dx, dy = self.pos().x(), self.pos().y()
+        for poly in self._path.toSubpathPolygons():
+            points = [(p.x() + dx, p.y() + dy) for p in poly]
+            for (x0, y0), (x1, y1) in zip(points, points[1:]):
+                n = max(1, int(max(abs(x1 - x0), abs(y1 - y0)) // piece) + 1)
+                for i in range(n):
+                    ax, ay = x0 + (x1 - x0) * i / n, y0 + (y1 - y0) * i / n
+                    bx, by = x0 + (x1 - x0) * (i + 1) / n, y0 + (y1 - y0) * (i + 1) / n
+                    out.append((min(ax, bx) - 0.75, min(ay, by) - 0.75, max(ax, bx) + 0.75, max(ay, by) + 0.75))
+        return out
+
     def boundingRect(self) -> QRectF:
         return self._bounds
 
