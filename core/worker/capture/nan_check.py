@@ -23,7 +23,7 @@ import threading
 import torch
 from torch.overrides import TorchFunctionMode
 
-from core.worker.capture.names import untraced
+from core.worker.capture.names import OP_FRAME, untraced
 from core.worker.capture.node_graph import shape_of
 from core.worker.capture.script_errors import FailedOp
 from core.worker.capture.snapshot import dtype_name
@@ -35,7 +35,7 @@ _OPERATORS = {"__truediv__": "div", "__rtruediv__": "div", "__itruediv__": "div_
               "__iadd__": "add_", "__sub__": "sub", "__rsub__": "rsub", "__isub__": "sub_", "__pow__": "pow",
               "__rpow__": "pow", "__ipow__": "pow_", "__matmul__": "matmul", "__rmatmul__": "matmul",
               "__neg__": "neg", "__abs__": "abs", "__setitem__": "setitem", "__getitem__": "getitem"}
-_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+_HANDLE_CODE = torch.overrides.handle_torch_function.__code__
 # Ops whose output is memory not yet written (a NaN there is whatever the allocator left): not checked.
 UNINITIALISED = frozenset(("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
                            "empty_permuted"))
@@ -48,7 +48,7 @@ def _finite(t) -> bool:
     try:
         if t.numel() == 0 or t.is_meta or t.is_sparse:
             return True
-        total = t.sum().item()
+        total = t.detach().sum().item()  # detached: the check makes no graph node
         if isinstance(total, complex):
             if math.isfinite(total.real) and math.isfinite(total.imag):
                 return True
@@ -104,7 +104,15 @@ class _NanMode(TorchFunctionMode):
     def __torch_function__(self, func, types_, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         check = self.check
-        if check.forward is not None or _compiling() or not check.capture.tagging \
+        if check.forward is not None:
+            return out
+        # The script's ops come through the capture's mode, which calls each from an OP_FRAME frame
+        # (a Python-level torch function, through handle_torch_function); the ops that mode runs
+        # itself to tag nodes, and a compiled region's, come from elsewhere and are not checked.
+        caller = sys._getframe(1)
+        if caller.f_code is _HANDLE_CODE:
+            caller = caller.f_back
+        if caller.f_code.co_name != OP_FRAME or not check.capture.tagging \
                 or getattr(func, "__name__", "") in UNINITIALISED:
             return out
         with torch._C.DisableTorchFunction():
@@ -120,7 +128,7 @@ class _NanMode(TorchFunctionMode):
         if bad is not None:
             with untraced(), torch._C.DisableTorchFunction():
                 check.found_forward(func, args, kwargs or {}, out if isinstance(out, torch.Tensor) else out[bad],
-                                    bad, sys._getframe(1))
+                                    bad, caller)
         return out
 
 
@@ -167,12 +175,12 @@ class NanCheck:
                       "output": output, **counts(out), "inputs": inputs, "call": None, "node": None}
         finally:
             names.release()
-        fn = out.grad_fn if out.requires_grad else None
-        if fn is not None:
-            try:
+        try:
+            fn = out.grad_fn if out.requires_grad else None
+            if fn is not None:
                 fn.metadata[FOUND_MARK] = True  # the call whose graph holds it names its node
-            except Exception:
-                pass
+        except Exception:  # a view made under no_grad and changed in place since: it has no readable node
+            pass
         self.forward = record
 
     # -- backward -------------------------------------------------------------------------------

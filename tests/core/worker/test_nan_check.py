@@ -3,6 +3,7 @@ them; nothing of it runs when it is off; its record through JSON, columns and th
 
 import json
 import textwrap
+import types
 from dataclasses import replace
 
 import pytest
@@ -15,6 +16,7 @@ from core.model.trace_json import trace_from_json  # noqa: E402
 from core.protocol.column_reader import decode  # noqa: E402
 from core.protocol.columns import encode  # noqa: E402
 from core.worker.capture import nan_check  # noqa: E402
+from core.worker.capture.names import OP_FRAME  # noqa: E402
 from core.worker.capture.recorder import Capture  # noqa: E402
 
 LOG_IN_MODULE = """\
@@ -256,7 +258,12 @@ def test_memory_not_yet_written_is_not_a_finding():
     check = nan_check.NanCheck()
     check.capture = _Capture()
     mode = nan_check._NanMode(check)
-    garbage = mode.__torch_function__(empty, (), (2,))
+    # The capture's mode calls the script's ops from a frame named OP_FRAME: so does this one.
+    code = compile("def _(m, f, a): return m.__torch_function__(f, (), a)", "<test>", "exec").co_consts[0]
+    through_op = types.FunctionType(code.replace(co_name=OP_FRAME), {})
+    garbage = through_op(mode, empty, (2,))
     assert check.forward is None
-    mode.__torch_function__(fill_, (), (garbage, float("inf")))
+    assert mode.__torch_function__(fill_, (), (garbage, float("inf"))) is garbage
+    assert check.forward is None  # not the script's op: one the capture ran itself
+    through_op(mode, fill_, (garbage, float("inf")))
     assert (check.forward["op"], check.forward["line"], check.forward["posinf"]) == ("fill_", 3, 2)
