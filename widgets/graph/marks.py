@@ -155,6 +155,7 @@ class ShareLinkItem(QGraphicsItem):
         w, h = tag_size(storage, theme, False)
         self._label = QRectF(mid.x() - w / 2, mid.y() - h / 2, w, h)
         self._shape: QPainterPath | None = None  # made on first hover: most links are never hovered
+        self.careful = True  # routed around boxes; edge labels keep off its line (``line_obstacles``)
         self._bounds = path.boundingRect().adjusted(-3, -3, 3, 3).united(self._label.adjusted(-1, -1, 1, 1))
         self.setToolTip(tip)
         self.setZValue(LINK_Z)
@@ -166,7 +167,10 @@ class ShareLinkItem(QGraphicsItem):
 
     def line_obstacles(self, piece: float = 12.0) -> list[tuple[float, float, float, float]]:
         """The dashed line as small boxes (x0, y0, x1, y1) of at most ``piece`` px along it, which
-        edge labels keep off too: a label crossed by a link is hard to read."""
+        edge labels keep off too: a label crossed by a link is hard to read. Nothing for the links
+        of a scene with more than ``CAREFUL_LINKS`` (their routes do not go around boxes either)."""
+        if not self.careful:
+            return []
         out = []
         dx, dy = self.pos().x(), self.pos().y()
         for poly in self._path.toSubpathPolygons():
@@ -555,6 +559,7 @@ def _links(scene, out: MarkItems, call: CallInfo, layout: Layout, saved_at, them
             kind, points = link_route(a, b, obstacles)
             mid = label_spot(kind, points, size, (a.rect, b.rect), obstacles)
             link = ShareLinkItem(storage, (keys[i], keys[j]), route_path(kind, points), mid, tip, theme)
+            link.careful = obstacles is not None
             _add(scene, out, link, show)
 
 
