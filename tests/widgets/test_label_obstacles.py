@@ -140,3 +140,23 @@ def test_a_label_past_the_graphs_side_widens_the_scene(example_calls):
         assert edge.label_text() == "grad = [-0.01795, 0.03569, 0.04663, 0.03086, …] (16 values)"
         assert _rect(edge.label_rect()) == (-205.84735460058266, 732.429455991217, 80.18389539941734, 744.882580991217)
         assert view.scene().sceneRect().left() == -211.84735460058266  # with the scene's 6 px margin
+
+
+def test_a_failed_ops_mark_covers_no_node_or_its_text(tmp_path):
+    """The mark of the op a forward pass raised in stands above its inputs, or beside them when a
+    consumer is in the way: in each direction it covers no box and no node's text."""
+    from tests.widgets import test_forward_error_marks as failed
+
+    faults = {}
+    for make in (failed.leaf_inplace, failed.numpy_on_grad, failed.mm_mismatch,
+                 failed.device_mismatch_under_a_consumer):
+        for direction in DIRECTIONS:
+            with export.offscreen_view(make(), values=True, direction=direction) as view:
+                tags, names = view_texts(view)
+                assert len(tags) == 1 and tags.pop().startswith(make().options["failed_op"]["text"] + " failed: ")
+                found = tag_faults(view) + scene_faults(view)
+                svg = export.render_svg(view, tmp_path / f"{make.__name__}-{direction}.svg")
+                found += [f"SVG: {f}" for f in svg_faults(svg, set(), *view_texts(view))]
+            if found:
+                faults[(make.__name__, direction)] = found
+    assert faults == {}
