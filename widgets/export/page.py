@@ -7,8 +7,10 @@ when the graph does not fit at that size, module groups fold, deepest level firs
 does; when even the top level does not fit (a long chain with no modules), the page shows
 the part of the graph around the loss and its caption says so. A graph showing values is not
 folded (``keep_values_open``): on a slide, where it would be cropped at ``MIN_SLIDE_TEXT``, it
-is drawn whole at the largest scale that fits, down to ``MIN_PAGE_TEXT``, and cropped only
-when it does not fit even so, in either direction and spacing.
+is drawn whole at the largest scale that fits, down to ``MIN_PAGE_TEXT`` and then, for a graph
+of at most ``OPEN_VALUES_NODES`` nodes, ``MIN_VALUES_TEXT`` (9 px on a 1920 x 1080 slide: a
+teacher shows the whole lesson), and cropped only when it does not fit even so, in either
+direction and spacing.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ PAGES = {
 }
 MIN_PAGE_TEXT = 9.0
 MIN_SLIDE_TEXT = 10.0  # read from the back of a room
+MIN_VALUES_TEXT = 4.5  # a slide of a small graph with values, drawn whole rather than a part of it
 SLIDES = ("16:9", "4:3")
 MAX_PAGE_SCALE = 6.0  # PNG pixels per scene unit (other formats in proportion to the page's width)
 FIT_ROUNDS = 6
@@ -113,8 +116,16 @@ def plan_page(view, page: str, fmt: str, make_sheet, *, fold: bool = True, deepe
     if plan.cropped and page in SLIDES:
         if view.collapsed() != start:
             view.set_collapsed(start, sync=True)
-        return _plan(view, page, fmt, make_sheet, MIN_PAGE_TEXT, **options)
+        plan = _plan(view, page, fmt, make_sheet, MIN_PAGE_TEXT, **options)
+        if plan.cropped and not options["fold"] and _values_open(view):
+            # a small graph showing its values: whole and smaller beats a part of it
+            return _plan(view, page, fmt, make_sheet, MIN_VALUES_TEXT, **options)
     return plan
+
+
+def _values_open(view) -> bool:
+    call = view.call()
+    return view.state.show_values and call is not None and len(call.nodes) <= OPEN_VALUES_NODES
 
 
 def _plan(view, page: str, fmt: str, make_sheet, least: float, *, fold: bool, deepen: bool, legend: bool,
@@ -190,8 +201,7 @@ def _plan(view, page: str, fmt: str, make_sheet, least: float, *, fold: bool, de
 def keep_values_open(view, options: dict) -> dict:
     """``plan_page`` options for the view: a graph of at most ``OPEN_VALUES_NODES`` nodes showing
     values is opened and never folded (a folded module hides its values)."""
-    call = view.call()
-    if view.state.show_values and call is not None and len(call.nodes) <= OPEN_VALUES_NODES:
+    if _values_open(view):
         view.set_collapsed(frozenset(), sync=True)
         return dict(options, fold=False, deepen=False)
     return options
