@@ -23,6 +23,7 @@ import threading
 import torch
 from torch.overrides import TorchFunctionMode
 
+from core.worker.capture.creation import _call_at, _call_sites
 from core.worker.capture.names import OP_FRAME, untraced
 from core.worker.capture.node_graph import shape_of
 from core.worker.capture.script_errors import FailedOp
@@ -102,18 +103,19 @@ class _NanMode(TorchFunctionMode):
         self.check = check
 
     def __torch_function__(self, func, types_, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        check = self.check
-        if check.forward is not None:
-            return out
         # The script's ops come through the capture's mode, which calls each from an OP_FRAME frame
         # (a Python-level torch function, through handle_torch_function); the ops that mode runs
         # itself to tag nodes, and a compiled region's, come from elsewhere and are not checked.
         caller = sys._getframe(1)
-        if caller.f_code is _HANDLE_CODE:
-            caller = caller.f_back
-        if caller.f_code.co_name != OP_FRAME or not check.capture.tagging \
-                or getattr(func, "__name__", "") in UNINITIALISED:
+        site = caller.f_back if caller.f_code is _HANDLE_CODE else caller  # as the capture's mode finds it
+        origin = site.f_back if site is not caller else site  # what called the op (or the torch function)
+        check = self.check
+        if origin.f_code.co_name != OP_FRAME:
+            return func(*args, **(kwargs or {}))
+        # Called as the capture's mode calls it, from a frame claiming the caller's file and line,
+        # so a warning the op raises names the line it names without the check, not this function's.
+        out = (_call_sites.get((site.f_code, site.f_lineno)) or _call_at(site))(func, args, kwargs or {})
+        if check.forward is not None or not check.capture.tagging or getattr(func, "__name__", "") in UNINITIALISED:
             return out
         with torch._C.DisableTorchFunction():
             if isinstance(out, torch.Tensor):
@@ -128,7 +130,7 @@ class _NanMode(TorchFunctionMode):
         if bad is not None:
             with untraced(), torch._C.DisableTorchFunction():
                 check.found_forward(func, args, kwargs or {}, out if isinstance(out, torch.Tensor) else out[bad],
-                                    bad, caller)
+                                    bad, origin)
         return out
 
 

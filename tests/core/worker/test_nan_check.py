@@ -267,3 +267,41 @@ def test_memory_not_yet_written_is_not_a_finding():
     assert check.forward is None  # not the script's op: one the capture ran itself
     through_op(mode, fill_, (garbage, float("inf")))
     assert (check.forward["op"], check.forward["line"], check.forward["posinf"]) == ("fill_", 3, 2)
+
+
+def test_warnings_and_errors_name_the_script_line_with_the_check_on(tmp_path):
+    source = """\
+        import warnings
+        import torch
+        import torch.nn.functional as F
+
+        x = torch.ones(2, 3)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            y = F.softmax(x)
+        WHERE = [(w.filename.rsplit("/", 1)[-1], w.lineno) for w in caught]
+        z = F.softmax(x, dim=5)
+    """
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(source))
+    seen = []
+    for check in (False, True):
+        capture = Capture(str(script))
+        if check:
+            capture.nan_check = nan_check.NanCheck()
+        trace = capture.run()
+        seen.append((capture.namespace["WHERE"], trace.error.line, trace.error.traceback))
+    assert seen[0] == seen[1]  # the warning's place (torch's softmax line, as without the capture's mode too)
+    assert len(seen[1][0]) == 1 and seen[1][0][0][0] != "nan_check.py" and seen[1][1] == 10
+
+
+def test_a_torch_function_written_in_python_is_found_at_the_script_line(tmp_path):
+    # torch.norm reaches the modes through handle_torch_function: one more frame between op and script.
+    trace = _run(tmp_path, """\
+        import torch
+
+        x = torch.tensor([1e30, 1e30])
+        n = torch.norm(x)
+    """)
+    forward = trace.nan_check["forward"]
+    assert (forward["op"], forward["line"], forward["posinf"], forward["inputs"][0]["min"]) == ("norm", 4, 1, 1e30)
