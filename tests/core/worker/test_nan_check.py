@@ -304,4 +304,5 @@ def test_a_torch_function_written_in_python_is_found_at_the_script_line(tmp_path
         n = torch.norm(x)
     """)
     forward = trace.nan_check["forward"]
-    assert (forward["op"], forward["line"], forward["posinf"], forward["inputs"][0]["min"]) == ("norm", 4, 1, 1e30)
+    assert (forward["op"], forward["line"], forward["posinf"]) == ("norm", 4, 1)
+    assert forward["inputs"][0]["min"] == torch.tensor(1e30).item()  # 1e30 as float32 holds it
