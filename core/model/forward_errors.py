@@ -54,6 +54,11 @@ _REASONS: list[tuple[re.Pattern, object]] = [
     (re.compile(r"The size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) "
                 r"at non-singleton dimension (\d+)"),
      lambda m: f"sizes {m[1]} and {m[2]} at dimension {m[3]} do not broadcast"),
+    (re.compile(r"Tensor on device (\S+) is not on the expected device (\S+?)!"),
+     lambda m: f"a tensor on {m[1]} meets one on {m[2]}: move one with .to()"),
+    (re.compile(r"Expected all tensors to be on the same device, but (?:found at least two devices, )?"
+                r"(\S+?) and (\S+?)[!.,]"),
+     lambda m: f"a tensor on {m[1]} meets one on {m[2]}: move one with .to()"),
     (re.compile(r"size mismatch, got input \((\d+)\), mat \((\d+)x(\d+)\), vec \((\d+)\)"),
      lambda m: f"shapes {_dims(m[2], m[3])} and {m[4]} cannot be multiplied ({m[3]} \u2260 {m[4]})"),
 ]

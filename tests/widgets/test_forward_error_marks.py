@@ -151,6 +151,7 @@ def device_mismatch_under_a_consumer():
 def test_a_mark_with_no_room_above_its_input_stands_beside_it_covering_no_node(view):
     view.set_call(device_mismatch_under_a_consumer(), sync=True)
     (tag,), (link,) = _failed_marks(view)
+    assert tag.text == "on_meta.mul(cpu_tensor) failed: a tensor on cpu meets one on meta: move one with .to() (line 16)"
     layout = view.graph_layout()
     mark = tag.sceneBoundingRect()
     for b in layout.nodes.values():

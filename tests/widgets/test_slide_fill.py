@@ -148,7 +148,7 @@ def _node_positions(root, first: str, second: str) -> tuple[bool, bool]:
 
 # With values on a 16:9 slide: each small example's smallest text (px at 1920 x 1080), the graph
 # drawn whole. Where 20 px would crop, the largest scale that shows it whole (12 at 20.18 px, 14 at
-# 18.16, 26 at 19.98, and below the paper minimum, down to 9 px, 13 at 11.75 and 15 at 14.86: a
+# 18.16, 26 at 20.1, and below the paper minimum, down to 9 px, 13 at 11.75 and 15 at 14.86: a
 # whole lesson rather than a part of it); compact spacing where the labels keep clear spots.
 VALUES_TEXT = {
     "01_multiply": 22.33, "02_polynomial": 22.24, "03_second_order": 22.29, "04_non_scalar": 22.29,
@@ -157,7 +157,7 @@ VALUES_TEXT = {
     "11_linear_regression_scratch": 21.83, "12_linear_regression_nn": 20.18, "13_mlp_classifier": 11.75,
     "14_checkpointing": 18.16, "15_hooks": 14.86, "16_requires_grad_propagation": 22.24,
     "17_why_grad_is_none": 22.24, "18_inplace_on_leaf": 22.24, "19_backward_needs_a_scalar": 22.33,
-    "25_inplace_safe_and_unsafe": 20.08, "26_device_mismatch": 19.98, "27_dtype_promotion": 22.24,
+    "25_inplace_safe_and_unsafe": 20.08, "26_device_mismatch": 20.1, "27_dtype_promotion": 22.24,
     "28_broadcasting_backward": 22.24, "33_first_nan": 11.24,
 }
 # These do not fit whole even at 9 px in either direction: the part around the loss.
