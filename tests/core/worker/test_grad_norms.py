@@ -231,3 +231,19 @@ def test_grad_calls_record_none_and_a_create_graph_grad_is_measured_without_a_gr
     assert trace.calls[2].grad_norms["params"]["x"] == {"module": "x", "grad": 24.0, "param": 2.0, "ratio": 12.0,
                                                         "added": 12.0}
     assert trace.calls[3].grad_norms["params"]["w"]["grad"] == float(torch.tensor([2.0, 2.0]).norm())
+
+
+@pytest.mark.slow
+def test_norms_and_events_reach_the_app_through_the_worker(tmp_path, loop):
+    """Calls are streamed as soon as they are stored (summaries too), the events go with the trace."""
+    from core.client.handle import run_capture
+
+    path = _script(tmp_path, LOOP)
+    trace = run_capture(str(path), timeout=120).trace
+    local, _ = loop
+    assert [c.snapshot for c in trace.calls] == ["full", "full", "full", "summary", "full"]
+    assert [c.grad_norms for c in trace.calls] == [c.grad_norms for c in local.calls]
+    assert [(e["kind"], e["after_call"], e["line"]) for e in trace.grad_events] == \
+        [(e["kind"], e["after_call"], e["line"]) for e in local.grad_events]
+    assert [e["total_norm"] for e in trace.grad_events if "total_norm" in e] == \
+        [e["total_norm"] for e in local.grad_events if "total_norm" in e]
