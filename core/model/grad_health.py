@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from core.model.trace import Trace
 
@@ -46,6 +47,25 @@ class NormMatrix:
 
     def row(self, module: str) -> list[float | None]:
         return self.values[self.modules.index(module)]
+
+    @cached_property
+    def log_range(self) -> tuple[float, float] | None:
+        """log10 of the smallest and largest finite, positive norm: the heatmap's colour scale."""
+        logs = [math.log10(v) for r in self.values for v in r if v is not None and 0 < v < math.inf]
+        return (min(logs), max(logs)) if logs else None
+
+    def shade(self, value: float | None) -> float | None:
+        """Where a norm falls on the log colour scale, 0 (smallest) to 1 (largest); inf is 1, 0 is 0,
+        None / nan (no colour) is None."""
+        span = self.log_range
+        if value is None or math.isnan(value) or span is None:
+            return None
+        if value <= 0:
+            return 0.0
+        if math.isinf(value):
+            return 1.0
+        lo, hi = span
+        return 0.5 if hi == lo else min(1.0, max(0.0, (math.log10(value) - lo) / (hi - lo)))
 
     def largest(self, column: int) -> float:
         """The largest finite module norm of a call (0 when it has none)."""

@@ -27,6 +27,9 @@ def test_matrix_rows_go_from_input_to_loss_and_columns_are_calls():
     assert (m.modules, m.calls) == (["fc1", "fc2"], [0, 1])  # the autograd.grad call has no norms
     assert m.values == [[0.5, math.inf], [2.0, None]]
     assert m.largest(1) == 0.0 and m.largest(0) == 2.0
+    # the log colour scale spans 0.5 .. 2.0, i.e. log10 -0.301 .. 0.301
+    assert m.log_range == (math.log10(0.5), math.log10(2.0))
+    assert [m.shade(v) for v in (0.5, 1.0, 2.0, math.inf, 0.0, None, math.nan)] == [0.0, 0.5, 1.0, 1.0, 0.0, None, None]
 
 
 def test_vanishing_names_the_module_and_the_first_call_under_the_ratio():
