@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from core.model.trace import CallInfo, NodeInfo, Values
-from core.model.values import GRAD_WORD, grad_values, incoming_grads, leaf_value_lines
+from core.model.values import GRAD_WORD, WHOLE_LIMIT, grad_values, incoming_grads, leaf_value_lines
 from core.model.values import short_values as value_text
 
 
@@ -25,8 +25,9 @@ class StepView:
     failed: str | None = None
 
 
-def short_values(values: dict | None, limit: int = 3) -> str:
-    """'3', '[1, 2, 3, …]', '512 values, mean 0.01' or '[1, 2, 3, …] (512 values)' for a gradient."""
+def short_values(values: dict | None, limit: int = WHOLE_LIMIT) -> str:
+    """'3', '[1, 2, 3]' (whole up to ``limit`` elements), '[1, 2, 3, …]', '512 values, mean 0.01'
+    or '[1, 2, 3, …] (512 values)' for a gradient."""
     if not values:
         return "None"
     data = values.get("data")
@@ -35,7 +36,7 @@ def short_values(values: dict | None, limit: int = 3) -> str:
         if numel == 1:
             return _num(data[0])
         # formatted inline: a Continue labels thousands of edges at once
-        shown = ", ".join([f"{v:.4g}" if isinstance(v, float) else str(v) for v in data[:limit]])
+        shown = ", ".join([f"{v:.4g}" if isinstance(v, float) else str(v) for v in data[:limit if len(data) <= limit else 3]])
         return f"[{shown}{', …' if len(data) > limit else ''}]"
     mean = values.get("mean")
     if mean is not None:

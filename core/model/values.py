@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from math import prod
 
 from core.model.trace import CallInfo, GradInfo, NodeInfo, Values
 
@@ -30,18 +31,31 @@ def _num(x) -> str:
     return str(x)
 
 
-def short_values(values: Values, shape: list[int], limit: int = 4) -> str:
-    """'2', '[1, 2, 3]' (the values), or 'shape 64×10, μ 0.01 ∈ [−1.2, 1.3]' for big tensors."""
+WHOLE_LIMIT = 12  # elements: a tensor this small is written whole, row by row
+
+
+def short_values(values: Values, shape: list[int], limit: int = WHOLE_LIMIT) -> str:
+    """'2', '[1, 2, 3]', '[[1, 2, 3], [4, 5, 6]]' (the values, whole, in rows, up to ``limit``
+    elements), or 'shape 64×10, μ 0.01 ∈ [−1.2, 1.3]' for big tensors."""
     flat = values.data if values.data is not None else None
     if flat is not None and len(flat) <= limit:
         if not shape:
             return _num(flat[0]) if flat else "[]"
-        return "[" + ", ".join(_num(v) for v in flat) + "]"
+        return _nested(flat, shape)
     dims = format_shape(shape) or "values"
     if values.mean is not None:
         return f"{dims}, μ {_num(values.mean)} ∈ [{_num(values.min)}, {_num(values.max)}]"
     sample = flat if flat is not None else (values.sample or [])
     return f"{dims}: {', '.join(_num(v) for v in sample[:3])}, …"
+
+
+def _nested(flat: list, shape: list[int]) -> str:
+    """``flat`` written in the rows of ``shape`` ('[[1, 2], [3, 4]]'); a flat list when the two
+    disagree (a preview that is not the whole tensor)."""
+    if len(shape) < 2 or not flat or prod(shape) != len(flat):
+        return "[" + ", ".join(_num(v) for v in flat) + "]"
+    step = len(flat) // shape[0]
+    return "[" + ", ".join(_nested(flat[i:i + step], shape[1:]) for i in range(0, len(flat), step)) + "]"
 
 
 def incoming_grads(call: CallInfo, node_id: str) -> list[Values]:
@@ -91,7 +105,8 @@ def leaf_value_lines(call: CallInfo, node: NodeInfo) -> list[str]:
 
 
 GRAD_WORD = "grad = "  # how an edge's gradient is written: a value, never a shape
-EDGE_LIMIT = 4  # elements of an edge's gradient written out
+EDGE_LIMIT = WHOLE_LIMIT  # elements of an edge's gradient written whole (a shorter form where no room)
+EDGE_PREVIEW = 4  # elements written of a bigger one
 
 
 def grad_values(numel: int, data=None, mean=None, sample=None) -> str:
@@ -100,12 +115,13 @@ def grad_values(numel: int, data=None, mean=None, sample=None) -> str:
     if data is not None:
         if numel == 1 and data:
             return _edge_num(data[0])
-        shown = ", ".join([_edge_num(v) for v in data[:EDGE_LIMIT]])
-        return f"[{shown}]" if len(data) <= EDGE_LIMIT else f"[{shown}, …] ({numel:,} values)"
+        if len(data) <= EDGE_LIMIT:
+            return "[" + ", ".join([_edge_num(v) for v in data]) + "]"
+        return f"[{', '.join([_edge_num(v) for v in data[:EDGE_PREVIEW]])}, …] ({numel:,} values)"
     if mean is not None:
         return f"{numel:,} values, mean {_edge_num(mean)}"
     if sample:
-        return f"[{', '.join(_edge_num(v) for v in sample[:EDGE_LIMIT])}, …] ({numel:,} values)"
+        return f"[{', '.join(_edge_num(v) for v in sample[:EDGE_PREVIEW])}, …] ({numel:,} values)"
     return f"{numel:,} values"
 
 

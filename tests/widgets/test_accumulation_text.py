@@ -52,9 +52,9 @@ def test_a_call_that_adds_to_a_held_grad_writes_before_plus_this_call(trace):
         [["w = [1, 2]", ".grad = [3, 3] (before) + [3, 3] = [6, 6]"]],
         [["s = 2", ".grad = 2 + 2 = 4"]],  # two edges into s, nothing held before
         [["s = 2", ".grad = 4 (before) + 2 + 2 = 8"]],
-        [["v = shape 6: 0, 1, 2, …", ".grad = shape 6: 1, 1, 1, …"]],
+        [["v = [0, 1, 2, 3, 4, 5]", ".grad = [1, 1, 1, 1, 1, 1]"]],
         # Too long to write as a sum: the chip says the call added to what was held.
-        [["v = shape 6: 0, 1, 2, …", ".grad = shape 6: 2, 2, 2, …", "(this call added to the .grad held before)"]],
+        [["v = [0, 1, 2, 3, 4, 5]", ".grad = [2, 2, 2, 2, 2, 2]", "(this call added to the .grad held before)"]],
     ]
 
 

@@ -34,6 +34,25 @@ LEAF_TIP = ("the leaf's data, and its .grad after this call: the sum of the grad
             "(plus what earlier calls left there); while the call is stepped, its .grad at this step")
 
 
+WRAP_CHARS = 52  # characters of a note's line before it goes on over the next
+
+
+def wrap_values(line: str, width: int = WRAP_CHARS) -> list[str]:
+    """``line`` in pieces of at most ``width`` characters, broken after ", " (the values of a list;
+    between a tensor's rows where it can), the pieces after the first indented; a line with nowhere
+    to break stays whole."""
+    if len(line) <= width:
+        return [line]
+    out, rest = [], line
+    while len(rest) > width:
+        at = rest.rfind("], ", 0, width) + 1 or rest.rfind(", ", 0, width)  # between rows, if it can
+        if at <= 2:
+            break
+        out.append(rest[: at + 1])
+        rest = "    " + rest[at + 2:]
+    return out + [rest]
+
+
 class NoteItem(QGraphicsItem):
     """Small text, optionally hung from a dashed stub: ``kind`` is 'cut' or 'value'."""
 
@@ -65,8 +84,13 @@ class NoteItem(QGraphicsItem):
         if self.scene() is not None:
             note_grew(self.scene(), self.text_rect())
 
+    def shown_lines(self) -> list[str]:
+        """The lines as drawn: one longer than ``WRAP_CHARS`` (a leaf's twelve values) goes on over
+        the next lines, broken after a comma, so that a chip grows down rather than across."""
+        return [piece for line in self.lines for piece in wrap_values(line)]
+
     def _measure(self) -> None:
-        lines, theme, stub, right, up = self.lines, self.theme, self.stub, self.right, self.up
+        lines, theme, stub, right, up = self.shown_lines(), self.theme, self.stub, self.right, self.up
         px = theme.small_font_px
         text_w = max(text_width(line, theme.font_family, px, False) for line in lines) + 8
         text_h = len(lines) * (px + 3) + 4
@@ -131,7 +155,7 @@ class NoteItem(QGraphicsItem):
         p.setFont(font(t.font_family, t.small_font_px, False))
         p.setPen(ink)
         step = t.small_font_px + 3
-        for i, line in enumerate(self.lines):
+        for i, line in enumerate(self.shown_lines()):
             p.drawText(QRectF(rect.x() + 4, rect.y() + 2 + i * step, rect.width(), step),
                        Qt.AlignLeft | Qt.AlignVCenter, line)
 
