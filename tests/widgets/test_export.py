@@ -247,11 +247,18 @@ def test_page_export_folds_rather_than_shrinking_text(qapp, tmp_path):
         plan = plan_page(view, "A4", "png", export.make_sheet, deepen=True)
         assert plan.text >= 9 and plan.collapsed == frozenset(
             {"transformer.wte", "transformer.wpe", "transformer.h", "transformer.ln_f"})
-    # A chain with no modules cannot fold: the page shows the part around the loss, and says so.
+    # A small graph that does not fit at 10 pt is drawn whole, smaller: a lesson shown whole.
     path = export.export_call(mlp_call(), tmp_path / "m.svg", page="4:3", collapsed=frozenset(),
                               direction="LR")
     texts = [t for t, _, _ in svg_texts(path)]
     assert "MseLossBackward0" in texts and "arrows: gradients, from the loss to the leaves" in texts
+    assert not any("around the loss" in t for t in texts)
+    # A long chain with no modules cannot fold: the page shows the part around the loss, and says so.
+    from tests.big_calls import chain
+
+    path = export.export_call(chain(300), tmp_path / "c.svg", page="4:3", collapsed=frozenset(), direction="LR")
+    texts = [t for t, _, _ in svg_texts(path)]
+    assert "arrows: gradients, from the loss to the leaves" in texts
     assert any("around the loss" in t for t in texts)
     root = ET.parse(path).getroot()
     assert (root.get("width"), root.get("height"), root.get("viewBox")) == ("254mm", "190.5mm", "0 0 720 540")

@@ -86,10 +86,15 @@ def test_every_small_example_fills_the_slide(qapp, tmp_path, small_calls):
         if max(m["cover_w"], m["cover_h"]) < 0.6:
             thin.append(f"{name}: {m['cover_w']:.0%} x {m['cover_h']:.0%}")
         if m["min_text"] < 20:
-            small.append(f"{name}: {min(m['texts'], key=lambda t: t[1])}")
+            small.append((name, round(m["min_text"], 2)))
         if any(t == CROPPED_NOTE for t, _ in m["texts"]):
             cropped.append(name)
-    assert thin == [] and small == [] and cropped == []
+    # 33's hand-written loss is a chain ten layers deep, taller than a slide holds at 20 px even
+    # left to right: drawn whole, smaller, rather than the part around the loss
+    assert thin == [] and small == DEEP_SMALL and cropped == []
+
+
+DEEP_SMALL = [("33_first_nan", 12.77)]
 
 
 def test_slide_layouts_are_sound(qapp, small_calls):
@@ -100,7 +105,8 @@ def test_slide_layouts_are_sound(qapp, small_calls):
         with export.offscreen_view(call) as view:
             plan = plan_slide(view, "16:9", "svg", export.make_sheet, fold=True, deepen=True)
             layout = view.graph_layout()
-            assert view.engine == "compact" and not plan.cropped and plan.text * 2 >= 20, name
+            assert view.engine == "compact" and not plan.cropped, name
+            assert plan.text * 2 >= 20 or (name, round(plan.text * 2, 2)) in DEEP_SMALL, name
             assert set(layout.nodes) == set(view.node_items) and len(layout.members) == len(call.nodes)
             problems += [f"{name}: {p}" for p in export.check_geometry(layout)]
             drawn[name] = (set(plan.collapsed), len(layout.nodes))
@@ -170,7 +176,7 @@ def test_values_on_a_slide_show_the_whole_graph_wherever_it_fits_at_9_px(qapp, t
         m = slide_metrics(export.export_call(call, tmp_path / f"{name}.svg", page="16:9", values=True))
         if any(t == CROPPED_NOTE for t, _ in m["texts"]):
             cropped.add(name)
-            assert m["min_text"] >= 2 * page.MIN_VALUES_TEXT - 1e-6, name
+            assert m["min_text"] >= 2 * page.MIN_WHOLE_TEXT - 1e-6, name
         else:
             texts[name] = round(m["min_text"], 2)
             assert max(m["cover_w"], m["cover_h"]) >= 0.6, name
@@ -183,7 +189,7 @@ def test_values_on_a_slide_show_the_whole_graph_wherever_it_fits_at_9_px(qapp, t
                 page.slide_spacing(view, "16:9")  # the spacing the slide takes in this direction
                 whole = page._plan(view, "16:9", "svg", export.make_sheet, 0.0, fold=False, deepen=False,
                                    legend=True, caption=None)
-                assert not whole.cropped and whole.text * 2 < 2 * page.MIN_VALUES_TEXT, (
+                assert not whole.cropped and whole.text * 2 < 2 * page.MIN_WHOLE_TEXT, (
                     name, direction, view.engine, whole.text * 2)
 
 

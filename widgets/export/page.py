@@ -7,10 +7,10 @@ when the graph does not fit at that size, module groups fold, deepest level firs
 does; when even the top level does not fit (a long chain with no modules), the page shows
 the part of the graph around the loss and its caption says so. A graph showing values is not
 folded (``keep_values_open``): on a slide, where it would be cropped at ``MIN_SLIDE_TEXT``, it
-is drawn whole at the largest scale that fits, down to ``MIN_PAGE_TEXT`` and then, for a graph
-of at most ``OPEN_VALUES_NODES`` nodes, ``MIN_VALUES_TEXT`` (9 px on a 1920 x 1080 slide: a
-teacher shows the whole lesson), and cropped only when it does not fit even so, in either
-direction and spacing.
+is drawn whole at the largest scale that fits, down to ``MIN_PAGE_TEXT``, and cropped only
+when it does not fit even so, in either direction and spacing. Any graph of at most
+``OPEN_VALUES_NODES`` nodes that would still be cropped on a slide goes down to ``MIN_WHOLE_TEXT``
+(9 px on a 1920 x 1080 slide): a teacher shows the whole lesson rather than a part of it.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ PAGES = {
 }
 MIN_PAGE_TEXT = 9.0
 MIN_SLIDE_TEXT = 10.0  # read from the back of a room
-MIN_VALUES_TEXT = 4.5  # a slide of a small graph with values, drawn whole rather than a part of it
+MIN_WHOLE_TEXT = 4.5  # a slide of a small graph, drawn whole rather than a part of it
 SLIDES = ("16:9", "4:3")
 MAX_PAGE_SCALE = 6.0  # PNG pixels per scene unit (other formats in proportion to the page's width)
 FIT_ROUNDS = 6
@@ -117,9 +117,12 @@ def plan_page(view, page: str, fmt: str, make_sheet, *, fold: bool = True, deepe
         if view.collapsed() != start:
             view.set_collapsed(start, sync=True)
         plan = _plan(view, page, fmt, make_sheet, MIN_PAGE_TEXT, **options)
-        if plan.cropped and not options["fold"] and _values_open(view):
-            # a small graph showing its values: whole and smaller beats a part of it
-            return _plan(view, page, fmt, make_sheet, MIN_VALUES_TEXT, **options)
+        call = view.call()
+        if plan.cropped and call is not None and len(call.nodes) <= OPEN_VALUES_NODES:
+            # a small graph (a lesson, often with its values): whole and smaller beats a part of it
+            if view.collapsed() != start:
+                view.set_collapsed(start, sync=True)
+            return _plan(view, page, fmt, make_sheet, MIN_WHOLE_TEXT, **options)
     return plan
 
 
@@ -250,15 +253,16 @@ def label_faults(view) -> int:
 
 def plan_slide(view, page: str, fmt: str, make_sheet, **options) -> PagePlan:
     """``plan_page`` in the direction, top-down or left-to-right, that shows the most of the
-    graph (uncropped, fewest folds) and, of those, draws its text larger on the page: a tall
-    graph goes across a wide slide."""
+    graph (uncropped, at the slide's text size where it can, fewest folds) and, of those, draws
+    its text larger on the page: a tall graph goes across a wide slide."""
     best = None
+    slide_text = MIN_SLIDE_TEXT * (PAGES[page][0][0] / PAGES[page][1][0] if fmt == "png" else 1.0)
     for direction in ("TB", "LR"):
         if view.direction != direction:
             view.direction = direction
             view.relayout(sync=True)
         plan = plan_page(view, page, fmt, make_sheet, **options)
-        shown = (not plan.cropped, len(view.node_items))
+        shown = (not plan.cropped, plan.text >= slide_text - 1e-6, len(view.node_items))
         if best is None or shown > best[3] or shown == best[3] and _larger(plan, best[1]):
             best = (direction, plan, view.collapsed(), shown)
     direction, plan, collapsed, _ = best
