@@ -6,7 +6,7 @@ the graph view only show what they are given.
 
 from __future__ import annotations
 
-from core.model.forward_errors import failed_op
+from core.model.forward_errors import failed_inputs
 from core.model.trace import CallInfo, Trace
 
 
@@ -25,8 +25,8 @@ def opening_node(call: CallInfo | None) -> str | None:
     in), else the root (the loss); None without roots."""
     if call is None or not call.roots:
         return None
-    failed = [e["node"] for e in (failed_op(call) or {}).get("inputs") or () if e.get("node")]
-    if failed and call.node(failed[0]) is not None:
+    failed = failed_inputs(call)
+    if failed:
         return failed[0]
     stale = next((n.id for n in call.nodes if n.stale is not None), None) if call.error else None
     return stale or call.roots[0]

@@ -13,7 +13,7 @@ from functools import partial
 
 from app.session.session import Selection
 from core.model.anatomy import name_lines
-from core.model.forward_errors import failed_op
+from core.model.forward_errors import failed_inputs, failed_op
 from core.model.trace import CallInfo, Trace
 from core.programs.notebook import where as line_where
 
@@ -202,7 +202,7 @@ class SelectionWiring:
         op = failed_op(self.call)
         if not nodes and op is not None and op.get("line") == line:
             # the op the forward pass failed in made no node: its inputs are where it is drawn
-            inputs = [e["node"] for e in op.get("inputs") or () if e.get("node") and self.call.node(e["node"])]
+            inputs = failed_inputs(self.call)
             if inputs and self.session.selected not in inputs:
                 self.session.select(inputs[0])
             self.source.highlight_lines([line])

@@ -36,6 +36,14 @@ def failed_op(call: CallInfo | None) -> dict | None:
     return (call.options or {}).get(KEY)
 
 
+def failed_inputs(call: CallInfo | None) -> list[str]:
+    """The node ids, in this call, of the inputs the op a forward pass failed in was called on."""
+    op = failed_op(call)
+    if op is None:
+        return []
+    return [e["node"] for e in op.get("inputs") or () if e.get("node") and call.node(e["node"]) is not None]
+
+
 def _dims(a: str, b: str) -> str:
     return f"{a}\u00d7{b}"
 

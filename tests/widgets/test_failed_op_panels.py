@@ -104,8 +104,8 @@ def test_a_node_the_op_was_not_called_on_has_no_failed_section(inspector):
     inspector.show_node(device_mismatch_under_a_consumer(), "n0")  # fine = on_meta * also_meta
     assert _failed_here(inspector.text()) == []
     inspector.show_node(device_mismatch_under_a_consumer(), "n1")
-    assert _failed_here(inspector.text())[3:5] == ["op\ton_meta.mul(cpu_tensor)", "why\tTensor on device cpu is "
-                                                    "not on the expected device meta!"]
+    assert _failed_here(inspector.text())[3:5] == ["op\ton_meta.mul(cpu_tensor)",
+                                                    "why\ta tensor on cpu meets one on meta: move one with .to()"]
     inspector.show_node(mul_call(), "n1")
     assert _failed_here(inspector.text()) == [] and "call\n#0 Tensor.backward (line 3)\n" in inspector.text()
 
