@@ -24,6 +24,7 @@ from core.client.launchers import LauncherError
 from core.programs.notebook import NotebookError, notebook_script, script_line
 from core.programs.notebook import where as line_where
 from core.programs.openers import HUGGINGFACE, opener_for
+from core.model.grad_health import report as grad_report
 from core.model.rank_files import received_trace, save_ranks
 from core.model.step_state import short_values
 from app.cli.summary import trace_summary
@@ -57,6 +58,8 @@ def _trace(args) -> int:
         print(result.output.rstrip())
         print("---")
     print(trace_summary(trace))
+    if args.grad_norms:
+        print(grad_report(trace))
     if len(written) > 1:
         print(f"traces of {len(written)} ranks written: {', '.join(map(str, written))}")
     elif written:
@@ -216,6 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nan-check", action="store_true",
                    help="check every op's output and every node's gradient for NaN/Inf and name the first "
                    "of each (off by default: it costs a reduction per op)")
+    p.add_argument("--grad-norms", action="store_true",
+                   help="also print each module's gradient norm per call, the vanishing and exploding "
+                   "flags, and the clipping and optimizer steps after each call")
     add_run_options(p)
     add_worker_args(p)
     p = sub.add_parser("step", help="step through one backward call node by node, printing each step",
