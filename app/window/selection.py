@@ -34,6 +34,7 @@ class SelectionWiring:
         self.memory.show_trace(trace)
         self.tensors.set_tensors(trace.tensors)
         self.problems.set_trace(trace)
+        self.grad_health.set_trace(trace)
         if trace.error is not None:
             self.problems.show_error(trace.error)
         nodes = sum(c.node_count for c in trace.calls)

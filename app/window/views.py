@@ -11,6 +11,7 @@ from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer
 from PySide6.QtWidgets import QDockWidget, QLabel, QProgressBar, QTabWidget, QWidget
 
 from widgets.panels.calls import CallsPanel
+from widgets.panels.grad_health import GradHealthPanel
 from widgets.graph.view import GraphView
 from widgets.panels.inspector import InspectorPanel
 from widgets.memory.panel import MemoryPanel
@@ -50,6 +51,8 @@ class WindowViews:
         self.memory = MemoryPanel(self)
         self.storage = StorageView(self)
         self.tensors = TensorsPanel(self)
+        self.grad_health = GradHealthPanel(self)
+        self.grad_health.sig_call_selected.connect(self._select_call_index)
         self.center.addTab(self.graph, "Graph")
         self.center.addTab(self.storage, "Storage")
         self._tensor_scope = "call"
@@ -61,6 +64,7 @@ class WindowViews:
         self.left_tabs.setTabPosition(QTabWidget.TabPosition.South)
         self.left_tabs.addTab(self.calls, "Calls")
         self.left_tabs.addTab(self.tensors, "Tensors")
+        self.left_tabs.addTab(self.grad_health, "Gradients")
         self._dock("calls", "Calls and Tensors", self.left_tabs, Qt.DockWidgetArea.LeftDockWidgetArea)
         self._dock("inspector", "Inspector", self.inspector, Qt.DockWidgetArea.RightDockWidgetArea)
         bottom = Qt.DockWidgetArea.BottomDockWidgetArea
