@@ -88,6 +88,7 @@ def main(argv: list[str] | argparse.Namespace, view: bool = False) -> int:
     window_ref: list = []
     _install_excepthooks(window_ref)
     window = MainWindow(timeout=args.timeout)
+    window.act_nan_check.setChecked(bool(getattr(args, "nan_check", False)))
     window_ref.append(window)
     window.interactive = not args.screenshot  # a screenshot shows a refusal instead of waiting on a dialog
     if not args.screenshot:

@@ -33,6 +33,9 @@ def add_window_options(parser: argparse.ArgumentParser, view: bool = False) -> a
                             help="run the script, save a picture of the whole window once the graph is shown, exit")
         parser.add_argument("--timeout", type=float, default=600.0,
                             help="time limit of a run in seconds (default 600)")
+        parser.add_argument("--nan-check", action="store_true",
+                            help="check each op's output and each gradient for NaN/Inf, and mark the first "
+                            "of each on the graph and in Problems (Run > Check for NaN/Inf)")
     parser.add_argument("--select", metavar="NAME", help="select this variable, parameter or op once shown")
     parser.add_argument("--show", metavar="PANEL", choices=PANELS,
                         help=f"bring a panel to the front before the screenshot: {', '.join(PANELS)}")

@@ -37,6 +37,7 @@ from core.protocol import messages as protocol
 from core.model.step_state import StepTracker, same_run_check
 from core.model.trace import CallInfo, Trace, TraceFormatError
 from core.model.trace_json import call_from_dict
+from widgets.graph.marks import hold_nan_check
 
 
 class SessionState(str, Enum):
@@ -104,6 +105,7 @@ class Session(QObject):
         self.timeout = 600.0
         self.load_options: dict = {}  # how the file is opened: weights, input_shapes, trust_pickle
         self.ddp: dict | None = None  # run under torchrun: {"nproc", "rank", "script"} (app.session.ranks)
+        self.nan_check = False  # plain runs name the first NaN/Inf op and node (Trace.nan_check)
         self.trace: Trace | None = None
         self.call: CallInfo | None = None
         self.selection = Selection()
@@ -145,6 +147,8 @@ class Session(QObject):
 
     def set_trace(self, trace: Trace | None) -> None:
         self.trace = trace
+        if trace is not None:
+            hold_nan_check(trace)  # the graph marks the first non-finite op's node and gradient's node
         settle_heap(trace)
         self.sig_trace.emit(trace)
 
@@ -350,6 +354,8 @@ class Session(QObject):
         ddp = self.torchrun_options()
         if ddp:  # a run starts every rank under torchrun; debug and stepping one process (core.worker.ddp)
             run_args["ddp"] = {"nproc": ddp["nproc"], "rank": ddp["rank"]}
+        if self.nan_check and kind == "run":
+            run_args["nan_check"] = True
         self.run_id = self.handle.run(self.script_path, device=self.device, timeout=self.timeout,
                                       load=self.load_options or None, **run_args)
         self._set_state({"run": SessionState.RUNNING, "debug": SessionState.DEBUGGING,

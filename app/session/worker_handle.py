@@ -74,9 +74,10 @@ class WorkerHandle(QObject):
     # -- commands --------------------------------------------------------------------------------
     def run(self, path: str, device: str = "cpu", mode: str = "auto", timeout: float = 600.0,
             step: dict | None = None, debug: dict | None = None, seeds: dict | None = None,
-            load: dict | None = None, ddp: dict | None = None) -> int:
+            load: dict | None = None, ddp: dict | None = None, nan_check: bool = False) -> int:
         """Start a run (a debug run with ``debug``; reseeded with ``seeds``; ``load``: how to open
-        the file, see core.programs.program); returns its id.
+        the file, see core.programs.program; ``nan_check``: name the first NaN/Inf, ``Trace.nan_check``);
+        returns its id.
 
         A device ``HOST::DEVICE`` runs on that saved host's worker (app.session.host_devices)."""
         host, device = split_device(device)
@@ -86,7 +87,7 @@ class WorkerHandle(QObject):
         self.client = client or self.local
         self.host = host if client is not None else None
         self.current_run = self.client.run(path, device=device, mode=mode, timeout=timeout, step=step,
-                                           debug=debug, seeds=seeds, load=load, ddp=ddp)
+                                           debug=debug, seeds=seeds, load=load, ddp=ddp, nan_check=nan_check)
         return self.current_run
 
     def control(self, cmd: str, **args) -> bool:

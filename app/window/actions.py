@@ -41,6 +41,9 @@ def build_actions(w) -> None:
     w.act_stop = make_action(w, "&Stop", w.stop, "Shift+F5", "Stop the running script", "stop")
     w.act_rerun_on_change = make_action(w, "Re-run When the File &Changes", w._set_watch, None,
                                             "Run again whenever the script is saved", checkable=True)
+    w.act_nan_check = make_action(w, "Check for &NaN/Inf", lambda on: setattr(w.session, "nan_check", on), None,
+                                  "The next runs check each op's output and each gradient: the first NaN or "
+                                  "infinity is marked on the graph and listed in Problems", checkable=True)
     w.act_fit = make_action(w, "&Fit to Window", lambda: w.graph.fit(), "Ctrl+0", "Fit the graph to the window",
                                 "fit")
     w.act_zoom_in = make_action(w, "Zoom &In", lambda: w.graph.zoom_in(), QKeySequence.StandardKey.ZoomIn,
@@ -210,6 +213,7 @@ def build_menus(w) -> None:
     run.addAction(w.act_debug)
     run.addAction(w.act_stop)
     run.addAction(w.act_rerun_on_change)
+    run.addAction(w.act_nan_check)
     run.addSeparator()
     for action in (w.act_step, w.act_step_to, w.act_continue, w.act_next_call, w.act_resume, w.act_restart):
         run.addAction(action)

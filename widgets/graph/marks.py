@@ -18,6 +18,7 @@ from PySide6.QtWidgets import QGraphicsItem, QGraphicsScene, QStyleOptionGraphic
 
 from core.model import anatomy
 from core.model.forward_errors import failed_op, mark_text, mark_tip
+from core.model.nan_check import backward_text, forward_text
 from core.layout.boxes import Layout
 from core.layout.groups import node_index
 from core.layout.visible import open_nodes
@@ -37,8 +38,10 @@ TAG_STYLES = {
     "device_edge": ("device", "background", True),
     "allreduce": ("device", "background", False),
     "failed": ("error", "error_fill", True),
+    "nonfinite": ("error", "error_fill", True),
 }
-NODE_TAG_ORDER = ("stale", "inplace", "view", "device", "allreduce")
+NODE_TAG_ORDER = ("nonfinite", "stale", "inplace", "view", "device", "allreduce")
+UNFOLDED_KINDS = ("nonfinite",)  # one tag each, not "text +1"
 TAG_GAP = 3.0
 LINK_Z = 0.5  # above edges and nodes (routes go around boxes), below tags
 TAG_Z = 2.0  # above everything
@@ -65,7 +68,8 @@ def paint_tag(p: QPainter, rect: QRectF, kind: str, text: str, theme: Theme, lod
 
 
 class TagItem(QGraphicsItem):
-    """A labelled pill: ``kind`` is stale, inplace, view, device, device_edge, allreduce or failed;
+    """A labelled pill: ``kind`` is stale, inplace, view, device, device_edge, allreduce, failed or
+    nonfinite;
     ``target`` what it marks."""
 
     def __init__(self, kind: str, text: str, tip: str, theme: Theme, target):
@@ -223,7 +227,8 @@ def paint_legend_sample(p: QPainter, key: str, rect: QRectF, theme: Theme) -> bo
         y = rect.center().y()
         p.drawLine(QPointF(rect.left(), y), QPointF(rect.right(), y))
         return True
-    sample = {"inplace": "\u270e", "view": "view", "device": "\u2192", "failed_op": "failed"}.get(key)
+    sample = {"inplace": "\u270e", "view": "view", "device": "\u2192", "failed_op": "failed",
+              "nonfinite": "NaN"}.get(key)
     if sample is None:
         return False
     kind = {"device": "device_edge", "failed_op": "failed"}.get(key, key)
@@ -256,6 +261,8 @@ class MarkItems:
             keys.append("device")
         if "failed" in kinds:
             keys.append("failed_op")
+        if "nonfinite" in kinds:
+            keys.append("nonfinite")
         if self.direction != "TB":
             keys.append("flow_forward" if self.direction == "forward" else "flow_backward")
         return keys
@@ -296,6 +303,45 @@ def all_reduce_tips(call: CallInfo) -> dict[str, tuple[str, str]]:
                f"{name}.grad on rank {ar.get('rank')} was {short(entry.get('local'))} after this node, "
                f"and {short(entry.get('reduced'))} once averaged over the ranks.")
         out[n.id] = (f"\u21c4 all-reduce \u00d7{ar.get('world_size')}", tip)
+    return out
+
+
+NAN_CHECK_KEY = "_nan_check"  # on a call: the trace's NaN/Inf findings about its nodes
+
+
+def hold_nan_check(trace) -> None:
+    """Give each call of ``trace`` the NaN/Inf check's findings about its nodes (``Trace.nan_check``),
+    for its graph's marks: ``[(kind, record)]``, kind ``"forward"`` or ``"backward"``."""
+    for call in trace.calls:
+        call.__dict__.pop(NAN_CHECK_KEY, None)
+    calls = {c.id: c for c in trace.calls}
+    for kind in ("forward", "backward"):
+        record = (trace.nan_check or {}).get(kind)
+        call = calls.get(record.get("call")) if record else None
+        if call is not None and record.get("node"):
+            call.__dict__.setdefault(NAN_CHECK_KEY, []).append((kind, record))
+
+
+def nonfinite_word(record: dict) -> str:
+    """``NaN``, ``inf`` or ``-inf``: what the first non-finite tensor held (NaN before infinities)."""
+    if record["nan"]:
+        return "NaN"
+    return "-inf" if record["neginf"] and not record["posinf"] else "inf"
+
+
+def nonfinite_tags(call: CallInfo) -> list[tuple[str, str, str]]:
+    """``(node id, text, tip)`` for the first non-finite op's node and the first non-finite backward
+    node of ``call``: ``first -inf: log (line 25)``, ``first NaN gradient: LogBackward0``."""
+    out = []
+    for kind, record in call.__dict__.get(NAN_CHECK_KEY, ()):
+        word = nonfinite_word(record)
+        if kind == "forward":
+            line = f" (line {record['line']})" if record.get("line") is not None else ""
+            out.append((record["node"], f"first {word}: {record['op']}{line}",
+                        f"First non-finite value: {forward_text(record)}. This node is the op's."))
+        else:
+            out.append((record["node"], f"first {word} gradient: {record['name']}",
+                        f"First non-finite gradient: {backward_text(record)}."))
     return out
 
 
@@ -351,6 +397,10 @@ def build_marks(
             tag(box, "stale", "\u26a0 stale: " + anatomy.stale_tag(n), anatomy.stale_tip(call, n))
         if n.inplace:
             tag(box, "inplace", f"\u270e in-place {n.inplace}", anatomy.inplace_tip(call, n, stale))
+    for node_id, text, tip in nonfinite_tags(call):
+        box = members.get(node_id)
+        if box is not None and box in nodes:
+            tag(box, "nonfinite", text, tip)
     for n in open_nodes(call, layout):
         box = n.id
         if box not in nodes:
@@ -369,6 +419,9 @@ def build_marks(
         for kind in NODE_TAG_ORDER:
             found = kinds.get(kind)
             if not found:
+                continue
+            if kind in UNFOLDED_KINDS:
+                row += [_add(scene, out, TagItem(kind, text, tip, theme, box), show) for text, tip in found]
                 continue
             text, tip = found[0]
             if len(found) > 1:

@@ -213,6 +213,7 @@ LEGEND_ENTRIES = {
     "view": ("view of \u2026: shares its base's memory", None, None),
     "device": ("gradient crosses devices", None, None),
     "failed_op": ("failed in forward: the op the script raised in", None, None),
+    "nonfinite": ("first NaN/inf: the op that made it, the node whose gradient did", None, None),
     "executed": ("executed", NodeStyle("op"), "executed"),
     "current": ("running now", NodeStyle("op"), "current"),
     "frontier": ("ready to run", NodeStyle("op"), "frontier"),

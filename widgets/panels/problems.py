@@ -1,5 +1,6 @@
-"""Problems of a run: the script's error, errors raised by backward calls, stale saved tensors, and
-graphs a list keeps alive (one problem per list, the stale tensors of those graphs told in it).
+"""Problems of a run: the script's error, errors raised by backward calls, stale saved tensors,
+graphs a list keeps alive (one problem per list, the stale tensors of those graphs told in it), and
+with the NaN/Inf check on, the first non-finite value and the first non-finite gradient.
 
 Each problem is one row; the details pane shows the message, traceback and fault report, long
 lines cut for display (Copy takes the full text). Activating a row asks the app to show the
@@ -21,6 +22,7 @@ from PySide6.QtWidgets import (
 
 from core.model.forward_errors import failed_op
 from core.model.memory_lessons import kept_graphs
+from core.model.nan_check import backward_text, forward_text
 from core.model.trace import CallInfo, ErrorInfo, NodeInfo, Trace
 from widgets.display_text import cut_line, cut_text
 from core.programs.notebook import where as line_where
@@ -156,6 +158,7 @@ class ProblemsPanel(QWidget):
                 if node.stale is not None and (call.id, node.id) not in folded:
                     problems.append(self._stale_problem(call, node))
         problems.extend(Problem(**fields) for fields in leak_problems(trace, kept))
+        problems += self._nonfinite_problems(trace)
         for problem in problems:
             self._add(problem)
         if self._problems:
@@ -274,6 +277,33 @@ class ProblemsPanel(QWidget):
         line = stale.op_line or node.line
         return Problem("warning", summary, details, line, call.id, node.id, _where(line, call, self._cells),
                        f"{summary}\n{node.name}{label} {_plain(stale_sentence(stale, self._cells))}")
+
+    def _nonfinite_problems(self, trace: Trace) -> list[Problem]:
+        """The NaN/Inf check's findings (``Trace.nan_check``): the first op whose output was not
+        finite, the first backward node whose gradient was not; each selects its node."""
+        found = []
+        calls = {c.id: c for c in trace.calls}
+        for kind, heading, words in (("forward", "First non-finite value", forward_text),
+                                     ("backward", "First non-finite gradient", backward_text)):
+            record = (trace.nan_check or {}).get(kind)
+            if record is None:
+                continue
+            summary = f"{heading.lower()}: {words(record)}"
+            call = calls.get(record.get("call"))
+            node = call.node(record["node"]) if call is not None and record.get("node") else None
+            details = (f"<p class='title'>{html.escape(heading)} <a class='muted' href='copy:'>Copy</a></p>"
+                       f"<p>{html.escape(words(record))}</p>")
+            if node is not None:
+                details += (f"<p>Its node on graph #{call.index}: <a href='node:{html.escape(node.id)}'>"
+                            f"{html.escape(node.name)}</a> <span class='muted'>(Enter or double-click opens "
+                            f"it)</span></p>")
+            line = record.get("line")
+            if line:
+                details += (f"<p>at <a href='line:{line}'>{html.escape(line_where(self._cells, line))}</a></p>")
+            found.append(Problem("warning", summary, details, line, call.id if call is not None else None,
+                                 node.id if node is not None else None, _where(line, call, self._cells),
+                                 f"{heading}: {words(record)}"))
+        return found
 
     def show_selection(self, node_id: str | None) -> None:
         """Mark the problem about ``node_id`` (the app's selection), if one is listed; emits nothing."""
