@@ -127,3 +127,26 @@ def test_run_with_the_check_on_marks_the_first_nan_of_a_hand_written_loss(qtbot,
     ]
     assert _marks(window.graph) == [("first -inf: log (line 25)", "n12"), ("first NaN gradient: LogBackward0", "n12")]
     assert window.call.node("n12").name == "LogBackward0" and window.call.node("n12").line == 25
+
+
+def test_the_run_menus_check_turns_the_check_on_for_plain_runs_only(window, monkeypatch):
+    asked = []
+    monkeypatch.setattr(window.session.handle, "run", lambda path, **kw: asked.append(kw.get("nan_check")) or 1)
+    window.session.script_path = str(EXAMPLES / "33_first_nan.py")
+    run_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&Run")
+    assert window.act_nan_check in run_menu.actions() and window.act_nan_check.text() == "Check for &NaN/Inf"
+    window.session.run()
+    window.act_nan_check.setChecked(True)
+    window.session.run()
+    window.session.debug()
+    window.act_nan_check.setChecked(False)
+    window.session.run()
+    assert asked == [None, True, None, None]
+
+
+def test_the_windows_nan_check_option():
+    from app.cli.commands import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["open", "s.py", "--nan-check"]).nan_check is True
+    assert parser.parse_args(["open", "s.py"]).nan_check is False
