@@ -60,6 +60,7 @@ class SelectionWiring:
         call = next((c for c in self.trace.calls if c.id == call_id), None)
         if call is None:
             return
+        self.grad_health.mark_call(call.index)
         if call.snapshot == "summary" and call.same_as:
             # A repeated call keeps only its summary: show the graph it repeats.
             self.inspector.clear()

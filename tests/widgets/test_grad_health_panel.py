@@ -60,7 +60,7 @@ def test_cells_hold_each_module_and_call_and_colour_on_a_log_scale(panel):
     assert at(1, 3) == heat.palette().window().color().name()
 
 
-def test_flags_are_listed_and_their_cells_outlined(panel):
+def test_flags_are_listed_and_their_cells_outlined(panel, qtbot):
     assert panel.flag_texts() == [EXPLODING, VANISHING]
     heat = panel.heatmap
     image = heat.grab().toImage()
@@ -72,6 +72,11 @@ def test_flags_are_listed_and_their_cells_outlined(panel):
     # fc1's rise is outlined from its first call (column 1), fc2's vanishing at call 3 (column 2)
     assert edge(0, 1) == "#ff3b30" and edge(1, 2) == "#00c8ff"
     assert edge(0, 0) == "#43b075"  # call 0 is not part of the rise
+    # a click on a flag picks the call where it starts
+    with qtbot.waitSignal(panel.sig_call_selected) as blocker:
+        rect = panel.flags.visualItemRect(panel.flags.item(1))
+        qtbot.mouseClick(panel.flags.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    assert blocker.args == [3]
 
 
 @pytest.mark.qt_log_ignore("This plugin does not support raise")  # the tooltip window, offscreen
@@ -95,6 +100,14 @@ def test_a_click_on_a_column_picks_its_call(panel, qtbot):
     with qtbot.waitSignal(panel.sig_call_selected) as blocker:
         qtbot.mouseClick(heat, Qt.MouseButton.LeftButton, pos=above)
     assert blocker.args == [4]
+    # the call shown is framed; a call without norms frames none
+    panel.mark_call(3)
+    assert heat.current == 2
+    image = heat.grab().toImage()
+    top = heat.cell_rect(0, 2)
+    assert image.pixelColor(QPoint(int(top.left()), int(top.top()) - 2)).name() == heat.palette().windowText().color().name()
+    panel.mark_call(2)
+    assert heat.current is None
 
 
 def test_a_trace_without_norms_says_so(panel):
@@ -148,5 +161,9 @@ def test_the_window_shows_the_heatmap_beside_the_calls_and_a_click_selects_the_c
         qtbot.waitExposed(heat)
         qtbot.mouseClick(heat, Qt.MouseButton.LeftButton, pos=heat.cell_rect(0, 14).center().toPoint())
         qtbot.waitUntil(lambda: w.calls.current_call() == "c14")
+        assert heat.current == 14
+        w.calls.select_call("c2")  # picked in the Calls list: the heatmap frames it
+        w.show_call("c2")
+        assert heat.current == 2
     finally:
         w.handle.close()

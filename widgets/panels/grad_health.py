@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from PySide6.QtCore import QEvent, QPointF, QRectF, QSize, Qt, Signal
-from PySide6.QtGui import QBrush, QColor, QLinearGradient, QMouseEvent, QPainter, QPen
+from PySide6.QtGui import QBrush, QColor, QFontMetrics, QLinearGradient, QMouseEvent, QPainter, QPen
 from PySide6.QtWidgets import QLabel, QListWidget, QSizePolicy, QStackedWidget, QToolTip, QVBoxLayout, QWidget
 
 from core.model.grad_health import Flag, GradHealth, grad_health
@@ -59,18 +59,26 @@ class GradHeatmap(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.health: GradHealth | None = None
+        self.current: int | None = None  # the column of the call shown
         self.setMouseTracking(True)
         self.setMinimumHeight(90)
-        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
 
     def set_health(self, health: GradHealth | None) -> None:
         self.health = health
+        self.current = None
         self.updateGeometry()
+        self.update()
+
+    def mark_call(self, index: int | None) -> None:
+        """Frame the column of the call shown (none when that call has no norms)."""
+        calls = self.health.matrix.calls if self.health else []
+        self.current = calls.index(index) if index in calls else None
         self.update()
 
     def sizeHint(self) -> QSize:
         rows = len(self.health.matrix.modules) if self.health else 3
-        return QSize(220, self.HEAD + self.BAR + 8 + rows * self.ROW_MAX)
+        return QSize(220, min(600, self.HEAD + self.BAR + 8 + rows * self.ROW_MAX))
 
     # geometry
     def _names_width(self) -> int:
@@ -128,6 +136,12 @@ class GradHeatmap(QWidget):
         fm = self.fontMetrics()
         text = self.palette().windowText().color()
         g = self.grid_rect()
+        # module names in a smaller font when rows are thin; none under 7 px
+        row_h = g.height() / len(m.modules)
+        names_font = self.font()
+        if row_h < fm.height() - 2:
+            names_font.setPixelSize(max(1, int(row_h)))
+        names_fm = QFontMetrics(names_font)
         for i, module in enumerate(m.modules):
             for j in range(len(m.calls)):
                 color = self.cell_color(i, j)
@@ -136,12 +150,14 @@ class GradHeatmap(QWidget):
                 if color == NAN_COLOR:
                     p.fillRect(self.cell_rect(i, j), QBrush(QColor("#303030"), Qt.BrushStyle.BDiagPattern))
             r = self.cell_rect(i, 0)
-            if r.height() >= fm.height() - 2:
+            if row_h >= 7:
                 p.setPen(text)
-                name = fm.elidedText(module, Qt.TextElideMode.ElideLeft, int(g.left()) - 4)
+                p.setFont(names_font)
+                name = names_fm.elidedText(module, Qt.TextElideMode.ElideLeft, int(g.left()) - 4)
                 p.drawText(QRectF(0, r.top(), g.left() - 4, r.height()),
                            Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, name)
         # call numbers above, as many as fit
+        p.setFont(self.font())
         p.setPen(text)
         width = g.width() / len(m.calls)
         step = max(1, math.ceil((fm.horizontalAdvance("#000") + 4) / width))
@@ -157,6 +173,11 @@ class GradHeatmap(QWidget):
             p.setPen(QPen(FLAG_COLORS[flag.kind], 2))
             p.setBrush(Qt.BrushStyle.NoBrush)
             p.drawRect(box)
+        if self.current is not None:
+            p.setPen(QPen(text, 1))
+            p.setBrush(Qt.BrushStyle.NoBrush)
+            col = self.cell_rect(0, self.current)
+            p.drawRect(QRectF(col.left(), g.top() - 2, col.width(), g.height() + 4))
         self._paint_bar(p, QRectF(g.left(), g.bottom() + 6, g.width(), 10))
         p.end()
 
@@ -219,12 +240,13 @@ class GradHealthPanel(QWidget):
         self.heatmap = GradHeatmap(body)
         self.flags = QListWidget(body)
         self.flags.setWordWrap(True)
-        self.flags.setMaximumHeight(110)
+        self.flags.setToolTip("Click a flag to show the call where it starts")
+        self.flags.itemClicked.connect(self._flag_clicked)
         lay = QVBoxLayout(body)
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addWidget(self.summary)
-        lay.addWidget(self.heatmap, 1)
-        lay.addWidget(self.flags)
+        lay.addWidget(self.heatmap)
+        lay.addWidget(self.flags, 1)
         self.body = body
         self.stack.addWidget(self.empty)
         self.stack.addWidget(body)
@@ -252,6 +274,15 @@ class GradHealthPanel(QWidget):
         if not health.flags:
             self.flags.addItem("no vanishing or exploding gradients")
         self.stack.setCurrentWidget(self.body)
+
+    def _flag_clicked(self, item) -> None:
+        row = self.flags.row(item)
+        if self.health is not None and row < len(self.health.flags):
+            self.sig_call_selected.emit(self.health.flags[row].call)
+
+    def mark_call(self, index: int | None) -> None:
+        """The call shown elsewhere (the Calls list, the graph): its column is framed."""
+        self.heatmap.mark_call(index)
 
     def flag_texts(self) -> list[str]:
         return [self.flags.item(i).text() for i in range(self.flags.count())]
