@@ -249,6 +249,17 @@ def paint_legend_entry(p: QPainter, key: str, sample: QRectF, theme: Theme, fram
         paint_node(p, sample, style, theme, "", 1.0, state)
 
 
+def paint_overlay_frame(p: QPainter, rect, theme: Theme, title: str, right: float = 14) -> None:
+    """An overlay's rounded panel and its bold title (the legend, the folded overlays' tabs)."""
+    p.setRenderHint(QPainter.Antialiasing, True)
+    p.setPen(QPen(color(theme.overlay_border), 1))
+    p.setBrush(color(theme.overlay_fill))
+    p.drawRoundedRect(QRectF(rect).adjusted(0.5, 0.5, -0.5, -0.5), 5, 5)
+    p.setFont(font(theme.font_family, theme.small_font_px + 1, True))
+    p.setPen(color(theme.text))
+    p.drawText(QRectF(10, 4, rect.width() - right, 16), Qt.AlignLeft | Qt.AlignVCenter, title)
+
+
 class Legend(QWidget):
     """What each shape and mark means, for the kinds present in the graph; click to fold or open."""
 
@@ -352,17 +363,7 @@ class Legend(QWidget):
         if t is None:
             return
         p = QPainter(device)
-        p.setRenderHint(QPainter.Antialiasing, True)
-        p.setPen(QPen(color(t.overlay_border), 1))
-        p.setBrush(color(t.overlay_fill))
-        p.drawRoundedRect(QRectF(self.rect()).adjusted(0.5, 0.5, -0.5, -0.5), 5, 5)
-        p.setFont(font(t.font_family, t.small_font_px + 1, True))
-        p.setPen(color(t.text))
-        p.drawText(
-            QRectF(10, 4, self.width() - 20, 16),
-            Qt.AlignLeft | Qt.AlignVCenter,
-            "Legend " + ("\u25b8" if self.shown_folded() else "\u25be"),
-        )
+        paint_overlay_frame(p, self.rect(), t, "Legend " + ("\u25b8" if self.shown_folded() else "\u25be"), 20)
         if not self.shown_folded():
             y = 26.0
             for key in self._entries:

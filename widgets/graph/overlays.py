@@ -14,14 +14,14 @@ the current node or the selection changes.
 from __future__ import annotations
 
 from PySide6.QtCore import QRectF, QSize, QSizeF, Qt, Signal
-from PySide6.QtGui import QAction, QFontMetricsF, QKeySequence, QPainter, QPen
+from PySide6.QtGui import QAction, QFontMetricsF, QKeySequence, QPainter
 from PySide6.QtWidgets import QGraphicsView, QWidget
 
 from core.layout.boxes import Layout
 from widgets.graph.items import EdgeItem, SavedItem
 from widgets.graph.marks import TagItem
-from widgets.graph.minimap import Legend, Minimap
-from widgets.graph.painting import color, font
+from widgets.graph.minimap import Legend, Minimap, paint_overlay_frame
+from widgets.graph.painting import font
 
 EDGE = 8.0  # viewport pixels between an overlay and the viewport's edge
 GAP = 2.0  # viewport pixels kept between an overlay and a node box (rounding of both)
@@ -97,13 +97,7 @@ class OverlayTab(QWidget):
     def paintEvent(self, event) -> None:
         t = self.parent().theme()
         p = QPainter(self)
-        p.setRenderHint(QPainter.Antialiasing, True)
-        p.setPen(QPen(color(t.overlay_border), 1))
-        p.setBrush(color(t.overlay_fill))
-        p.drawRoundedRect(QRectF(self.rect()).adjusted(0.5, 0.5, -0.5, -0.5), 5, 5)
-        p.setFont(font(t.font_family, t.small_font_px + 1, True))
-        p.setPen(color(t.text))
-        p.drawText(QRectF(10, 4, self.width() - 14, 16), Qt.AlignLeft | Qt.AlignVCenter, self._text)
+        paint_overlay_frame(p, self.rect(), t, self._text)
         p.end()
 
 

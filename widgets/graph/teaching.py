@@ -24,6 +24,7 @@ from core.model.step_state import leaf_lines_after
 from core.model.values import edge_grad_text, seed_text
 from widgets.graph.edge_labels import note_grew, place_edge_labels
 from widgets.graph.items import EdgeItem
+from widgets.graph.labels import sample_path
 from widgets.graph.painting import MIN_TEXT_PX, color, font, text_width
 from widgets.theme import Theme
 
@@ -278,22 +279,9 @@ def _pieces(points, curved: bool, horizontal: bool):
 def _curve_crosses(bend, r: QRectF, steps: int = 16) -> bool:
     """Whether the S-curve ``edge_path`` draws between two points crosses ``r`` (sampled)."""
     x0, y0, x1, y1, horizontal = bend
-    if horizontal:
-        mx = (x0 + x1) / 2
-        c1, c2 = (mx, y0), (mx, y1)
-    else:
-        my = (y0 + y1) / 2
-        c1, c2 = (x0, my), (x1, my)
-    prev = (x0, y0)
-    for i in range(1, steps + 1):
-        t = i / steps
-        u = 1 - t
-        pt = (u * u * u * x0 + 3 * u * u * t * c1[0] + 3 * u * t * t * c2[0] + t * t * t * x1,
-              u * u * u * y0 + 3 * u * u * t * c1[1] + 3 * u * t * t * c2[1] + t * t * t * y1)
-        if QRectF(QPointF(*prev), QPointF(*pt)).normalized().adjusted(-1, -1, 1, 1).intersects(r):
-            return True
-        prev = pt
-    return False
+    line = sample_path([(x0, y0), (x1, y1)], True, horizontal, steps)
+    return any(QRectF(QPointF(*a), QPointF(*b)).normalized().adjusted(-1, -1, 1, 1).intersects(r)
+               for a, b in zip(line, line[1:]))
 
 
 def _head(points, curved: bool, horizontal: bool) -> QRectF:
