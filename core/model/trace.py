@@ -137,6 +137,11 @@ class NodeInfo:
     edge_marks: list | None = None
     # Made under non-reentrant checkpointing: its saved tensors are recomputed when backward needs them.
     recomputed: bool | None = None
+    # The autograd sequence number torch gave the node when the op made it (its creation order on
+    # its thread; None for AccumulateGrad) and the time it was made, in seconds from the run's start
+    # (the memory chart's clock). Drive the forward replay.
+    seq: int | None = None
+    created: float | None = None
 
 
 @dataclass(frozen=True)
@@ -177,6 +182,10 @@ class CallInfo:
     # Norms after the call (summaries too): {"params": {name: {"module", "grad", "param", "ratio",
     # "added" (when .grad accumulated)}}, "modules": {module path: norm}}. Drives core.model.grad_health.
     grad_norms: dict | None = None
+    # Scalars after the call (summaries too), for the curves of a loop: {"loss": the root's value when
+    # it has one element, or null; "values": {leaf name: [its elements]}; "grads": {leaf name: [its
+    # .grad's elements]}}, for named leaves of a few elements (core.model.loop_curves).
+    scalars: dict | None = None
 
     def node(self, node_id: str) -> NodeInfo | None:
         return self.node_map().get(node_id)
@@ -335,7 +344,7 @@ def with_fields(obj, **changes):
 # Optional keys written only when set: keeps 5,000-node traces small.
 _SPARSE_KEYS = frozenset(("sample", "min", "max", "mean", "tensor", "value", "freed", "approx", "origin", "cuts",
                           "edge_marks", "hooks", "recomputed", "numpy", "output_nr", "failed_op", "nan_check",
-                          "call", "grad_norms"))
+                          "call", "grad_norms", "seq", "created", "scalars"))
 _PRIMITIVES = (int, float, str, bool, type(None))
 
 

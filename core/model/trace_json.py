@@ -564,6 +564,23 @@ def _t_grad_events(v):
     return None
 
 
+def _t_scalars(v):
+    """``CallInfo.scalars``: null, or {"loss": a number or null, "values": {name: [numbers]}, "grads": {...}}."""
+    if v is None:
+        return None
+    if not isinstance(v, dict) or set(v) - {"loss", "values", "grads"}:
+        return f"expected null or an object with 'loss', 'values' and 'grads', got {_short(v)}"
+    if v.get("loss") is not None and _t_norm(v["loss"]) is not True:
+        return "'loss' must be a number or null"
+    for key in ("values", "grads"):
+        part = v.get(key, {})
+        if not isinstance(part, dict) or not all(
+                isinstance(k, str) and isinstance(x, list) and all(_t_norm(n) is True for n in x)
+                for k, x in part.items()):
+            return f"'{key}' must map names to lists of numbers"
+    return None
+
+
 def _t_error_failed_op(v):
     return _failed_op(v, {"call": _t_opt_str, "where": _t_str}, "null or a failed op's record")
 
@@ -598,13 +615,14 @@ _CHECKS: dict[type, dict[str, Any]] = {
     NodeInfo: {"id": _t_str, "name": _t_str, "kind": _t_str, "next": _t_edges, "saved": _t_objs,
                "variable": _t_opt_str, "tensor": _t_opt_str, "label": _t_opt_str, "line": _t_opt_int,
                "module": _t_opt_str, "stale": _t_opt_obj, "device": _t_opt_str, "inplace": _t_opt_str,
-               "cuts": _t_cuts, "edge_marks": _t_marks, "recomputed": _t_opt_bool},
+               "cuts": _t_cuts, "edge_marks": _t_marks, "recomputed": _t_opt_bool,
+               "seq": _t_opt_count, "created": _t_opt_num},
     StorageInfo: {"id": _t_str, "nbytes": _t_count, "device": _t_str, "tensors": _t_strs, "numpy": _t_numpy},
     CallInfo: {"id": _t_str, "index": _t_count, "api": _t_str, "line": _t_opt_int, "roots": _t_strs,
                "nodes": _t_objs, "tensors": _t_objs, "error": _t_opt_obj, "storages": _t_objs,
                "options": _t_options, "snapshot": _t_str, "same_as": _t_opt_str, "structure": _t_str,
                "node_count": _t_count, "edge_count": _t_count, "leaf_grads": _t_obj, "duration_s": _t_num,
-               "edge_grads": _t_obj, "grad_norms": _t_grad_norms},
+               "edge_grads": _t_obj, "grad_norms": _t_grad_norms, "scalars": _t_scalars},
     MemorySample: {"t": _t_num, "device": _t_str, "allocated": _t_count, "reserved": _t_count, "rss": _t_count,
                    "saved_bytes": _t_count, "phase": _t_str, "max_allocated": _t_count, "mark": _t_str,
                    "where": _t_str, "kept_bytes": _t_count, "kept_in": _t_str,

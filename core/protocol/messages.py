@@ -186,6 +186,27 @@ class StepEnd(_Base):
     error: dict | None = None
 
 
+@_message("forward_paused")
+@dataclass
+class ForwardPaused(_Base):
+    """A debug run paused in forward, *before* ``line`` of ``file`` runs (a breakpoint, a Step, an
+    autograd error about to happen or the first NaN/Inf), with the graph alive at that moment."""
+    pause: int = 0  # 1, 2, ... within the run: the live graph's new nodes are those since the last
+    line: int = 0
+    file: str = ""
+    function: str = ""  # the paused frame's function ("<module>" at the top level)
+    # The script's own frames, outermost first: {"function", "line", "file", "module"} ("module": the
+    # nn.Module path whose forward that frame runs, or null). The window's breadcrumb.
+    stack: list = field(default_factory=list)
+    module: str | None = None  # the innermost nn.Module path running
+    reason: str = "breakpoint"  # breakpoint | step | inplace | nan
+    # The live graph in the trace format (api "live"): every node reachable from the tensors of the
+    # paused frames, the globals and the modules' parameters; its tensors are the live variables.
+    graph: dict | None = None
+    new: list = field(default_factory=list)  # ids (in ``graph``) of nodes made since the previous pause
+    note: str = ""  # what the pause is about, in words (an in-place op: the version counters before/after)
+
+
 @_message("exiting")
 @dataclass
 class Exiting(_Base):
@@ -275,7 +296,9 @@ class Run(_Base):
     device: str = "cpu"
     mode: str = "auto"
     step: dict | None = None  # {"call": N, "mode": "interactive" | "all"}: step call N
-    debug: dict | None = None  # a debug run: {"lines": [...], "skip_to": N, "pause": bool}
+    # A debug run: {"lines": [...], "skip_to": N, "pause": bool, "pause_on_errors": bool, "to_nan": bool}
+    # ("to_nan": the NaN/Inf check is on and the run pauses at the first non-finite op or gradient).
+    debug: dict | None = None
     seeds: dict | None = None  # reseed the run with these (a re-run for stepping)
     memory_rate: float = 50.0
     load: dict | None = None  # how to open the file: weights, input_shapes, trust_pickle (core.programs.program)
@@ -359,9 +382,21 @@ class Breakpoints(_Base):
     lines: list = field(default_factory=list)
     pause_all: bool = True
     skip_to: int | None = None  # pause first at call N (and after it as usual)
+    # Pause in forward before an in-place op on a leaf that requires grad or on a tensor saved for
+    # backward, at its line (the run's Debug > Pause on Autograd Errors).
+    pause_on_errors: bool = False
 
 
-STEP_COMMANDS = ("step", "step_to", "continue", "next_call", "resume_all", "pause", "stop_step")
+@_command("forward_step")
+@dataclass
+class ForwardStep(_Base):
+    """Paused in forward: run one line of this frame (``over``), go into the script's own function
+    called on it (``into``), or run until this frame returns (``out``). ``continue`` runs to the next
+    breakpoint or backward call."""
+    kind: str = "over"
+
+
+STEP_COMMANDS = ("step", "step_to", "continue", "next_call", "resume_all", "pause", "stop_step", "forward_step")
 
 
 def message_from_dict(data: dict) -> _Base:
