@@ -177,6 +177,7 @@ class CreationTags:
             self.phase = "forward"
             self.on_event({"type": "forward", "t": time.perf_counter() - self.started})
         md["bps_line"] = self.names.user_line(caller or sys._getframe(2))
+        md["bps_created"] = time.perf_counter() - self.started  # the memory samples' clock: the replay's cursor
         if self._module_stack:
             md["bps_module"] = self._module_stack[-1]
         # The storages this op read and wrote: an in-place change to one of them later

@@ -274,6 +274,11 @@ class Snapshotter:
             values["edge_marks"] = marks
         if saved and meta.get("bps_recomputed"):
             values["recomputed"] = True
+        if kind != "accumulate_grad":  # AccumulateGrad's number is UINT64_MAX: it is made apart from any op
+            values["seq"] = node._sequence_nr()  # the forward replay's order (core.model.forward_order)
+        created = meta.get("bps_created")
+        if created is not None:
+            values["created"] = created
         return fast_new(NodeInfo, values)
 
     def _stale_culprit(self, stale: Stale, storages) -> Stale:
