@@ -60,6 +60,9 @@ class Values:
 class GradInfo:
     shape: list[int]
     values: Values
+    # ‖g‖₂ of the whole gradient (a number, or "nan" / "inf"), for edge gradients: values keep only a
+    # sample of big ones. Drives Colour by Gradient Norm (core.model.edge_norms).
+    norm: float | str | None = None
 
 
 @dataclass(frozen=True)
@@ -344,7 +347,7 @@ def with_fields(obj, **changes):
 # Optional keys written only when set: keeps 5,000-node traces small.
 _SPARSE_KEYS = frozenset(("sample", "min", "max", "mean", "tensor", "value", "freed", "approx", "origin", "cuts",
                           "edge_marks", "hooks", "recomputed", "numpy", "output_nr", "failed_op", "nan_check",
-                          "call", "grad_norms", "seq", "created", "scalars"))
+                          "call", "grad_norms", "seq", "created", "scalars", "norm"))
 _PRIMITIVES = (int, float, str, bool, type(None))
 
 

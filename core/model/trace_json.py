@@ -601,7 +601,7 @@ _CHECKS: dict[type, dict[str, Any]] = {
                 "failed_op": _t_error_failed_op},
     Values: {"numel": _t_count, "data": _t_elements, "sample": _t_elements, "min": _t_opt_num,
              "max": _t_opt_num, "mean": _t_opt_num, "approx": _t_bool},
-    GradInfo: {"shape": _t_shape, "values": _t_obj},
+    GradInfo: {"shape": _t_shape, "values": _t_obj, "norm": _t_opt_num},
     TensorInfo: {"id": _t_str, "name": _t_opt_str, "shape": _t_shape, "dtype": _t_str, "device": _t_str,
                  "requires_grad": _t_bool, "is_leaf": _t_bool, "retains_grad": _t_bool, "stride": _t_shape,
                  "storage_offset": _t_count, "storage": _t_opt_str, "version": _t_int, "values": _t_obj,
