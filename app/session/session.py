@@ -37,7 +37,7 @@ from core.protocol import messages as protocol
 from core.model.step_state import StepTracker, same_run_check
 from core.model.trace import CallInfo, Trace, TraceFormatError
 from core.model.trace_json import call_from_dict
-from widgets.graph.marks import hold_nan_check
+from core.model.nan_check import hold_nan_check
 
 
 class SessionState(str, Enum):

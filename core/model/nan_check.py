@@ -1,6 +1,10 @@
 """The NaN/Inf check's findings in words (``Trace.nan_check``; the worker's side is
 ``core.worker.capture.nan_check``): the first op whose output was not finite, and the first
-backward node whose gradient was not."""
+backward node whose gradient was not.
+
+``hold_nan_check`` hands each call of a trace the findings about its own nodes, so whatever
+draws a call alone (the window's graph, an export) marks them: ``nonfinite_marks`` says what
+each mark reads and explains (``widgets.graph.marks`` places and paints them)."""
 
 from __future__ import annotations
 
@@ -55,3 +59,44 @@ def summary_lines(nan_check: dict | None) -> list[str]:
         return []
     return [f"first non-finite value: {forward_text(nan_check['forward'])}",
             f"first non-finite gradient: {backward_text(nan_check['backward'])}"]
+
+
+NAN_CHECK_KEY = "_nan_check"  # on a call: the trace's NaN/Inf findings about its nodes
+
+
+def hold_nan_check(trace) -> None:
+    """Give each call of ``trace`` the NaN/Inf check's findings about its nodes (``Trace.nan_check``),
+    for its graph's marks: ``[(kind, record)]``, kind ``"forward"`` or ``"backward"``. Again on the
+    same trace, the findings are replaced, not added twice."""
+    for call in trace.calls:
+        call.__dict__.pop(NAN_CHECK_KEY, None)
+    calls = {c.id: c for c in trace.calls}
+    for kind in ("forward", "backward"):
+        record = (trace.nan_check or {}).get(kind)
+        call = calls.get(record.get("call")) if record else None
+        if call is not None and record.get("node"):
+            call.__dict__.setdefault(NAN_CHECK_KEY, []).append((kind, record))
+
+
+def nonfinite_word(record: dict) -> str:
+    """``NaN``, ``inf`` or ``-inf``: what the first non-finite tensor held (NaN before infinities)."""
+    if record["nan"]:
+        return "NaN"
+    return "-inf" if record["neginf"] and not record["posinf"] else "inf"
+
+
+def nonfinite_marks(call) -> list[tuple[str, str, str]]:
+    """``(node id, text, tip)`` for the first non-finite op's node and the first non-finite backward
+    node of ``call`` (as ``hold_nan_check`` gave them): ``first -inf: log (line 25)``, ``first NaN
+    gradient: LogBackward0``."""
+    out = []
+    for kind, record in call.__dict__.get(NAN_CHECK_KEY, ()):
+        word = nonfinite_word(record)
+        if kind == "forward":
+            line = f" (line {record['line']})" if record.get("line") is not None else ""
+            out.append((record["node"], f"first {word}: {record['op']}{line}",
+                        f"First non-finite value: {forward_text(record)}. This node is the op's."))
+        else:
+            out.append((record["node"], f"first {word} gradient: {record['name']}",
+                        f"First non-finite gradient: {backward_text(record)}."))
+    return out

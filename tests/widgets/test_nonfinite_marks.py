@@ -12,7 +12,7 @@ import pytest
 from core.model.trace import Trace
 from tests.fixtures_graphs import call as make_call
 from tests.fixtures_graphs import leaf, node, tensor
-from widgets.graph.marks import hold_nan_check
+from core.model.nan_check import hold_nan_check
 from widgets.panels.problems import ProblemsPanel
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "resources" / "examples"

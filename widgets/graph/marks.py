@@ -18,7 +18,7 @@ from PySide6.QtWidgets import QGraphicsItem, QGraphicsScene, QStyleOptionGraphic
 
 from core.model import anatomy
 from core.model.forward_errors import failed_op, mark_text, mark_tip
-from core.model.nan_check import backward_text, forward_text
+from core.model.nan_check import nonfinite_marks
 from core.layout.boxes import Layout
 from core.layout.groups import node_index
 from core.layout.visible import open_nodes
@@ -306,45 +306,6 @@ def all_reduce_tips(call: CallInfo) -> dict[str, tuple[str, str]]:
     return out
 
 
-NAN_CHECK_KEY = "_nan_check"  # on a call: the trace's NaN/Inf findings about its nodes
-
-
-def hold_nan_check(trace) -> None:
-    """Give each call of ``trace`` the NaN/Inf check's findings about its nodes (``Trace.nan_check``),
-    for its graph's marks: ``[(kind, record)]``, kind ``"forward"`` or ``"backward"``."""
-    for call in trace.calls:
-        call.__dict__.pop(NAN_CHECK_KEY, None)
-    calls = {c.id: c for c in trace.calls}
-    for kind in ("forward", "backward"):
-        record = (trace.nan_check or {}).get(kind)
-        call = calls.get(record.get("call")) if record else None
-        if call is not None and record.get("node"):
-            call.__dict__.setdefault(NAN_CHECK_KEY, []).append((kind, record))
-
-
-def nonfinite_word(record: dict) -> str:
-    """``NaN``, ``inf`` or ``-inf``: what the first non-finite tensor held (NaN before infinities)."""
-    if record["nan"]:
-        return "NaN"
-    return "-inf" if record["neginf"] and not record["posinf"] else "inf"
-
-
-def nonfinite_tags(call: CallInfo) -> list[tuple[str, str, str]]:
-    """``(node id, text, tip)`` for the first non-finite op's node and the first non-finite backward
-    node of ``call``: ``first -inf: log (line 25)``, ``first NaN gradient: LogBackward0``."""
-    out = []
-    for kind, record in call.__dict__.get(NAN_CHECK_KEY, ()):
-        word = nonfinite_word(record)
-        if kind == "forward":
-            line = f" (line {record['line']})" if record.get("line") is not None else ""
-            out.append((record["node"], f"first {word}: {record['op']}{line}",
-                        f"First non-finite value: {forward_text(record)}. This node is the op's."))
-        else:
-            out.append((record["node"], f"first {word} gradient: {record['name']}",
-                        f"First non-finite gradient: {backward_text(record)}."))
-    return out
-
-
 def _flagged(call: CallInfo) -> tuple[list, list]:
     """(stale nodes, in-place nodes) of the call, kept on the call."""
     cached = call.__dict__.get("_flagged_nodes")
@@ -397,7 +358,7 @@ def build_marks(
             tag(box, "stale", "\u26a0 stale: " + anatomy.stale_tag(n), anatomy.stale_tip(call, n))
         if n.inplace:
             tag(box, "inplace", f"\u270e in-place {n.inplace}", anatomy.inplace_tip(call, n, stale))
-    for node_id, text, tip in nonfinite_tags(call):
+    for node_id, text, tip in nonfinite_marks(call):
         box = members.get(node_id)
         if box is not None and box in nodes:
             tag(box, "nonfinite", text, tip)
