@@ -559,23 +559,33 @@ def _t_grad_events(v):
             if not isinstance(e["optimizer"], str) or not isinstance(e["update"], dict) \
                     or not all(isinstance(k, str) and _t_norm(n) for k, n in e["update"].items()):
                 return f"[{i}]: 'update' must map module paths to numbers"
+        elif e["kind"] == "scaler.step":
+            if not isinstance(e["optimizer"], str) or not isinstance(e["skipped"], bool) \
+                    or not _is_num(e["scale"]) or not (e["scale_after"] is None or _is_num(e["scale_after"])):
+                return f"[{i}]: a scaler step has an 'optimizer' name, a 'scale', 'skipped' (true or false) " \
+                       "and a 'scale_after' (a number or null)"
         elif not all(_t_norm(e[k]) for k in own):
             return f"[{i}]: {', '.join(sorted(own))} must be numbers"
     return None
 
 
+def _scalar(v) -> bool:
+    return _is_num(v) or v in ("nan", "inf", "-inf")
+
+
 def _t_scalars(v):
-    """``CallInfo.scalars``: null, or {"loss": a number or null, "values": {name: [numbers]}, "grads": {...}}."""
+    """``CallInfo.scalars``: null, or {"loss": a number or null, "values": {name: [numbers]}, "grads": {...}};
+    a number may be "nan", "inf" or "-inf" (a diverging loop's)."""
     if v is None:
         return None
     if not isinstance(v, dict) or set(v) - {"loss", "values", "grads"}:
         return f"expected null or an object with 'loss', 'values' and 'grads', got {_short(v)}"
-    if v.get("loss") is not None and _t_norm(v["loss"]) is not True:
+    if v.get("loss") is not None and not _scalar(v["loss"]):
         return "'loss' must be a number or null"
     for key in ("values", "grads"):
         part = v.get(key, {})
         if not isinstance(part, dict) or not all(
-                isinstance(k, str) and isinstance(x, list) and all(_t_norm(n) is True for n in x)
+                isinstance(k, str) and isinstance(x, list) and all(_scalar(n) for n in x)
                 for k, x in part.items()):
             return f"'{key}' must map names to lists of numbers"
     return None

@@ -227,6 +227,7 @@ class CallRecording:
         # Previews are taken now, and every reference backward would otherwise free is dropped:
         # the snapshot must not hold activations (device memory) the script does not hold.
         self.grad_norms.before(index, order)
+        self.loop_scalars.before(index, roots, order)  # the loss and the small leaves, for the curves
         snap.release(ids)
         if self.call_hook is None:
             self.names.release()
@@ -297,6 +298,7 @@ class CallRecording:
             duration_s=time.perf_counter() - t0,
             edge_grads=edge_grads,
             grad_norms=self.grad_norms.after(index, api),
+            scalars=self.loop_scalars.after(index),
         )
         self._store(call)
         self.phase = "between"
@@ -328,7 +330,7 @@ class CallRecording:
 
 
 def summary_of(call: CallInfo) -> CallInfo:
-    """Drop a repeated call's graph, keeping its counts, grads, line and error."""
+    """Drop a repeated call's graph, keeping its counts, grads, norms, scalars, line and error."""
     return replace(call, nodes=[], tensors=[], storages=[], roots=[], snapshot="summary", edge_grads={})
 
 

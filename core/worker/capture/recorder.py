@@ -33,6 +33,7 @@ from core.worker.capture.compile_skip import hide_when_compiling
 from core.worker.capture.cuts import CutRecorder
 from core.worker.capture.edge_grads import EdgeGradRecorder
 from core.worker.capture.grad_norms import GradNorms, script_line as current_line
+from core.worker.capture.loop_scalars import LoopScalars
 from core.worker.saved_bytes import live_storages
 from core.worker.capture.names import NameTable, untraced
 from core.worker.capture.numpy_peers import numpy_peers
@@ -95,6 +96,7 @@ class Capture(CreationTags, CallRecording):
         self.hook_call: tuple | None = None  # what ``call_before`` needs while a call_hook runs
         self.nan_check = None  # a core.worker.capture.nan_check.NanCheck when the NaN/Inf check is on
         self.grad_norms = GradNorms(self.names.name_of, current_line(self.names))  # norms, clipping, steps
+        self.loop_scalars = LoopScalars(self.names.name_of)  # each call's loss and small leaves (CallInfo.scalars)
 
 
     # -- running ---------------------------------------------------------------------------------
