@@ -176,6 +176,11 @@ def event_text(event: dict) -> str:
     if kind == "clip_grad_value_":
         return (f"clip_grad_value_{where}: ±{_fmt(event['clip_value'])}, norm {_fmt(event['total_norm'])} → "
                 f"{_fmt(event['norm_after'])}")
+    if kind == "clip_grads_with_norm_":
+        return (f"clip_grads_with_norm_{where}: max {_fmt(event['max_norm'])}, norm {_fmt(event['total_norm'])} → "
+                f"{_fmt(event['norm_after'])} (× {_fmt(event['clip_coef'])})")
+    if kind == "get_total_norm":
+        return f"get_total_norm{where}: norm {_fmt(event['total_norm'])} over {event['tensors']} tensors"
     if kind == "optimizer.step":
         update = ", ".join(f"{m} {_fmt(v)}" for m, v in sorted(event["update"].items(), key=lambda kv: _natural(kv[0])))
         return f"{event['optimizer']}.step{where}: ‖Δ‖/‖param‖ {update}"

@@ -541,6 +541,8 @@ def _t_grad_norms(v):
 
 _EVENT_FIELDS = {"clip_grad_norm_": {"max_norm", "norm_type", "total_norm", "clip_coef", "norm_after", "params"},
                  "clip_grad_value_": {"clip_value", "total_norm", "norm_after", "params"},
+                 "clip_grads_with_norm_": {"max_norm", "total_norm", "clip_coef", "norm_after", "params"},
+                 "get_total_norm": {"norm_type", "total_norm", "tensors"},
                  "optimizer.step": {"optimizer", "update"}, "zero_grad": set()}
 
 

@@ -7,9 +7,10 @@ module (the name's path before its last dot) the norm over its parameters. The n
 fused ``torch._foreach_norm`` per call over all leaves (and one read back), so a 1,600-parameter
 model costs a few milliseconds a call. ``CallInfo.grad_norms`` holds them, summaries included.
 
-``clip_grad_norm_`` / ``clip_grad_value_`` calls, ``optimizer.step`` (with ‖Δparam‖ / ‖param‖
-per module) and ``zero_grad`` become ``Trace.grad_events``, each naming the call it follows:
-they happen after that call was stored and streamed, so they travel with the trace.
+``clip_grad_norm_`` / ``clip_grad_value_`` / ``clip_grads_with_norm_`` / ``get_total_norm`` calls,
+``optimizer.step`` (with ‖Δparam‖ / ‖param‖ per module) and ``zero_grad`` become
+``Trace.grad_events``, each naming the call it follows: they happen after that call was stored
+and streamed, so they travel with the trace.
 """
 
 from __future__ import annotations
@@ -150,8 +151,12 @@ class GradNorms:
         import torch.nn.utils.clip_grad as clip_grad
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
+        # clip_grad_norm_ calls the private _get_total_norm / _clip_grads_with_norm_ that the public
+        # get_total_norm / clip_grads_with_norm_ name, so wrapping the public names records it once.
+        wraps = (("clip_grad_norm_", self._wrap_norm), ("clip_grad_value_", self._wrap_value),
+                 ("clip_grads_with_norm_", self._wrap_with_norm), ("get_total_norm", self._wrap_total))
         for owner in (utils, clip_grad):
-            for attr, wrap in (("clip_grad_norm_", self._wrap_norm), ("clip_grad_value_", self._wrap_value)):
+            for attr, wrap in wraps:
                 original = getattr(owner, attr, None)
                 if original is not None:
                     setattr(owner, attr, wrap(original))
@@ -213,6 +218,39 @@ class GradNorms:
             return result
 
         return clip_grad_value_
+
+    def _wrap_with_norm(self, original):
+        @functools.wraps(original)
+        def clip_grads_with_norm_(parameters, max_norm, total_norm, *args, **kwargs):
+            params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+            result = original(params, max_norm, total_norm, *args, **kwargs)
+            try:
+                with torch._C.DisableTorchFunction(), untraced():
+                    total = torch.as_tensor(total_norm)
+                    coef = float(torch.clamp(max_norm / (total + CLIP_EPS), max=1.0))
+                    grads = [p.grad for p in params if p.grad is not None]
+                    self._event("clip_grads_with_norm_", max_norm=float(max_norm), total_norm=_num(float(total)),
+                                clip_coef=_num(coef), norm_after=_num(_total_norm(grads, 2.0)), params=len(grads))
+            except Exception:
+                log.debug("recording clip_grads_with_norm_ failed", exc_info=True)
+            return result
+
+        return clip_grads_with_norm_
+
+    def _wrap_total(self, original):
+        @functools.wraps(original)
+        def get_total_norm(tensors, norm_type=2.0, *args, **kwargs):
+            tensors = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
+            total = original(tensors, norm_type, *args, **kwargs)
+            try:
+                with torch._C.DisableTorchFunction(), untraced():
+                    self._event("get_total_norm", norm_type=float(norm_type), total_norm=_num(float(total)),
+                                tensors=len(tensors))
+            except Exception:
+                log.debug("recording get_total_norm failed", exc_info=True)
+            return total
+
+        return get_total_norm
 
     def _wrap_zero(self, original):
         @functools.wraps(original)

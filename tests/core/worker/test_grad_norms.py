@@ -9,6 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from core.model.grad_health import event_text  # noqa: E402
 from core.model.trace import TraceFormatError  # noqa: E402
 from core.model.trace_json import trace_from_json  # noqa: E402
 from core.worker.capture.recorder import capture_script  # noqa: E402
@@ -247,3 +248,40 @@ def test_norms_and_events_reach_the_app_through_the_worker(tmp_path, loop):
         [(e["kind"], e["after_call"], e["line"]) for e in local.grad_events]
     assert [e["total_norm"] for e in trace.grad_events if "total_norm" in e] == \
         [e["total_norm"] for e in local.grad_events if "total_norm" in e]
+
+
+def test_get_total_norm_and_clip_grads_with_norm_record_torchs_values(tmp_path):
+    path = _script(tmp_path, """\
+        import torch
+        from torch import nn
+        from torch.nn.utils import clip_grads_with_norm_, get_total_norm
+        torch.manual_seed(0)
+        model = nn.Linear(4, 3)
+        model(torch.randn(5, 4) * 10).pow(2).sum().backward()
+        grads = [p.grad for p in model.parameters()]
+        total = get_total_norm(grads)
+        inf_total = torch.nn.utils.get_total_norm(grads, norm_type=float("inf"))
+        clip_grads_with_norm_(model.parameters(), 2.0, total)
+        clipped = [p.grad.clone() for p in model.parameters()]
+        nn.utils.clip_grad_norm_(model.parameters(), 100.0)
+    """)
+    trace = capture_script(str(path))
+    plain = runpy.run_path(str(path))
+    total, clipped = plain["total"], plain["clipped"]
+    assert float(total) > 2.0  # clipping scales down
+    after = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in clipped])))
+    assert trace.grad_events[:3] == [
+        {"kind": "get_total_norm", "after_call": 0, "line": 8, "norm_type": 2.0, "total_norm": float(total),
+         "tensors": 2},
+        {"kind": "get_total_norm", "after_call": 0, "line": 9, "norm_type": float("inf"),
+         "total_norm": float(plain["inf_total"]), "tensors": 2},
+        {"kind": "clip_grads_with_norm_", "after_call": 0, "line": 10, "max_norm": 2.0, "total_norm": float(total),
+         "clip_coef": float(torch.clamp(2.0 / (total + 1e-6), max=1.0)), "norm_after": after, "params": 2},
+    ]
+    assert trace.grad_events[2]["norm_after"] == pytest.approx(2.0, rel=1e-5)
+    # clip_grad_norm_ runs torch's own total-norm and clipping inside: one event, not three
+    assert [e["kind"] for e in trace.grad_events[3:]] == ["clip_grad_norm_"]
+    assert trace_from_json(trace.to_json()).grad_events == trace.grad_events
+    assert event_text(trace.grad_events[2]) == (f"clip_grads_with_norm_ (line 10): max 2, norm {float(total):.3g} → 2 "
+                                                f"(× {trace.grad_events[2]['clip_coef']:.3g})")
+    assert torch.nn.utils.get_total_norm.__module__ == "torch.nn.utils.clip_grad"  # restored after the run
