@@ -8,6 +8,8 @@ Reads what the capture recorded (``CallInfo.grad_norms`` and ``Trace.grad_events
 - *exploding*: a module's norm rose at every one of ``grow_calls`` (3) consecutive calls (strictly,
   call to call) and the last is at least ``grow_factor`` (10) × the first; flagged at the first of
   those calls. A norm that became inf counts as a rise.
+- *skipped steps*: a ``GradScaler.step`` that found inf/NaN in the (scaled) gradients ran no
+  optimizer step, and its ``update()`` cut the loss scale (by ``backoff_factor``, 0.5).
 """
 
 from __future__ import annotations
@@ -93,10 +95,37 @@ class Flag:
 
 
 @dataclass(frozen=True)
+class ScalerStep:
+    """One ``GradScaler.step``: the loss scale it ran with, whether inf/NaN in the gradients skipped
+    the optimizer's step, and the scale its ``update()`` left (None: no update recorded)."""
+
+    call: int | None  # the call it follows (the scaled loss's backward)
+    line: int | None
+    optimizer: str
+    scale: float
+    skipped: bool
+    scale_after: float | None
+
+    @property
+    def note(self) -> str:
+        """``scale 65536``, or ``step skipped: inf/NaN in gradients, scale 65536 → 32768``."""
+        change = f" → {_scale(self.scale_after)}" if self.scale_after not in (None, self.scale) else ""
+        if self.skipped:
+            return f"step skipped: inf/NaN in gradients, scale {_scale(self.scale)}{change}"
+        return f"scale {_scale(self.scale)}{change}"
+
+
+@dataclass(frozen=True)
 class GradHealth:
     matrix: NormMatrix
     flags: list[Flag]
     events: dict[int | None, list[dict]] = field(default_factory=dict)  # call index -> events after it
+    scaler_steps: list[ScalerStep] = field(default_factory=list)  # every GradScaler.step, in order
+
+    @property
+    def skipped(self) -> list[ScalerStep]:
+        """The GradScaler steps that inf/NaN in the gradients skipped."""
+        return [s for s in self.scaler_steps if s.skipped]
 
 
 def norm_matrix(trace: Trace) -> NormMatrix:
@@ -149,12 +178,19 @@ def events_by_call(trace: Trace) -> dict[int | None, list[dict]]:
     return out
 
 
+def scaler_steps(trace: Trace) -> list[ScalerStep]:
+    """Every recorded ``GradScaler.step``, in the order the script made them."""
+    return [ScalerStep(call=e["after_call"], line=e["line"], optimizer=e["optimizer"], scale=float(e["scale"]),
+                       skipped=e["skipped"], scale_after=_float(e["scale_after"]))
+            for e in trace.grad_events if e["kind"] == "scaler.step"]
+
+
 def grad_health(trace: Trace, vanish_ratio: float = VANISH_RATIO, grow_calls: int = GROW_CALLS,
                 grow_factor: float = GROW_FACTOR) -> GradHealth:
     matrix = norm_matrix(trace)
     flags = vanishing(matrix, vanish_ratio) + exploding(matrix, grow_calls, grow_factor)
     flags.sort(key=lambda f: (f.call, f.kind, _natural(f.module)))
-    return GradHealth(matrix=matrix, flags=flags, events=events_by_call(trace))
+    return GradHealth(matrix=matrix, flags=flags, events=events_by_call(trace), scaler_steps=scaler_steps(trace))
 
 
 def _fmt(v) -> str:
@@ -164,6 +200,13 @@ def _fmt(v) -> str:
     if not math.isfinite(v):
         return str(v)
     return f"{v:.3g}"
+
+
+def _scale(v: float | None) -> str:
+    """A loss scale as written: whole numbers in full (65536, not 6.55e+04); they are powers of 2."""
+    if v is None:
+        return "-"
+    return str(int(v)) if math.isfinite(v) and float(v).is_integer() and abs(v) < 1e15 else _fmt(v)
 
 
 def event_text(event: dict) -> str:
@@ -181,6 +224,10 @@ def event_text(event: dict) -> str:
                 f"{_fmt(event['norm_after'])} (× {_fmt(event['clip_coef'])})")
     if kind == "get_total_norm":
         return f"get_total_norm{where}: norm {_fmt(event['total_norm'])} over {event['tensors']} tensors"
+    if kind == "scaler.step":
+        step = ScalerStep(event["after_call"], event["line"], event["optimizer"], float(event["scale"]),
+                          event["skipped"], _float(event["scale_after"]))
+        return f"GradScaler.step({event['optimizer']}){where}: {step.note}"
     if kind == "optimizer.step":
         update = ", ".join(f"{m} {_fmt(v)}" for m, v in sorted(event["update"].items(), key=lambda kv: _natural(kv[0])))
         return f"{event['optimizer']}.step{where}: ‖Δ‖/‖param‖ {update}"
@@ -204,6 +251,9 @@ def report(trace: Trace, max_calls: int = 8, **thresholds) -> str:
         lines.append(f"{module:<{width}}  " + "  ".join(f"{_fmt(m.values[i][j]):>9}" for j in shown))
     lines.append("flags: " + ("none" if not health.flags else str(len(health.flags))))
     lines += ["  " + f.text for f in health.flags]
+    if health.scaler_steps:
+        lines.append(f"GradScaler: {len(health.scaler_steps)} steps, {len(health.skipped)} skipped")
+        lines += [f"  after #{s.call}" + (f" (line {s.line})" if s.line else "") + f": {s.note}" for s in health.skipped]
     for j in shown:
         for event in health.events.get(m.calls[j], []):
             if event["kind"] != "zero_grad":

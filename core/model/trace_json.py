@@ -543,7 +543,8 @@ _EVENT_FIELDS = {"clip_grad_norm_": {"max_norm", "norm_type", "total_norm", "cli
                  "clip_grad_value_": {"clip_value", "total_norm", "norm_after", "params"},
                  "clip_grads_with_norm_": {"max_norm", "total_norm", "clip_coef", "norm_after", "params"},
                  "get_total_norm": {"norm_type", "total_norm", "tensors"},
-                 "optimizer.step": {"optimizer", "update"}, "zero_grad": set()}
+                 "optimizer.step": {"optimizer", "update"}, "zero_grad": set(),
+                 "scaler.step": {"optimizer", "scale", "skipped", "scale_after"}}
 
 
 def _t_grad_events(v):

@@ -8,9 +8,10 @@ fused ``torch._foreach_norm`` per call over all leaves (and one read back), so a
 model costs a few milliseconds a call. ``CallInfo.grad_norms`` holds them, summaries included.
 
 ``clip_grad_norm_`` / ``clip_grad_value_`` / ``clip_grads_with_norm_`` / ``get_total_norm`` calls,
-``optimizer.step`` (with ‖Δparam‖ / ‖param‖ per module) and ``zero_grad`` become
-``Trace.grad_events``, each naming the call it follows: they happen after that call was stored
-and streamed, so they travel with the trace.
+``optimizer.step`` (with ‖Δparam‖ / ‖param‖ per module), ``zero_grad`` and ``GradScaler.step``
+(the loss scale it ran with, whether inf/NaN in the gradients skipped it, the scale its
+``update()`` left) become ``Trace.grad_events``, each naming the call it follows: they happen
+after that call was stored and streamed, so they travel with the trace.
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ class GradNorms:
         self._pending: dict[int, tuple] = {}  # call index -> (names, leaves, grads held before it)
         self._known: dict[int, str] = {}  # tensor _cdata -> name, for the optimizer's parameters
         self._steps: dict[int, list] = {}  # id(optimizer) -> (names, params, values before the step)
+        self._scaled: dict[int, list[dict]] = {}  # id(GradScaler) -> its step events waiting for update()
         self._undo: list[Callable[[], None]] = []
 
     # -- backward calls --------------------------------------------------------------------------
@@ -167,6 +169,12 @@ class GradNorms:
             self._undo.append(functools.partial(setattr, owner, "zero_grad", original))
         self._undo.append(register_optimizer_step_pre_hook(self._step_pre).remove)
         self._undo.append(register_optimizer_step_post_hook(self._step_post).remove)
+        scaler = getattr(getattr(torch, "amp", None), "GradScaler", None)
+        if scaler is not None:  # torch.cuda.amp.GradScaler subclasses it without overriding these
+            for attr, wrap in (("step", self._wrap_scaler_step), ("update", self._wrap_scaler_update)):
+                original = scaler.__dict__[attr]
+                setattr(scaler, attr, wrap(original))
+                self._undo.append(functools.partial(setattr, scaler, attr, original))
 
     def remove(self) -> None:
         for fn in reversed(self._undo):
@@ -251,6 +259,54 @@ class GradNorms:
             return total
 
         return get_total_norm
+
+    def _wrap_scaler_step(self, original):
+        @functools.wraps(original)
+        def step(scaler, optimizer, *args, **kwargs):
+            if not scaler.is_enabled():
+                return original(scaler, optimizer, *args, **kwargs)
+            # Noted before the step runs, so that the optimizer.step it makes follows it in the list.
+            event = None
+            try:
+                with torch._C.DisableTorchFunction(), untraced():
+                    self._event("scaler.step", optimizer=type(optimizer).__name__, scale=_num(scaler.get_scale()),
+                                skipped=False, scale_after=None)
+                event = self.events[-1]
+            except Exception:
+                log.debug("noting a GradScaler step failed", exc_info=True)
+            try:
+                result = original(scaler, optimizer, *args, **kwargs)
+            except BaseException:
+                if event is not None:
+                    self.events.remove(event)
+                raise
+            if event is not None:
+                try:
+                    with torch._C.DisableTorchFunction(), untraced():
+                        found = scaler._per_optimizer_states[id(optimizer)]["found_inf_per_device"]
+                        event["skipped"] = bool(sum(float(v) for v in found.values()) > 0)
+                    self._scaled.setdefault(id(scaler), []).append(event)
+                except Exception:
+                    log.debug("reading a GradScaler step's inf check failed", exc_info=True)
+            return result
+
+        return step
+
+    def _wrap_scaler_update(self, original):
+        @functools.wraps(original)
+        def update(scaler, *args, **kwargs):
+            result = original(scaler, *args, **kwargs)
+            waiting = self._scaled.pop(id(scaler), [])
+            try:
+                with torch._C.DisableTorchFunction(), untraced():
+                    scale = _num(scaler.get_scale())
+                for event in waiting:
+                    event["scale_after"] = scale
+            except Exception:
+                log.debug("reading a GradScaler's new scale failed", exc_info=True)
+            return result
+
+        return update
 
     def _wrap_zero(self, original):
         @functools.wraps(original)
