@@ -258,6 +258,23 @@ TENSORS_MEMORY_AND_MODELS = {
         "same_graph_every_call": True,
         "error": None,
     },
+    "36_amp_skip.py": {
+        "calls": [
+            {
+                "api": "Tensor.backward",
+                "root": "MulBackward0",  # the loss times the scale
+                "node_names": ["AccumulateGrad"] * 4 + ["AddmmBackward0"] * 2 + ["MseLossBackward0", "MulBackward0",
+                               "ReluBackward0"] + ["TBackward0"] * 2 + ["ToCopyBackward0"] * 5,
+                "line": 34,
+                # .grad after backward, before scaler.step unscales it: 65536 × -0.712
+                "leaf_grads": {"model.2.bias": [-46688.0]},
+                "grad_tol": 1.0,
+            }
+        ],
+        "call_count": 6,
+        "same_graph_every_call": True,
+        "error": None,
+    },
     "40_model_small_cnn.py": {
         "calls": [],
         "call_count": 0,

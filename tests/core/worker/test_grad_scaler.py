@@ -2,8 +2,10 @@
 compared with what the scaler itself reported in a plain run of the same script."""
 
 import json
+import re
 import runpy
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +15,8 @@ from core.model.grad_health import grad_health, report, scaler_steps  # noqa: E4
 from core.model.trace import TraceFormatError  # noqa: E402
 from core.model.trace_json import trace_from_json  # noqa: E402
 from core.worker.capture.recorder import capture_script  # noqa: E402
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "resources" / "examples" / "36_amp_skip.py"
 
 LOOP = """\
     import torch
@@ -114,3 +118,19 @@ def test_a_disabled_scaler_records_no_scaler_step(tmp_path):
     trace = capture_script(str(path))
     assert [e["kind"] for e in trace.grad_events] == ["optimizer.step"]
 
+
+def test_the_amp_example_skips_step_3_with_the_scales_the_scaler_had(capsys):
+    runpy.run_path(str(EXAMPLE))  # the plain run prints scaler.get_scale() before and after each step
+    printed = re.findall(r"step (\d)  loss (\S+)  scale (\d+) -> (\d+)", capsys.readouterr().out)
+    plain = [(int(s), float(a), float(b)) for s, _, a, b in printed]
+    assert plain == [(0, 65536.0, 65536.0), (1, 65536.0, 65536.0), (2, 65536.0, 65536.0), (3, 65536.0, 32768.0),
+                     (4, 32768.0, 32768.0), (5, 32768.0, 32768.0)]
+    assert float(printed[3][1]) == pytest.approx(18.3, abs=0.05)  # the loss itself is finite
+    trace = capture_script(str(EXAMPLE))
+    steps = scaler_steps(trace)
+    assert [(s.call, s.line, s.scale, s.skipped, s.scale_after) for s in steps] == \
+        [(i, 35, a, i == 3, b) for i, a, b in plain]
+    assert [s.note for s in grad_health(trace).skipped] == ["step skipped: inf/NaN in gradients, scale 65536 → 32768"]
+    call = next(c for c in trace.calls if c.index == 3)
+    assert call.grad_norms["modules"] == {"2": "inf", "0": "inf"}  # the scaled gradients overflowed float16
+    assert [e["after_call"] for e in trace.grad_events if e["kind"] == "optimizer.step"] == [0, 1, 2, 4, 5]
