@@ -1,4 +1,9 @@
-"""The list of backward calls in a trace, one row each, to pick which graph to show."""
+"""The list of backward calls in a trace, one row each, to pick which graph to show.
+
+A call followed by a ``GradScaler.step`` shows the loss scale it ran with; one whose step inf/NaN
+in the gradients skipped gets a third line in amber ("step skipped: inf/NaN in gradients, scale
+65536 → 32768").
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from PySide6.QtWidgets import (
 
 from core.model.call_notes import call_flags, grad_history, group_calls
 from core.model.forward_errors import failed_op
+from core.model.grad_health import ScalerStep, scaler_steps
 from core.programs.notebook import where as line_where
 from core.model.trace import CallInfo, Trace
 from widgets.display_text import cut_line, cut_text
@@ -22,6 +28,7 @@ CALL_ID_ROLE = Qt.ItemDataRole.UserRole
 STATE_ROLE = Qt.ItemDataRole.UserRole + 1  # "ok", "error", "unreached", "summary" or "total"
 HEAD_ROLE = Qt.ItemDataRole.UserRole + 2
 DETAIL_ROLE = Qt.ItemDataRole.UserRole + 3
+WARN_ROLE = Qt.ItemDataRole.UserRole + 4  # a third line, in amber: the GradScaler step after it was skipped
 
 
 def call_parts(call: CallInfo, index_of: dict[str, int] | None = None,
@@ -98,6 +105,8 @@ class _CallDelegate(QStyledItemDelegate):
         height = option.fontMetrics.height()
         if index.data(STATE_ROLE) == "total":
             return QSize(100, height + 10)
+        if index.data(WARN_ROLE):
+            return QSize(100, 3 * height + 14)
         return QSize(100, 2 * height + 12)
 
     def paint(self, painter: QPainter, option: QStyleOptionViewItem,
@@ -143,6 +152,12 @@ class _CallDelegate(QStyledItemDelegate):
         painter.setPen(muted)
         detail = painter.fontMetrics().elidedText(cut_line(index.data(DETAIL_ROLE) or "", 1_000), elide, detail_rect.width())
         painter.drawText(detail_rect, Qt.AlignmentFlag.AlignLeft, detail)
+        warn = index.data(WARN_ROLE)
+        if warn:
+            warn_rect = detail_rect.translated(0, height + 2)
+            painter.setPen(text if selected else QColor("#e3b341" if dark else "#9a5b00"))
+            painter.drawText(warn_rect, Qt.AlignmentFlag.AlignLeft,
+                             painter.fontMetrics().elidedText(cut_line(warn, 1_000), elide, warn_rect.width()))
         painter.restore()
 
     @staticmethod
@@ -199,6 +214,9 @@ class CallsPanel(QWidget):
             index_of = {c.id: c.index for c in trace.calls}
             self._index_of = index_of
             history = grad_history(trace)
+            scaled: dict[int | None, list[ScalerStep]] = {}
+            for step in scaler_steps(trace):
+                scaled.setdefault(step.call, []).append(step)
             # by index: a call nested in another (reentrant checkpointing) finishes, and is stored, first
             for group in group_calls(sorted(trace.calls, key=lambda c: c.index)):
                 call = group[0]
@@ -218,12 +236,21 @@ class CallsPanel(QWidget):
                     if any(line.startswith("↺") for line in lines):
                         tip += "\n↺: the script reset .grad since the previous call (zero_grad() or .grad = None)"
                     details.append("; ".join(lines[:2]))
+                steps = scaled.get(call.index, [])
+                skipped = "; ".join(s.note for s in steps if s.skipped)
+                details[2:2] = [s.note for s in steps if not s.skipped]  # after the line and node count
+                if steps:
+                    tip += "\n\n" + "\n".join(f"GradScaler.step({s.optimizer}): {s.note}" for s in steps)
+                if skipped:
+                    tip += ("\nThe scaled gradients held inf or NaN, so the scaler ran no optimizer step and "
+                            "lowered the loss scale (update() halves it).")
                 details = [d for d in details if d]
-                item = QListWidgetItem(" · ".join([head, *details]))
+                item = QListWidgetItem(" · ".join([head, *details, *([skipped] if skipped else [])]))
                 item.setData(CALL_ID_ROLE, call.id)
                 item.setData(STATE_ROLE, call_state(call))
                 item.setData(HEAD_ROLE, head)
                 item.setData(DETAIL_ROLE, " · ".join(details))
+                item.setData(WARN_ROLE, skipped)
                 item.setToolTip(tip)
                 self.list.addItem(item)
             if trace.call_count > len(trace.calls):
