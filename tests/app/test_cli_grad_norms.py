@@ -28,3 +28,14 @@ def test_trace_prints_the_norms_the_flags_and_the_clipping(capsys):
     # without the option the summary is as it was
     assert main(["trace", str(EXAMPLE), "--quiet"]) == 0
     assert not any(line.startswith("gradient norms:") for line in capsys.readouterr().out.splitlines())
+
+
+@pytest.mark.slow
+def test_trace_lists_the_step_gradscaler_skipped(capsys):
+    amp = EXAMPLE.with_name("36_amp_skip.py")
+    assert main(["trace", str(amp), "--grad-norms", "--quiet"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    start = out.index("GradScaler: 6 steps, 1 skipped")
+    assert out[start + 1] == "  after #3 (line 35): step skipped: inf/NaN in gradients, scale 65536 → 32768"
+    assert "after #2: GradScaler.step(SGD) (line 35): scale 65536" in out
+    assert "after #4: GradScaler.step(SGD) (line 35): scale 32768" in out
