@@ -12,13 +12,16 @@ States (``SessionState``, ``sig_state``):
 - ``DEBUGGING``: a debug run (F9) is executing the script between pauses.
 - ``STARTING``: a re-run is on its way to the call picked for stepping after a plain Run.
 - ``PAUSED``: the script is paused inside a backward call, before the node in ``pending``.
+- ``FORWARD``: a debug run is paused in forward, before line ``paused_line`` (``forward``: the live
+  graph, its new nodes, the frames); Step runs one line (Step Over), ``forward_step`` into or out.
 - ``STEPPING``: the engine is executing nodes (after Step, Step to, Continue).
 
 A debug run pauses at each backward / ``autograd.grad`` call a breakpoint selects (every call
 when no line has one; ``skip_to`` pauses first at call N); the graph of that call arrives with
-the pause and the call is stepped in the same live run. Stepping a call of a finished plain
-Run needs a new run: it reuses the seeds the trace recorded and checks that the call's graph
-and its leaf values match the trace, and says so when they do not. Commands given while the
+the pause and the call is stepped in the same live run. A breakpoint also pauses forward before
+its line runs, with the graph alive at that moment (``app.session.forward_pause``). Stepping a
+call of a finished plain Run needs a new run: it reuses the seeds the trace recorded and checks
+that the call's graph and its leaf values match the trace, and says so when they do not. Commands given while the
 worker is not paused are queued and sent at the next pause (the status names them): no key
 press is lost.
 """
@@ -32,6 +35,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
+from app.session.forward_pause import ForwardPause, read_pause
 from app.session.opening import opening_call, opening_node
 from core.protocol import messages as protocol
 from core.model.step_state import StepTracker, same_run_check
@@ -49,12 +53,14 @@ class SessionState(str, Enum):
     STARTING = "starting"
     PAUSED = "paused"
     STEPPING = "stepping"
+    FORWARD = "forward"
 
     def __str__(self) -> str:
         return self.value
 
 
-ACTIVE = frozenset((SessionState.DEBUGGING, SessionState.STARTING, SessionState.PAUSED, SessionState.STEPPING))
+ACTIVE = frozenset((SessionState.DEBUGGING, SessionState.STARTING, SessionState.PAUSED, SessionState.STEPPING,
+                    SessionState.FORWARD))
 
 
 @dataclass(frozen=True)
@@ -95,6 +101,8 @@ class Session(QObject):
     """Something the user must know about what stepping shows (a nondeterministic re-run)."""
     sig_breakpoints = Signal(list)
     """The breakpoint lines changed."""
+    sig_forward_paused = Signal(object)
+    """A debug run paused in forward: an app.session.forward_pause.ForwardPause (the call is its live graph)."""
 
     def __init__(self, handle, parent=None):
         super().__init__(parent)
@@ -113,6 +121,8 @@ class Session(QObject):
         self.run_kind: str | None = None  # run, debug or rerun
         self.breakpoints: list[int] = []
         self.skip_to: int | None = None
+        self.pause_on_errors = False  # debug runs pause in forward before an in-place op that breaks backward
+        self.forward: ForwardPause | None = None  # the pause in forward shown (state FORWARD), else None
         # The call being stepped, its steps so far and the node the engine is paused before.
         self.step_call: CallInfo | None = None
         self.steps: list[dict] = []
@@ -138,6 +148,7 @@ class Session(QObject):
         handle.sig_steps.connect(self._on_steps)
         handle.sig_step_end.connect(self._on_end)
         handle.sig_finished.connect(self._on_finished)
+        handle.sig_forward_paused.connect(self._on_forward_paused)
 
     # -- what is shown -------------------------------------------------------------------------------
     @property
@@ -212,8 +223,14 @@ class Session(QObject):
     def set_breakpoints(self, lines: list[int]) -> None:
         self.breakpoints = sorted(set(lines))
         if self.run_kind == "debug" and self.active:
-            self.handle.control("breakpoints", lines=self.breakpoints, pause_all=not self.breakpoints)
+            self.handle.control("breakpoints", lines=self.breakpoints, pause_all=not self.breakpoints,
+                                pause_on_errors=self.pause_on_errors)
         self.sig_breakpoints.emit(self.breakpoints)
+
+    def set_pause_on_errors(self, on: bool) -> None:
+        """Debug runs pause in forward before an in-place op that would break backward (a running one too)."""
+        self.pause_on_errors = bool(on)
+        self.set_breakpoints(self.breakpoints)
 
     # -- runs ------------------------------------------------------------------------------------------
     def run(self) -> None:
@@ -223,8 +240,9 @@ class Session(QObject):
         self._reset_stepping()
         self._start("run")
 
-    def debug(self, skip_to: int | None = None) -> None:
-        """A debug run: pause at each call a breakpoint selects (``skip_to``: first at call N)."""
+    def debug(self, skip_to: int | None = None, to_nan: bool = False) -> None:
+        """A debug run: pause at each call a breakpoint selects (``skip_to``: first at call N), and in
+        forward before each breakpoint's line (``to_nan``: at the first NaN/Inf, with the check on)."""
         if not self.script_path:
             self.sig_status.emit("Open a script to debug it.")
             return
@@ -232,7 +250,8 @@ class Session(QObject):
         self.skip_to = skip_to
         self.live_calls = []
         self._start("debug", debug={"lines": self.breakpoints, "pause_all": not self.breakpoints,
-                                    "skip_to": skip_to})
+                                    "skip_to": skip_to, "pause_on_errors": self.pause_on_errors, "to_nan": to_nan},
+                    **({"nan_check": True} if to_nan else {}))
         where = f"call #{skip_to}" if skip_to is not None else (
             f"line {', '.join(map(str, self.breakpoints))}" if self.breakpoints else "every backward call")
         self.sig_status.emit(f"Debugging {Path(self.script_path).name}{self.one_rank_note()}: pausing at {where}…")
@@ -246,6 +265,7 @@ class Session(QObject):
             self.queued = []
             self.run_id = None  # its last messages and result are not shown
             self.paused_line = None
+            self.forward = None
             self._set_state(SessionState.IDLE)
             self.sig_status.emit("Stopped: the worker released the script and its graph.")
         elif self.handle.running:
@@ -255,6 +275,7 @@ class Session(QObject):
     def restart(self) -> None:
         """Start the same debugging again: the same call, from its first node, in a new run."""
         index = self.step_call.index if self.step_call is not None else (self.call.index if self.call else None)
+        index = None if self.forward is not None else index  # paused in forward: from the start
         kind = self.run_kind
         if self.active:
             self.stop()
@@ -294,6 +315,14 @@ class Session(QObject):
             return
         self._command("resume_all")
 
+    def forward_step(self, kind: str) -> None:
+        """Paused in forward: Step Into ("into") or Step Out ("out"); Step Over is ``step``."""
+        if self.state is SessionState.FORWARD:
+            self._command("forward_step", kind=kind)
+        else:
+            self.sig_status.emit(f"Step {kind.title()} works while a debug run is paused in forward: set a "
+                                 f"breakpoint in the Source gutter and press F9.")
+
     def _command(self, cmd: str, **args) -> None:
         before = self.queued_steps()
         self._give(cmd, args)
@@ -316,6 +345,9 @@ class Session(QObject):
         if self.state is SessionState.PAUSED:
             self._send(cmd, args)
             return
+        if self.state is SessionState.FORWARD:
+            self._send_forward(cmd, args)
+            return
         # Not paused yet (the worker is getting there): queued, and said.
         if cmd in ("step", "step_to", "continue") or self.run_kind == "rerun":
             self.queued.append((cmd, args))
@@ -329,6 +361,19 @@ class Session(QObject):
         self.running = (cmd, dict(args))
         self.pending = None
         self._set_state(SessionState.STEPPING)
+        self.handle.control(cmd, **args)
+
+    def _send_forward(self, cmd: str, args: dict) -> None:
+        """Paused in forward: Step runs one line (``forward_step`` over); Continue, Next Call and
+        Resume go on as from a backward pause; Step to Selected has no node to run to yet."""
+        if cmd == "step_to":
+            self.sig_status.emit("Paused in forward: Step to Selected runs backward, so press F5 to reach "
+                                 "the backward call first.")
+            return
+        if cmd == "step":
+            cmd, args = "forward_step", {"kind": "over"}
+        self.running = (cmd, dict(args))
+        self._set_state(SessionState.DEBUGGING)
         self.handle.control(cmd, **args)
 
     def queued_steps(self) -> int:
@@ -389,6 +434,7 @@ class Session(QObject):
         self.tracker = None
         self.pending = None
         self.paused_line = None
+        self.forward = None
         self._rerun_of = None
 
     def _set_state(self, state: SessionState) -> None:
@@ -426,6 +472,7 @@ class Session(QObject):
             return
         self.step_call = call
         self.step_before = before
+        self.forward = None
         self.running = None
         self.steps = []
         self.tracker = StepTracker(call)
@@ -438,6 +485,26 @@ class Session(QObject):
         if self.call is None or self.call.structure != call.structure or self.run_kind == "debug":
             self.set_call(call)
         self.sig_step_begin.emit(call)
+
+    def _on_forward_paused(self, event: protocol.ForwardPaused) -> None:
+        if not self._current(event) or self.run_kind != "debug":
+            return
+        try:
+            pause = read_pause(event)
+        except TraceFormatError as exc:
+            self.sig_status.emit(f"Paused in forward at line {event.line}, but its graph cannot be read: {exc}")
+            return
+        self.forward, self.running, self.pending, self.paused_line = pause, None, None, pause.line
+        live = pause.call
+        self.set_trace(Trace(calls=[*self.live_calls, live], script=self.script_path or "", tensors=live.tensors,
+                             storages=live.storages, call_count=len(self.live_calls)))
+        self.set_call(live)
+        self._set_state(SessionState.FORWARD)
+        self.sig_forward_paused.emit(pause)
+        if self.queued:  # one press made while the script ran per pause: a line each
+            cmd, args = self.queued.pop(0)
+            self.sig_queued.emit(self.queued_steps())
+            self._send_forward(cmd, args)
 
     def _on_paused(self, event: protocol.StepPaused) -> None:
         if not self._stepped(event):

@@ -21,7 +21,8 @@ from core.protocol.switch_interval import quick_switch
 from core.model.trace import CallInfo, ErrorInfo
 from core.programs.notebook import where as line_where
 
-STEPPING_STATES = (SessionState.PAUSED, SessionState.STEPPING, SessionState.DEBUGGING, SessionState.STARTING)
+STEPPING_STATES = (SessionState.PAUSED, SessionState.STEPPING, SessionState.DEBUGGING, SessionState.STARTING,
+                   SessionState.FORWARD)
 UNFOLD_MS = 150  # stepping rests this long on a node in a folded module before the fold opens
 PROGRESS_MS = 200  # while backward runs on, the status's count of nodes done is this fresh
 

@@ -45,6 +45,9 @@ class WorkerHandle(QObject):
     """Nodes that finished while backward ran on (a protocol.Steps: ``call`` and ``records``)."""
     sig_step_end = Signal(object)
     """The stepped backward ended (a protocol.StepEnd: state finished, stopped or failed, with the error)."""
+    sig_forward_paused = Signal(object)
+    """A debug run paused in forward before a line (a protocol.ForwardPaused: line, file, stack, reason,
+    the live graph and the ids of the nodes made since the previous pause)."""
     sig_memory = Signal(list)
     """A batch of memory samples (dicts: t, device, allocated, reserved, rss, saved_bytes, phase)."""
     sig_step_memory = Signal(object)
@@ -125,6 +128,7 @@ class WorkerHandle(QObject):
         "step": ("sig_step", None),
         "steps": ("sig_steps", None),
         "step_end": ("sig_step_end", None),
+        "forward_paused": ("sig_forward_paused", None),
         "memory": ("sig_memory", lambda e: list(e.samples)),
         "step_memory": ("sig_step_memory", None),
         "transfer": ("sig_transfer", None),

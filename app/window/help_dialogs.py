@@ -19,7 +19,9 @@ from app.window.resources import EXAMPLES, example_scripts
 
 TOUR_INTRO = ("Each example is a short PyTorch script that shows one thing about autograd. Open one "
               "(double-click), look at its graph, then press F9 to debug it and F10 to step backward "
-              "node by node. Scripts marked “raises” stop with the error they demonstrate.")
+              "node by node. Click a line number first to pause before that line instead: F10 then runs "
+              "one line (F11 steps into a function, Ctrl+F11 out of it) and the nodes each line adds "
+              "light up. Scripts marked “raises” stop with the error they demonstrate.")
 
 
 def shortcut_rows(window) -> list[tuple[str, str]]:

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QMainWindow, QMessageBox
 
 from app.window.actions import build_actions, build_menus, build_toolbar
 from app.window.export_dialog import add_export_action
+from app.session.forward_debug import install as install_forward_debug
 from app.session.host_devices import install as install_hosts
 from app.session.host_devices import keep_picked
 from app.session.open_trace import add_open_trace_action
@@ -70,6 +71,7 @@ class MainWindow(RunWiring, SelectionWiring, TitleWiring, WindowViews, QMainWind
         self._update_actions()
         install_hosts(self)  # saved hosts' devices join the picker
         install_ranks(self)  # Run > Run with torchrun…, and the DDP rank picker over the Calls list
+        install_forward_debug(self)  # pauses in forward: Step Over / Into / Out, the new nodes' marks
 
     # -- the session's state, as the exporters and tests read it --------------------------------------
     @property
@@ -100,6 +102,11 @@ class MainWindow(RunWiring, SelectionWiring, TitleWiring, WindowViews, QMainWind
     @property
     def call(self) -> CallInfo | None:
         return self.session.call
+
+    def debug_to_nan(self) -> None:
+        """Run > Run to First NaN/Inf: debug with the NaN/Inf check on, pausing at the first one."""
+        if self._prepare_run():
+            self.session.debug(to_nan=True)
 
     # -- wiring ---------------------------------------------------------------------------------------
     def _connect(self) -> None:

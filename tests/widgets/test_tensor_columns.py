@@ -31,8 +31,8 @@ def test_the_header_names_leaf_requires_grad_and_grad(qtbot):
     qtbot.addWidget(panel)
     header = panel.tree.headerItem()
     assert [header.text(c) for c in range(panel.tree.columnCount())] == [
-        "name", "shape", "leaf", "requires_grad", ".grad", "stride", "offset", "storage", "version", "dtype",
-        "device"]
+        "name", "shape", "leaf", "requires_grad", ".grad", "grad_fn", "stride", "offset", "storage", "version",
+        "dtype", "device"]
 
 
 def test_rows_tell_leaf_non_leaf_and_no_grad_apart(qtbot):

@@ -2,8 +2,10 @@
 
 Highlighted lines show where the selected node came from; clicking a line lets the rest of
 the app select what that line created. Clicking the gutter (the line numbers) toggles a
-breakpoint, drawn as a red dot: a debug run pauses at backward calls made from those lines.
-The line a debug run is paused at gets an arrow.
+breakpoint, drawn as a red dot: a debug run pauses before that line runs (in forward, with the
+graph built so far) and at backward calls made from it. The line a debug run is paused at gets an
+arrow; paused in a function of another file, the panel shows that file (``shown_source`` keeps
+the script's text to come back to).
 """
 
 from __future__ import annotations
@@ -144,7 +146,7 @@ class _Editor(QPlainTextEdit):
         self.gutter = _Gutter(self)
         self.gutter.setCursor(Qt.CursorShape.PointingHandCursor)
         self.gutter.setToolTip("Click a line number to set or clear a breakpoint: a debug run (F9) "
-                               "pauses at backward calls made from that line")
+                               "pauses before that line runs, and at backward calls made from it")
         self.setReadOnly(True)
         self.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
         self.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse
@@ -286,6 +288,10 @@ class SourcePanel(QWidget):
         """Show these breakpoint lines (no signal)."""
         self.editor.breakpoints = {n for n in lines if n}
         self.editor.gutter.update()
+
+    def shown_source(self) -> tuple:
+        """What the panel shows, to show again later: (text, path, cells, breakpoints)."""
+        return self.editor.toPlainText(), getattr(self, "_path", None), list(self.cells), self.breakpoints()
 
     def breakpoints(self) -> list[int]:
         """The breakpoint lines, 1-based and sorted."""

@@ -96,7 +96,8 @@ class StepLogPanel(QWidget):
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
-        self.status = QLabel("Debug (F9) pauses the script at backward; Step (F10) runs one node at a time.", self)
+        self.status = QLabel("Debug (F9) pauses before breakpoint lines and at backward; Step (F10) runs one line "
+                             "or one node at a time.", self)
         self.status.setWordWrap(True)
         mono = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
         mono.setPointSizeF(max(8.0, QFont().pointSizeF() - 0.5))

@@ -1,5 +1,8 @@
 """Every tensor bound to a script name when the script ended, with its anatomy at a glance.
 
+While a debug run is paused in forward, the rows are the live variables at that line instead
+(``app.session.forward_debug``): the same columns, ``grad_fn`` naming the node each came from.
+
 Rows on the same storage share a colour band and a storage column, so views, ``detach()``
 results and ``from_numpy`` tensors visibly group together.
 """
@@ -36,10 +39,10 @@ class TensorsPanel(QWidget):
     sig_tensor_selected = Signal(str)
     """A tensor row was chosen; carries the tensor id."""
 
-    COLUMNS = ("name", "shape", "leaf", "requires_grad", ".grad", "stride", "offset", "storage", "version", "dtype",
-               "device")
+    COLUMNS = ("name", "shape", "leaf", "requires_grad", ".grad", "grad_fn", "stride", "offset", "storage", "version",
+               "dtype", "device")
     # Columns a narrow dock hides first (their values stay in each row's tooltip): no sideways scrolling.
-    DROP_ORDER = ("device", "dtype", "version", "storage", "offset", "stride", ".grad")
+    DROP_ORDER = ("device", "dtype", "version", "storage", "offset", "stride", "grad_fn", ".grad")
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -73,8 +76,8 @@ class TensorsPanel(QWidget):
             if not t.name:
                 continue
             name = cut_line(t.name)  # the row shows a cut name; the trace keeps it whole
-            row = [name, str(list(t.shape)), str(t.is_leaf), str(t.requires_grad), grad_cell(t), _tuple(t.stride),
-                   str(t.storage_offset), t.storage or "—", str(t.version), t.dtype, t.device]
+            row = [name, str(list(t.shape)), str(t.is_leaf), str(t.requires_grad), grad_cell(t), t.grad_fn_name or "None",
+                   _tuple(t.stride), str(t.storage_offset), t.storage or "—", str(t.version), t.dtype, t.device]
             item = QTreeWidgetItem(row)
             item.setData(0, Qt.ItemDataRole.UserRole, t.id)
             tip = f"{name}: {'view' if t.is_view else 'tensor'} on storage {t.storage}"

@@ -1,0 +1,212 @@
+"""A debug run paused in forward: the live graph, its new nodes, the live variables and the keys.
+
+The worker is faked: the test sends the window the worker's messages (``forward_paused``,
+``step_begin``) and reads the commands the session sends back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+
+from app.session.forward_pause import read_pause
+from app.session.session import SessionState
+from app.window.help_dialogs import shortcut_rows
+from core.model.trace import Saved
+from core.model.trace_json import call_to_dict
+from core.protocol import messages as protocol
+from tests.fixtures_graphs import call, leaf, node, tensor
+
+SCRIPT = """import torch; a = torch.tensor([1., 2.], requires_grad=True)
+b = a * 2
+c = b + 1
+c.sum().backward()
+"""
+
+
+def _live(with_c: bool):
+    """The live graph of SCRIPT before line 3 (a, b) or before line 4 (a, b, c), as the worker captures it."""
+    tensors = [replace(tensor("t_a", "a", [2]), version=0),
+               replace(tensor("t_b", "b", [2], is_leaf=False, grad_fn="n1"), grad_fn_name="MulBackward0")]
+    nodes = [node("n1", "MulBackward0", ["n2", None], saved=[Saved("self", None)], label="b", tensor_id="t_b",
+                  line=2),
+             leaf("n2", "t_a", "a")]
+    roots = ["n1"]
+    if with_c:
+        tensors.append(replace(tensor("t_c", "c", [2], is_leaf=False, grad_fn="n0"), grad_fn_name="AddBackward0",
+                               version=1))
+        nodes.insert(0, node("n0", "AddBackward0", ["n1"], label="c", tensor_id="t_c", line=3))
+        roots = ["n0"]
+    live = call(nodes, tensors, roots, api="live")
+    return replace(live, id="live")
+
+
+def _pause(n: int, line: int, new: list[str], with_c: bool, reason: str = "breakpoint", file: str = ""):
+    return protocol.ForwardPaused(pause=n, line=line, file=file, function="<module>",
+                                  stack=[{"function": "<module>", "line": line, "file": file, "module": None}],
+                                  reason=reason, graph=call_to_dict(_live(with_c)), new=new)
+
+
+@pytest.fixture
+def debugging(window, monkeypatch, tmp_path):
+    """The window debugging SCRIPT with a breakpoint on line 3; the handle's commands are recorded."""
+    script = tmp_path / "four_lines.py"
+    script.write_text(SCRIPT)
+    window.open_script(str(script), run=False)
+    window.source.toggle_breakpoint(3)
+    sent = []
+    monkeypatch.setattr(window.handle, "control", lambda cmd, **args: sent.append((cmd, args)) or True)
+    monkeypatch.setattr(window.handle, "cancel", lambda: sent.append(("cancel", {})))
+    runs = []
+    monkeypatch.setattr(window.handle, "run", lambda path, **kw: runs.append((path, kw)) or 41)
+    window.act_debug.trigger()
+    window.handle.current_run = 41
+    assert window.session.state is SessionState.DEBUGGING
+    return window, sent, runs
+
+
+def _glowing(window) -> list[str]:
+    return window.forward_debug.marks.boxes()
+
+
+def test_a_forward_pause_shows_the_live_graph_its_new_nodes_and_variables(qtbot, debugging):
+    window, sent, runs = debugging
+    assert runs[0][1]["debug"] == {"lines": [3], "pause_all": False, "skip_to": None, "pause_on_errors": False,
+                                   "to_nan": False}
+    window.handle.sig_forward_paused.emit(_pause(1, 3, ["n1", "n2"], with_c=False, file=window.script_path))
+    s = window.session
+    assert s.state is SessionState.FORWARD and s.paused_line == 3
+    assert window.graph.wait_ready()
+    assert sorted(window.graph.node_items) == ["n1", "n2"]
+    assert [window.call.node(n).name for n in sorted(window.graph.node_items)] == ["MulBackward0",
+                                                                                   "torch::autograd::AccumulateGrad"]
+    assert _glowing(window) == ["n1", "n2"]
+    assert window.source.editor.paused_line == 3
+    strip = window.forward_debug.strip
+    assert strip.isVisible()
+    assert "before line 3" in strip.text() and "2 nodes added since the run started" in strip.text()
+    assert window.state_label.text() == ("Paused in forward before line 3 of four_lines.py (at a breakpoint): "
+                                         "<module> line 3. Graph: 2 nodes, 2 nodes added since the run started. "
+                                         "F10 steps over, F11 into, Ctrl+F11 out, F5 continues.")
+    # The Tensors tab lists the live variables with their anatomy.
+    assert window.left_tabs.currentWidget() is window.tensors
+    t = window.tensors.tree
+    cols = [t.headerItem().text(c) for c in range(t.columnCount())]
+    rows = {t.topLevelItem(i).text(0): dict(zip(cols, (t.topLevelItem(i).text(c) for c in range(len(cols)))))
+            for i in range(t.topLevelItemCount())}
+    assert {k: (v["shape"], v["grad_fn"], v["version"], v["requires_grad"]) for k, v in rows.items()} == {
+        "a": ("[2]", "None", "0", "True"), "b": ("[2]", "MulBackward0", "0", "True")}
+    assert window.act_step.text() == "Step &Over" and window.act_step.iconText() == "Step Over"
+    assert window.act_step_into.isEnabled() and window.act_step_out.isEnabled()
+
+    # F10 runs one line: a forward step over, not a backward step.
+    window.act_step.trigger()
+    assert sent == [("forward_step", {"kind": "over"})]
+    assert s.state is SessionState.DEBUGGING
+    window.handle.sig_forward_paused.emit(_pause(2, 4, ["n0"], with_c=True, reason="step"))
+    assert window.graph.wait_ready()
+    assert sorted(window.graph.node_items) == ["n0", "n1", "n2"]
+    assert _glowing(window) == ["n0"]  # only the AddBackward0 c = b + 1 made
+    assert window.call.node("n0").name == "AddBackward0"
+    assert "1 node added since the last pause" in strip.text()
+    assert window.source.editor.paused_line == 4
+    assert window.tensors.tensor_ids() == ["t_a", "t_b", "t_c"]
+    # A variable picked in the Tensors tab is the selection: the inspector and the graph follow.
+    window.tensors.tree.setCurrentItem(window.tensors.tree.topLevelItem(2))
+    assert s.selection.tensor == "t_c" and s.selection.node == "n0"
+
+    window.act_step_into.trigger()
+    window.handle.sig_forward_paused.emit(_pause(3, 4, [], with_c=True, reason="step"))
+    window.act_step_out.trigger()
+    assert sent[1:] == [("forward_step", {"kind": "into"}), ("forward_step", {"kind": "out"})]
+
+
+def test_f5_continues_from_forward_and_backward_stepping_takes_over(qtbot, debugging):
+    window, sent, _runs = debugging
+    window.handle.sig_forward_paused.emit(_pause(1, 3, ["n1", "n2"], with_c=False))
+    window.act_continue.trigger()
+    assert sent == [("continue", {})]
+    assert window.session.state is SessionState.DEBUGGING
+    # The run reaches c.sum().backward(): the backward pause is the usual stepping view.
+    graph = _live(True)
+    graph = replace(graph, id="c0", api="Tensor.backward", line=4)
+    window.handle.sig_step_begin.emit(protocol.StepBegin(call=0, api="Tensor.backward", line=4,
+                                                         graph=call_to_dict(graph), debug=True))
+    window.handle.sig_step_paused.emit(protocol.StepPaused(call=0, pending={"node": "n0", "grad_outputs": []}))
+    assert window.session.state is SessionState.PAUSED
+    assert window.session.forward is None
+    assert not window.forward_debug.strip.isVisible() and _glowing(window) == []
+    assert window.act_step.text() == "&Step" and not window.act_step_into.isEnabled()
+    window.act_step.trigger()
+    assert sent[1:] == [("step", {"count": 1})]
+
+
+def test_stop_while_paused_in_forward_sends_stop_and_goes_idle(qtbot, debugging):
+    window, sent, _runs = debugging
+    window.handle.sig_forward_paused.emit(_pause(1, 3, ["n1", "n2"], with_c=False))
+    assert window.graph.wait_ready()
+    window.act_stop.trigger()
+    assert sent == [("stop_step", {}), ("cancel", {})]
+    assert window.session.state is SessionState.IDLE
+    assert window.source.editor.paused_line is None
+    assert not window.forward_debug.strip.isVisible() and _glowing(window) == []
+
+
+def test_pause_on_errors_and_run_to_first_nan(qtbot, debugging):
+    window, sent, runs = debugging
+    window.act_pause_errors.setChecked(True)  # while the run goes: sent with the breakpoints
+    assert sent == [("breakpoints", {"lines": [3], "pause_all": False, "pause_on_errors": True})]
+    window.act_stop.trigger()
+    window.act_to_nan.trigger()
+    path, args = runs[-1]
+    assert Path(path).name == "four_lines.py"
+    assert args["nan_check"] is True
+    assert args["debug"] == {"lines": [3], "pause_all": False, "skip_to": None, "pause_on_errors": True,
+                             "to_nan": True}
+    window.handle.current_run = 41
+    window.handle.sig_forward_paused.emit(protocol.ForwardPaused(
+        pause=1, line=3, reason="nan", graph=call_to_dict(_live(False)), new=["n1", "n2"],
+        stack=[{"function": "<module>", "line": 3, "file": "", "module": None}]))
+    assert "(at the first NaN/Inf)" in window.state_label.text()
+
+
+def test_step_out_has_its_own_key_listed_with_the_others(qtbot, window):
+    rows = dict(shortcut_rows(window))
+    assert rows["Step"] == "F10"
+    assert rows["Step Into"] == "F11"
+    assert rows["Step Out"] == "Ctrl+F11"
+    assert rows["Run to Next Call"] == "Shift+F11"
+    keys = [k for _, k in shortcut_rows(window)]
+    assert len(keys) == len(set(keys)), "two actions share a key"
+
+
+def test_the_breadcrumb_names_each_frame_and_its_module():
+    live = replace(_live(False), options={"module_classes": {"": "MLP", "fc1": "Linear"}})
+    pause = read_pause(protocol.ForwardPaused(
+        pause=2, line=18, function="forward", module="", graph=call_to_dict(live), new=["n1", "zz"],
+        stack=[{"function": "<module>", "line": 31, "file": "x.py", "module": None},
+               {"function": "forward", "line": 18, "file": "x.py", "module": ""}]))
+    assert pause.breadcrumb() == "<module> line 31 \u203a model (MLP).forward line 18"
+    assert pause.new == {"n1"}  # an id the graph does not have is not marked
+    assert pause.new_text() == "1 node added since the last pause"
+    assert [t.name for t in pause.variables] == ["a", "b"]
+
+
+def test_a_press_made_while_the_script_runs_waits_for_the_forward_pause(qtbot, debugging):
+    window, sent, _runs = debugging
+    window.act_step.trigger()  # before the first pause: kept
+    assert sent == []
+    window.handle.sig_forward_paused.emit(_pause(1, 3, ["n1", "n2"], with_c=False))
+    assert sent == [("forward_step", {"kind": "over"})]
+    assert window.session.state is SessionState.DEBUGGING
+    assert window.session.queued_steps() == 0
+
+
+def test_keys_are_real_shortcuts(qtbot, debugging):
+    window, sent, _runs = debugging
+    window.handle.sig_forward_paused.emit(_pause(1, 3, ["n1", "n2"], with_c=False))
+    qtbot.keyClick(window, Qt.Key.Key_F11)
+    assert sent == [("forward_step", {"kind": "into"})]
