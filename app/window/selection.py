@@ -35,6 +35,7 @@ class SelectionWiring:
         self.tensors.set_tensors(trace.tensors)
         self.problems.set_trace(trace)
         self.grad_health.set_trace(trace)
+        self.curves.set_trace(trace)
         if trace.error is not None:
             self.problems.show_error(trace.error)
         nodes = sum(c.node_count for c in trace.calls)
@@ -61,6 +62,7 @@ class SelectionWiring:
         if call is None:
             return
         self.grad_health.mark_call(call.index)
+        self.curves.mark_call(call.index)
         if call.snapshot == "summary" and call.same_as:
             # A repeated call keeps only its summary: show the graph it repeats.
             self.inspector.clear()

@@ -11,6 +11,7 @@ from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer
 from PySide6.QtWidgets import QDockWidget, QLabel, QProgressBar, QTabWidget, QWidget
 
 from widgets.panels.calls import CallsPanel
+from widgets.panels.curves import CurvesPanel
 from widgets.panels.grad_health import GradHealthPanel
 from widgets.graph.view import GraphView
 from widgets.panels.inspector import InspectorPanel
@@ -53,6 +54,7 @@ class WindowViews:
         self.tensors = TensorsPanel(self)
         self.grad_health = GradHealthPanel(self)
         self.grad_health.sig_call_selected.connect(self._select_call_index)
+        self.curves = CurvesPanel(self)  # the loss and the small leaves over the calls
         self.center.addTab(self.graph, "Graph")
         self.center.addTab(self.storage, "Storage")
         self._tensor_scope = "call"
@@ -65,6 +67,7 @@ class WindowViews:
         self.left_tabs.addTab(self.calls, "Calls")
         self.left_tabs.addTab(self.tensors, "Tensors")
         self.left_tabs.addTab(self.grad_health, "Gradients")
+        self.left_tabs.addTab(self.curves, "Curves")
         self._dock("calls", "Calls and Tensors", self.left_tabs, Qt.DockWidgetArea.LeftDockWidgetArea)
         self._dock("inspector", "Inspector", self.inspector, Qt.DockWidgetArea.RightDockWidgetArea)
         bottom = Qt.DockWidgetArea.BottomDockWidgetArea
