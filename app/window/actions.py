@@ -61,6 +61,9 @@ def build_actions(w) -> None:
                                 "sharing", checkable=True)
     w.act_slots = make_action(w, "Show &next_functions Entries", lambda on: set_show_slots(w.graph, on), None,
                               "Label each edge with its next_functions entry: (node, input_nr)", checkable=True)
+    w.act_norm_colours = make_action(w, "&Colour by Gradient Norm", w.graph.set_colour_by_norm, "Ctrl+Shift+G",
+                                     "Colour each edge by the norm of the gradient it carried in this call and each "
+                                     "leaf by its ‖grad‖₂, on a log scale", checkable=True)
     w.act_export_storage = make_action(w, "Export S&torage View…", lambda: export_storage_dialog(w), None,
                                        "Save the Storage view of the selected tensor as SVG, PNG or PDF")
     w.act_values = make_action(w, "Show &Values", lambda on: set_show_values(w.graph, on), "Ctrl+Shift+V",
@@ -195,6 +198,7 @@ def build_menus(w) -> None:
     view.addAction(w.act_sharing)
     view.addAction(w.act_values)
     view.addAction(w.act_slots)
+    view.addAction(w.act_norm_colours)
     view.addSeparator()
     theme_menu = view.addMenu("&Theme")
     group = QActionGroup(w)

@@ -6,6 +6,8 @@ readable; how a box is painted is ``widgets.graph.painting``'s (shared with the 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QFontMetricsF, QPainter, QPainterPath, QPainterPathStroker, QPolygonF
 from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem
@@ -34,6 +36,8 @@ class NodeItem(QGraphicsItem):
         self.state: str | None = None
         self.selected = False
         self.highlighted = False
+        self.tint: dict = {}  # theme fields drawn otherwise (``set_tint``)
+        self._tinted: tuple = (None, None)  # (theme, the theme with the tint)
         self._rect = QRectF(0, 0, box.w, box.h)
         self._bounds = self._rect.adjusted(-10, -10, 10, 10)
         self.setPos(box.x, box.y)  # stacking: frames < edges < nodes, by z and insertion order
@@ -48,7 +52,7 @@ class NodeItem(QGraphicsItem):
     def paint(self, p: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
         lod = option.levelOfDetailFromTransform(p.worldTransform())
         paint_node(
-            p, self._rect, self.style, self.theme, self.box.label, lod, self.state, self.selected, self.highlighted
+            p, self._rect, self.style, tinted(self), self.box.label, lod, self.state, self.selected, self.highlighted
         )
 
     def set_state(self, state: str | None) -> None:
@@ -69,6 +73,26 @@ class NodeItem(QGraphicsItem):
     def set_theme(self, theme: Theme) -> None:
         self.theme = theme
         self.update()
+
+    def set_tint(self, tint: dict) -> None:
+        """Draw with these theme fields replaced (``{"leaf_fill": "#21918c"}``: Colour by Gradient
+        Norm); ``{}`` for the theme's own colours."""
+        set_tint(self, tint)
+
+
+def tinted(item) -> Theme:
+    """The theme ``item`` is drawn in: its theme with its tint, made once per theme and tint."""
+    if not item.tint:
+        return item.theme
+    if item._tinted[0] is not item.theme:
+        item._tinted = (item.theme, replace(item.theme, **item.tint))
+    return item._tinted[1]
+
+
+def set_tint(item, tint: dict) -> None:
+    if tint != item.tint:
+        item.tint, item._tinted = dict(tint), (None, None)
+        item.update()
 
 
 def edge_path(points: list[tuple[float, float]], curved: bool = True, horizontal: bool = False) -> QPainterPath:
@@ -104,6 +128,8 @@ class EdgeItem(QGraphicsItem):
         self.theme = theme
         self.active = False
         self.accent: str | None = None  # a theme colour name: the edge is drawn bold in it
+        self.tint: dict = {}  # theme fields drawn otherwise (``set_tint``)
+        self._tinted: tuple = (None, None)  # (theme, the theme with the tint)
         self.shape_text = shape_text
         self.show_shape = False
         self.value_text = ""  # the gradient a step sent along the edge ('grad = [2, 2]')
@@ -288,8 +314,13 @@ class EdgeItem(QGraphicsItem):
         self.theme = theme
         self.set_texts()
 
+    def set_tint(self, tint: dict) -> None:
+        """Draw with these theme fields replaced (``{"edge": "#21918c"}``: Colour by Gradient Norm);
+        ``{}`` for the theme's own colours."""
+        set_tint(self, tint)
+
     def paint(self, p: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
-        t = self.theme
+        t = tinted(self)
         lod = option.levelOfDetailFromTransform(p.worldTransform())
         p.setRenderHint(QPainter.Antialiasing, True)
         c = t.edge_active if self.active else getattr(t, self.accent) if self.accent else t.edge

@@ -586,8 +586,11 @@ class MarksMixin:
         self._base_rect = QRectF()  # the scene rect without the marks
 
     def _forget_marks(self) -> None:
-        """The scene was cleared, and the marks' items with it."""
+        """The scene was cleared, and the marks' items with it (and the items Colour by Gradient
+        Norm had tinted: ``widgets.graph.norm_colours``)."""
         self.marks = MarkItems()
+        self.norm_colouring = None
+        self.overlays.scale.set_norms(None)
 
     def set_show_sharing(self, show: bool) -> None:
         """Link tensors that share a storage with dashed lines and tag views with their base."""
@@ -628,6 +631,7 @@ class MarksMixin:
             if edge.label_size()[0]:
                 rect = rect.united(edge.label_rect())
         scene.setSceneRect(self._base_rect.united(rect.adjusted(-6, -6, 6, 6)) if rect.isValid() else self._base_rect)
+        self._colour_norms()  # the edges' tooltips were just written anew (``label_edges``)
 
     def _scene_items(self) -> list[QGraphicsItem]:
         """The per-box items: hidden in the zoomed-out overview, restyled by a theme change."""

@@ -9,6 +9,10 @@ where it covers the fewest boxes, until the user folds it or another call is sho
 while stepping and the selected node's box are never covered, not even by an overlay the
 user opened. Placement runs again whenever the view scrolls, zooms or is resized, and when
 the current node or the selection changes.
+
+With Colour by Gradient Norm on, a third panel, the colour scale (``NormScale``), takes a corner
+after them (the top right first), off the boxes kept clear, over the fewest boxes where none is
+free; it never folds: the colours mean nothing without it.
 """
 
 from __future__ import annotations
@@ -18,9 +22,11 @@ from PySide6.QtGui import QAction, QFontMetricsF, QKeySequence, QPainter
 from PySide6.QtWidgets import QGraphicsView, QWidget
 
 from core.layout.boxes import Layout
+from core.model.edge_norms import CallNorms
 from widgets.graph.items import EdgeItem, SavedItem
 from widgets.graph.marks import TagItem
 from widgets.graph.minimap import Legend, Minimap, paint_overlay_frame
+from widgets.graph.norm_colours import paint_norm_scale, scale_labels, scale_note, scale_size
 from widgets.graph.painting import font
 
 EDGE = 8.0  # viewport pixels between an overlay and the viewport's edge
@@ -29,6 +35,7 @@ TEXT_SCALE = 0.3  # below this zoom texts under an overlay are too small to coun
 CORNERS = {  # corners in the order each overlay tries them
     "legend": ("bottom_left", "top_left", "bottom_right", "top_right"),
     "minimap": ("bottom_right", "top_right", "bottom_left", "top_left"),
+    "scale": ("top_right", "top_left", "bottom_right", "bottom_left"),
 }
 # Costs of the places an overlay can take; the pair with the lowest sum is chosen. A text
 # under an overlay (a module frame's title, an edge label, a tag, a saved tensor) costs TITLE:
@@ -101,6 +108,45 @@ class OverlayTab(QWidget):
         p.end()
 
 
+class NormScale(QWidget):
+    """The colour scale of Colour by Gradient Norm: the heatmap's bar, the smallest and largest
+    norm of the call, and what is coloured (leaves only in a call without edge gradients)."""
+
+    def __init__(self, parent: QGraphicsView):
+        super().__init__(parent)
+        self.norms: CallNorms | None = None
+        self.setToolTip("Edges and leaves coloured by ‖g‖₂ of their gradient in this call, on a log scale "
+                        "(the palette of the Gradients panel); hover one for its norm")
+        self.hide()
+
+    def set_norms(self, norms: CallNorms | None) -> None:
+        """The call's norms, or None: no scale."""
+        self.norms = norms
+        if norms is None:
+            self.hide()
+            return
+        w, h = scale_size(self.parent().theme(), norms)
+        self.setFixedSize(int(w), int(h))
+        self.update()
+
+    def labels(self) -> tuple[str, str] | None:
+        """The smallest and largest norm written under the bar."""
+        return scale_labels(self.norms) if self.norms is not None else None
+
+    def note(self) -> str:
+        return scale_note(self.norms) if self.norms is not None else ""
+
+    def mousePressEvent(self, event) -> None:
+        event.accept()  # a click on the panel does not drag the graph under it
+
+    def paintEvent(self, event) -> None:
+        if self.norms is None:
+            return
+        p = QPainter(self)
+        paint_norm_scale(p, QRectF(self.rect()), self.parent().theme(), self.norms)
+        p.end()
+
+
 class OverlaysMixin:
     """The overlays of ``GraphView``: their keys, and placing them again when the current node
     changes (the view places them on every scroll, zoom, resize and selection)."""
@@ -162,6 +208,7 @@ class Overlays:
         self.minimap_tab = OverlayTab(view, "Overview \u25b8",
                                       "Overview: folded to keep the graph clear; click or press M to open it")
         self.minimap_tab.sig_clicked.connect(self.toggle_minimap)
+        self.scale = NormScale(view)
         self.minimap_folded = False  # the user folded the minimap
         self.minimap_pinned = False  # the user opened it: it stays open where it covers the fewest boxes
         self.minimap_needed = False  # part of the graph is out of sight
@@ -246,6 +293,24 @@ class Overlays:
             self.minimap_tab.setFixedSize(self.minimap_tab.size_for_theme())
             self.minimap_tab.move(int(mr.x()), int(mr.y()))
             self.minimap_tab.raise_()
+        self._place_scale(probe, reserved + [r.adjusted(-GAP, -GAP, GAP, GAP) for k, r in ((lk, lr), (mk, mr))
+                                             if k not in ("hidden", "none")])
+
+    def _place_scale(self, probe: "_Probe", taken: list[QRectF]) -> None:
+        """The colour scale, after the legend and the minimap (``taken``): the cheapest open place."""
+        scale = self.scale
+        if scale.norms is None:
+            scale.hide()
+            return
+        probe.reserved = taken
+        size = scale.size()
+        places = [(c, r) for c, k, r in self._options(probe, "scale", size, size, True, True,
+                                                      self._now(scale, False)) if k == "open"]
+        scale.setVisible(bool(places))
+        if places:
+            scale.move(int(places[0][1].x()), int(places[0][1].y()))
+            scale.raise_()
+            scale.update()
 
     @staticmethod
     def _now(widget: QWidget, tab: bool) -> tuple[str, QRectF] | None:

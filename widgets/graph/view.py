@@ -31,6 +31,7 @@ from widgets.graph.scene import LayoutRunner, build_message, build_scene, legend
 from widgets.graph.scene import overview_marks, search_index, toggled, tooltip
 from widgets.graph.minimap import OverviewItem
 from widgets.graph.overlays import OverlaysMixin
+from widgets.graph.norm_colours import NormColoursMixin
 from widgets.theme import Theme, get_theme
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,8 @@ SMALL_SCENE = 1500  # scenes with fewer items always draw their own items
 EXPAND_ONE_LEVEL = 400  # expanding a group bigger than this keeps its subgroups collapsed
 
 
-class GraphView(NavigationMixin, RelationsMixin, MarksMixin, OverlaysMixin, StepStatesMixin, QGraphicsView):
+class GraphView(NavigationMixin, RelationsMixin, NormColoursMixin, MarksMixin, OverlaysMixin, StepStatesMixin,
+                QGraphicsView):
     """The autograd graph of one call, with zoom, search, selection, groups, step states and marks."""
 
     sig_scene_ready = Signal(str)
