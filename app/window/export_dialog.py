@@ -229,7 +229,8 @@ def run_export(window, *, path, fmt=None, region="all", theme="print", title=Non
     """Write the window's current graph (and, with ``frames``, the stepping session's frames and
     GIF beside it); returns the files written. Raises ``export.ExportError`` and OSError.
     Another ``direction`` or a ``page`` lays the graph out again on an offscreen view, with the
-    window's folds, toggles and step state."""
+    window's folds, toggles (Colour by Gradient Norm too) and step state. The call's NaN/Inf marks
+    are drawn either way (the session handed them to the call: ``core.model.nan_check``)."""
     call = window.call
     if call is None or not call.nodes:
         raise export.ExportError("there is no graph to export: run a script first")
@@ -254,7 +255,7 @@ def run_export(window, *, path, fmt=None, region="all", theme="print", title=Non
                 call, path, fmt, theme=theme, title=title, caption=caption, states=view.node_states(),
                 edge_texts=view.edge_texts(), collapsed=view.collapsed(), show_saved=view.shows_saved(),
                 show_shapes=view.shows_shapes(), scale=scale, background=None if background == "theme" else background,
-                direction=direction, page=page, fold=True)]
+                direction=direction, page=page, fold=True, color_by="grad-norm" if view.colours_by_norm() else None)]
         else:
             options = dict(region=region, title=title, caption=caption, theme=theme, selection=selection,
                            background=None if background == "theme" else background)

@@ -27,10 +27,12 @@ from core.layout.export_dot import call_to_dot
 from core.layout.groups import default_collapsed
 from core.layout.boxes import Layout
 from core.model.forward_errors import error_title, failed_op, op_title
+from core.model.nan_check import hold_nan_check
 from core.model.step_state import step_texts, step_view
 from core.model.trace import CallInfo, Trace
 from widgets.export.page import keep_values_open, plan_page, plan_slide
 from widgets.export.sheet import Sheet, layout_sheet, paint_sheet
+from widgets.graph.norm_colours import NormScaleItem, add_norm_scale
 from widgets.graph.painting import color, font
 from widgets.graph.teaching import set_show_slots, set_show_values
 from widgets.graph.view import GraphView
@@ -39,6 +41,7 @@ from widgets.theme import get_theme
 log = logging.getLogger(__name__)
 
 FORMATS = ("png", "svg", "pdf", "dot", "json")
+COLOR_BY = (None, "grad-norm")  # how edges and leaves may be coloured (None: by kind, as always)
 MAX_PNG_SIDE = 32000  # pixels; bigger images are scaled down
 MAX_PNG_PIXELS = 64_000_000
 MAX_PDF_SIDE = 14400.0  # points: the largest page PDF readers accept (200 inches)
@@ -79,7 +82,8 @@ def format_of(path, fmt: str | None = None) -> str:
 @contextmanager
 def prepared(view, theme: str | None = None, selection: bool = False):
     """The view in ``theme``, with every item shown and uncached (so vector output stays
-    vector) and, unless ``selection``, without the selection ring; all restored after."""
+    vector), the colour scale of Colour by Gradient Norm under the graph and, unless
+    ``selection``, without the selection ring; all restored after."""
     old_theme = view.theme().name
     if theme and theme != old_theme:
         view.set_theme(theme)
@@ -93,6 +97,8 @@ def prepared(view, theme: str | None = None, selection: bool = False):
     if banner is not None:
         banner.setVisible(False)
     with view.export_mode() as scene:
+        has_scale = any(isinstance(item, NormScaleItem) for item in scene.items())
+        scale = None if has_scale else add_norm_scale(view)  # an offscreen view has its own already
         caches = [(item, item.cacheMode()) for item in scene.items()]
         for item, _ in caches:
             item.setCacheMode(QGraphicsItem.NoCache)
@@ -101,6 +107,8 @@ def prepared(view, theme: str | None = None, selection: bool = False):
         finally:
             for item, mode in caches:
                 item.setCacheMode(mode)
+            if scale is not None:
+                scene.removeItem(scale)
             for item in selected:
                 item.set_selected(True)
             for e in active:
@@ -339,9 +347,14 @@ def save_json(call: CallInfo, path, trace: Trace | None = None) -> Path:
 
 @contextmanager
 def offscreen_view(call: CallInfo, *, theme="print", collapsed=None, show_saved=False, show_shapes=False,
-                   states=None, edge_texts=None, direction: str = "TB", values=False, slots=False):
+                   states=None, edge_texts=None, direction: str = "TB", values=False, slots=False,
+                   color_by: str | None = None):
     """A GraphView that is never shown, holding ``call`` laid out with the given state; with
-    ``collapsed`` None, folded as the view opens it (big graphs: the readable overview)."""
+    ``collapsed`` None, folded as the view opens it (big graphs: the readable overview).
+    ``color_by`` "grad-norm": edges and leaves coloured by their gradient norms, the colour
+    scale under the graph."""
+    if color_by not in COLOR_BY:
+        raise ExportError(f"unknown colouring {color_by!r}: use {', '.join(c for c in COLOR_BY if c)}")
     ensure_app()
     view = GraphView(theme=theme)
     try:
@@ -352,6 +365,7 @@ def offscreen_view(call: CallInfo, *, theme="print", collapsed=None, show_saved=
         if values or slots:  # before the layout, which leaves values room along the edges
             set_show_values(view, values)
             set_show_slots(view, slots)
+        view.set_colour_by_norm(color_by == "grad-norm")
         view.set_call(call, sync=True, collapsed=None if collapsed is None else frozenset(collapsed))
         if show_shapes:
             view.set_show_shapes(True)
@@ -359,6 +373,7 @@ def offscreen_view(call: CallInfo, *, theme="print", collapsed=None, show_saved=
             view.set_node_states(states)
         if edge_texts:
             view.set_edge_texts(edge_texts)
+        add_norm_scale(view)  # in the scene from the start: a page's plan measures it
         yield view
     finally:
         shiboken6.delete(view)
@@ -368,13 +383,15 @@ def export_call(call: CallInfo, path, fmt: str | None = None, *, theme: str = "p
                 states=None, edge_texts=None, collapsed=None, show_saved=False, show_shapes=False,
                 scale: float = 2.0, background: str | None = None, trace: Trace | None = None,
                 direction: str | None = None, page: str | None = None, fold: bool | None = None,
-                values=False, slots=False) -> Path:
+                values=False, slots=False, color_by: str | None = None) -> Path:
     """Export one call without a window. ``background`` None is the theme's (white in print);
     ``collapsed`` None collapses big graphs as the view does; ``direction`` "TB", "LR" or
     "forward", or None: top-down, or on a page whichever of top-down and left-to-right draws
     the graph larger; ``page`` fits a slide or paper page ("16:9", "4:3", "A4", "Letter", see
-    ``widgets.export.page``), folding rather than shrinking text. The drawn formats of a run that
-    failed (``trace.error``) are titled by its error unless ``title`` is given."""
+    ``widgets.export.page``), folding rather than shrinking text; ``color_by`` "grad-norm" colours
+    edges and leaves by their gradient norms. The drawn formats of a run that failed
+    (``trace.error``) are titled by its error unless ``title`` is given. A trace checked for
+    NaN/Inf (``trace.nan_check``) has its first non-finite op and gradient marked."""
     fmt = format_of(path, fmt)
     if fmt == "json":
         return save_json(call, path, trace)
@@ -387,9 +404,11 @@ def export_call(call: CallInfo, path, fmt: str | None = None, *, theme: str = "p
         Path(path).write_text(call_to_dot(call, title=title, collapsed=frozenset(collapsed), states=states,
                                           edge_texts=edge_texts, theme=theme), encoding="utf-8")
         return Path(path)
+    if trace is not None:
+        hold_nan_check(trace)  # the call's non-finite marks, as the window draws them
     with offscreen_view(call, theme=theme, collapsed=collapsed, show_saved=show_saved, show_shapes=show_shapes,
                         states=states, edge_texts=edge_texts, direction=direction or "TB", values=values,
-                        slots=slots) as view:
+                        slots=slots, color_by=color_by) as view:
         opts = dict(title=title, caption=caption, background=background)
         if page is not None:
             fold = collapsed is None if fold is None else fold
