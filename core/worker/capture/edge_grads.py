@@ -60,7 +60,8 @@ class EdgeGradRecorder:
     def _hook(self, nid: str):
         def record(grad_inputs, grad_outputs):
             self.grads[nid] = [
-                fast_new(GradInfo, {"shape": shape_of(g), "values": values_of(g, full_limit=VALUES), "norm": norm_of(g)})
+                fast_new(GradInfo, {"shape": shape_of(g), "values": values_of(g, full_limit=VALUES),
+                                    "norm": norm_of(g)})
                 if g is not None else None
                 for g in grad_inputs
             ]
