@@ -19,6 +19,7 @@ from app.cli.hosts import add_worker_args, worker_options
 from app.cli.options import add_run_options, load_options
 from core.protocol import messages as protocol
 from core.client.handle import capture_run, run_capture
+from core.model.loop_curves import loop_curves
 from core.model.nesting import link_nested
 from core.model.step_state import step_texts, step_view
 from core.model.trace import CallInfo, Trace
@@ -47,8 +48,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("scripts", nargs="+", metavar="SCRIPT",
                    help="PyTorch scripts, notebooks, saved models or Hugging Face model folders, one export each")
-    p.add_argument("-o", "--output", required=True, metavar="OUT",
-                   help="output file (format from the suffix), a pattern with {name}, or a directory")
+    p.add_argument("-o", "--output", metavar="OUT",
+                   help="output file (format from the suffix), a pattern with {name}, or a directory (required "
+                   "unless --curves)")
     p.add_argument("--format", choices=FORMATS, help="format when OUT has no suffix or is a directory (default png)")
     p.add_argument("--call", type=int, help="which backward / grad call to export (default 0); JSON then holds "
                    "only that call")
@@ -68,10 +70,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="show each leaf's data and .grad after the call, and the seed gradient at the root")
     p.add_argument("--saved", action="store_true", help="draw each node's saved tensors")
     p.add_argument("--expand", action="store_true", help="expand every module group (big graphs open collapsed)")
-    p.add_argument("--nan-check", action="store_true", help="check each op's output and each gradient for NaN/Inf: "
-                   "the first non-finite op and gradient are marked on the graph")
-    p.add_argument("--color-by", choices=("grad-norm",), help="grad-norm: colour each edge by the norm of the "
-                   "gradient it carried and each leaf by its ||grad||, on a log scale drawn under the graph")
     p.add_argument("--direction", choices=("TB", "LR", "forward"),
                    help="TB: the loss on top, arrows the way gradients flow (default; with --page, TB or LR, "
                    "whichever draws the graph larger); LR: the loss on the left; forward: inputs on top, arrows "
@@ -90,6 +88,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    "instead of a graph; with --call, zoomed to that call's iteration")
     p.add_argument("--reference", metavar="SCRIPT", help="with --memory: run this script too and draw it on the "
                    "same scale (a leak beside its fix)")
+    p.add_argument("--curves", metavar="OUT", help="export the curves of the run's loop instead of a graph (PNG or "
+                   "SVG, in place of -o): the loss and each small leaf's value per backward call")
     add_run_options(p, timeout_help="time limit per script in seconds (default 600)")
     add_worker_args(p)
     return p
@@ -144,6 +144,12 @@ def _format(args, out: Path) -> str:
 
 
 def _check_args(args, batch: bool) -> None:
+    if getattr(args, "curves", None):
+        if args.output is not None:
+            raise ScriptError("--curves OUT writes its own file: leave out -o")
+        args.output = args.curves  # checked as -o is: {name} with several scripts
+    elif args.output is None:
+        raise ScriptError("-o OUT is required (or --curves OUT)")
     if batch:
         for flag, value in (("-o", args.output), ("--gif", args.gif)):
             if value and "{name}" not in value and not _is_dir(value):
@@ -184,6 +190,8 @@ def _export_one(args, script: Path, batch: bool) -> tuple[list[str], list[str]]:
         raise ScriptError("no such file")
     if getattr(args, "memory", False):
         return _export_memory(args, script)
+    if getattr(args, "curves", None):
+        return _export_curves(args, script)
     index = 0 if args.call is None else args.call
     want_steps = args.step is not None or bool(args.frames) or bool(args.gif)
     steps: list[dict] = []
@@ -197,7 +205,7 @@ def _export_one(args, script: Path, batch: bool) -> tuple[list[str], list[str]]:
     loader.start()
     # The outputs are written while the worker's process exits (it is waited for at the end).
     with capture_run(str(script), device=args.device, mode=args.mode, timeout=args.timeout,
-                     load=load_options(args), on_event=on_event if want_steps else None, nan_check=args.nan_check,
+                     load=load_options(args), on_event=on_event if want_steps else None,
                      step={"call": index, "mode": "all"} if want_steps else None,
                      # only a JSON export keeps the memory samples
                      memory_rate=None if _format(args, output_path(args.output, script, args.format or "png"))
@@ -236,7 +244,7 @@ def _write_outputs(args, script: Path, batch: bool, trace: Trace, index: int, st
     else:
         export_call(call, out, fmt, theme=args.theme, title=title, caption=caption, states=states,
                     edge_texts=edge_texts, collapsed=collapsed, show_saved=args.saved, show_shapes=args.shapes,
-                    values=args.values, slots=args.slots, color_by=args.color_by,
+                    values=args.values, slots=args.slots,
                     scale=args.scale, background="transparent" if args.transparent else None,
                     direction=args.direction, page=args.page, trace=trace)  # a failed run: titled by its error
     done = [f"{script}: {n}" for n in notes] + [f"{out}: call #{call.index} ({call.api}), {len(call.nodes)} nodes"]
@@ -286,6 +294,24 @@ def _export_memory(args, script: Path) -> tuple[list[str], list[str]]:
         warnings.append(f"the script raised {trace.error.type}: {trace.error.message.splitlines()[0]}; "
                         "exported the memory recorded until then")
     return [f"{out}: memory chart, {len(trace.memory)} samples" + (f", beside {label}" if label else "")], warnings
+
+
+def _export_curves(args, script: Path) -> tuple[list[str], list[str]]:
+    """Run ``script`` and write the curves of its loop (``widgets.panels.curves``)."""
+    curves = importlib.import_module("widgets.panels.curves")  # Qt loads only when exporting, as above
+    out = output_path(args.curves, script, args.format if args.format in ("png", "svg") else "png")
+    if out.suffix.lower() not in (".png", ".svg"):
+        raise ScriptError(f"--curves {args.curves}: the curves are written as .png or .svg")
+    trace = run_capture(str(script), device=args.device, mode=args.mode, timeout=args.timeout,
+                        load=load_options(args), memory_rate=0).trace
+    try:
+        curves.export_trace_curves(trace, out, theme=args.theme)
+    except curves.CurvesExportError as exc:
+        raise ScriptError(str(exc)) from exc
+    shown = [s for s in loop_curves(trace).series if s.shown]
+    warnings = [f"the script raised {trace.error.type}: {trace.error.message.splitlines()[0]}; "
+                "exported the calls recorded until then"] if trace.error is not None else []
+    return [f"{out}: curves of {', '.join(s.key for s in shown)} over {len(trace.calls)} calls"], warnings
 
 
 def _pick_call(trace: Trace, index: int) -> tuple[CallInfo, list[str], list[str]]:
