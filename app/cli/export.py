@@ -70,6 +70,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="show each leaf's data and .grad after the call, and the seed gradient at the root")
     p.add_argument("--saved", action="store_true", help="draw each node's saved tensors")
     p.add_argument("--expand", action="store_true", help="expand every module group (big graphs open collapsed)")
+    p.add_argument("--nan-check", action="store_true", help="check each op's output and each gradient for NaN/Inf: "
+                   "the first non-finite op and gradient are marked on the graph")
+    p.add_argument("--color-by", choices=("grad-norm",), help="grad-norm: colour each edge by the norm of the "
+                   "gradient it carried and each leaf by its ||grad||, on a log scale drawn under the graph")
     p.add_argument("--direction", choices=("TB", "LR", "forward"),
                    help="TB: the loss on top, arrows the way gradients flow (default; with --page, TB or LR, "
                    "whichever draws the graph larger); LR: the loss on the left; forward: inputs on top, arrows "
@@ -205,7 +209,7 @@ def _export_one(args, script: Path, batch: bool) -> tuple[list[str], list[str]]:
     loader.start()
     # The outputs are written while the worker's process exits (it is waited for at the end).
     with capture_run(str(script), device=args.device, mode=args.mode, timeout=args.timeout,
-                     load=load_options(args), on_event=on_event if want_steps else None,
+                     load=load_options(args), on_event=on_event if want_steps else None, nan_check=args.nan_check,
                      step={"call": index, "mode": "all"} if want_steps else None,
                      # only a JSON export keeps the memory samples
                      memory_rate=None if _format(args, output_path(args.output, script, args.format or "png"))
@@ -244,7 +248,7 @@ def _write_outputs(args, script: Path, batch: bool, trace: Trace, index: int, st
     else:
         export_call(call, out, fmt, theme=args.theme, title=title, caption=caption, states=states,
                     edge_texts=edge_texts, collapsed=collapsed, show_saved=args.saved, show_shapes=args.shapes,
-                    values=args.values, slots=args.slots,
+                    values=args.values, slots=args.slots, color_by=args.color_by,
                     scale=args.scale, background="transparent" if args.transparent else None,
                     direction=args.direction, page=args.page, trace=trace)  # a failed run: titled by its error
     done = [f"{script}: {n}" for n in notes] + [f"{out}: call #{call.index} ({call.api}), {len(call.nodes)} nodes"]
