@@ -120,8 +120,9 @@ def main(argv: list[str] | argparse.Namespace, view: bool = False) -> int:
         def grab() -> None:
             if args.show == "storage":
                 window.center.setCurrentWidget(window.storage)
-            elif args.show == "tensors":
-                window.left_tabs.setCurrentWidget(window.tensors)
+            elif args.show in ("calls", "tensors", "gradients"):
+                tabs = {"calls": window.calls, "tensors": window.tensors, "gradients": window.grad_health}
+                window.left_tabs.setCurrentWidget(tabs[args.show])
             elif args.show:
                 window.docks[args.show].raise_()
             if args.select and not window.select_named(args.select):
