@@ -69,16 +69,19 @@ def build_actions(w) -> None:
     w.act_values = make_action(w, "Show &Values", lambda on: set_show_values(w.graph, on), "Ctrl+Shift+V",
                                "Leaves show their data and .grad, edges the gradient they carried, "
                                "roots the seed gradient", checkable=True)
+    w.act_replay = make_action(w, "&Replay Forward", w.replay.set_active, "Ctrl+Shift+R",
+                               "Replay the forward pass op by op, as it wove the graph", checkable=True)
+    w.replay.sig_active.connect(w.act_replay.setChecked)
     s = w.session
     w.act_debug = make_action(w, "&Debug", w.debug_script, "F9",
-                              "Run the script and pause at each backward call (or at the breakpoints set "
-                              "in the Source gutter), with its graph shown", "debug")
+                              "Run the script and pause at each backward call, or before each breakpoint's "
+                              "line (set in the Source gutter; in forward too), with its graph shown", "debug")
     w.act_step = make_action(w, "&Step", s.step, "F10",
                              "Run backward one node at a time: the next node", "step")
     w.act_step_to = make_action(w, "Step to Se&lected Node", w.step_to_selected, "Ctrl+F10",
                                 "Run backward until the selected node is next")
     w.act_continue = make_action(w, "&Continue", s.continue_, "F5",
-                                 "Run this backward to its end; a debug run goes on to its next breakpoint",
+                                 "Run on: a debug run goes on to its next breakpoint or backward call",
                                  "continue")
     w.act_next_call = make_action(w, "Run to &Next Call", s.next_call, "Shift+F11",
                                   "Finish this backward and pause at the script's next backward call", "next_call")
@@ -198,6 +201,7 @@ def build_menus(w) -> None:
     view.addAction(w.act_sharing)
     view.addAction(w.act_values)
     view.addAction(w.act_slots)
+    view.addAction(w.act_replay)
     view.addAction(w.act_norm_colours)
     view.addSeparator()
     theme_menu = view.addMenu("&Theme")

@@ -14,6 +14,7 @@ from widgets.panels.calls import CallsPanel
 from widgets.panels.curves import CurvesPanel
 from widgets.panels.grad_health import GradHealthPanel
 from widgets.graph.view import GraphView
+from widgets.graph.replay import ForwardReplayer
 from widgets.panels.inspector import InspectorPanel
 from widgets.memory.panel import MemoryPanel
 from widgets.panels.output import OutputPanel
@@ -53,6 +54,7 @@ class WindowViews:
         self.storage = StorageView(self)
         self.tensors = TensorsPanel(self)
         self.grad_health = GradHealthPanel(self)
+        self.replay = ForwardReplayer(self.graph, self.source, self.memory.chart)  # View > Replay Forward
         self.grad_health.sig_call_selected.connect(self._select_call_index)
         self.curves = CurvesPanel(self)  # the loss and the small leaves over the calls
         self.center.addTab(self.graph, "Graph")
