@@ -120,8 +120,9 @@ def main(argv: list[str] | argparse.Namespace, view: bool = False) -> int:
         def grab() -> None:
             if args.show == "storage":
                 window.center.setCurrentWidget(window.storage)
-            elif args.show in ("calls", "tensors", "gradients"):
-                tabs = {"calls": window.calls, "tensors": window.tensors, "gradients": window.grad_health}
+            elif args.show in ("calls", "tensors", "gradients", "curves"):
+                tabs = {"calls": window.calls, "tensors": window.tensors, "gradients": window.grad_health,
+                        "curves": window.curves}
                 window.left_tabs.setCurrentWidget(tabs[args.show])
             elif args.show:
                 window.docks[args.show].raise_()

@@ -12,7 +12,8 @@ from app.cli.options import add_load_options
 
 OPEN_HELP = "open SCRIPT in the window and run it (the default command)"
 VIEW_HELP = "open a saved trace (TRACE.json) in the window, running nothing"
-PANELS = ("source", "output", "problems", "steps", "memory", "calls", "tensors", "gradients", "storage")
+PANELS = ("source", "output", "problems", "steps", "memory", "calls", "tensors", "gradients", "curves",
+          "storage")
 
 
 def add_window_options(parser: argparse.ArgumentParser, view: bool = False) -> argparse.ArgumentParser:

@@ -132,3 +132,27 @@ def test_headless_export_and_an_empty_trace(qtbot, tmp_path):
     p.set_trace(Trace(calls=[_call(0, None)]))
     assert p.stack.currentWidget() is p.empty and p.empty.text() == EMPTY_TEXT
     assert not p.export_action.isEnabled()
+
+
+def test_the_window_has_a_curves_tab_after_gradients_fed_with_the_trace_and_the_call_shown(qtbot, tmp_path,
+                                                                                         monkeypatch):
+    monkeypatch.setenv("BACKPROP_STUDIO_SETTINGS", str(tmp_path / "settings.ini"))
+    from app.cli.window_options import PANELS
+    from app.session.worker_handle import WorkerHandle
+    from app.window.window import MainWindow
+
+    assert "curves" in PANELS  # --show curves brings it to the front for a screenshot
+    w = MainWindow(handle=WorkerHandle(prestart=False), timeout=60)
+    qtbot.addWidget(w)
+    w.resize(1200, 800)
+    w.show()
+    try:
+        w.show_trace(_trace())
+        tabs = [w.left_tabs.tabText(i) for i in range(w.left_tabs.count())]
+        assert tabs[tabs.index("Gradients") + 1] == "Curves"
+        assert w.left_tabs.widget(tabs.index("Curves")) is w.curves
+        assert sorted(w.curves.chart.items) == ["loss", "w[0]", "w[1]"]
+        w.show_call("c2")
+        assert all(m.isVisible() and m.value() == 2 for m in w.curves.chart._marks)
+    finally:
+        w.handle.close()

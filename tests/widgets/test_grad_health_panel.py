@@ -154,7 +154,7 @@ def test_the_window_shows_the_heatmap_beside_the_calls_and_a_click_selects_the_c
         w.show_trace(exploding_trace)
         qtbot.waitUntil(lambda: w.call is not None)
         tabs = [w.left_tabs.tabText(i) for i in range(w.left_tabs.count())]
-        assert tabs == ["Calls", "Tensors", "Gradients"]
+        assert tabs == ["Calls", "Tensors", "Gradients", "Curves"]
         assert w.grad_health.health.matrix.calls == list(range(16))
         w.left_tabs.setCurrentWidget(w.grad_health)
         heat = w.grad_health.heatmap

@@ -144,7 +144,8 @@ class CurvesChart(QWidget):
                 pen = pg.mkPen(color, width=2, style=Qt.PenStyle.DashLine if dashed else Qt.PenStyle.SolidLine)
                 dots = dict(symbol="o", symbolSize=4, symbolPen=None, symbolBrush=color) \
                     if len(s.xs) <= MARKER_POINTS else {}
-                self.items[s.key] = item = plot.plot(s.xs, _plot_ys(s, log), pen=pen, connect="finite", **dots)
+                self.items[s.key] = item = plot.plot(s.xs, _plot_ys(s, log), pen=pen, connect="finite", antialias=True,
+                                                     **dots)
                 legend.addItem(item, s.key)
             # One call range for every plot, kept in step by hand: pyqtgraph's setXLink maps ranges
             # through the views' screen geometry, which is stale until the layout has run.
@@ -250,11 +251,13 @@ class CurvesPanel(QWidget):
         self.export_action.triggered.connect(self.export_dialog)
         export_button = QToolButton(self)
         export_button.setDefaultAction(self.export_action)
+        # The summary wraps on its own row: the tab shares a narrow dock with the Calls list.
+        self.summary.setWordWrap(True)
         bar = QHBoxLayout()
-        bar.setContentsMargins(4, 2, 4, 2)
+        bar.setContentsMargins(4, 2, 4, 0)
         bar.addWidget(self.summary, 1)
-        bar.addWidget(self.log_box)
-        bar.addWidget(export_button)
+        bar.addWidget(self.log_box, 0, Qt.AlignmentFlag.AlignTop)
+        bar.addWidget(export_button, 0, Qt.AlignmentFlag.AlignTop)
         self.series_list = QListWidget(self)
         self.series_list.itemChanged.connect(self._on_item_changed)
         self.chart = CurvesChart(self)
