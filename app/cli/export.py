@@ -86,7 +86,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    "pt. On paper, modules fold rather than text going below 9 pt (9 px in PNG). With "
                    "--values, graphs of up to 40 nodes stay unfolded")
     p.add_argument("--frames", metavar="DIR", help="also write one PNG per backward step (frame_000.png, ...)")
-    p.add_argument("--gif", metavar="OUT.gif", help="also write the steps as an animated GIF")
+    p.add_argument("--gif", metavar="OUT.gif", help="also write the steps as an animated GIF (with --forward-frames "
+                   "and no --frames: the forward replay)")
+    p.add_argument("--forward-frames", metavar="DIR", help="also write the forward replay: one PNG per op, in the "
+                   "order the forward pass made them (frame_001.png, ...)")
     p.add_argument("--duration", type=int, default=700, help="milliseconds per GIF frame (default 700)")
     p.add_argument("--memory", action="store_true", help="export the memory chart of the run (PNG or SVG) "
                    "instead of a graph; with --call, zoomed to that call's iteration")
@@ -197,7 +200,8 @@ def _export_one(args, script: Path, batch: bool) -> tuple[list[str], list[str]]:
     if getattr(args, "curves", None):
         return _export_curves(args, script)
     index = 0 if args.call is None else args.call
-    want_steps = args.step is not None or bool(args.frames) or bool(args.gif)
+    forward = bool(getattr(args, "forward_frames", None))
+    want_steps = args.step is not None or bool(args.frames) or (bool(args.gif) and not forward)
     steps: list[dict] = []
 
     def on_event(event) -> None:
@@ -252,7 +256,10 @@ def _write_outputs(args, script: Path, batch: bool, trace: Trace, index: int, st
                     scale=args.scale, background="transparent" if args.transparent else None,
                     direction=args.direction, page=args.page, trace=trace)  # a failed run: titled by its error
     done = [f"{script}: {n}" for n in notes] + [f"{out}: call #{call.index} ({call.api}), {len(call.nodes)} nodes"]
-    if args.frames or args.gif:
+    if getattr(args, "forward_frames", None):
+        done += _forward_outputs(args, script, batch, call, dict(theme=args.theme, title=title, collapsed=collapsed,
+                                                                 show_shapes=args.shapes))
+    if args.frames or (args.gif and not getattr(args, "forward_frames", None)):
         frame_opts = dict(theme=args.theme, title=title, collapsed=collapsed, show_shapes=args.shapes)
         gif = output_path(args.gif, script, "gif") if args.gif else None
         if args.frames:
@@ -270,6 +277,17 @@ def _write_outputs(args, script: Path, batch: bool, trace: Trace, index: int, st
         if gif is not None:
             done.append(f"{gif}: {len(steps)} frames")
     return done, warnings
+
+
+def _forward_outputs(args, script: Path, batch: bool, call: CallInfo, options: dict) -> list[str]:
+    """``--forward-frames DIR`` (and its ``--gif`` without ``--frames``): the forward replay of ``call``."""
+    from widgets.export.forward_frames import write_forward_frames  # Qt loads only when exporting
+
+    frames_dir = Path(args.forward_frames.replace("{name}", safe_name(script)))
+    if batch and "{name}" not in args.forward_frames:
+        frames_dir = frames_dir / safe_name(script)
+    gif = output_path(args.gif, script, "gif") if args.gif and not args.frames else None
+    return write_forward_frames(call, frames_dir, gif, args.duration, **options)
 
 
 def _export_memory(args, script: Path) -> tuple[list[str], list[str]]:

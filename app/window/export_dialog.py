@@ -31,8 +31,10 @@ from PySide6.QtWidgets import (
 )
 
 from app.window.actions import make_action
+from core.model.forward_order import forward_replay
 from core.model.rank_files import save_ranks
 from widgets.export import graph_export as export
+from widgets.export.forward_frames import export_forward_frames
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +113,12 @@ class ExportDialog(QDialog):
         self.frames = QCheckBox(f"Also export step frames + GIF ({len(steps)} steps)" if steps else
                                 "Also export step frames + GIF (step through backward first)")
         self.frames.setEnabled(bool(steps))
+        ops = len(forward_replay(call))
+        self.forward = QCheckBox(f"Also export forward replay frames + GIF ({ops} ops)" if ops else
+                                 "Also export forward replay frames + GIF (this call has no ops)")
+        self.forward.setToolTip("One PNG per op in the order the forward pass made them, beside the file "
+                                "(NAME-forward/frame_001.png, ...), and NAME-forward.gif")
+        self.forward.setEnabled(ops > 0)
 
         form = QFormLayout()
         form.addRow("File:", file_row)
@@ -126,6 +134,7 @@ class ExportDialog(QDialog):
         form.addRow("", self.selection)
         form.addRow("", self.only_call)
         form.addRow("", self.frames)
+        form.addRow("", self.forward)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
         self.export_button = buttons.addButton("Export", QDialogButtonBox.ButtonRole.AcceptRole)
         buttons.accepted.connect(self.export)
@@ -197,6 +206,7 @@ class ExportDialog(QDialog):
             "selection": self.selection.isChecked(),
             "only_call": self.only_call.isChecked(),
             "frames": self.frames.isEnabled() and self.frames.isChecked(),
+            "forward": self.forward.isEnabled() and self.forward.isChecked(),
             "direction": self.direction.currentData(),
             "page": self.page.currentData(),
         }
@@ -225,7 +235,7 @@ class ExportDialog(QDialog):
 
 def run_export(window, *, path, fmt=None, region="all", theme="print", title=None, caption=None, scale=2.0,
                background="theme", selection=False, only_call=False, frames=False, parent=None, direction="TB",
-               page=None) -> list[Path]:
+               page=None, forward=False) -> list[Path]:
     """Write the window's current graph (and, with ``frames``, the stepping session's frames and
     GIF beside it); returns the files written. Raises ``export.ExportError`` and OSError.
     Another ``direction`` or a ``page`` lays the graph out again on an offscreen view, with the
@@ -266,6 +276,8 @@ def run_export(window, *, path, fmt=None, region="all", theme="print", title=Non
         QApplication.restoreOverrideCursor()
     if frames:
         written += _export_steps(window, path, theme, title, parent)
+    if forward:  # the forward replay's frames beside the file: NAME-forward/, NAME-forward.gif
+        written += _export_forward(window, path, theme, title, parent)
     return written
 
 
@@ -292,6 +304,33 @@ def _export_steps(window, path: Path, theme: str, title: str | None, parent) -> 
         if progress.wasCanceled():
             return paths
         gif = export.export_gif(paths, path.with_suffix(".gif"))
+    finally:
+        QApplication.restoreOverrideCursor()
+        progress.close()
+        progress.deleteLater()
+    return paths + [gif]
+
+
+def _export_forward(window, path: Path, theme: str, title: str | None, parent) -> list[Path]:
+    total = len(forward_replay(window.call))
+    progress = QProgressDialog("Exporting forward replay frames…", "Cancel", 0, total, parent)
+    progress.setWindowModality(Qt.WindowModality.WindowModal)
+    progress.setMinimumDuration(400)
+
+    def on_progress(done: int, _total: int) -> bool:
+        progress.setValue(done)
+        QCoreApplication.processEvents()
+        return not progress.wasCanceled()
+
+    QApplication.setOverrideCursor(Qt.CursorShape.WaitCursor)
+    try:
+        paths = export_forward_frames(
+            window.call, path.with_name(path.stem + "-forward"), theme=theme, title=title,
+            collapsed=window.graph.collapsed(), show_shapes=_checked(window, "act_shapes"),
+            show_saved=_checked(window, "act_saved"), progress=on_progress)
+        if progress.wasCanceled():
+            return paths
+        gif = export.export_gif(paths, path.with_name(path.stem + "-forward.gif"))
     finally:
         QApplication.restoreOverrideCursor()
         progress.close()

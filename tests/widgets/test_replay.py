@@ -6,6 +6,7 @@ from dataclasses import replace
 import pytest
 from PySide6.QtCore import Qt
 
+from app.window.export_dialog import ExportDialog, run_export
 from core.model.trace import MemorySample
 from tests.fixtures_graphs import mlp_call
 from widgets.graph.replay import FADED, ForwardReplayer
@@ -141,3 +142,13 @@ def test_view_replay_forward_in_the_window(qtbot, window, tmp_path):
     qtbot.keyClick(window.graph, Qt.Key.Key_Escape)
     assert not replay.active and not window.act_replay.isChecked()
 
+    # File > Export: the replay's frames and GIF beside the graph
+    dialog = ExportDialog(window)
+    qtbot.addWidget(dialog)
+    assert dialog.forward.isEnabled() and dialog.forward.text() == "Also export forward replay frames + GIF (3 ops)"
+    dialog.path.setText(str(tmp_path / "chain.png"))
+    dialog.forward.setChecked(True)
+    written = run_export(window, **dialog.options())
+    names = [p.name if p.parent == tmp_path else f"{p.parent.name}/{p.name}" for p in written]
+    assert names == ["chain.png", "chain-forward/frame_001.png", "chain-forward/frame_002.png",
+                     "chain-forward/frame_003.png", "chain-forward.gif"]
