@@ -79,7 +79,7 @@ class ForwardDebugController(QObject):
             if self._script_source is None:
                 self._script_source = source.shown_source()
             try:
-                source.set_source(Path(pause.file).read_text(encoding="utf-8"), pause.file)
+                source.show_other_file(Path(pause.file).read_text(encoding="utf-8"), pause.file)
             except (OSError, UnicodeDecodeError):
                 pass
         else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import psutil
 import pytest
 from PySide6.QtCore import Qt
 
@@ -117,6 +118,8 @@ def test_a_forward_pause_shows_the_live_graph_its_new_nodes_and_variables(qtbot,
     # A variable picked in the Tensors tab is the selection: the inspector and the graph follow.
     window.tensors.tree.setCurrentItem(window.tensors.tree.topLevelItem(2))
     assert s.selection.tensor == "t_c" and s.selection.node == "n0"
+    assert window.storage.tensor_id() == "t_c"  # its storage, as for a finished call's tensor
+    assert "AddBackward0" in window.inspector.text() and "c" in window.inspector.text()
 
     window.act_step_into.trigger()
     window.handle.sig_forward_paused.emit(_pause(3, 4, [], with_c=True, reason="step"))
@@ -210,3 +213,81 @@ def test_keys_are_real_shortcuts(qtbot, debugging):
     window.handle.sig_forward_paused.emit(_pause(1, 3, ["n1", "n2"], with_c=False))
     qtbot.keyClick(window, Qt.Key.Key_F11)
     assert sent == [("forward_step", {"kind": "into"})]
+
+
+# -- with the worker ---------------------------------------------------------------------------------------
+
+
+def _script_workers(folder: Path) -> list[int]:
+    """This process's children running in ``folder``: a worker runs a script in the script's folder."""
+    out = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if Path(child.cwd()) == folder and child.status() != psutil.STATUS_ZOMBIE:
+                out.append(child.pid)
+        except psutil.Error:
+            pass  # it ended meanwhile
+    return out
+
+
+@pytest.mark.slow
+def test_a_real_run_pauses_before_line_3_steps_a_line_and_reaches_backward(qtbot, window, tmp_path):
+    script = tmp_path / "four_lines.py"
+    script.write_text(SCRIPT)
+    window.open_script(str(script), run=False)
+    window.source.toggle_breakpoint(3)
+    s = window.session
+    with qtbot.waitSignal(s.sig_forward_paused, timeout=60_000):
+        window.act_debug.trigger()
+    assert window.graph.wait_ready()
+    assert s.state is SessionState.FORWARD and s.paused_line == 3
+    names = {n.id: n.name for n in window.call.nodes}
+    assert sorted(names.values()) == ["AccumulateGrad", "MulBackward0"]
+    assert sorted(window.graph.node_items) == sorted(names)
+    assert {t.name: (t.shape, t.grad_fn_name) for t in s.forward.variables} == {
+        "a": ([2], None), "b": ([2], "MulBackward0")}
+    assert _script_workers(tmp_path), "the run's worker runs in the script's folder"
+
+    with qtbot.waitSignal(s.sig_forward_paused, timeout=30_000):
+        window.act_step.trigger()  # F10: c = b + 1 runs
+    assert window.graph.wait_ready()
+    assert s.paused_line == 4 and s.forward.event.reason == "step"
+    names = {n.id: n.name for n in window.call.nodes}
+    assert sorted(names.values()) == ["AccumulateGrad", "AddBackward0", "MulBackward0"]
+    assert [names[b] for b in _glowing(window)] == ["AddBackward0"]
+    assert "1 node added since the last pause" in window.forward_debug.strip.text()
+    assert window.tensors.tensor_ids() == [t.id for t in s.forward.variables]
+
+    with qtbot.waitSignal(s.sig_paused, timeout=30_000):
+        window.act_continue.trigger()  # F5: on to c.sum().backward()
+    assert s.state is SessionState.PAUSED and s.forward is None
+    assert [n.name for n in s.step_call.nodes][:2] == ["SumBackward0", "AddBackward0"]
+    assert _glowing(window) == [] and not window.forward_debug.strip.isVisible()
+
+    window.act_stop.trigger()
+    assert s.state is SessionState.IDLE
+    qtbot.waitUntil(lambda: not _script_workers(tmp_path), timeout=30_000)
+
+
+def test_a_pause_in_a_file_the_script_imports_shows_that_file_then_the_script_again(qtbot, debugging, tmp_path):
+    window, _sent, _runs = debugging
+    helper = tmp_path / "blocks.py"
+    helper.write_text("def double(x):\n    y = x * 2\n    return y\n")
+    pause = _pause(1, 2, ["n1", "n2"], with_c=False, file=str(helper))
+    pause = replace(pause, function="double", stack=[
+        {"function": "<module>", "line": 2, "file": window.script_path, "module": None},
+        {"function": "double", "line": 2, "file": str(helper), "module": None}])
+    window.handle.sig_forward_paused.emit(pause)
+    source = window.source
+    assert source.path_label.text() == "blocks.py"
+    assert source.editor.toPlainText().startswith("def double(x):")
+    assert source.editor.paused_line == 2
+    assert "<module> line 2 \u203a double line 2" in window.forward_debug.strip.text().replace("&lt;", "<").replace(
+        "&gt;", ">")
+    source.toggle_breakpoint(3)  # breakpoints are the script's: none in the helper
+    assert source.breakpoints() == [] and window.session.breakpoints == [3]
+    window.act_step_out.trigger()
+    window.handle.sig_forward_paused.emit(_pause(2, 3, ["n0"], with_c=True, reason="step", file=window.script_path))
+    assert source.path_label.text() == "four_lines.py"
+    assert source.editor.toPlainText() == SCRIPT
+    assert source.breakpoints() == [3] and source.editor.paused_line == 3

@@ -27,6 +27,10 @@ from core.programs.notebook import gutter_labels
 
 log = logging.getLogger(__name__)
 
+GUTTER_TIP = ("Click a line number to set or clear a breakpoint: a debug run (F9) pauses before that line "
+              "runs, and at backward calls made from it")
+OTHER_FILE_TIP = "A file the script calls into, shown while the run is paused in it: breakpoints go in the script"
+
 LIGHT = {"keyword": "#8a3ab9", "builtin": "#0b6e99", "string": "#2f7d32", "comment": "#8a8f98",
          "number": "#b35900", "def": "#1f5fbf", "decorator": "#a0522d", "self": "#b03060"}
 DARK = {"keyword": "#c792ea", "builtin": "#6fc3df", "string": "#a5d68a", "comment": "#7f8794",
@@ -145,8 +149,7 @@ class _Editor(QPlainTextEdit):
         self.paused_line: int | None = None
         self.gutter = _Gutter(self)
         self.gutter.setCursor(Qt.CursorShape.PointingHandCursor)
-        self.gutter.setToolTip("Click a line number to set or clear a breakpoint: a debug run (F9) "
-                               "pauses before that line runs, and at backward calls made from it")
+        self.gutter.setToolTip(GUTTER_TIP)
         self.setReadOnly(True)
         self.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
         self.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse
@@ -264,6 +267,8 @@ class SourcePanel(QWidget):
             self.editor.breakpoints = set()
             self.editor.paused_line = None
         self._path = path
+        self._other_file = False
+        self.editor.gutter.setToolTip(GUTTER_TIP)
         self.cells = list(cells or [])  # a notebook's: other views write its lines as "cell 4, line 2"
         self.editor.labels = gutter_labels(cells) if cells else {}
         self.editor.setPlainText(text)
@@ -276,9 +281,15 @@ class SourcePanel(QWidget):
         self.path_label.setVisible(bool(path))
         self.clear_highlight()
 
+    def show_other_file(self, text: str, path: str) -> None:
+        """Show a file the script calls into (a paused frame's), without breakpoints: they are the script's."""
+        self.set_source(text, path)
+        self._other_file = True
+        self.editor.gutter.setToolTip(OTHER_FILE_TIP)
+
     def toggle_breakpoint(self, line: int) -> None:
-        """Set or clear the breakpoint on a 1-based line."""
-        if not 1 <= line <= self.editor.blockCount():
+        """Set or clear the breakpoint on a 1-based line (of the script: none in another file shown)."""
+        if not 1 <= line <= self.editor.blockCount() or self._other_file:
             return
         self.editor.breakpoints ^= {line}
         self.editor.gutter.update()
