@@ -54,9 +54,12 @@ def _loss(roots: list):
     if len(roots) != 1 or len(tensors) != 1:
         return None
     t = tensors[0]
-    if t.numel() != 1 or t.is_complex():
+    try:
+        if t.numel() != 1 or t.is_complex():
+            return None
+        return _json_number(float(t.detach().reshape(-1).to("cpu", torch.float64)[0]))
+    except Exception:  # a tensor subclass or a meta tensor that has no value to read: the leaves still count
         return None
-    return _json_number(float(t.detach().reshape(-1).to("cpu", torch.float64)[0]))
 
 
 class LoopScalars:
