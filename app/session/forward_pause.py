@@ -85,14 +85,27 @@ class ForwardPause:
                 f"F10 steps over, F11 into, Ctrl+F11 out, F5 continues.")
 
 
-def read_pause(event: protocol.ForwardPaused) -> ForwardPause:
+def read_pause(event: protocol.ForwardPaused, previous: ForwardPause | None = None) -> ForwardPause:
     """The pause of ``event``; TraceFormatError (naming the field) when its graph cannot be read.
 
-    A pause without a graph (nothing requires grad yet) shows an empty live call."""
+    A pause without a graph (nothing requires grad yet) shows an empty live call. A leaf's
+    AccumulateGrad that ``previous`` (the run's pause before) showed is not new, even when the
+    worker says so: torch frees a leaf's AccumulateGrad while no op uses the leaf and makes another
+    one later, so a parameter not used yet would glow at every pause."""
     if event.graph is not None:
         call = call_from_dict(event.graph, f"the live graph of forward pause {event.pause}")
     else:
         call = CallInfo(id=f"live{event.pause}", index=0, api="live", line=event.line, roots=[], nodes=[],
                         tensors=[])
     ids = {n.id for n in call.nodes}
-    return ForwardPause(event=event, call=call, new=frozenset(str(n) for n in event.new if str(n) in ids))
+    new = {str(n) for n in event.new if str(n) in ids}
+    if previous is not None and previous.event.pause == event.pause - 1:
+        seen = {_leaf_key(previous.call, n) for n in previous.call.nodes if n.kind == "accumulate_grad"}
+        new -= {n.id for n in call.nodes if n.kind == "accumulate_grad" and _leaf_key(call, n) in seen - {None}}
+    return ForwardPause(event=event, call=call, new=frozenset(new))
+
+
+def _leaf_key(call: CallInfo, node) -> str | None:
+    """What names a leaf across pauses: its variable's name (node ids are the pause's own)."""
+    tensor = call.tensor(node.variable)
+    return (tensor.name if tensor is not None and tensor.name else None) or node.label

@@ -490,7 +490,7 @@ class Session(QObject):
         if not self._current(event) or self.run_kind != "debug":
             return
         try:
-            pause = read_pause(event)
+            pause = read_pause(event, self.forward)
         except TraceFormatError as exc:
             self.sig_status.emit(f"Paused in forward at line {event.line}, but its graph cannot be read: {exc}")
             return

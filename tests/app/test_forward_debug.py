@@ -291,3 +291,15 @@ def test_a_pause_in_a_file_the_script_imports_shows_that_file_then_the_script_ag
     assert source.path_label.text() == "four_lines.py"
     assert source.editor.toPlainText() == SCRIPT
     assert source.breakpoints() == [3] and source.editor.paused_line == 3
+
+
+def test_a_leaf_seen_at_the_pause_before_is_not_new_though_torch_made_its_node_again():
+    first = read_pause(_pause(1, 3, ["n1", "n2"], with_c=False))
+    # At the next pause a's AccumulateGrad has another id (n2 -> n9), and the worker calls it new.
+    live = _live(True)
+    live = replace(live, nodes=[replace(n, id="n9") if n.id == "n2" else
+                                replace(n, next=[type(e)("n9", e.input_nr) if e is not None and e.node == "n2" else e
+                                                 for e in n.next]) for n in live.nodes])
+    event = replace(_pause(2, 4, ["n0", "n9"], with_c=True), graph=call_to_dict(live))
+    assert read_pause(event, first).new == {"n0"}
+    assert read_pause(event).new == {"n0", "n9"}  # the first pause of a run: as the worker says
