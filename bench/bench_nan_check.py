@@ -12,19 +12,30 @@ node's gradients are checked by a hook; on a GPU each check reads a sum back (a 
 run it there too (``--script bench/scripts/gpt2_small.py --device cuda``). On a machine others load,
 wall times swing several-fold; ``--in-process`` captures in this process with one torch thread
 and times its CPU seconds instead, which the neighbours disturb far less.
+
+``--gpt2``: GPT-2 small (``transformers``' ``GPT2LMHeadModel(GPT2Config())``, random weights,
+nothing downloaded; a benchmark-only install) on a batch of 1 x 128 tokens, one forward and
+backward, run as plain ``python``, traced with the check off and traced with it on, each in a
+fresh process with one torch thread; the script times its own forward + backward (wall and CPU
+seconds), so the worker's start and the import of transformers are left out.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 DEFAULT_SCRIPT = ROOT / "bench" / "scripts" / "residual_mlp.py"
+GPT2_SCRIPT = ROOT / "bench" / "scripts" / "gpt2_small.py"
 
 
 def traced_seconds(script: Path, device: str, nan_check: bool) -> tuple[float, dict | None]:
@@ -57,13 +68,49 @@ def cpu_seconds(script: Path, device: str, nan_check: bool) -> tuple[float, dict
     return time.process_time() - start, trace.nan_check
 
 
+def gpt2_seconds(how: str, times: Path, device: str) -> dict:
+    """One GPT-2 small run, ``how`` = "plain", "off" or "on": the script's own timings of it."""
+    times.write_text("")
+    if how == "plain":
+        subprocess.run([sys.executable, str(GPT2_SCRIPT)], check=True, capture_output=True)
+    else:
+        _, found = traced_seconds(GPT2_SCRIPT, device, how == "on")
+        assert (found is not None) == (how == "on"), "the check is on in the run with it only"
+    return json.loads(times.read_text().splitlines()[-1])
+
+
+def gpt2_case(repeat: int, device: str) -> int:
+    times = Path(tempfile.mkdtemp()) / "gpt2_times.jsonl"
+    # the worker and the plain run inherit these: 1 x 128 tokens, one torch thread, timings to a file
+    os.environ.update(GPT2_BATCH="1x128", GPT2_TIMES=str(times), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+                      BACKPROP_STUDIO_DEVICE=device)
+    runs: dict[str, list[dict]] = {"plain": [], "off": [], "on": []}
+    for i in range(repeat):
+        for how in runs:
+            runs[how].append(gpt2_seconds(how, times, device))
+        print(f"run {i + 1}: " + ", ".join(f"{how} {r[-1]['step'][0]:.2f} s (CPU {r[-1]['step'][1]:.2f})"
+                                          for how, r in runs.items()), flush=True)
+    for part in ("step", "build"):
+        for k, unit in ((0, "wall"), (1, "CPU")):
+            med = {how: statistics.median(r[part][k] for r in rs) for how, rs in runs.items()}
+            what = "forward + backward" if part == "step" else "building the model"
+            print(f"GPT-2 small 1x128 on {device}, {what}, median of {repeat}, {unit} s: plain {med['plain']:.2f}, "
+                  f"traced {med['off']:.2f} ({med['off'] / med['plain']:.2f}x), with the NaN check "
+                  f"{med['on']:.2f} ({med['on'] / med['plain']:.2f}x; {med['on'] / med['off']:.2f}x of traced)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--script", type=Path, default=DEFAULT_SCRIPT)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--in-process", action="store_true", help="CPU seconds of a capture in this process")
+    parser.add_argument("--gpt2", action="store_true",
+                        help="GPT-2 small, 1 x 128 tokens: plain python, traced, traced with the check")
     args = parser.parse_args(argv)
+    if args.gpt2:
+        return gpt2_case(args.repeat, args.device)
     timed = cpu_seconds if args.in_process else traced_seconds
     off, on = [], []
     found = None
