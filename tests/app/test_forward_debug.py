@@ -236,6 +236,7 @@ def test_a_real_run_pauses_before_line_3_steps_a_line_and_reaches_backward(qtbot
     script.write_text(SCRIPT)
     window.open_script(str(script), run=False)
     window.source.toggle_breakpoint(3)
+    window.source.toggle_breakpoint(4)  # the backward call's line: F5 pauses at the call, not in forward
     s = window.session
     with qtbot.waitSignal(s.sig_forward_paused, timeout=60_000):
         window.act_debug.trigger()
