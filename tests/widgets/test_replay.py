@@ -49,7 +49,7 @@ def _first(k):
 def test_frame_k_draws_exactly_the_first_k_ops_with_their_leaves(replayer):
     view = replayer.view
     assert replayer.bar.isVisible() and replayer.bar.slider.maximum() == 7
-    for k in (1, 3, 5, 7):
+    for k in (1, 3, 5, 7, 2, 6, 4):  # forward and back: each frame redraws only what it changed
         replayer.bar.slider.setValue(k)
         shown = _first(k)
         assert replayer.shown_nodes() == shown
@@ -60,7 +60,7 @@ def test_frame_k_draws_exactly_the_first_k_ops_with_their_leaves(replayer):
             assert e.opacity() == (1.0 if set(e.key) <= shown else FADED), e.key
         # the newest op is ringed
         newest = view.node_items[MADE[k - 1]]
-        assert replayer._ring.isVisible() and replayer._ring.pos() == newest.pos()
+        assert replayer.painter.ring_rect().center() == newest.sceneBoundingRect().center()
     replayer.bar.slider.setValue(3)
     assert replayer.bar.caption.text() == "op 3 of 7: ReluBackward0, line 6"
     assert replayer.source.highlighted_lines() == [6]
@@ -93,7 +93,7 @@ def test_esc_leaves_the_replay_and_draws_everything_again(qtbot, replayer):
     assert not replayer.active and not replayer.bar.isVisible()
     assert all(item.opacity() == 1.0 for item in view.node_items.values())
     assert all(e.opacity() == 1.0 for e in view.edge_items)
-    assert not replayer._ring.isVisible() and replayer.memory_time() is None
+    assert replayer.painter.ring_rect() is None and replayer.memory_time() is None
     assert replayer.source.highlighted_lines() == []
     assert view.viewportMargins().bottom() == 0
 
@@ -105,7 +105,7 @@ def test_folding_a_group_keeps_the_frame(replayer):
     assert {"group:fc1", "group:fc2"} <= set(view.node_items)
     drawn = {nid for nid, item in view.node_items.items() if item.opacity() == 1.0}
     assert drawn == {"group:fc1"}
-    assert replayer._ring.pos() == view.node_items["group:fc1"].pos()
+    assert replayer.painter.ring_rect().center() == view.node_items["group:fc1"].sceneBoundingRect().center()
 
 
 CHAIN = """\

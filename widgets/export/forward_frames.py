@@ -1,7 +1,7 @@
 """The forward replay as numbered PNG frames and a GIF: one frame per op, in creation order.
 
 Frame k (``frame_001.png`` …) is the graph as the replay draws it after the first k ops
-(``widgets.graph.replay.paint_frame``: what is not made yet a faded ghost, the newest op
+(``widgets.graph.replay.FramePainter``: what is not made yet a faded ghost, the newest op
 ringed), captioned "Forward, op 5 of 12: AddBackward0, line 7". Every frame has the same size: the
 sheet is laid out once over the whole graph, as the backward step frames are
 (``widgets.export.graph_export.export_frames``, whose view, sheet and GIF code this reuses).
@@ -14,7 +14,7 @@ from pathlib import Path
 from core.model.forward_order import forward_replay, replay_caption
 from core.model.trace import CallInfo
 from widgets.export.graph_export import ExportError, export_gif, make_sheet, offscreen_view, render_png, source_rect
-from widgets.graph.replay import paint_frame
+from widgets.graph.replay import FramePainter
 
 
 def frame_name(k: int, total: int) -> str:
@@ -34,9 +34,9 @@ def export_forward_frames(call: CallInfo, directory, *, theme: str = "print", ti
     directory.mkdir(parents=True, exist_ok=True)
     with offscreen_view(call, theme=theme, collapsed=collapsed, show_shapes=show_shapes, show_saved=show_saved) as v:
         source = source_rect(v)  # the whole graph: every frame the same size
-        paths, ring = [], None
+        paths, painter = [], FramePainter(v)
         for k in range(1, len(replay) + 1):
-            ring = paint_frame(v, replay.nodes_at(k), replay.step(k).op, ring)
+            painter.paint(replay.nodes_at(k), replay.step(k).op)
             sheet = make_sheet(v, title=title, caption=f"Forward, {replay_caption(replay, k)}", source=source)
             paths.append(render_png(v, directory / frame_name(k, len(replay)), scale=scale, sheet=sheet,
                                     background=None))
