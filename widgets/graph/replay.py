@@ -290,7 +290,11 @@ class ForwardReplayer(QObject):
         self.sig_active.emit(False)
 
     def set_active(self, on: bool) -> None:
-        self.start() if on and not self.active else self.stop() if not on else None
+        """Start (from the first op) or leave the replay: View > Replay Forward."""
+        if on and not self.active:
+            self.start()
+        elif not on:
+            self.stop()
 
     # -- frames ---------------------------------------------------------------------------------
     def frame(self) -> int:
