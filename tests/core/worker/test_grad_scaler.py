@@ -134,3 +134,34 @@ def test_the_amp_example_skips_step_3_with_the_scales_the_scaler_had(capsys):
     call = next(c for c in trace.calls if c.index == 3)
     assert call.grad_norms["modules"] == {"2": "inf", "0": "inf"}  # the scaled gradients overflowed float16
     assert [e["after_call"] for e in trace.grad_events if e["kind"] == "optimizer.step"] == [0, 1, 2, 4, 5]
+
+
+def test_unscale_then_clip_then_step_records_the_clip_and_the_skip(tmp_path):
+    """The usual way to clip under a scaler: unscale_ first, so clip_grad_norm_ sees true gradients."""
+    path = tmp_path / "script.py"
+    path.write_text(textwrap.dedent("""\
+        import torch
+        torch.manual_seed(0)
+        model = torch.nn.Linear(3, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        scaler = torch.amp.GradScaler("cpu")
+        x = torch.randn(4, 3)
+        totals = []
+        for step in range(2):
+            opt.zero_grad()
+            scaler.scale(model(x * (1e38 if step else 1.0)).pow(2).mean()).backward()
+            scaler.unscale_(opt)
+            totals.append(torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5))
+            scaler.step(opt)
+            scaler.update()
+    """))
+    trace = capture_script(str(path))
+    plain = runpy.run_path(str(path))
+    events = [(e["after_call"], e["kind"]) for e in trace.grad_events if e["kind"] != "zero_grad"]
+    assert events == [(0, "clip_grad_norm_"), (0, "scaler.step"), (0, "optimizer.step"),
+                      (1, "clip_grad_norm_"), (1, "scaler.step")]
+    clips = [e for e in trace.grad_events if e["kind"] == "clip_grad_norm_"]
+    assert clips[0]["total_norm"] == float(plain["totals"][0])  # unscaled: the true norm
+    assert float(plain["totals"][1]) != float(plain["totals"][1]) and clips[1]["total_norm"] == "nan"
+    assert [s.note for s in scaler_steps(trace)] == ["scale 65536",
+                                                     "step skipped: inf/NaN in gradients, scale 65536 → 32768"]
