@@ -168,18 +168,24 @@ def _check_args(args, batch: bool) -> None:
         raise ScriptError("--scale must be positive")
 
 
+def _qt():
+    """The pictures' renderers (``widgets.export.headless``), loaded with Qt the first time one is drawn."""
+    from widgets.export import headless  # Qt loads only when exporting: a summary or JSON run never needs it
+
+    return headless
+
+
 def _export_storage(args, script: Path, trace) -> tuple[list[str], list[str]]:
     """``--storage NAME``: the Storage view of one tensor, in the print look."""
-    from widgets.storage.export import StorageExportError, export_storage  # Qt loads only when exporting
-
+    qt = _qt()
     out = output_path(args.output, script, args.format or "png")
     fmt = _format(args, out)
     if fmt not in ("png", "svg", "pdf"):
         raise ScriptError(f"-o {args.output}: the storage view exports as .png, .svg or .pdf")
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
-        export_storage(trace, args.storage, out, fmt, scale=args.scale)
-    except StorageExportError as exc:
+        qt.export_storage(trace, args.storage, out, fmt, scale=args.scale)
+    except qt.StorageExportError as exc:
         raise ScriptError(f"--storage {args.storage}: {exc}") from None
     warnings = [f"the script raised {trace.error.type}: {trace.error.message}"] if trace.error else []
     return [f"{out}: storage of {args.storage}"], warnings
@@ -209,7 +215,7 @@ def _export_one(args, script: Path, batch: bool) -> tuple[list[str], list[str]]:
             steps.append(event.record)
 
     # Qt and the renderers load while the worker runs the script, not after it.
-    loader = threading.Thread(target=importlib.import_module, args=("widgets.export.graph_export",), daemon=True)
+    loader = threading.Thread(target=importlib.import_module, args=("widgets.export.headless",), daemon=True)
     loader.start()
     # The outputs are written while the worker's process exits (it is waited for at the end).
     with capture_run(str(script), device=args.device, mode=args.mode, timeout=args.timeout,
@@ -234,8 +240,8 @@ def _write_outputs(args, script: Path, batch: bool, trace: Trace, index: int, st
         raise ScriptError(f"call #{index} ran no backward step to draw (it was never backwarded)")
     if want_steps and call.index != index:
         raise ScriptError(f"call #{index} was kept as a summary only, so its steps cannot be drawn")
-    from widgets.export.graph_export import export_call, export_frames, export_gif, strip_call  # Qt: exports only
-
+    qt = _qt()
+    export_call, export_frames, export_gif, strip_call = qt.export_call, qt.export_frames, qt.export_gif, qt.strip_call
     states = edge_texts = None
     if args.step is not None:
         if args.step > len(steps):
@@ -281,19 +287,16 @@ def _write_outputs(args, script: Path, batch: bool, trace: Trace, index: int, st
 
 def _forward_outputs(args, script: Path, batch: bool, call: CallInfo, options: dict) -> list[str]:
     """``--forward-frames DIR`` (and its ``--gif`` without ``--frames``): the forward replay of ``call``."""
-    from widgets.export.forward_frames import write_forward_frames  # Qt loads only when exporting
-
     frames_dir = Path(args.forward_frames.replace("{name}", safe_name(script)))
     if batch and "{name}" not in args.forward_frames:
         frames_dir = frames_dir / safe_name(script)
     gif = output_path(args.gif, script, "gif") if args.gif and not args.frames else None
-    return write_forward_frames(call, frames_dir, gif, args.duration, **options)
+    return _qt().write_forward_frames(call, frames_dir, gif, args.duration, **options)
 
 
 def _export_memory(args, script: Path) -> tuple[list[str], list[str]]:
     """Run ``script`` (and ``--reference``) and write the memory chart."""
-    from widgets.memory.export import MemoryExportError, export_samples  # Qt loads only when exporting
-
+    qt = _qt()
     out = output_path(args.output, script, args.format if args.format in ("png", "svg") else "svg")
     if out.suffix.lower() not in (".png", ".svg"):
         raise ScriptError(f"-o {args.output}: a memory chart is written as .png or .svg")
@@ -307,9 +310,9 @@ def _export_memory(args, script: Path) -> tuple[list[str], list[str]]:
         reference = run_capture(str(ref_path), device=args.device, mode=args.mode, timeout=args.timeout).trace.memory
         label = ref_path.stem
     try:
-        export_samples(trace.memory, out, reference=reference, reference_label=label, theme=args.theme,
+        qt.export_samples(trace.memory, out, reference=reference, reference_label=label, theme=args.theme,
                        fit_call=args.call)
-    except MemoryExportError as exc:
+    except qt.MemoryExportError as exc:
         raise ScriptError(str(exc)) from exc
     warnings = []
     if trace.error is not None:
@@ -320,15 +323,15 @@ def _export_memory(args, script: Path) -> tuple[list[str], list[str]]:
 
 def _export_curves(args, script: Path) -> tuple[list[str], list[str]]:
     """Run ``script`` and write the curves of its loop (``widgets.panels.curves``)."""
-    curves = importlib.import_module("widgets.panels.curves")  # Qt loads only when exporting, as above
+    qt = _qt()
     out = output_path(args.curves, script, args.format if args.format in ("png", "svg") else "png")
     if out.suffix.lower() not in (".png", ".svg"):
         raise ScriptError(f"--curves {args.curves}: the curves are written as .png or .svg")
     trace = run_capture(str(script), device=args.device, mode=args.mode, timeout=args.timeout,
                         load=load_options(args), memory_rate=0).trace
     try:
-        curves.export_trace_curves(trace, out, theme=args.theme)
-    except curves.CurvesExportError as exc:
+        qt.export_trace_curves(trace, out, theme=args.theme)
+    except qt.CurvesExportError as exc:
         raise ScriptError(str(exc)) from exc
     shown = [s for s in loop_curves(trace).series if s.shown]
     warnings = [f"the script raised {trace.error.type}: {trace.error.message.splitlines()[0]}; "
