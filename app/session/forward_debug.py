@@ -13,17 +13,16 @@ when the run reaches backward, ``app.session.stepping`` takes over as before.
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 from typing import Callable
 
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QLabel
 
 from app.session.forward_pause import ForwardPause
 from app.session.session import SessionState
 from widgets.graph.new_nodes import NewNodeMarks, new_colour
+from widgets.panels.pause_strip import PauseStrip
 
 STEP_OVER_TIP = "Paused in forward: run this line, stepping over the calls it makes"
 STEP_TIP = "Run backward one node at a time: the next node"
@@ -41,10 +40,7 @@ class ForwardDebugController(QObject):
         self.views = views
         self._status_bar = status
         self.marks = NewNodeMarks(views.graph)
-        self.strip = QLabel(views.center)
-        self.strip.setObjectName("forward_pause_strip")
-        self.strip.setTextFormat(Qt.TextFormat.RichText)
-        self.strip.setContentsMargins(8, 0, 8, 0)
+        self.strip = PauseStrip(views.center)
         self.strip.hide()
         views.center.setCornerWidget(self.strip, Qt.Corner.TopRightCorner)
         self.pause: ForwardPause | None = None
@@ -61,10 +57,8 @@ class ForwardDebugController(QObject):
         self._show_source(pause)
         v.tensors.set_tensors(pause.variables)
         v.left_tabs.setCurrentWidget(v.tensors)
-        colour = new_colour(v.graph.theme()).name()
-        self.strip.setText(f"<b>Paused in forward</b> before line {pause.line}: {html.escape(pause.breadcrumb())}"
-                           f" &nbsp; <span style='color:{colour}'>\u25a0</span> {html.escape(pause.new_text())}")
-        self.strip.setToolTip(pause.status())
+        self.strip.set_text(f"Paused in forward: {pause.breadcrumb()}", pause.new_text(),
+                            new_colour(v.graph.theme()))
         self.strip.show()
         text = pause.status()
         v.step_log.set_status(text)

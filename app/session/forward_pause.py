@@ -76,12 +76,14 @@ class ForwardPause:
         return f"{nodes} added {since}"
 
     def status(self) -> str:
-        """The status bar's sentence: where, why, what grew and which keys go on."""
+        """The status bar's sentence: where, why, what grew and which keys go on (the frames are
+        the breadcrumb's)."""
         where = Path(self.file).name if self.file else "the script"
         reason = REASONS.get(self.event.reason, self.event.reason)
-        note = f" {self.event.note}." if self.event.note else ""
-        return (f"Paused in forward before line {self.line} of {where} ({reason}): {self.breadcrumb()}. "
-                f"Graph: {self.call.node_count or len(self.call.nodes)} nodes, {self.new_text()}.{note} "
+        note = f" {self.event.note.rstrip('.')}." if self.event.note else ""
+        nodes = len(self.call.nodes)
+        return (f"Paused in forward before line {self.line} of {where} ({reason}): {nodes} node"
+                f"{'' if nodes == 1 else 's'} in the graph, {self.new_text()}.{note} "
                 f"F10 steps over, F11 into, Ctrl+F11 out, F5 continues.")
 
 
