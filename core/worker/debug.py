@@ -23,14 +23,32 @@ STEP_BATCH_RUN_ON_S = 0.5  # while backward runs on (Continue): fewer, bigger ba
 
 
 class DebugPlan:
-    """Where a debug run pauses; changed from the command thread while the script runs."""
+    """Where a debug run pauses; changed from the command thread while the script runs.
 
-    def __init__(self, lines=(), pause_all: bool = True, skip_to: int | None = None):
+    ``lines`` pause at the backward calls made from them and, for the other lines, in forward before
+    the line runs (``core.worker.forward_pause``, the plan's ``forward``); ``pause_on_errors`` pauses in
+    forward before an in-place op that will break backward, ``to_nan`` at the first non-finite value
+    (forward: the op that made it; backward: the node it reaches). ``at_line``: the headless
+    ``step --at-line``, which pauses in forward only, once, without waiting."""
+
+    def __init__(self, lines=(), pause_all: bool = True, skip_to: int | None = None,
+                 pause_on_errors: bool = False, to_nan: bool = False, at_line: bool = False):
         self.lines = {int(x) for x in lines or ()}
         self.pause_all = pause_all
         self.skip_to = skip_to
+        self.pause_on_errors = pause_on_errors
+        self.to_nan = to_nan
+        self.at_line = at_line
+        self.nan_found = False  # backward's first non-finite gradient was paused at
         self.next_call = False  # pause at the next call whatever the breakpoints say
         self.free = False  # resume to the end: no more pauses
+        self.forward = None  # the run's core.worker.forward_pause.ForwardPauser, once the run starts
+
+    @classmethod
+    def from_run(cls, debug: dict) -> "DebugPlan":
+        """The plan of a ``run`` command's ``debug``."""
+        return cls(debug.get("lines"), debug.get("pause_all", True), debug.get("skip_to"),
+                   bool(debug.get("pause_on_errors")), bool(debug.get("to_nan")), bool(debug.get("at_line")))
 
     def update(self, cmd: dict) -> None:
         if "lines" in cmd:
@@ -39,9 +57,13 @@ class DebugPlan:
             self.pause_all = bool(cmd["pause_all"])
         if "skip_to" in cmd:
             self.skip_to = None if cmd["skip_to"] is None else int(cmd["skip_to"])
+        if "pause_on_errors" in cmd:
+            self.pause_on_errors = bool(cmd["pause_on_errors"])
+        if self.forward is not None:
+            self.forward.plan_changed()
 
     def pauses_at(self, index: int, line: int | None) -> bool:
-        if self.free:
+        if self.free or self.at_line:
             return False
         if self.next_call:
             self.next_call = False
@@ -67,6 +89,16 @@ class Stepping:
         if "t" in cmd:  # the app times this command's round trip: stamps echoed with the next pause
             self._hops = {"cmd": cmd["t"], "read": time.monotonic()}
         debug = self.debug
+        pauser = debug.forward if debug is not None else None
+        if pauser is not None and pauser.paused:  # paused in forward: the command is the pause's
+            if kind == "next_call":
+                debug.next_call = True
+            elif kind == "resume_all":
+                debug.free = True
+            pauser.command(kind, cmd)
+            return
+        if kind == "forward_step":  # not paused in forward (a late click): nothing to step
+            return
         if debug is not None and kind in ("next_call", "resume_all"):
             if kind == "next_call":
                 debug.next_call = True
@@ -89,6 +121,12 @@ class Stepping:
             stepper.pause()
         elif kind == "stop_step":
             stepper.stop()
+
+    def stop_forward(self) -> None:
+        """The run is cancelled: a forward pause ends it (the command thread)."""
+        debug = self.debug
+        if debug is not None and debug.forward is not None:
+            debug.forward.stop()
 
     def _on_step(self, index: int, record: dict) -> None:
         # Batched: Continue on 5,000 nodes sent 5,000 messages; a pause or the end flushes at once,
@@ -142,19 +180,26 @@ class Stepping:
 
     def _step_hook(self, capture, step: dict | None = None, debug: DebugPlan | None = None):
         """A call hook that runs backward calls under a BackwardStepper: call ``step['call']``
-        (a stepping run), or each call where ``debug`` pauses (a debug run)."""
-        from core.worker.stepper import BackwardStepper  # imported now: the script's run hides the app's modules
+        (a stepping run), or each call where ``debug`` pauses (a debug run, which also pauses in
+        forward: ``core.worker.forward_pause``, set up here before the script runs)."""
+        from core.worker.forward_pause import BackwardStepper, ForwardPauser, nonfinite  # now: a run hides core
 
         step = step or {}
         wanted = int(step.get("call", 0))
         free_run = step.get("mode") == "all"
         line_of = step.get("line")  # headless: step the first call made from this line
+        if debug is not None:
+            debug.forward = ForwardPauser(capture, debug, self.channel.send, headless=debug.at_line)
 
         def hook(index, api, roots, real):
             line = capture.hook_call[2] if capture.hook_call else None
+            nan_only = False  # stepped only to pause where a gradient first is not finite
             if debug is not None:
                 if not debug.pauses_at(index, line):
-                    return real()
+                    nan_only = debug.to_nan and not debug.nan_found and not debug.free \
+                        and capture.nan_check is not None and capture.nan_check.backward is None
+                    if not nan_only:
+                        return real()
             elif line_of is not None:
                 if line != int(line_of) or self._stepped:
                     return real()
@@ -162,20 +207,43 @@ class Stepping:
                 return real()
             self._stepped = True
             send = self.channel.send
-            before = capture.call_before()
+            began = [not nan_only]
+            held: list[dict] = []  # a NaN search's steps, sent if it pauses
+
+            def begin() -> None:
+                before = capture.call_before()
+                send(protocol.StepBegin(call=index, api=api, line=line, structure=before.structure,
+                                        leaves=leaf_digest(before), debug=debug is not None,
+                                        graph=call_to_dict(before)).to_dict())
+
+            def on_step(record: dict) -> None:
+                if began[0]:
+                    self._on_step(index, record)
+                else:
+                    held.append(record)
+
+            def on_pause(pending: dict) -> None:
+                if not began[0]:  # the first non-finite gradient: the call is shown from here
+                    began[0] = True
+                    debug.nan_found = True
+                    begin()
+                    for record in held:
+                        self._on_step(index, record)
+                    held.clear()
+                self._on_pause(index, pending)
+
             stepper = BackwardStepper(
                 roots,
                 real,
                 names=capture.names.name_of,
-                on_step=lambda record: self._on_step(index, record),
-                on_pause=lambda pending: self._on_pause(index, pending),
+                on_step=on_step,
+                on_pause=on_pause,
                 watch=[*(t for _, t in capture.names.named_tensors()), *live_retained()],
+                stop_when=nonfinite if debug is not None and debug.to_nan and not debug.nan_found else None,
             )
-            send(protocol.StepBegin(call=index, api=api, line=line, structure=before.structure,
-                                    leaves=leaf_digest(before), debug=debug is not None,
-                                    graph=call_to_dict(before)).to_dict())
-            del before
-            if free_run:
+            if began[0]:
+                begin()
+            if free_run or nan_only:
                 stepper.resume()
             self.stepper = stepper
             for early in self._early:
@@ -189,16 +257,21 @@ class Stepping:
                 hops, self._hops = getattr(self, "_hops", None), None
                 if hops is not None:
                     hops["ran"] = time.monotonic()
-                self._flush_steps(index)
+                if began[0]:
+                    self._flush_steps(index)
                 self.stepper = None
-                self._step_memory(index)
-                err = stepper.error
-                end = protocol.StepEnd(call=index, state=stepper.state.value,
-                                       error=None if err is None or stepper.state is protocol.StepperState.STOPPED
-                                       else {"type": type(err).__name__, "message": str(err)})
-                if hops is not None:
-                    hops["sent"] = time.monotonic()
-                    end.extra["hops"] = hops
-                send(end.to_dict())
+                if began[0]:
+                    self._end_step(index, stepper, hops)
 
         return hook
+
+    def _end_step(self, index: int, stepper, hops) -> None:
+        self._step_memory(index)
+        err = stepper.error
+        end = protocol.StepEnd(call=index, state=stepper.state.value,
+                               error=None if err is None or stepper.state is protocol.StepperState.STOPPED
+                               else {"type": type(err).__name__, "message": str(err)})
+        if hops is not None:
+            hops["sent"] = time.monotonic()
+            end.extra["hops"] = hops
+        self.channel.send(end.to_dict())

@@ -127,6 +127,7 @@ class Worker(Stepping):
                 self.cancelled = True
                 if self.stepper is not None:
                     self.stepper.stop()
+                self.stop_forward()  # a pause in forward ends the run itself
                 if self.running:
                     _thread.interrupt_main()
                 continue
@@ -243,7 +244,7 @@ class Worker(Stepping):
                 self._stepped = False
                 if cmd.get("debug") is not None:
                     d = cmd["debug"]
-                    self.debug = DebugPlan(d.get("lines"), d.get("pause_all", True), d.get("skip_to"))
+                    self.debug = DebugPlan.from_run(d)
                     capture.call_hook = self._step_hook(capture, debug=self.debug)
                 elif cmd.get("step"):
                     capture.call_hook = self._step_hook(capture, cmd["step"])

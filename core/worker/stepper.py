@@ -109,6 +109,7 @@ class BackwardStepper:
         on_pause: Callable[[dict], None] | None = None,
         watch: Iterable[torch.Tensor] = (),
         value_budget: int = VALUE_BUDGET,
+        stop_when: Callable[[tuple], bool] | None = None,
     ):
         self.roots = list(roots)
         self.real = real
@@ -117,6 +118,9 @@ class BackwardStepper:
         self.on_pause = on_pause
         self.watch = [t for t in watch if isinstance(t, torch.Tensor)]
         self.value_budget = value_budget
+        # While running on: pause before the first node whose incoming gradients this is true of
+        # (a debug run's Run to First NaN/Inf).
+        self.stop_when = stop_when
         self.steps: list[dict] = []
         self.state = StepperState.IDLE
         self.error: BaseException | None = None
@@ -257,6 +261,9 @@ class BackwardStepper:
         name = node_name(node)
 
         def hook(grad_outputs):
+            if self.stop_when is not None and self._free and self.stop_when(grad_outputs):
+                with self._cond:
+                    self._free, self.stop_when = False, None
             light = self._running_on()
             record = {"index": len(self.steps), "node": nid, "name": name,
                       "grad_outputs": [self._values(g, light) for g in grad_outputs]}

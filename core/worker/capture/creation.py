@@ -46,6 +46,8 @@ class _CreationMode(TorchFunctionMode):
         caller = sys._getframe(1)
         site = caller.f_back if caller.f_code is _HANDLE_CODE else caller
         call = _call_sites.get((site.f_code, site.f_lineno)) or _call_at(site)
+        if self.capture.before_op is not None:  # a debug run pauses before an in-place op that breaks backward
+            self.capture.before_op(func, args, site)
         try:
             out = call(func, args, kwargs or {})
         except RuntimeError as exc:
@@ -154,6 +156,10 @@ def clear_call_sites() -> None:
 
 class CreationTags:
     """The per-op half of a capture (mixed into ``core.worker.capture.recorder.Capture``)."""
+
+    # Called with (func, args, calling frame) before each op of the script, where set
+    # (``core.worker.forward_pause``: pause on autograd errors).
+    before_op: Callable | None = None
 
     def tag(self, t: torch.Tensor, args=(), op: str = "", caller=None) -> None:
         """Tag the node that made ``t`` (once: a node is tagged by the op that created it).

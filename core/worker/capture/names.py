@@ -65,6 +65,8 @@ class NameTable:
         # A notebook names every module's parameters through its variable (model.2.weight): its
         # namespace outlives any one model, and the variable is how its cells refer to the model.
         self.notebook = is_notebook(script_path)
+        # frame -> its local tracer with line events on, or None: set while a debug run may pause on a line
+        self.line_tracer = None
 
     # -- which frames are the user's ------------------------------------------------------
     def is_user_file(self, filename: str) -> bool:
@@ -109,10 +111,15 @@ class NameTable:
         user = self._user_files.get(code.co_filename)
         if user is None:
             user = self.is_user_file(code.co_filename)
-        # Comprehensions and generator expressions (<genexpr>, <listcomp>) hold loop variables only.
-        if user and event == "call" and not code.co_name.startswith("<"):
-            frame.f_trace_lines = False
-            return self._local_tracer
+        if user and event == "call":
+            if self.line_tracer is not None:  # a debug run's breakpoints and steps (core.worker.forward_pause)
+                local = self.line_tracer(frame)
+                if local is not None:
+                    return local
+            # Comprehensions and generator expressions (<genexpr>, <listcomp>) hold loop variables only.
+            if not code.co_name.startswith("<"):
+                frame.f_trace_lines = False
+                return self._local_tracer
         return None
 
     def untraced_import(self, real_import):

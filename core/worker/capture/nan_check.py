@@ -146,6 +146,9 @@ class NanCheck:
         self._mode: _NanMode | None = None
         self._handles: dict[int, list] = {}  # call index -> its nodes' hook handles
         self._lock = threading.Lock()  # the engine may run nodes on device threads
+        # Called with (record, output, frame) once the first non-finite output is found (a debug run's
+        # Run to First NaN/Inf pauses there: core.worker.forward_pause).
+        self.on_found = None
 
     # -- forward --------------------------------------------------------------------------------
     def enter(self, capture, module_stack: list) -> None:
@@ -184,6 +187,8 @@ class NanCheck:
         except Exception:  # a view made under no_grad and changed in place since: it has no readable node
             pass
         self.forward = record
+        if self.on_found is not None:
+            self.on_found(record, out, frame)
 
     # -- backward -------------------------------------------------------------------------------
     def watch(self, index: int, order: list, ids: dict) -> None:

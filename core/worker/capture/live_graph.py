@@ -1,0 +1,121 @@
+"""The autograd graph alive at a forward pause, read as a call is (worker side, imports torch).
+
+A debug run paused in forward (``core.worker.forward_pause``) shows what ``c = a + b`` has built so
+far: every grad_fn node reachable from the tensors the paused frames can reach (their locals, the
+globals, lists of tensors, the parameters, buffers and tensor attributes of the modules they hold),
+with the AccumulateGrad node of every leaf that requires grad, in the trace format (a ``CallInfo`` of
+api "live", id ``live<pause>``). Its tensors are every named live tensor, requires_grad or not.
+
+Each node is stamped with the number of the pause that first saw it (``metadata["bps_pause"]``), so
+the nodes made since the previous pause are known. Reading changes nothing of the run: no grad is
+read, no op of the script's modes runs, and no tensor or node is held once the call is built (the
+name table is released as ``call_before`` releases it).
+"""
+
+from __future__ import annotations
+
+from types import FrameType
+
+import torch
+
+from core.model.trace import CallInfo, paused_gc
+from core.worker.capture.names import untraced
+from core.worker.capture.node_graph import grad_fn_of, label_nodes, number_nodes
+from core.worker.capture.snapshot import Snapshotter
+
+LIVE_API = "live"
+PAUSE_MARK = "bps_pause"  # node metadata: the pause that first saw the node
+MAX_ATTRS = 256  # tensor attributes read per module (a module holding a list of thousands is rare)
+
+
+def gradient_node(t: torch.Tensor):
+    """The node a gradient for ``t`` reaches: its grad_fn, or a leaf's AccumulateGrad (None when
+    it requires no grad)."""
+    fn = grad_fn_of(t)
+    if fn is not None:
+        return fn
+    try:
+        if t.requires_grad and t.is_leaf:
+            return torch.autograd.graph.get_gradient_edge(t).node
+    except Exception:  # a tensor subclass of the script's whose attributes raise
+        pass
+    return None
+
+
+def module_attr_tensors(frames: list[FrameType], module_paths: dict[int, str], named) -> list[tuple[str, torch.Tensor]]:
+    """Tensors held as plain attributes (``self.cache = h``) of the modules whose ``forward`` the
+    paused frames run, named by the module's path; parameters and buffers are named already."""
+    out = []
+    for frame in frames:
+        owner = frame.f_locals.get("self")
+        if not issubclass(type(owner), torch.nn.Module):
+            continue
+        path = module_paths.get(id(owner)) or "self"
+        try:
+            items = list(vars(owner).items())[:MAX_ATTRS]
+        except TypeError:
+            continue
+        for attr, value in items:
+            if issubclass(type(value), torch.Tensor) and value._cdata not in named:
+                out.append((f"{path}.{attr}", value))
+    return out
+
+
+def live_call(capture, frames: list[FrameType], pause: int, extra=()) -> tuple[CallInfo, list[str]]:
+    """The graph alive in ``frames`` (the script's frames, innermost first) as a call, and the ids of
+    its nodes first seen at this pause. ``extra``: (name, tensor) pairs that no variable holds yet
+    (the output of the op a NaN pause stopped after)."""
+    names = capture.names
+    with torch._C.DisableTorchFunction(), paused_gc(), untraced():
+        names.refresh(frames)
+        try:
+            return _read(capture, names, frames, pause, extra)
+        finally:
+            names.release()
+
+
+def _read(capture, names, frames, pause, extra) -> tuple[CallInfo, list[str]]:
+    tensors = names.named_tensors()
+    named = {t._cdata for _, t in tensors}
+    attrs = module_attr_tensors(frames, names.module_paths, named)
+    extra = [(n, t) for n, t in extra if isinstance(t, torch.Tensor) and t._cdata not in named]
+    labels = {t._cdata: n for n, t in attrs + extra}
+
+    def name_of(t):
+        return names.name_of(t) or labels.get(t._cdata)
+
+    everything = tensors + attrs + extra
+    candidates, seen = [], set()
+    for _, t in everything:
+        fn = gradient_node(t)
+        if fn is not None and id(fn) not in seen:
+            seen.add(id(fn))
+            candidates.append(fn)
+    snap = Snapshotter(name_of, names.module_paths, capture.inplace, origin=capture.cuts.origin)
+    nodes, ids, structure, roots, new = [], {}, "", [], []
+    if candidates:
+        order = number_nodes(candidates)[0]
+        children = {id(fn) for node in order for fn, _ in node.next_functions if fn is not None}
+        roots = [fn for fn in candidates if id(fn) not in children]
+        nodes, ids, structure = snap.walk(roots)
+        for node in snap.walked:
+            try:
+                md = node.metadata
+            except Exception:
+                continue
+            if PAUSE_MARK not in md:
+                md[PAUSE_MARK] = pause
+            if md[PAUSE_MARK] == pause:
+                new.append(ids[id(node)])
+        del order, children
+    for _, t in everything:
+        snap.tensor_id(t)
+    infos = snap.finish_tensors(ids, read_grads=False)
+    nodes = label_nodes(nodes, infos)
+    root_ids = [ids[id(r)] for r in roots]
+    snap.release(ids)
+    snap.objects = {}
+    call = CallInfo(id=f"live{pause}", index=pause, api=LIVE_API, line=None, roots=root_ids, nodes=nodes,
+                    tensors=infos, storages=snap.finish_storages(infos), structure=structure,
+                    node_count=len(nodes), edge_count=sum(1 for n in nodes for e in n.next if e is not None))
+    return call, new

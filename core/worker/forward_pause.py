@@ -1,0 +1,390 @@
+"""Pausing a debug run in forward, before a line of the script runs (worker side, imports torch).
+
+``c = a + b`` adds a node to the graph while the code runs; a breakpoint on any line of the script
+pauses the script's thread *before* that line, sends ``forward_paused`` with the graph alive there
+(``core.worker.capture.live_graph``) and waits for the command thread: ``forward_step`` (over, into,
+out), ``continue``, ``next_call``, ``resume_all``, ``stop_step`` or a cancel.
+
+Python 3.11 has no ``sys.monitoring``, so this builds on the capture's own ``sys.settrace`` tracer
+(``core.worker.capture.names.NameTable.tracer``), which keeps line events off for speed: for each new
+frame of the script's own files it asks ``ForwardPauser.on_call``, which turns line events on only for
+code objects that hold a breakpoint line (``co_lines``) and, while stepping, for the frames a step can
+stop in. At a pause every frame of the script's stack gets the line tracer (``f_trace``), as pdb sets
+it, so Step Over can stop in the caller once the frame returns. Torch's and the app's frames are never
+traced: the name tracer gives them no local tracer. Without breakpoints and stepping ``on_call`` is not
+installed at all, and the run costs what it did.
+
+A breakpoint on a line whose statement calls ``.backward(`` or ``autograd.grad(`` keeps pausing at the
+backward call (``core.worker.debug``), not in forward: those lines are found with ``ast``.
+
+Two pauses come from the ops instead of the lines, from the capture's modes: "pause on autograd errors"
+(an in-place op on a leaf that requires grad, or on a tensor a live node saved for backward, paused
+before it runs) and "run to the first NaN/Inf" (right after the first op whose output is not finite).
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+import sys
+import threading
+from pathlib import Path
+from types import CodeType, FrameType
+
+import torch
+
+from core.model.trace_json import call_to_dict
+from core.protocol import messages as protocol
+from core.worker.capture.live_graph import live_call
+from core.worker.capture.nan_check import _finite, op_name
+from core.worker.capture.names import OP_FRAME, untraced
+from core.worker.capture.node_graph import node_name, number_nodes, saved_attr_names, version_of
+from core.worker.interrupts import INTERRUPTS
+from core.worker.stepper import BackwardStepper, StepperStopped
+
+__all__ = ["BackwardStepper", "ForwardPauser", "backward_lines", "nonfinite"]
+
+log = logging.getLogger(__name__)
+STEP_KINDS = ("over", "into", "out")
+
+
+def nonfinite(grads) -> bool:
+    """Whether any of a node's incoming gradients holds a NaN or an infinity (the backward stepper's
+    stop for Run to First NaN/Inf)."""
+    with torch._C.DisableTorchFunction():
+        return any(isinstance(g, torch.Tensor) and not _finite(g) for g in grads)
+
+
+def backward_lines(source: str) -> frozenset[int]:
+    """The lines of every statement that calls ``.backward(``, ``autograd.grad(`` or
+    ``autograd.backward(``: a breakpoint there pauses at the backward call, not in forward."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return frozenset()
+    lines: set[int] = set()
+    for stmt in ast.walk(tree):
+        if not isinstance(stmt, ast.stmt) or isinstance(stmt, _COMPOUND):
+            continue
+        if any(_is_backward_call(n) for n in ast.walk(stmt)):
+            lines.update(range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1))
+    return frozenset(lines)
+
+
+_COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.FunctionDef,
+             ast.AsyncFunctionDef, ast.ClassDef) + ((ast.Match,) if hasattr(ast, "Match") else ())
+
+
+def _is_backward_call(node) -> bool:
+    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+        return False
+    attr = node.func.attr
+    if attr == "backward":
+        return True
+    owner = node.func.value
+    return attr == "grad" and ((isinstance(owner, ast.Name) and owner.id == "autograd")
+                               or (isinstance(owner, ast.Attribute) and owner.attr == "autograd"))
+
+
+class ForwardPauser:
+    """The forward half of a debug run: where it pauses in forward, and the pause itself.
+
+    ``plan`` is the run's ``core.worker.debug.DebugPlan`` (its ``lines`` change from the command
+    thread); ``send`` sends a message. ``headless``: each pause is sent and the run goes on to its end
+    without waiting (``main.py step --at-line``)."""
+
+    def __init__(self, capture, plan, send, headless: bool = False):
+        self.capture = capture
+        self.names = capture.names
+        self.plan = plan
+        self.send = send
+        self.headless = headless
+        self.script = capture.script
+        try:
+            source = Path(self.script).read_text(encoding="utf-8") if self.script.endswith(".py") else ""
+        except (OSError, UnicodeDecodeError):
+            source = ""
+        # Headless, the line asked for pauses in forward even where it calls backward.
+        self.backward = frozenset() if headless else backward_lines(source)
+        self.pauses = 0
+        self.mode: str | None = None  # stepping: over | into | out
+        self.target: FrameType | None = None  # the frame Step Over / Out is about
+        self._lines_of: dict[CodeType, frozenset[int]] = {}
+        self._source_lines = None
+        self._lines: frozenset[int] = frozenset()
+        self._cond = threading.Condition()
+        self._paused = False
+        self._reply: tuple | None = None
+        self._in_op = False  # pausing from an op's mode: no second pause from the ops it runs
+        self.refresh()
+        capture.before_op = self.before_op if plan.pause_on_errors else None
+        check = getattr(capture, "nan_check", None)
+        if plan.to_nan and check is not None:
+            check.on_found = self.on_nan
+
+    # -- which frames are traced -------------------------------------------------------------
+    def forward_lines(self) -> frozenset[int]:
+        """The breakpoint lines that pause in forward (the plan's lines less the backward ones)."""
+        lines = self.plan.lines
+        if lines is not self._source_lines:  # replaced whole by the command thread
+            self._source_lines = lines
+            self._lines = frozenset(lines) - self.backward
+        return self._lines
+
+    def refresh(self) -> None:
+        """Trace new frames for lines only while a breakpoint or a step may stop in one."""
+        wanted = not self.plan.free and (bool(self.forward_lines()) or self.mode is not None)
+        self.names.line_tracer = self.on_call if wanted else None
+
+    def _code_lines(self, code: CodeType) -> frozenset[int]:
+        found = self._lines_of.get(code)
+        if found is None:
+            found = self._lines_of[code] = frozenset(line for _, _, line in code.co_lines() if line is not None)
+        return found
+
+    def on_call(self, frame: FrameType):
+        """The name tracer's question for each new frame of the script's files: its local tracer with
+        line events on, or None (the name tracer's own, lines off)."""
+        code = frame.f_code
+        name = code.co_name
+        if name.startswith("<") and name != "<module>":  # comprehensions, and the capture's op frames
+            return None
+        if self.mode == "into" or (code.co_filename == self.script
+                                   and not self._code_lines(code).isdisjoint(self.forward_lines())):
+            frame.f_trace_lines = True
+            return self.local
+        return None
+
+    def local(self, frame: FrameType, event: str, arg):
+        if event == "line":
+            if self.plan.free:
+                frame.f_trace_lines = False
+                return self.local
+            reason = self._stops(frame)
+            if reason is not None:
+                self.pause(frame, reason)
+        elif event == "return":
+            if frame is self.target:
+                self._returned(frame)
+            if not frame.f_code.co_name.startswith("<"):
+                self.names._local_tracer(frame, event, arg)  # the names of its locals, as without lines
+        return self.local
+
+    def _stops(self, frame: FrameType) -> str | None:
+        mode = self.mode
+        if mode == "into" or (mode == "over" and frame is self.target):
+            return "step"
+        if frame.f_code.co_filename == self.script and frame.f_lineno in self.forward_lines():
+            return "breakpoint"
+        return None
+
+    def _returned(self, frame: FrameType) -> None:
+        """The frame a Step Over / Out is about returns: the step stops at its caller's next line."""
+        caller = self._user_caller(frame)
+        self.target = caller
+        if caller is None:
+            self.mode = None
+            self.refresh()
+            return
+        self.mode = "over"
+        caller.f_trace = self.local
+        caller.f_trace_lines = True
+
+    def _user_caller(self, frame: FrameType) -> FrameType | None:
+        f = frame.f_back
+        while f is not None:
+            if self.names.is_user_file(f.f_code.co_filename) and f.f_code.co_name != OP_FRAME:
+                return f
+            f = f.f_back
+        return None
+
+    # -- the pause -----------------------------------------------------------------------------
+    def pause(self, frame: FrameType, reason: str, note: str = "", extra=()) -> None:
+        """Pause the script's thread before ``frame``'s current line; returns when it may go on."""
+        self.mode, self.target = None, None
+        self.pauses += 1
+        frames = self.names.user_frames(frame)
+        for f in frames:  # Step Over and Out stop in these frames once the inner ones return
+            f.f_trace = self.local
+            f.f_trace_lines = True
+        with self._cond:
+            self._paused, self._reply = not self.headless, None
+        try:
+            self._send(frame, frames, reason, note, extra)
+        except Exception:
+            log.exception("reading the graph at a forward pause failed")
+        if self.headless:
+            self.plan.free = True
+            self.refresh()
+            return
+        with self._cond:
+            while self._reply is None:
+                self._cond.wait()
+            kind, arg = self._reply
+            self._reply, self._paused = None, False
+        self._go(kind, arg, frame)
+
+    def _send(self, frame, frames, reason, note, extra) -> None:
+        call, new = live_call(self.capture, frames, self.pauses, extra)
+        graph = call_to_dict(call)
+        del call
+        stack = [{"function": f.f_code.co_name, "line": f.f_lineno, "file": f.f_code.co_filename,
+                  "module": self._module_of(f)} for f in reversed(frames)]
+        module = next((s["module"] for s in reversed(stack) if s["module"] is not None), None)
+        if module is None and self.capture._module_stack:
+            module = self.names.module_paths.get(self.capture._module_stack[-1])
+        self.send(protocol.ForwardPaused(pause=self.pauses, line=frame.f_lineno, file=frame.f_code.co_filename,
+                                         function=frame.f_code.co_name, stack=stack, module=module, reason=reason,
+                                         graph=graph, new=new, note=note).to_dict())
+
+    def _module_of(self, frame: FrameType) -> str | None:
+        """The nn.Module path whose method ``frame`` runs (the variable's name for the script's one model)."""
+        owner = frame.f_locals.get("self")
+        if not issubclass(type(owner), torch.nn.Module):
+            return None
+        path = self.names.module_paths.get(id(owner))
+        if path:
+            return path
+        for name, value in list(self.names.globals.items()):
+            if value is owner and type(name) is str and not name.startswith("_"):
+                return name
+        return type(owner).__name__
+
+    def _go(self, kind: str, arg, frame: FrameType) -> None:
+        if kind == "stop":
+            raise StepperStopped(f"stopped at line {frame.f_lineno}")
+        if kind == "cancel":
+            INTERRUPTS.fired = True  # this is the run's one KeyboardInterrupt: the Stop's own is dropped
+            raise KeyboardInterrupt
+        if kind == "step":
+            self.mode = arg if arg in STEP_KINDS else "over"
+            self.target = frame
+        self.refresh()
+
+    # -- the command thread --------------------------------------------------------------------
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def command(self, kind: str, cmd: dict) -> bool:
+        """A debug command while paused in forward (False: not paused, the command is not for it)."""
+        replies = {"forward_step": ("step", cmd.get("kind", "over")), "continue": ("go", None),
+                   "next_call": ("go", None), "resume_all": ("go", None), "stop_step": ("stop", None)}
+        if kind not in replies:
+            return self._paused
+        return self._answer(*replies[kind])
+
+    def stop(self) -> None:
+        """The run is cancelled: a pause ends it with KeyboardInterrupt."""
+        self._answer("cancel", None)
+
+    def _answer(self, kind: str, arg) -> bool:
+        with self._cond:
+            if not self._paused or self._reply is not None:
+                return False
+            self._reply = (kind, arg)
+            self._cond.notify_all()
+            return True
+
+    def plan_changed(self) -> None:
+        """The breakpoints changed (command thread): frames already running that hold a new line get
+        the line tracer, as pdb sets it on the stack."""
+        self.capture.before_op = self.before_op if self.plan.pause_on_errors else None
+        self.refresh()
+        main = threading.main_thread().ident
+        frame = sys._current_frames().get(main)
+        lines = self.forward_lines()
+        while frame is not None and lines:
+            code = frame.f_code
+            if code.co_filename == self.script and not self._code_lines(code).isdisjoint(lines) \
+                    and frame.f_trace is not self.local:
+                frame.f_trace = self.local
+                frame.f_trace_lines = True
+            frame = frame.f_back
+        del frame
+
+    # -- pauses from the ops ----------------------------------------------------------------------
+    def before_op(self, func, args, site) -> None:
+        """Before each op of the script (the capture's mode): an in-place op that will break backward
+        pauses at its line first."""
+        if self._in_op or self.plan.free or not args or not isinstance(args[0], torch.Tensor):
+            return
+        name = getattr(func, "__name__", "")
+        if not ((name.endswith("_") and not name.endswith("__")) or name == "__setitem__"
+                or name.startswith("__i")):
+            return
+        with torch._C.DisableTorchFunction(), untraced():
+            note = self._inplace_note(args[0], op_name(func), site)
+        if note:
+            self._pause_in_op(site, "inplace", note)
+
+    def _inplace_note(self, t: torch.Tensor, op: str, site) -> str:
+        if t.requires_grad and t.is_leaf and torch.is_grad_enabled():
+            who = self._name(t, site) or "a leaf"
+            return (f"{who} is a leaf that requires grad; the in-place {op} on it raises "
+                    f"'a leaf Variable that requires grad is being used in an in-place operation' "
+                    f"(version {version_of(t)})")
+        saver = self._saved_by(t, site)
+        if saver is None:
+            return ""
+        who = self._name(t, site) or "the tensor"
+        node, version = saver
+        return (f"{who} was saved by {node} at version {version}; the in-place {op} makes it version "
+                f"{version + 1}: backward will fail")
+
+    def _name(self, t, site) -> str | None:
+        frame = site
+        while frame is not None:
+            if self.names.is_user_file(frame.f_code.co_filename) and frame.f_code.co_name != OP_FRAME:
+                scopes = [frame.f_locals] if frame.f_code.co_name != "<module>" else []
+                for scope in scopes + [self.names.globals]:
+                    for key, value in list(scope.items()):
+                        if value is t and type(key) is str:
+                            return key
+            frame = frame.f_back
+        return None
+
+    def _saved_by(self, t: torch.Tensor, site) -> tuple[str, int] | None:
+        """(node name, version) of a live node that saved ``t``'s data for backward, if one did."""
+        try:
+            ptr = t.untyped_storage().data_ptr()
+        except Exception:
+            return None
+        if not ptr:
+            return None
+        roots = self.names.graph_roots(self.names.user_frames(site))
+        if not roots:
+            return None
+        nodes = number_nodes(roots)[0]
+        del roots
+        for node in nodes:
+            for attr in saved_attr_names(node):
+                try:
+                    value = getattr(node, attr)
+                except Exception:  # freed by a backward, or stale already
+                    continue
+                for v in value if isinstance(value, (list, tuple)) else (value,):
+                    if isinstance(v, torch.Tensor) and v.untyped_storage().data_ptr() == ptr:
+                        return node_name(node), version_of(v)
+        return None
+
+    def on_nan(self, record: dict, out, frame) -> None:
+        """The NaN/Inf check found the first non-finite output (just after its op ran)."""
+        if self.plan.free:  # the check finds one op per run: this is the only pause it makes
+            return
+        bad = [f"{record.get(k)} {w}" for k, w in (("nan", "NaN"), ("posinf", "+inf"), ("neginf", "-inf"))
+               if record.get(k)]
+        note = (f"{record.get('text') or record.get('op')} made the first non-finite values: "
+                f"{', '.join(bad)} of {record.get('numel')}")
+        self._pause_in_op(frame, "nan", note, extra=[(f"{record.get('op')} output", out)])
+
+    def _pause_in_op(self, site, reason: str, note: str, extra=()) -> None:
+        frames = self.names.user_frames(site)
+        if not frames:
+            return
+        self._in_op = True
+        try:
+            self.pause(frames[0], reason, note, extra)
+        finally:
+            self._in_op = False
+

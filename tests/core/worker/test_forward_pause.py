@@ -1,0 +1,313 @@
+"""Debug runs pause in forward: before a breakpoint's line, with the graph alive there.
+
+Every test drives a real worker (``core.client.handle.WorkerClient``); every wait has a timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import psutil
+import pytest
+
+from core.client.handle import WorkerClient
+from core.model.trace_json import call_from_dict
+from core.protocol.messages import StepperState
+from core.worker.forward_pause import backward_lines
+
+WAIT_S = 90.0
+EXAMPLES = Path(__file__).resolve().parents[3] / "resources" / "examples"
+
+SMALL = """\
+import torch
+a = torch.tensor([1., 2.], requires_grad=True)
+b = a * 2
+c = b + 1
+c.sum().backward()
+print("GRAD", a.grad.tolist())
+"""
+
+MODEL = """\
+import torch
+from torch import nn
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(2, 2)
+    def forward(self, x):
+        h = self.fc(x)
+        return h.relu()
+model = Net()
+x = torch.ones(1, 2)
+out = model(x)
+out.sum().backward()
+"""
+
+DETACH = """\
+import torch
+a = torch.tensor([1., 2.], requires_grad=True)
+b = a * 2
+c = b.detach() * a
+c.sum().backward()
+"""
+
+
+class Driver:
+    def __init__(self):
+        self.events: queue.Queue = queue.Queue()
+        self.client = WorkerClient(self.events.put, prestart=False)
+        self.pid = None  # the worker's, from its hello
+
+    def wait(self, *kinds: str):
+        while True:
+            event = self.events.get(timeout=WAIT_S)
+            if event.kind == "hello":
+                self.pid = event.pid
+            if event.kind in kinds:
+                return event
+
+    def close(self):
+        self.client.close()
+
+
+@pytest.fixture
+def driver():
+    d = Driver()
+    yield d
+    d.close()
+
+
+def write(tmp_path, text, name="script.py"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return str(path)
+
+
+def names(graph) -> list[str]:
+    return sorted(n.name for n in graph.nodes)
+
+
+def test_backward_lines_are_found_with_ast():
+    src = "import torch\nx = 1\nloss.backward()\ny = torch.autograd.grad(\n  z, w)\nautograd.backward([l])\nq = 2\n"
+    assert backward_lines(src) == {3, 4, 5, 6}
+
+
+@pytest.mark.slow
+def test_breakpoint_pauses_before_its_line_with_the_live_graph(driver, tmp_path):
+    script = write(tmp_path, SMALL)
+    driver.client.run(script, debug={"lines": [4, 5], "pause_all": False})
+    paused = driver.wait("forward_paused")
+    assert (paused.pause, paused.line, paused.reason, paused.function) == (1, 4, "breakpoint", "<module>")
+    assert paused.file == str(Path(script).resolve())
+    graph = call_from_dict(paused.graph)
+    assert graph.api == "live" and graph.id == "live1"
+    assert names(graph) == ["AccumulateGrad", "MulBackward0"]  # c = b + 1 has not run
+    leaf = next(n for n in graph.nodes if n.name == "AccumulateGrad")
+    assert next(t for t in graph.tensors if t.id == leaf.variable).name == "a"
+    tensors = {t.name: t for t in graph.tensors if t.name}
+    assert set(tensors) == {"a", "b"}
+    assert tensors["b"].values.data == [2.0, 4.0] and tensors["b"].grad_fn is not None
+    assert tensors["a"].requires_grad and tensors["a"].is_leaf and tensors["a"].grad is None
+    assert sorted(paused.new) == sorted(n.id for n in graph.nodes)  # the first pause: all new
+
+    driver.client.control("forward_step", kind="over")
+    stepped = driver.wait("forward_paused")
+    assert (stepped.pause, stepped.line, stepped.reason) == (2, 5, "step")
+    graph2 = call_from_dict(stepped.graph)
+    assert names(graph2) == ["AccumulateGrad", "AddBackward0", "MulBackward0"]
+    add = next(n for n in graph2.nodes if n.name == "AddBackward0")
+    assert stepped.new == [add.id]
+    assert {t.name: t.values.data for t in graph2.tensors if t.name} == {"a": [1.0, 2.0], "b": [2.0, 4.0],
+                                                                           "c": [3.0, 5.0]}
+
+    driver.client.control("continue")
+    begin = driver.wait("step_begin")  # line 5 calls backward: it pauses there, as before
+    assert begin.line == 5 and begin.debug
+    assert [n.name for n in call_from_dict(begin.graph).nodes] == [
+        "SumBackward0", "AddBackward0", "MulBackward0", "AccumulateGrad"]
+    seen = []
+    while True:
+        event = driver.wait("step_paused", "step_end")
+        if event.kind == "step_end":
+            break
+        seen.append(event.pending["name"])
+        driver.client.control("step", count=1)
+    assert seen == ["SumBackward0", "AddBackward0", "MulBackward0", "AccumulateGrad"]
+    assert event.state == StepperState.FINISHED
+    result = driver.wait("finished").result
+    assert result.trace.error is None
+    assert "GRAD [2.0, 2.0]" in result.output
+
+
+@pytest.mark.slow
+def test_breakpoint_in_forward_of_a_module_and_step_into(driver, tmp_path):
+    script = write(tmp_path, MODEL)
+    driver.client.run(script, debug={"lines": [8], "pause_all": False})
+    paused = driver.wait("forward_paused")
+    assert (paused.line, paused.function, paused.module) == (8, "forward", "model")
+    assert [(s["function"], s["line"], s["module"]) for s in paused.stack] == [("<module>", 12, None),
+                                                                              ("forward", 8, "model")]
+    tensors = {t.name for t in call_from_dict(paused.graph).tensors}
+    assert {"x", "fc.weight", "fc.bias"} <= tensors  # the script's one model names its parameters by path
+    driver.client.control("continue")
+    driver.wait("finished")
+
+    driver.client.run(script, debug={"lines": [12], "pause_all": False})
+    paused = driver.wait("forward_paused")
+    assert (paused.line, paused.function) == (12, "<module>")
+    seen = []
+    for _ in range(3):
+        driver.client.control("forward_step", kind="into")
+        step = driver.wait("forward_paused")
+        seen.append((step.function, step.line, Path(step.file).name))
+    # into forward, never into torch's Module.__call__ or nn.Linear
+    assert seen == [("forward", 8, "script.py"), ("forward", 9, "script.py"), ("<module>", 13, "script.py")]
+    assert names(call_from_dict(step.graph)) == ["AccumulateGrad", "AccumulateGrad", "AddmmBackward0",
+                                                  "ReluBackward0", "TBackward0"]
+    driver.client.control("resume_all")
+    result = driver.wait("finished").result
+    assert result.trace.error is None and result.trace.call_count == 1
+
+
+@pytest.mark.slow
+def test_step_out_returns_to_the_callers_next_line(driver, tmp_path):
+    script = write(tmp_path, MODEL)
+    driver.client.run(script, debug={"lines": [8], "pause_all": False})
+    driver.wait("forward_paused")
+    driver.client.control("forward_step", kind="out")
+    out = driver.wait("forward_paused")
+    assert (out.function, out.line, out.reason) == ("<module>", 13, "step")
+    assert "ReluBackward0" in names(call_from_dict(out.graph))
+    driver.client.control("continue")
+    assert driver.wait("finished").result.trace.error is None
+
+
+@pytest.mark.slow
+def test_pause_on_errors_stops_before_the_inplace_op(driver, tmp_path):
+    script = str(EXAMPLES / "08_inplace_error.py")
+    driver.client.run(script, debug={"lines": [], "pause_all": False, "pause_on_errors": True})
+    paused = driver.wait("forward_paused")
+    assert (paused.line, paused.reason) == (12, "inplace")
+    assert paused.note == ("b was saved by SigmoidBackward0 at version 0; the in-place mul_ makes it "
+                           "version 1: backward will fail")
+    graph = call_from_dict(paused.graph)
+    assert names(graph) == ["AccumulateGrad", "SigmoidBackward0"]
+    b = next(t for t in graph.tensors if t.name == "b")
+    assert b.version == 0  # the op has not run yet
+    driver.client.control("continue")
+    result = driver.wait("finished").result
+    assert result.trace.error is not None and "inplace operation" in result.trace.error.message
+
+
+@pytest.mark.slow
+def test_pause_on_errors_stops_before_an_inplace_op_on_a_leaf(driver, tmp_path):
+    script = write(tmp_path, "import torch\nw = torch.ones(2, requires_grad=True)\nw.add_(1)\n")
+    driver.client.run(script, debug={"lines": [], "pause_all": False, "pause_on_errors": True})
+    paused = driver.wait("forward_paused")
+    assert (paused.line, paused.reason) == (3, "inplace")
+    assert paused.note.startswith("w is a leaf that requires grad; the in-place add_ on it raises")
+    driver.client.control("continue")
+    result = driver.wait("finished").result
+    assert result.trace.error.type == "RuntimeError" and "leaf Variable" in result.trace.error.message
+
+
+@pytest.mark.slow
+def test_stop_while_paused_in_forward_ends_the_worker(driver, tmp_path):
+    script = write(tmp_path, SMALL)
+    driver.client.run(script, debug={"lines": [3], "pause_all": False})
+    driver.wait("forward_paused")
+    worker = psutil.Process(driver.pid)
+    driver.client.cancel()
+    result = driver.wait("finished").result
+    assert result.trace.error is not None and result.trace.error.kind == "cancelled"
+    assert result.trace.error.message == "stopped by you at line 3"
+    worker.wait(timeout=WAIT_S)  # the worker process exits: nothing is left behind
+    assert not worker.is_running()
+
+
+@pytest.mark.slow
+def test_stop_step_while_paused_in_forward_ends_the_run(driver, tmp_path):
+    script = write(tmp_path, SMALL)
+    driver.client.run(script, debug={"lines": [3], "pause_all": False})
+    driver.wait("forward_paused")
+    driver.client.control("stop_step")
+    result = driver.wait("finished").result
+    assert result.trace.error is not None and result.trace.error.kind == "cancelled"
+    assert "GRAD" not in result.output
+
+
+@pytest.mark.slow
+def test_stepping_over_a_detach_line_adds_the_cut_stub(driver, tmp_path):
+    script = write(tmp_path, DETACH)
+    driver.client.run(script, debug={"lines": [4], "pause_all": False})
+    before = call_from_dict(driver.wait("forward_paused").graph)
+    assert [n.name for n in before.nodes if n.cuts] == ["MulBackward0"]  # b = a * 2: the constant 2
+    driver.client.control("forward_step", kind="over")
+    stepped = driver.wait("forward_paused")
+    after = call_from_dict(stepped.graph)
+    cut = [n for n in after.nodes if n.cuts and n.id in stepped.new]
+    assert len(cut) == 1 and cut[0].name == "MulBackward0"
+    assert [c["cause"] for c in cut[0].cuts] == ["detach"]
+    driver.client.control("resume_all")
+    assert driver.wait("finished").result.trace.error is None
+
+
+@pytest.mark.slow
+def test_run_to_first_nan_pauses_after_the_op(driver, tmp_path):
+    script = write(tmp_path, """\
+        import torch
+        w = torch.tensor([1., 0., 2.], requires_grad=True)
+        y = w * 3
+        z = y.log()
+        loss = (z * 0).sum()
+        loss.backward()
+        """)
+    driver.client.run(script, debug={"lines": [], "pause_all": False, "to_nan": True}, nan_check=True)
+    paused = driver.wait("forward_paused")
+    assert (paused.line, paused.reason) == (4, "nan")
+    assert "-inf" in paused.note and "of 3" in paused.note
+    assert "LogBackward0" in names(call_from_dict(paused.graph))
+    driver.client.control("continue")
+    begin = driver.wait("step_begin")  # backward: paused before the first node a non-finite gradient reaches
+    assert begin.line == 6
+    pending = driver.wait("step_paused").pending
+    assert pending["name"] == "MulBackward0"
+    driver.client.control("resume_all")
+    assert driver.wait("finished").result.trace.error is None
+
+
+@pytest.mark.slow
+def test_a_debug_run_without_forward_breakpoints_pauses_only_at_backward(driver, tmp_path):
+    script = write(tmp_path, SMALL)
+    driver.client.run(script, debug={"lines": [5], "pause_all": False})
+    first = driver.wait("forward_paused", "step_begin")
+    assert first.kind == "step_begin" and first.line == 5
+    driver.client.control("resume_all")
+    assert driver.wait("finished").result.trace.error is None
+
+
+@pytest.mark.slow
+def test_headless_step_at_line_writes_the_live_graph(tmp_path):
+    script = write(tmp_path, SMALL)
+    out = tmp_path / "live.json"
+    root = Path(__file__).resolve().parents[3]
+    done = subprocess.run([sys.executable, str(root / "main.py"), "step", script, "--at-line", "5", "--json", str(out)],
+                          capture_output=True, text=True, timeout=WAIT_S * 2, cwd=root)
+    assert done.returncode == 0, done.stderr
+    assert "before line 5 (<module>): 3 node(s), 3 live tensor(s)" in done.stdout
+    doc = json.loads(out.read_text())
+    assert (doc["format"], doc["line"], doc["function"]) == ("backprop-studio-live", 5, "<module>")
+    call = call_from_dict(doc["call"])
+    assert [(n.name, n.label) for n in call.nodes] == [("AddBackward0", "c"), ("MulBackward0", "b"),
+                                                      ("AccumulateGrad", "a")]
+    assert {t.name: t.values.data for t in call.tensors if t.name} == {"a": [1.0, 2.0], "b": [2.0, 4.0],
+                                                                      "c": [3.0, 5.0]}
+    never = subprocess.run([sys.executable, str(root / "main.py"), "step", script, "--at-line", "40"],
+                           capture_output=True, text=True, timeout=WAIT_S * 2, cwd=root)
+    assert never.returncode == 1
+    assert "line 40 of script.py was never reached" in never.stderr
