@@ -16,6 +16,7 @@ from dataclasses import asdict
 from app.cli import export as export_cli
 from app.cli.hosts import add_hosts_parser, add_worker_args, hosts_main, worker_options
 from app.cli.options import add_run_options, load_options
+from app.cli.step_at_line import step_at_line
 from app.cli.window_options import add_window_commands
 from core.protocol import messages as protocol
 from core.client.handle import run_capture
@@ -84,6 +85,8 @@ def _step(args) -> int:
     if problem:
         print(f"backprop-studio: {problem}", file=sys.stderr)
         return 2
+    if args.at_line is not None:  # the graph alive before a line runs, not a backward call
+        return step_at_line(args, args.at_line, worker_options(args), load_options(args))
     steps: list[dict] = []
     info: dict = {}
 
@@ -231,6 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--breakpoint", metavar="LINE",
                    help="step the first call made from this script line (instead of --call); in a notebook, "
                    "CELL:LINE (4:2 is cell 4, line 2) or the line of the whole script")
+    p.add_argument("--at-line", type=int, metavar="N",
+                   help="instead, run to the first time line N is about to run and show the graph alive there")
     p.add_argument("--json", metavar="OUT", help="write the steps, leaf grads and the call as JSON")
     add_run_options(p)
     add_worker_args(p)
