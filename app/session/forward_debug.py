@@ -21,6 +21,7 @@ from PySide6.QtGui import QAction, QKeySequence
 
 from app.session.forward_pause import ForwardPause
 from app.session.session import SessionState
+from core.model.trace import ErrorInfo
 from widgets.graph.new_nodes import NewNodeMarks, new_colour
 from widgets.panels.pause_strip import PauseStrip
 
@@ -34,7 +35,7 @@ class ForwardDebugController(QObject):
 
     def __init__(self, session, views, status: Callable[[str], None], parent=None):
         """``views``: an object with the window's ``graph``, ``source``, ``tensors``, ``left_tabs``,
-        ``step_log`` and ``center``; ``status`` shows a sentence in the status bar."""
+        ``step_log``, ``problems`` and ``center``; ``status`` shows a sentence in the status bar."""
         super().__init__(parent)
         self.session = session
         self.views = views
@@ -57,9 +58,14 @@ class ForwardDebugController(QObject):
         self._show_source(pause)
         v.tensors.set_tensors(pause.variables)
         v.left_tabs.setCurrentWidget(v.tensors)
-        self.strip.set_text(f"Paused in forward: {pause.breadcrumb()}", pause.new_text(),
+        self.strip.set_text(f"{pause.headline()}: {pause.breadcrumb()}", pause.new_text(),
                             new_colour(v.graph.theme()))
         self.strip.show()
+        if pause.warning():
+            title = f"{pause.headline()} (line {pause.line})"
+            kind = "NaN/Inf" if pause.event.reason == "nan" else "In-place op"
+            v.problems.show_error(ErrorInfo(type=kind, message=pause.warning(), line=pause.line, kind="debug"),
+                                  title=title)
         text = pause.status()
         v.step_log.set_status(text)
         self._status_bar(text)

@@ -68,6 +68,17 @@ class ForwardPause:
     def breadcrumb(self) -> str:
         return CRUMB_SEP.join(self.crumbs())
 
+    def headline(self) -> str:
+        """What the pause is, in front of the frames: "Paused in forward", or why when the run paused
+        on its own ("Paused before an in-place op that breaks backward")."""
+        if self.event.reason in ("inplace", "nan"):
+            return f"Paused {REASONS[self.event.reason]}"
+        return "Paused in forward"
+
+    def warning(self) -> str | None:
+        """The note of a pause the run made on its own (an in-place op, a NaN/Inf): Problems lists it."""
+        return self.event.note if self.event.reason in ("inplace", "nan") and self.event.note else None
+
     def new_text(self) -> str:
         """"2 nodes added since the last pause" (the first pause: "since the run started")."""
         count = len(self.new)
@@ -82,8 +93,8 @@ class ForwardPause:
         reason = REASONS.get(self.event.reason, self.event.reason)
         note = f" {self.event.note.rstrip('.')}." if self.event.note else ""
         nodes = len(self.call.nodes)
-        return (f"Paused in forward before line {self.line} of {where} ({reason}): {nodes} node"
-                f"{'' if nodes == 1 else 's'} in the graph, {self.new_text()}.{note} "
+        return (f"Paused in forward before line {self.line} of {where} ({reason}):{note} {nodes} node"
+                f"{'' if nodes == 1 else 's'} in the graph, {self.new_text()}. "
                 f"F10 steps over, F11 into, Ctrl+F11 out, F5 continues.")
 
 

@@ -171,10 +171,15 @@ def test_pause_on_errors_and_run_to_first_nan(qtbot, debugging):
     assert args["debug"] == {"lines": [3], "pause_all": False, "skip_to": None, "pause_on_errors": True,
                              "to_nan": True}
     window.handle.current_run = 41
+    note = "b * 2 made the first non-finite values: 1 nan of 2"
     window.handle.sig_forward_paused.emit(protocol.ForwardPaused(
-        pause=1, line=3, reason="nan", graph=call_to_dict(_live(False)), new=["n1", "n2"],
+        pause=1, line=3, reason="nan", graph=call_to_dict(_live(False)), new=["n1", "n2"], note=note,
         stack=[{"function": "<module>", "line": 3, "file": "", "module": None}]))
-    assert "(at the first NaN/Inf)" in window.state_label.text()
+    assert window.state_label.text().startswith(f"Paused in forward before line 3 of the script (at the first "
+                                                f"NaN/Inf): {note}. 2 nodes in the graph")
+    assert window.forward_debug.strip.where == "Paused at the first NaN/Inf: <module> line 3"
+    problems = window.problems.tree
+    assert [problems.topLevelItem(0).text(c) for c in (0, 1)] == [f"NaN/Inf: {note}", "line 3"]
 
 
 def test_step_out_has_its_own_key_listed_with_the_others(qtbot, window):
@@ -304,3 +309,22 @@ def test_a_leaf_seen_at_the_pause_before_is_not_new_though_torch_made_its_node_a
     event = replace(_pause(2, 4, ["n0", "n9"], with_c=True), graph=call_to_dict(live))
     assert read_pause(event, first).new == {"n0"}
     assert read_pause(event).new == {"n0", "n9"}  # the first pause of a run: as the worker says
+
+
+@pytest.mark.slow
+def test_a_real_run_pauses_before_the_in_place_op_that_breaks_backward(qtbot, window, tmp_path):
+    script = tmp_path / "in_place.py"
+    script.write_text("import torch\na = torch.tensor([1., 2.], requires_grad=True)\nb = a.sigmoid()\n"
+                      "b.mul_(2)\nb.sum().backward()\n")
+    window.open_script(str(script), run=False)
+    window.act_pause_errors.setChecked(True)
+    s = window.session
+    with qtbot.waitSignal(s.sig_forward_paused, timeout=60_000):
+        window.act_debug.trigger()
+    assert s.paused_line == 4 and s.forward.event.reason == "inplace"
+    assert sorted(n.name for n in s.call.nodes) == ["AccumulateGrad", "SigmoidBackward0"]
+    note = s.forward.event.note
+    assert "SigmoidBackward0" in note and "mul_" in note
+    assert window.problems.tree.topLevelItem(0).text(0) == f"In-place op: {note}"
+    window.act_stop.trigger()
+    qtbot.waitUntil(lambda: not _script_workers(tmp_path), timeout=30_000)
