@@ -13,7 +13,8 @@ from app.session.session import SessionState
 
 APP = "Backprop Studio"
 VERBS = {SessionState.RUNNING: "running", SessionState.DEBUGGING: "debugging",
-         SessionState.STARTING: "stepping", SessionState.PAUSED: "stepping", SessionState.STEPPING: "stepping"}
+         SessionState.STARTING: "stepping", SessionState.PAUSED: "stepping", SessionState.STEPPING: "stepping",
+         SessionState.FORWARD: "debugging"}
 
 
 def compose_title(shown: str | None, opened: str | None = None, verb: str | None = None,

@@ -103,10 +103,12 @@ def test_a_forward_pause_shows_the_live_graph_its_new_nodes_and_variables(qtbot,
     assert window.act_step.text() == "Step &Over" and window.act_step.iconText() == "Step Over"
     assert window.act_step_into.isEnabled() and window.act_step_out.isEnabled()
 
+    assert window.windowTitle() == "debugging four_lines.py — Backprop Studio"
     # F10 runs one line: a forward step over, not a backward step.
     window.act_step.trigger()
     assert sent == [("forward_step", {"kind": "over"})]
     assert s.state is SessionState.DEBUGGING
+    assert window.windowTitle() == "debugging four_lines.py — Backprop Studio"  # the graph shown is the run's
     window.handle.sig_forward_paused.emit(_pause(2, 4, ["n0"], with_c=True, reason="step"))
     assert window.graph.wait_ready()
     assert sorted(window.graph.node_items) == ["n0", "n1", "n2"]
