@@ -71,6 +71,10 @@ def backward_lines(source: str) -> frozenset[int]:
     return frozenset(lines)
 
 
+# Python operators that change their left operand in place (``b += 1``, ``x[0] = 2``).
+_INPLACE_OPERATORS = frozenset(f"__i{op}__" for op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow",
+                                                        "matmul", "and", "or", "xor", "lshift", "rshift")) \
+    | {"__setitem__"}
 _COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.FunctionDef,
              ast.AsyncFunctionDef, ast.ClassDef) + ((ast.Match,) if hasattr(ast, "Match") else ())
 
@@ -116,6 +120,8 @@ class ForwardPauser:
         self._paused = False
         self._reply: tuple | None = None
         self._in_op = False  # pausing from an op's mode: no second pause from the ops it runs
+        self._saved_key: tuple | None = None  # what _saved_storages read last: its roots and call count
+        self._saved: dict[int, list[tuple[str, int]]] = {}
         self.refresh()
         capture.before_op = self.before_op if plan.pause_on_errors else None
         check = getattr(capture, "nan_check", None)
@@ -174,6 +180,8 @@ class ForwardPauser:
         mode = self.mode
         if mode == "into" or (mode == "over" and frame is self.target):
             return "step"
+        if self.plan.next_call:  # Next Call: breakpoints wait until the next backward call has paused
+            return None
         if frame.f_code.co_filename == self.script and frame.f_lineno in self.forward_lines():
             return "breakpoint"
         return None
@@ -310,8 +318,7 @@ class ForwardPauser:
         if self._in_op or self.plan.free or not args or not isinstance(args[0], torch.Tensor):
             return
         name = getattr(func, "__name__", "")
-        if not ((name.endswith("_") and not name.endswith("__")) or name == "__setitem__"
-                or name.startswith("__i")):
+        if not ((name.endswith("_") and not name.endswith("__")) or name in _INPLACE_OPERATORS):
             return
         with torch._C.DisableTorchFunction(), untraced():
             note = self._inplace_note(args[0], op_name(func), site)
@@ -345,28 +352,46 @@ class ForwardPauser:
         return None
 
     def _saved_by(self, t: torch.Tensor, site) -> tuple[str, int] | None:
-        """(node name, version) of a live node that saved ``t``'s data for backward, if one did."""
+        """(node name, version) of a live node that saved ``t``'s data for backward, if one did and
+        that saved value is still the tensor's (not already changed in place)."""
         try:
             ptr = t.untyped_storage().data_ptr()
         except Exception:
             return None
         if not ptr:
             return None
-        roots = self.names.graph_roots(self.names.user_frames(site))
-        if not roots:
-            return None
-        nodes = number_nodes(roots)[0]
-        del roots
-        for node in nodes:
-            for attr in saved_attr_names(node):
-                try:
-                    value = getattr(node, attr)
-                except Exception:  # freed by a backward, or stale already
-                    continue
-                for v in value if isinstance(value, (list, tuple)) else (value,):
-                    if isinstance(v, torch.Tensor) and v.untyped_storage().data_ptr() == ptr:
-                        return node_name(node), version_of(v)
+        for name, version in self._saved_storages(site).get(ptr, ()):
+            if version == version_of(t):
+                return name, version
         return None
+
+    def _saved_storages(self, site) -> dict[int, list[tuple[str, int]]]:
+        """Storage address -> (node, version) of every tensor the live graph saved. Kept while the
+        graph's roots and the backward calls made stay the same: an optimizer's loop of in-place
+        steps over the parameters reads the graph once, not once per parameter."""
+        roots = self.names.graph_roots(self.names.user_frames(site))
+        key = (tuple(id(r) for r in roots), self.capture.call_count)
+        if self._saved_key == key:
+            return self._saved
+        saved: dict[int, list[tuple[str, int]]] = {}
+        if roots:
+            nodes = number_nodes(roots)[0]
+            for node in nodes:
+                for attr in saved_attr_names(node):
+                    try:
+                        value = getattr(node, attr)
+                    except Exception:  # freed by a backward, or stale already
+                        continue
+                    for v in value if isinstance(value, (list, tuple)) else (value,):
+                        if isinstance(v, torch.Tensor):
+                            try:
+                                where = v.untyped_storage().data_ptr()
+                            except Exception:
+                                continue
+                            saved.setdefault(where, []).append((node_name(node), version_of(v)))
+            del nodes
+        self._saved_key, self._saved = key, saved
+        return saved
 
     def on_nan(self, record: dict, out, frame) -> None:
         """The NaN/Inf check found the first non-finite output (just after its op ran)."""

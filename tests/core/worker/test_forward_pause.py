@@ -311,3 +311,73 @@ def test_headless_step_at_line_writes_the_live_graph(tmp_path):
                            capture_output=True, text=True, timeout=WAIT_S * 2, cwd=root)
     assert never.returncode == 1
     assert "line 40 of script.py was never reached" in never.stderr
+
+
+LOOP = """\
+import torch
+w = torch.tensor([1.0, -2.0], requires_grad=True)
+for i in range(3):
+    loss = (w * (i + 1)).tanh().sum()
+    loss.backward()
+"""
+
+
+@pytest.mark.slow
+def test_breakpoint_set_while_running_and_next_call(driver, tmp_path):
+    script = write(tmp_path, LOOP)
+    driver.client.run(script, debug={"lines": [5], "pause_all": False})
+    begin = driver.wait("step_begin")
+    assert (begin.call, begin.line) == (0, 5)
+    driver.client.control("breakpoints", lines=[4, 5], pause_all=False)  # the loop's frame is running already
+    driver.client.control("continue")
+    paused = driver.wait("forward_paused")
+    assert (paused.pause, paused.line, paused.reason) == (1, 4, "breakpoint")
+    driver.client.control("next_call")  # to the next backward call, past line 4's breakpoint
+    begin = driver.wait("step_begin", "forward_paused")
+    assert (begin.kind, begin.call, begin.line) == ("step_begin", 1, 5)
+    driver.client.control("continue")
+    paused = driver.wait("forward_paused", "step_begin")
+    assert (paused.kind, paused.pause, paused.line) == ("forward_paused", 2, 4)
+    driver.client.control("resume_all")
+    result = driver.wait("finished").result
+    assert result.trace.error is None and result.trace.call_count == 3
+
+
+@pytest.mark.slow
+def test_a_pause_keeps_nothing_alive(driver, tmp_path):
+    script = write(tmp_path, """\
+        import gc, weakref
+        import torch
+        a = torch.ones(2, requires_grad=True)
+        b = a * 2
+        ref = weakref.ref(b)
+        del b
+        gc.collect()
+        print("ALIVE", ref() is not None)
+        """)
+    driver.client.run(script, debug={"lines": [6], "pause_all": False})
+    paused = driver.wait("forward_paused")
+    assert "b" in {t.name for t in call_from_dict(paused.graph).tensors}
+    driver.client.control("continue")
+    result = driver.wait("finished").result
+    assert "ALIVE False" in result.output
+
+
+@pytest.mark.slow
+def test_pause_on_errors_lets_an_optimizer_step_run(driver, tmp_path):
+    script = write(tmp_path, """\
+        import torch
+        w = torch.ones(3, requires_grad=True)
+        opt = torch.optim.SGD([w], lr=0.5)
+        for i in range(3):
+            loss = (w * w).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        h = w * 1
+        print("W", w.tolist())
+        """)
+    driver.client.run(script, debug={"lines": [], "pause_all": False, "pause_on_errors": True})
+    first = driver.wait("forward_paused", "finished")
+    assert first.kind == "finished"  # in-place updates under no_grad of a graph already backwarded
+    assert first.result.trace.error is None and "W [0.0, 0.0, 0.0]" in first.result.output
