@@ -32,6 +32,7 @@ from pathlib import Path
 from types import CodeType, FrameType
 
 import torch
+from torch.utils.weak import WeakIdKeyDictionary
 
 from core.model.trace_json import call_to_dict
 from core.protocol import messages as protocol
@@ -120,6 +121,7 @@ class ForwardPauser:
         self._paused = False
         self._reply: tuple | None = None
         self._in_op = False  # pausing from an op's mode: no second pause from the ops it runs
+        self._leaves = WeakIdKeyDictionary()  # leaf tensor -> the pause that first saw it (live_graph)
         self._saved_key: tuple | None = None  # what _saved_storages read last: its roots and call count
         self._saved: dict[int, list[tuple[str, int]]] = {}
         self.refresh()
@@ -233,7 +235,7 @@ class ForwardPauser:
         self._go(kind, arg, frame)
 
     def _send(self, frame, frames, reason, note, extra) -> None:
-        call, new = live_call(self.capture, frames, self.pauses, extra)
+        call, new = live_call(self.capture, frames, self.pauses, extra, self._leaves)
         graph = call_to_dict(call)
         del call
         stack = [{"function": f.f_code.co_name, "line": f.f_lineno, "file": f.f_code.co_filename,

@@ -61,20 +61,39 @@ def module_attr_tensors(frames: list[FrameType], module_paths: dict[int, str], n
     return out
 
 
-def live_call(capture, frames: list[FrameType], pause: int, extra=()) -> tuple[CallInfo, list[str]]:
+def live_call(capture, frames: list[FrameType], pause: int, extra=(), leaves=None) -> tuple[CallInfo, list[str]]:
     """The graph alive in ``frames`` (the script's frames, innermost first) as a call, and the ids of
     its nodes first seen at this pause. ``extra``: (name, tensor) pairs that no variable holds yet
-    (the output of the op a NaN pause stopped after)."""
+    (the output of the op a NaN pause stopped after). ``leaves``: a ``WeakIdKeyDictionary`` kept
+    across the run's pauses, leaf tensor -> the pause that first saw it (see ``_first_seen``)."""
     names = capture.names
     with torch._C.DisableTorchFunction(), paused_gc(), untraced():
         names.refresh(frames)
         try:
-            return _read(capture, names, frames, pause, extra)
+            return _read(capture, names, frames, pause, extra, leaves)
         finally:
             names.release()
 
 
-def _read(capture, names, frames, pause, extra) -> tuple[CallInfo, list[str]]:
+def _first_seen(node, pause: int, leaves) -> int | None:
+    """The pause that first saw ``node``, stamped now if this is it. A leaf's AccumulateGrad is
+    freed by torch while no op uses the leaf and made again later: the leaf tensor is what stays,
+    so leaves are remembered by their tensor (weakly)."""
+    try:
+        md = node.metadata
+    except Exception:
+        return None
+    if PAUSE_MARK not in md:
+        md[PAUSE_MARK] = pause
+        if leaves is not None and hasattr(node, "variable"):
+            try:
+                md[PAUSE_MARK] = leaves.setdefault(node.variable, pause)
+            except Exception:  # a node whose variable cannot be read
+                pass
+    return md[PAUSE_MARK]
+
+
+def _read(capture, names, frames, pause, extra, leaves) -> tuple[CallInfo, list[str]]:
     tensors = names.named_tensors()
     named = {t._cdata for _, t in tensors}
     attrs = module_attr_tensors(frames, names.module_paths, named)
@@ -99,13 +118,8 @@ def _read(capture, names, frames, pause, extra) -> tuple[CallInfo, list[str]]:
         roots = [fn for fn in candidates if id(fn) not in children]
         nodes, ids, structure = snap.walk(roots)
         for node in snap.walked:
-            try:
-                md = node.metadata
-            except Exception:
-                continue
-            if PAUSE_MARK not in md:
-                md[PAUSE_MARK] = pause
-            if md[PAUSE_MARK] == pause:
+            first = _first_seen(node, pause, leaves)
+            if first == pause:
                 new.append(ids[id(node)])
         del order, children
     for _, t in everything:

@@ -381,3 +381,30 @@ def test_pause_on_errors_lets_an_optimizer_step_run(driver, tmp_path):
     first = driver.wait("forward_paused", "finished")
     assert first.kind == "finished"  # in-place updates under no_grad of a graph already backwarded
     assert first.result.trace.error is None and "W [0.0, 0.0, 0.0]" in first.result.output
+
+
+@pytest.mark.slow
+def test_a_leaf_not_used_yet_is_new_once(driver, tmp_path):
+    # torch frees a leaf's AccumulateGrad while no op uses the leaf and makes another one later
+    script = write(tmp_path, """\
+        import torch
+        a = torch.ones(2, requires_grad=True)
+        x = 1
+        y = 2
+        b = a * 3
+        z = 0
+        """)
+    driver.client.run(script, debug={"lines": [3], "pause_all": False})
+    first = driver.wait("forward_paused")
+    assert [n.name for n in call_from_dict(first.graph).nodes] == ["AccumulateGrad"] and len(first.new) == 1
+    driver.client.control("forward_step", kind="over")
+    second = driver.wait("forward_paused")
+    assert second.line == 4 and second.new == []
+    for _ in range(2):
+        driver.client.control("forward_step", kind="over")
+        third = driver.wait("forward_paused")
+    graph = call_from_dict(third.graph)
+    assert third.line == 6 and [n.name for n in graph.nodes] == ["MulBackward0", "AccumulateGrad"]
+    assert third.new == [graph.nodes[0].id]
+    driver.client.control("resume_all")
+    driver.wait("finished")
