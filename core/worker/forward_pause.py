@@ -28,7 +28,6 @@ import ast
 import logging
 import sys
 import threading
-from pathlib import Path
 from types import CodeType, FrameType
 
 import torch
@@ -105,12 +104,9 @@ class ForwardPauser:
         self.send = send
         self.headless = headless
         self.script = capture.script
-        try:
-            source = Path(self.script).read_text(encoding="utf-8") if self.script.endswith(".py") else ""
-        except (OSError, UnicodeDecodeError):
-            source = ""
-        # Headless, the line asked for pauses in forward even where it calls backward.
-        self.backward = frozenset() if headless else backward_lines(source)
+        # Headless, the line asked for pauses in forward even where it calls backward. Read from the
+        # program the capture runs (a notebook's cells as one script) once it is loaded.
+        self.backward: frozenset[int] | None = frozenset() if headless else None
         self.pauses = 0
         self.mode: str | None = None  # stepping: over | into | out
         self.target: FrameType | None = None  # the frame Step Over / Out is about
@@ -134,9 +130,12 @@ class ForwardPauser:
     def forward_lines(self) -> frozenset[int]:
         """The breakpoint lines that pause in forward (the plan's lines less the backward ones)."""
         lines = self.plan.lines
+        if self.backward is None and self.capture.program is not None:
+            self.backward = backward_lines(self.capture.program.source)
+            self._source_lines = None
         if lines is not self._source_lines:  # replaced whole by the command thread
             self._source_lines = lines
-            self._lines = frozenset(lines) - self.backward
+            self._lines = frozenset(lines) - (self.backward or frozenset())
         return self._lines
 
     def refresh(self) -> None:
@@ -153,12 +152,15 @@ class ForwardPauser:
     def on_call(self, frame: FrameType):
         """The name tracer's question for each new frame of the script's files: its local tracer with
         line events on, or None (the name tracer's own, lines off)."""
+        lines = self.forward_lines()
+        if self.mode is None and not lines:  # only backward lines once the program was read: not needed
+            self.refresh()
+            return None
         code = frame.f_code
         name = code.co_name
         if name.startswith("<") and name != "<module>":  # comprehensions, and the capture's op frames
             return None
-        if self.mode == "into" or (code.co_filename == self.script
-                                   and not self._code_lines(code).isdisjoint(self.forward_lines())):
+        if self.mode == "into" or (code.co_filename == self.script and not self._code_lines(code).isdisjoint(lines)):
             frame.f_trace_lines = True
             return self.local
         return None
