@@ -17,11 +17,17 @@ times ``Capture.run()`` (CPU seconds and wall seconds; the fastest of ``--repeat
   message's send, so no thread hop is timed: the worker adds the pipe's round trip to the app).
 
 The overhead per iteration over ``plain`` is printed for each.
+
+``--worker``: the same loop as debug runs of a real worker (``core.client.handle.WorkerClient``), with
+no breakpoints and with the breakpoint hit every iteration, each pause answered with Continue by the
+client as soon as its message arrives: the run's wall time from ``run`` to its result, so each pause's
+round trip through the pipes and both processes' threads is in it.
 """
 
 from __future__ import annotations
 
 import argparse
+import queue
 import sys
 import tempfile
 import textwrap
@@ -33,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from core.client.handle import WorkerClient  # noqa: E402
 from core.worker.capture.recorder import Capture  # noqa: E402
 from core.worker.debug import DebugPlan  # noqa: E402
 from core.worker.forward_pause import ForwardPauser  # noqa: E402
@@ -71,10 +78,32 @@ def run_once(script: str, lines: list[int] | None) -> tuple[float, float, int]:
     return cpu, wall, pauser.pauses if pauser is not None else 0
 
 
+def worker_seconds(script: str, lines: list[int]) -> tuple[float, int]:
+    """(wall s, pauses) of one debug run of a real worker, each forward pause continued at once."""
+    events: queue.Queue = queue.Queue()
+    client = WorkerClient(events.put, prestart=True)
+    client.memory_rate = 0  # the pauses alone
+    try:
+        while events.get(timeout=120).kind != "hello":
+            pass
+        pauses, start = 0, time.perf_counter()
+        client.run(script, debug={"lines": lines, "pause_all": False})
+        while True:
+            event = events.get(timeout=600)
+            if event.kind == "forward_paused":
+                pauses += 1
+                client.control("continue")
+            elif event.kind == "finished":
+                return time.perf_counter() - start, pauses
+    finally:
+        client.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--worker", action="store_true", help="also time debug runs of a real worker")
     args = parser.parse_args()
     torch.set_num_threads(1)
     ways = [("plain", None), ("debug, no forward breakpoints", []), ("breakpoint never hit", [NEVER_LINE]),
@@ -96,6 +125,17 @@ def main() -> int:
     for name, _ in ways:
         cpu, wall, pauses = best[name]
         print(f"{name:32} {cpu:8.3f} {wall:8.3f} {pauses:7d} {(cpu - base_cpu) / n * 1e6:24.1f}")
+    if args.worker:
+        with tempfile.TemporaryDirectory() as folder:
+            script = str(Path(folder) / "loop.py")
+            Path(script).write_text(textwrap.dedent(SCRIPT.format(n=n)))
+            runs = {name: [worker_seconds(script, lines) for _ in range(args.repeat)]
+                    for name, lines in (("no breakpoints", []), ("breakpoint hit, Continue", [HIT_LINE]))}
+        base = min(w for w, _ in runs["no breakpoints"])
+        print(f"\nreal worker, run to result, fastest of {args.repeat}")
+        for name, results in runs.items():
+            wall = min(w for w, _ in results)
+            print(f"{name:32} {wall:8.3f} s {results[0][1]:6d} pauses {(wall - base) / n * 1e3:8.2f} ms/iter")
     return 0
 
 
