@@ -408,3 +408,16 @@ def test_a_leaf_not_used_yet_is_new_once(driver, tmp_path):
     assert third.new == [graph.nodes[0].id]
     driver.client.control("resume_all")
     driver.wait("finished")
+
+
+@pytest.mark.slow
+def test_stop_while_paused_before_an_inplace_op(driver, tmp_path):
+    driver.client.run(str(EXAMPLES / "08_inplace_error.py"),
+                      debug={"lines": [], "pause_all": False, "pause_on_errors": True})
+    assert driver.wait("forward_paused").reason == "inplace"
+    worker = psutil.Process(driver.pid)
+    driver.client.cancel()
+    result = driver.wait("finished").result
+    assert result.trace.error.kind == "cancelled" and result.trace.error.message == "stopped by you at line 12"
+    assert "b._version after" not in result.output  # the op never ran
+    worker.wait(timeout=WAIT_S)
