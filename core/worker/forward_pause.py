@@ -335,6 +335,11 @@ class ForwardPauser:
             return (f"{who} is a leaf that requires grad; the in-place {op} on it raises "
                     f"'a leaf Variable that requires grad is being used in an in-place operation' "
                     f"(version {version_of(t)})")
+        base = t._base
+        if base is not None and base.requires_grad and base.is_leaf and torch.is_grad_enabled():
+            who = self._name(base, site) or "a leaf"
+            return (f"this is a view of {who}, a leaf that requires grad; the in-place {op} on it raises "
+                    f"'a view of a leaf Variable that requires grad is being used in an in-place operation'")
         saver = self._saved_by(t, site)
         if saver is None:
             return ""

@@ -206,10 +206,18 @@ def test_pause_on_errors_stops_before_the_inplace_op(driver, tmp_path):
 
 @pytest.mark.slow
 def test_pause_on_errors_stops_before_an_inplace_op_on_a_leaf(driver, tmp_path):
-    script = write(tmp_path, "import torch\nw = torch.ones(2, requires_grad=True)\nw.add_(1)\n")
+    script = write(tmp_path, "import torch\nw = torch.ones(2, requires_grad=True)\nw[0] *= 2\nw.add_(1)\n")
     driver.client.run(script, debug={"lines": [], "pause_all": False, "pause_on_errors": True})
     paused = driver.wait("forward_paused")
     assert (paused.line, paused.reason) == (3, "inplace")
+    assert paused.note.startswith("this is a view of w, a leaf that requires grad; the in-place mul_ on it raises")
+    driver.client.control("forward_step", kind="over")  # the op raises: the script ends with its error
+    result = driver.wait("finished").result
+    assert result.trace.error.type == "RuntimeError" and "view of a leaf" in result.trace.error.message
+    leaf = write(tmp_path, "import torch\nw = torch.ones(2, requires_grad=True)\npass\nw.add_(1)\n", "leaf.py")
+    driver.client.run(leaf, debug={"lines": [], "pause_all": False, "pause_on_errors": True})
+    paused = driver.wait("forward_paused")
+    assert (paused.line, paused.reason) == (4, "inplace")
     assert paused.note.startswith("w is a leaf that requires grad; the in-place add_ on it raises")
     driver.client.control("continue")
     result = driver.wait("finished").result
