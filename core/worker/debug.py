@@ -5,6 +5,12 @@ breakpoint, before the engine runs: the call's graph is sent with ``step_begin``
 is stepped in place, so the numbers stepped are the run's own. ``Stepping`` is the part of
 ``core.worker.main.Worker`` that drives a ``core.worker.stepper.BackwardStepper`` from the command thread
 and sends ``step_begin``, ``steps`` (batched), ``step_paused``, ``step_memory`` and ``step_end``.
+
+A debug run also pauses in forward, before a breakpoint's line runs (``core.worker.forward_pause``,
+set up with the call hook); while it is paused there, the step commands are that pause's. With Run to
+First NaN/Inf each call runs under a stepper that goes on without pausing (nothing is sent) until a
+node's incoming gradient is not finite: the call's ``step_begin`` and the steps so far are sent then,
+and it pauses before that node.
 """
 
 from __future__ import annotations
