@@ -199,11 +199,14 @@ class Stepping:
 
         def hook(index, api, roots, real):
             line = capture.hook_call[2] if capture.hook_call else None
+            check = capture.nan_check
+            # Run to First NaN/Inf: no node's gradient has been found not finite yet
+            nan_search = debug is not None and debug.to_nan and not debug.nan_found and not debug.free \
+                and check is not None and check.backward is None
             nan_only = False  # stepped only to pause where a gradient first is not finite
             if debug is not None:
                 if not debug.pauses_at(index, line):
-                    nan_only = debug.to_nan and not debug.nan_found and not debug.free \
-                        and capture.nan_check is not None and capture.nan_check.backward is None
+                    nan_only = nan_search
                     if not nan_only:
                         return real()
             elif line_of is not None:
@@ -245,7 +248,7 @@ class Stepping:
                 on_step=on_step,
                 on_pause=on_pause,
                 watch=[*(t for _, t in capture.names.named_tensors()), *live_retained()],
-                stop_when=nonfinite if debug is not None and debug.to_nan and not debug.nan_found else None,
+                stop_when=nonfinite if nan_search else None,
             )
             if began[0]:
                 begin()

@@ -429,3 +429,29 @@ def test_stop_while_paused_before_an_inplace_op(driver, tmp_path):
     assert result.trace.error.kind == "cancelled" and result.trace.error.message == "stopped by you at line 12"
     assert "b._version after" not in result.output  # the op never ran
     worker.wait(timeout=WAIT_S)
+
+
+@pytest.mark.slow
+def test_run_to_first_nan_in_backward_only_pauses_in_that_call(driver, tmp_path):
+    script = write(tmp_path, """\
+        import torch
+        w = torch.tensor([2.0, 3.0], requires_grad=True)
+        for i in range(4):
+            loss = (w - i).clamp(min=0).sqrt().sum()
+            loss.backward()
+        """)
+    driver.client.run(script, debug={"lines": [], "pause_all": False, "to_nan": True}, nan_check=True)
+    begin = driver.wait("forward_paused", "step_begin")
+    # every forward value is finite; calls 0 and 1 ran without a message, call 2's sqrt(0) has an infinite slope
+    assert (begin.kind, begin.call, begin.line) == ("step_begin", 2, 5)
+    ran = []
+    while True:
+        event = driver.wait("step", "step_paused")
+        if event.kind == "step_paused":
+            break
+        ran.append(event.record["name"])
+    assert ran == ["SumBackward0", "SqrtBackward0"]  # run before the pause, sent with it
+    assert event.pending["name"] == "ClampBackward1" and event.pending["grad_outputs"][0]["data"][0] == "inf"
+    driver.client.control("continue")
+    assert driver.wait("step_end").state == StepperState.FINISHED
+    assert driver.wait("finished").result.trace.error is None
