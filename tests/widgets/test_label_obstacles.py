@@ -39,7 +39,8 @@ def link_faults(view) -> list[str]:
 # no text.
 SHARED_NO_ROOM = {("14_checkpointing", "TB"): ("n1", "n3"), ("14_checkpointing", "forward"): ("n1", "n3"),
                   ("40_model_small_cnn", "TB"): ("n6", "n12"), ("41_model_build", "TB"): ("n4", "n9"),
-                  ("41_model_build", "LR"): ("n4", "n9"), ("41_model_build", "forward"): ("n4", "n9")}
+                  ("41_model_build", "LR"): ("n4", "n9"), ("41_model_build", "forward"): ("n4", "n9"),
+                  ("36_amp_skip", "TB"): ("n4", "n5"), ("36_amp_skip", "forward"): ("n4", "n5")}
 
 
 def test_edge_labels_keep_off_the_storage_names_of_sharing_links(example_calls):

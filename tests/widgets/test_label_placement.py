@@ -169,7 +169,7 @@ def view_texts(view) -> tuple[set[str], set[str]]:
 @pytest.mark.parametrize("shapes", [False, True], ids=["values", "values+shapes"])
 @pytest.mark.parametrize("direction", DIRECTIONS)
 def test_every_example_labels_its_own_edge_and_covers_nothing(example_calls, direction, shapes, tmp_path):
-    assert len(example_calls) == 30 and "28_broadcasting_backward" in example_calls
+    assert len(example_calls) == 31 and "28_broadcasting_backward" in example_calls
     faults = {}
     labelled = 0
     for name, call in example_calls.items():
