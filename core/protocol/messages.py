@@ -392,7 +392,8 @@ class Breakpoints(_Base):
 class ForwardStep(_Base):
     """Paused in forward: run one line of this frame (``over``), go into the script's own function
     called on it (``into``), or run until this frame returns (``out``). ``continue`` runs to the next
-    breakpoint or backward call."""
+    breakpoint (a backward call pauses as it does without forward pauses: at every call when no
+    breakpoint is set, else at a breakpoint's line); ``next_call`` to the next backward call."""
     kind: str = "over"
 
 
