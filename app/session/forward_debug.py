@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Callable
 
 from PySide6.QtCore import QObject, Qt, Signal
-from PySide6.QtGui import QAction, QKeySequence
 
 from app.session.forward_pause import ForwardPause
 from app.session.session import SessionState
+from app.window.actions import make_action
 from core.model.trace import ErrorInfo
 from widgets.graph.new_nodes import NewNodeMarks, new_colour
 from widgets.panels.pause_strip import PauseStrip
@@ -112,15 +112,15 @@ def install(window) -> ForwardDebugController:
     """Step Into / Step Out, Pause on Autograd Errors and Run to First NaN/Inf in the Run menu; Step
     reads "Step Over" while a debug run is paused in forward."""
     s = window.session
-    window.act_step_into = _action(window, "Step &Into", lambda: s.forward_step("into"), "F11",
+    window.act_step_into = make_action(window, "Step &Into", lambda: s.forward_step("into"), "F11",
                                    "Paused in forward: go into the script's own function this line calls")
-    window.act_step_out = _action(window, "Step O&ut", lambda: s.forward_step("out"), "Ctrl+F11",
+    window.act_step_out = make_action(window, "Step O&ut", lambda: s.forward_step("out"), "Ctrl+F11",
                                   "Paused in forward: run until this function returns, and pause in its caller")
-    window.act_pause_errors = _action(window, "Pause on &Autograd Errors", s.set_pause_on_errors, None,
+    window.act_pause_errors = make_action(window, "Pause on &Autograd Errors", s.set_pause_on_errors, None,
                                       "Debug runs pause in forward before an in-place op that would break "
                                       "backward (on a leaf that requires grad, or on a tensor saved for backward)",
                                       checkable=True)
-    window.act_to_nan = _action(window, "Run to First NaN/&Inf", window.debug_to_nan, None,
+    window.act_to_nan = make_action(window, "Run to First NaN/&Inf", window.debug_to_nan, None,
                                 "Debug with the NaN/Inf check on, pausing where the first NaN or infinity appears")
     run_menu = next((a.menu() for a in window.menuBar().actions() if a.text() == "&Run"), None)
     if run_menu is not None:
@@ -133,8 +133,7 @@ def install(window) -> ForwardDebugController:
         # After the window's own update (connected later, so it runs last): F10 says what it does.
         forward = s.state is SessionState.FORWARD
         window.act_step.setText("Step &Over" if forward else "&Step")
-        if forward:
-            window.act_step.setIconText("Step Over")
+        window.act_step.setIconText("Step Over" if forward else "Step")
         window.act_step.setToolTip(f"{STEP_OVER_TIP if forward else STEP_TIP} (F10)")
         for action in (window.act_step_into, window.act_step_out):
             action.setEnabled(forward)
@@ -146,15 +145,3 @@ def install(window) -> ForwardDebugController:
     window.forward_debug = controller
     return controller
 
-
-def _action(window, text: str, slot, shortcut, tip: str, checkable: bool = False) -> QAction:
-    action = QAction(text, window)
-    if shortcut:
-        action.setShortcut(QKeySequence(shortcut))
-    keys = f" ({action.shortcut().toString(QKeySequence.SequenceFormat.NativeText)})" if shortcut else ""
-    action.setToolTip(f"{tip}{keys}")
-    action.setStatusTip(tip)
-    action.setCheckable(checkable)
-    (action.toggled if checkable else action.triggered).connect(slot)
-    window.addAction(action)
-    return action

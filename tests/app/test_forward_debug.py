@@ -145,7 +145,8 @@ def test_f5_continues_from_forward_and_backward_stepping_takes_over(qtbot, debug
     assert window.session.state is SessionState.PAUSED
     assert window.session.forward is None
     assert not window.forward_debug.strip.isVisible() and _glowing(window) == []
-    assert window.act_step.text() == "&Step" and not window.act_step_into.isEnabled()
+    assert window.act_step.text() == "&Step" and window.act_step.iconText() == "Step"
+    assert not window.act_step_into.isEnabled()
     window.act_step.trigger()
     assert sent[1:] == [("step", {"count": 1})]
 
