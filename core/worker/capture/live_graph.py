@@ -20,26 +20,12 @@ import torch
 
 from core.model.trace import CallInfo, paused_gc
 from core.worker.capture.names import untraced
-from core.worker.capture.node_graph import grad_fn_of, label_nodes, number_nodes
+from core.worker.capture.node_graph import gradient_node, label_nodes, number_nodes
 from core.worker.capture.snapshot import Snapshotter
 
 LIVE_API = "live"
 PAUSE_MARK = "bps_pause"  # node metadata: the pause that first saw the node
 MAX_ATTRS = 256  # tensor attributes read per module (a module holding a list of thousands is rare)
-
-
-def gradient_node(t: torch.Tensor):
-    """The node a gradient for ``t`` reaches: its grad_fn, or a leaf's AccumulateGrad (None when
-    it requires no grad)."""
-    fn = grad_fn_of(t)
-    if fn is not None:
-        return fn
-    try:
-        if t.requires_grad and t.is_leaf:
-            return torch.autograd.graph.get_gradient_edge(t).node
-    except Exception:  # a tensor subclass of the script's whose attributes raise
-        pass
-    return None
 
 
 def module_attr_tensors(frames: list[FrameType], module_paths: dict[int, str], named) -> list[tuple[str, torch.Tensor]]:

@@ -189,3 +189,17 @@ def multi_output_labels(tensors: list[TensorInfo]) -> dict[str, str]:
         if t.grad_fn is not None and t.name:
             found.setdefault(t.grad_fn, {}).setdefault(t.output_nr or 0, t.name)
     return {nid: ", ".join(by_nr[k] for k in sorted(by_nr)) for nid, by_nr in found.items() if len(by_nr) > 1}
+
+
+def gradient_node(t: torch.Tensor):
+    """The node a gradient for ``t`` reaches: its grad_fn, or a leaf's AccumulateGrad (None when
+    it requires no grad)."""
+    fn = grad_fn_of(t)
+    if fn is not None:
+        return fn
+    try:
+        if t.requires_grad and t.is_leaf:
+            return torch.autograd.graph.get_gradient_edge(t).node
+    except Exception:  # a tensor subclass of the script's whose attributes raise
+        pass
+    return None

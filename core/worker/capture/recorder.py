@@ -42,7 +42,7 @@ from core.programs.program import ProgramError, load_program
 from core.worker.capture.script_errors import FailedOp, error_info, failed_op_record, failing_op, format_tb, script_line
 from core.worker.capture.node_graph import label_nodes
 from core.worker.capture.snapshot import Snapshotter
-from core.worker.capture.node_graph import grad_fn_of, number_nodes
+from core.worker.capture.node_graph import grad_fn_of, gradient_node, number_nodes
 from core.model.trace import CallInfo, ErrorInfo, Trace
 
 log = logging.getLogger(__name__)
@@ -255,7 +255,7 @@ class Capture(CreationTags, CallRecording):
         at it join them, and the op's record (``core.model.forward_errors``) is returned."""
         self.names.refresh(failure.frames if failure is not None else [])
         with torch._C.DisableTorchFunction():
-            inputs = [(t, _node_of(t)) for _, t in failure.tensors()] if failure is not None else []
+            inputs = [(t, gradient_node(t)) for _, t in failure.tensors()] if failure is not None else []
         candidates = [fn for _, fn in inputs if fn is not None]
         for _, t in self.names.named_tensors():
             fn = grad_fn_of(t)
@@ -353,20 +353,6 @@ def _is_model_file(ns: dict) -> bool:
     if callable(ns.get("build")) and not isinstance(ns.get("build"), type):
         return True
     return isinstance(ns.get("model"), torch.nn.Module) and "example_input" in ns
-
-
-def _node_of(t: torch.Tensor):
-    """The node a gradient for ``t`` would reach: its grad_fn, or a leaf's AccumulateGrad; None
-    when it requires no grad."""
-    fn = grad_fn_of(t)
-    if fn is not None:
-        return fn
-    try:
-        if t.requires_grad and t.is_leaf:
-            return torch.autograd.graph.get_gradient_edge(t).node
-    except Exception:  # a tensor subclass of the script's whose attributes raise
-        pass
-    return None
 
 
 def _safe_metadata(node) -> dict:
