@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QRect, QRectF, QSize, Qt
-from PySide6.QtGui import QColor, QImage, QPainter
-from PySide6.QtSvg import QSvgGenerator
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QApplication
 import shiboken6
 
 from widgets.export.graph_export import ensure_app
+from widgets.export.scene_file import write_scene
 from widgets.memory.chart import MemoryChart
 
 FORMATS = ("png", "svg")
@@ -48,32 +48,9 @@ def export_chart(chart: MemoryChart, path, *, theme: str | None = "print", size:
         background = QColor(chart.theme().background)
         view = chart.plot_widget
         source = view.mapToScene(view.viewport().rect()).boundingRect()
-        if fmt == "svg":
-            gen = QSvgGenerator()
-            gen.setFileName(str(path))
-            gen.setSize(QSize(*size))
-            gen.setViewBox(QRect(0, 0, *size))
-            gen.setTitle("memory over the run")
-            gen.setDescription("memory chart exported by Backprop Studio")
-            painter = QPainter(gen)
-            try:
-                painter.fillRect(QRectF(0, 0, *size), background)
-                view.scene().render(painter, QRectF(0, 0, *size), source)
-            finally:
-                painter.end()
-        else:
-            # Drawn at the logical size on a high-density image, so text and lines keep their proportions.
-            image = QImage(int(size[0] * scale), int(size[1] * scale), QImage.Format.Format_ARGB32)
-            image.setDevicePixelRatio(scale)
-            image.fill(background)
-            painter = QPainter(image)
-            try:
-                painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-                view.scene().render(painter, QRectF(0, 0, *size), source)
-            finally:
-                painter.end()
-            if not image.save(str(path)):
-                raise MemoryExportError(f"{path}: could not write the image")
+        if not write_scene(view.scene(), path, fmt, size, source, background, scale=scale,
+                           title="memory over the run", description="memory chart exported by Backprop Studio"):
+            raise MemoryExportError(f"{path}: could not write the image")
     finally:
         if theme:
             chart.set_theme(old_theme)

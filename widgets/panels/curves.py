@@ -16,9 +16,8 @@ from pathlib import Path
 import numpy as np
 import pyqtgraph as pg
 import shiboken6
-from PySide6.QtCore import QMargins, QRect, QRectF, QSize, Qt, Signal
-from PySide6.QtGui import QAction, QColor, QIcon, QImage, QPainter, QPixmap
-from PySide6.QtSvg import QSvgGenerator
+from PySide6.QtCore import QMargins, QRectF, Qt, Signal
+from PySide6.QtGui import QAction, QColor, QIcon, QPixmap
 from PySide6.QtWidgets import (QApplication, QCheckBox, QFileDialog, QHBoxLayout, QLabel, QListWidget,
                                QListWidgetItem, QMessageBox, QSizePolicy, QSplitter, QStackedWidget, QToolButton, QVBoxLayout,
                                QWidget)
@@ -26,6 +25,7 @@ from PySide6.QtWidgets import (QApplication, QCheckBox, QFileDialog, QHBoxLayout
 from core.model.loop_curves import GROUP_TITLES, GROUPS, LOG_GROUPS, LoopCurves, Series, loop_curves, value_text
 from core.model.trace import Trace
 from widgets.export.graph_export import ensure_app
+from widgets.export.scene_file import write_scene
 from widgets.theme import Theme, get_theme
 
 # Okabe-Ito, colour-blind safe, readable on white paper and on the dark theme (its yellow left out).
@@ -372,31 +372,9 @@ def export_curves(chart: CurvesChart, path, *, theme: str | None = "print", size
         path.parent.mkdir(parents=True, exist_ok=True)
         background = QColor(chart.theme().background)
         scene = chart.plot_widget.scene()
-        if fmt == "svg":
-            gen = QSvgGenerator()
-            gen.setFileName(str(path))
-            gen.setSize(QSize(*size))
-            gen.setViewBox(QRect(0, 0, *size))
-            gen.setTitle("curves of the loop")
-            gen.setDescription("loss and leaves per backward call, exported by Backprop Studio")
-            painter = QPainter(gen)
-            try:
-                painter.fillRect(source, background)
-                scene.render(painter, source, source)
-            finally:
-                painter.end()
-        else:
-            image = QImage(int(size[0] * scale), int(size[1] * scale), QImage.Format.Format_ARGB32)
-            image.setDevicePixelRatio(scale)
-            image.fill(background)
-            painter = QPainter(image)
-            try:
-                painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-                scene.render(painter, source, source)
-            finally:
-                painter.end()
-            if not image.save(str(path)):
-                raise CurvesExportError(f"{path}: could not write the image")
+        if not write_scene(scene, path, fmt, size, source, background, scale=scale, title="curves of the loop",
+                           description="loss and leaves per backward call, exported by Backprop Studio"):
+            raise CurvesExportError(f"{path}: could not write the image")
     finally:
         if theme:
             chart.set_theme(old_theme)
