@@ -234,6 +234,30 @@ def event_text(event: dict) -> str:
     return f"{kind}{where}"
 
 
+def event_brief(event: dict) -> str:
+    """A few words per event for the Calls list row of the call it follows: ``clipped 886 → 1``,
+    ``SGD.step ‖Δ‖/‖p‖ ≤ 0.0123``, ``zero_grad``; "" for a GradScaler step (its row says it itself)."""
+    kind = event["kind"]
+    if kind in ("clip_grad_norm_", "clip_grads_with_norm_"):
+        coef = _float(event["clip_coef"])
+        if coef is not None and coef >= 1.0:
+            return f"clip: norm {_fmt(event['total_norm'])} under max {_fmt(event['max_norm'])}"
+        return f"clipped {_fmt(event['total_norm'])} → {_fmt(event['norm_after'])}"
+    if kind == "clip_grad_value_":
+        return f"clipped to ±{_fmt(event['clip_value'])}: norm {_fmt(event['total_norm'])} → {_fmt(event['norm_after'])}"
+    if kind == "get_total_norm":
+        return f"total norm {_fmt(event['total_norm'])}"
+    if kind == "optimizer.step":
+        sizes = [v for v in (_float(x) for x in event["update"].values()) if v is not None]
+        finite = [v for v in sizes if math.isfinite(v)]
+        if len(finite) < len(sizes):
+            return f"{event['optimizer']}.step ‖Δ‖/‖p‖ nan"
+        return f"{event['optimizer']}.step ‖Δ‖/‖p‖ ≤ {_fmt(max(finite))}" if finite else f"{event['optimizer']}.step"
+    if kind == "scaler.step":
+        return ""
+    return kind
+
+
 def report(trace: Trace, max_calls: int = 8, **thresholds) -> str:
     """The headless report: norms per module over the calls (the first and last few when there are
     more than ``max_calls``), the flags, and the events after each call shown."""

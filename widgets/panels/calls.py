@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
 
 from core.model.call_notes import call_flags, grad_history, group_calls
 from core.model.forward_errors import failed_op
-from core.model.grad_health import ScalerStep, scaler_steps
+from core.model.grad_health import ScalerStep, event_brief, event_text, events_by_call, scaler_steps
 from core.programs.notebook import where as line_where
 from core.model.trace import CallInfo, Trace
 from widgets.display_text import cut_line, cut_text
@@ -214,6 +214,7 @@ class CallsPanel(QWidget):
             index_of = {c.id: c.index for c in trace.calls}
             self._index_of = index_of
             history = grad_history(trace)
+            after = events_by_call(trace)  # clipping, optimizer steps and zero_grad after each call
             scaled: dict[int | None, list[ScalerStep]] = {}
             for step in scaler_steps(trace):
                 scaled.setdefault(step.call, []).append(step)
@@ -236,6 +237,11 @@ class CallsPanel(QWidget):
                     if any(line.startswith("↺") for line in lines):
                         tip += "\n↺: the script reset .grad since the previous call (zero_grad() or .grad = None)"
                     details.append("; ".join(lines[:2]))
+                events = after.get(call.index, [])
+                briefs = [b for b in (event_brief(e) for e in events) if b]
+                if briefs:
+                    details.insert(2, "then " + ", ".join(briefs))  # after the line and node count
+                    tip += "\n\nAfter this call:\n" + "\n".join(event_text(e) for e in events if e["kind"] != "scaler.step")
                 steps = scaled.get(call.index, [])
                 skipped = "; ".join(s.note for s in steps if s.skipped)
                 details[2:2] = [s.note for s in steps if not s.skipped]  # after the line and node count
