@@ -255,6 +255,9 @@ class Stepping:
             if free_run or nan_only:
                 stepper.resume()
             self.stepper = stepper
+            if debug is not None and debug.free:
+                # Resume Without Pausing came between step_begin and now: it found no stepper to resume.
+                stepper.resume()
             for early in self._early:
                 self.control_step(early)
             self._early.clear()
