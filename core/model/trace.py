@@ -226,6 +226,9 @@ class CallInfo:
 
     @property
     def title(self) -> str:
+        if self.api == "live":  # the graph alive at a debug run's pause in forward
+            return f"live graph before line {self.line} (pause {self.index})" if self.line else \
+                f"live graph (pause {self.index})"
         where = f"line {self.line}" if self.line else "no line"
         return f"#{self.index} {self.api} ({where})"
 

@@ -115,7 +115,8 @@ def _read(capture, names, frames, pause, extra, leaves) -> tuple[CallInfo, list[
     root_ids = [ids[id(r)] for r in roots]
     snap.release(ids)
     snap.objects = {}
-    call = CallInfo(id=f"live{pause}", index=pause, api=LIVE_API, line=None, roots=root_ids, nodes=nodes,
+    line = frames[0].f_lineno if frames else None  # the line the run is paused before
+    call = CallInfo(id=f"live{pause}", index=pause, api=LIVE_API, line=line, roots=root_ids, nodes=nodes,
                     tensors=infos, storages=snap.finish_storages(infos), structure=structure,
                     node_count=len(nodes), edge_count=sum(1 for n in nodes for e in n.next if e is not None))
     return call, new

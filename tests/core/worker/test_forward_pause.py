@@ -105,7 +105,8 @@ def test_breakpoint_pauses_before_its_line_with_the_live_graph(driver, tmp_path)
     assert (paused.pause, paused.line, paused.reason, paused.function) == (1, 4, "breakpoint", "<module>")
     assert paused.file == str(Path(script).resolve())
     graph = call_from_dict(paused.graph)
-    assert graph.api == "live" and graph.id == "live1"
+    assert graph.api == "live" and graph.id == "live1" and graph.line == 4
+    assert graph.title == "live graph before line 4 (pause 1)"  # what the inspector's "call" row says
     assert names(graph) == ["AccumulateGrad", "MulBackward0"]  # c = b + 1 has not run
     leaf = next(n for n in graph.nodes if n.name == "AccumulateGrad")
     assert next(t for t in graph.tensors if t.id == leaf.variable).name == "a"
