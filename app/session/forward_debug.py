@@ -133,7 +133,10 @@ def install(window) -> ForwardDebugController:
         # After the window's own update (connected later, so it runs last): F10 says what it does.
         forward = s.state is SessionState.FORWARD
         window.act_step.setText("Step &Over" if forward else "&Step")
-        window.act_step.setIconText("Step Over" if forward else "Step")
+        if forward:
+            window.act_step.setIconText("Step Over")
+        elif window.act_step.iconText() == "Step Over":  # backward stepping writes its own ("Step (1 queued)")
+            window.act_step.setIconText("Step")
         window.act_step.setToolTip(f"{STEP_OVER_TIP if forward else STEP_TIP} (F10)")
         for action in (window.act_step_into, window.act_step_out):
             action.setEnabled(forward)
