@@ -57,6 +57,7 @@ for i in range({n}):
 loss.backward()
 """
 HIT_LINE, NEVER_LINE = 5, 7
+SOURCES: set[str] = set()  # where the runs' line events came from (core.worker.line_stops)
 
 
 def run_once(script: str, lines: list[int] | None) -> tuple[float, float, int]:
@@ -73,6 +74,10 @@ def run_once(script: str, lines: list[int] | None) -> tuple[float, float, int]:
     cpu, wall = time.process_time(), time.perf_counter()
     trace = capture.run()
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    if pauser is not None:
+        pauser.close()
+        if lines:
+            SOURCES.add(pauser.source)
     if trace.error is not None:
         raise SystemExit(f"the script failed: {trace.error.type}: {trace.error.message}")
     return cpu, wall, pauser.pauses if pauser is not None else 0
@@ -120,7 +125,7 @@ def main() -> int:
                 best[name] = (min(cpu, old[0]) if old else cpu, min(wall, old[1]) if old else wall, pauses)
     base_cpu, base_wall, _ = best["plain"]
     n = args.iterations
-    print(f"{n} iterations, fastest of {args.repeat}, one torch thread")
+    print(f"{n} iterations, fastest of {args.repeat}, one torch thread; line events from {', '.join(SOURCES)}")
     print(f"{'':32} {'CPU s':>8} {'wall s':>8} {'pauses':>7} {'CPU us/iter over plain':>24}")
     for name, _ in ways:
         cpu, wall, pauses = best[name]

@@ -5,14 +5,15 @@ pauses the script's thread *before* that line, sends ``forward_paused`` with the
 (``core.worker.capture.live_graph``) and waits for the command thread: ``forward_step`` (over, into,
 out), ``continue``, ``next_call``, ``resume_all``, ``stop_step`` or a cancel.
 
-Python 3.11 has no ``sys.monitoring``, so this builds on the capture's own ``sys.settrace`` tracer
-(``core.worker.capture.names.NameTable.tracer``), which keeps line events off for speed: for each new
-frame of the script's own files it asks ``ForwardPauser.on_call``, which turns line events on only for
-code objects that hold a breakpoint line (``co_lines``) and, while stepping, for the frames a step can
-stop in. At a pause every frame of the script's stack gets the line tracer (``f_trace``), as pdb sets
-it, so Step Over can stop in the caller once the frame returns. Torch's and the app's frames are never
-traced: the name tracer gives them no local tracer. Without breakpoints and stepping ``on_call`` is not
-installed at all, and the run costs what it did.
+Where it stops is ``core.worker.line_stops.LineStops``'s: the capture's own ``sys.settrace`` tracer
+(``core.worker.capture.names.NameTable.tracer``) asks ``on_call`` for each new frame of the script's
+own files, which gives line events only to code that holds a breakpoint line (``co_lines``) and,
+while stepping, to the frames a step can stop in; line events come from ``sys.monitoring`` on Python
+3.12+ (a line that is not a breakpoint is disabled after its first event) and from the frame's local
+tracer on 3.10 and 3.11. At a pause every frame of the script's stack gets line events, as pdb sets
+its tracer, so Step Over can stop in the caller once the frame returns. Torch's and the app's frames
+are never traced. Without breakpoints and stepping ``on_call`` is not installed at all, and the run
+costs what it did.
 
 A breakpoint on a line whose statement calls ``.backward(`` or ``autograd.grad(`` keeps pausing at the
 backward call (``core.worker.debug``), not in forward: those lines are found with ``ast``.
@@ -28,7 +29,7 @@ import ast
 import logging
 import sys
 import threading
-from types import CodeType, FrameType
+from types import FrameType
 
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
@@ -40,12 +41,12 @@ from core.worker.capture.nan_check import _finite, op_name
 from core.worker.capture.names import OP_FRAME, untraced
 from core.worker.capture.node_graph import node_name, number_nodes, saved_attr_names, version_of
 from core.worker.interrupts import INTERRUPTS
+from core.worker.line_stops import LineStops
 from core.worker.stepper import BackwardStepper, StepperStopped
 
 __all__ = ["BackwardStepper", "ForwardPauser", "backward_lines", "nonfinite"]
 
 log = logging.getLogger(__name__)
-STEP_KINDS = ("over", "into", "out")
 
 
 def nonfinite(grads) -> bool:
@@ -90,27 +91,28 @@ def _is_backward_call(node) -> bool:
                                or (isinstance(owner, ast.Attribute) and owner.attr == "autograd"))
 
 
-class ForwardPauser:
+class ForwardPauser(LineStops):
     """The forward half of a debug run: where it pauses in forward, and the pause itself.
 
     ``plan`` is the run's ``core.worker.debug.DebugPlan`` (its ``lines`` change from the command
     thread); ``send`` sends a message. ``headless``: each pause is sent and the run goes on to its end
-    without waiting (``main.py step --at-line``)."""
+    without waiting (``main.py step --at-line``). Which lines stop, and where a step stops, is
+    ``core.worker.line_stops.LineStops``'s (line events from ``sys.monitoring`` where Python has it)."""
 
     def __init__(self, capture, plan, send, headless: bool = False):
+        names = capture.names
+        super().__init__(capture.script, lambda f: names.is_user_file(f.f_code.co_filename)
+                         and f.f_code.co_name != OP_FRAME)
         self.capture = capture
-        self.names = capture.names
+        self.names = names
         self.plan = plan
         self.send = send
         self.headless = headless
-        self.script = capture.script
+        self.return_tracer = names._local_tracer  # the names of a traced frame's locals, as without lines
         # Headless, the line asked for pauses in forward even where it calls backward. Read from the
         # program the capture runs (a notebook's cells as one script) once it is loaded.
         self.backward: frozenset[int] | None = frozenset() if headless else None
         self.pauses = 0
-        self.mode: str | None = None  # stepping: over | into | out
-        self.target: FrameType | None = None  # the frame Step Over / Out is about
-        self._lines_of: dict[CodeType, frozenset[int]] = {}
         self._source_lines = None
         self._lines: frozenset[int] = frozenset()
         self._cond = threading.Condition()
@@ -126,7 +128,7 @@ class ForwardPauser:
         if plan.to_nan and check is not None:
             check.on_found = self.on_nan
 
-    # -- which frames are traced -------------------------------------------------------------
+    # -- what the run wants (LineStops) ---------------------------------------------------------
     def forward_lines(self) -> frozenset[int]:
         """The breakpoint lines that pause in forward (the plan's lines less the backward ones)."""
         lines = self.plan.lines
@@ -138,77 +140,16 @@ class ForwardPauser:
             self._lines = frozenset(lines) - (self.backward or frozenset())
         return self._lines
 
-    def refresh(self) -> None:
-        """Trace new frames for lines only while a breakpoint or a step may stop in one."""
-        wanted = not self.plan.free and (bool(self.forward_lines()) or self.mode is not None)
-        self.names.line_tracer = self.on_call if wanted else None
+    breakpoints = forward_lines
 
-    def _code_lines(self, code: CodeType) -> frozenset[int]:
-        found = self._lines_of.get(code)
-        if found is None:
-            found = self._lines_of[code] = frozenset(line for _, _, line in code.co_lines() if line is not None)
-        return found
+    def quiet(self) -> bool:
+        return self.plan.free
 
-    def on_call(self, frame: FrameType):
-        """The name tracer's question for each new frame of the script's files: its local tracer with
-        line events on, or None (the name tracer's own, lines off)."""
-        lines = self.forward_lines()
-        if self.mode is None and not lines:  # only backward lines once the program was read: not needed
-            self.refresh()
-            return None
-        code = frame.f_code
-        name = code.co_name
-        if name.startswith("<") and name != "<module>":  # comprehensions, and the capture's op frames
-            return None
-        if self.mode == "into" or (code.co_filename == self.script and not self._code_lines(code).isdisjoint(lines)):
-            frame.f_trace_lines = True
-            return self.local
-        return None
+    def held(self) -> bool:
+        return self.plan.next_call  # Next Call: breakpoints wait until the next backward call has paused
 
-    def local(self, frame: FrameType, event: str, arg):
-        if event == "line":
-            if self.plan.free:
-                frame.f_trace_lines = False
-                return self.local
-            reason = self._stops(frame)
-            if reason is not None:
-                self.pause(frame, reason)
-        elif event == "return":
-            if frame is self.target:
-                self._returned(frame)
-            if not frame.f_code.co_name.startswith("<"):
-                self.names._local_tracer(frame, event, arg)  # the names of its locals, as without lines
-        return self.local
-
-    def _stops(self, frame: FrameType) -> str | None:
-        mode = self.mode
-        if mode == "into" or (mode == "over" and frame is self.target):
-            return "step"
-        if self.plan.next_call:  # Next Call: breakpoints wait until the next backward call has paused
-            return None
-        if frame.f_code.co_filename == self.script and frame.f_lineno in self.forward_lines():
-            return "breakpoint"
-        return None
-
-    def _returned(self, frame: FrameType) -> None:
-        """The frame a Step Over / Out is about returns: the step stops at its caller's next line."""
-        caller = self._user_caller(frame)
-        self.target = caller
-        if caller is None:
-            self.mode = None
-            self.refresh()
-            return
-        self.mode = "over"
-        caller.f_trace = self.local
-        caller.f_trace_lines = True
-
-    def _user_caller(self, frame: FrameType) -> FrameType | None:
-        f = frame.f_back
-        while f is not None:
-            if self.names.is_user_file(f.f_code.co_filename) and f.f_code.co_name != OP_FRAME:
-                return f
-            f = f.f_back
-        return None
+    def install(self, hook) -> None:
+        self.names.line_tracer = hook
 
     # -- the pause -----------------------------------------------------------------------------
     def pause(self, frame: FrameType, reason: str, note: str = "", extra=()) -> None:
@@ -216,9 +157,7 @@ class ForwardPauser:
         self.mode, self.target = None, None
         self.pauses += 1
         frames = self.names.user_frames(frame)
-        for f in frames:  # Step Over and Out stop in these frames once the inner ones return
-            f.f_trace = self.local
-            f.f_trace_lines = True
+        self.watch_stack(frames)  # Step Over and Out stop in these frames once the inner ones return
         with self._cond:
             self._paused, self._reply = not self.headless, None
         try:
@@ -268,10 +207,7 @@ class ForwardPauser:
         if kind == "cancel":
             INTERRUPTS.fired = True  # this is the run's one KeyboardInterrupt: the Stop's own is dropped
             raise KeyboardInterrupt
-        if kind == "step":
-            self.mode = arg if arg in STEP_KINDS else "over"
-            self.target = frame
-        self.refresh()
+        self.go(kind, arg, frame)
 
     # -- the command thread --------------------------------------------------------------------
     @property
@@ -300,19 +236,11 @@ class ForwardPauser:
 
     def plan_changed(self) -> None:
         """The breakpoints changed (command thread): frames already running that hold a new line get
-        the line tracer, as pdb sets it on the stack."""
+        line events, as pdb sets its tracer on the stack."""
         self.capture.before_op = self.before_op if self.plan.pause_on_errors else None
         self.refresh()
-        main = threading.main_thread().ident
-        frame = sys._current_frames().get(main)
-        lines = self.forward_lines()
-        while frame is not None and lines:
-            code = frame.f_code
-            if code.co_filename == self.script and not self._code_lines(code).isdisjoint(lines) \
-                    and frame.f_trace is not self.local:
-                frame.f_trace = self.local
-                frame.f_trace_lines = True
-            frame = frame.f_back
+        frame = sys._current_frames().get(threading.main_thread().ident)
+        self.watch_running(frame)
         del frame
 
     # -- pauses from the ops ----------------------------------------------------------------------

@@ -278,6 +278,8 @@ class Worker(Stepping):
                 self.running = False
                 INTERRUPTS.script_ended()
                 self._live = None
+                if self.debug is not None and self.debug.forward is not None:
+                    self.debug.forward.close()  # sys.monitoring's id and events, where it had them
                 self.debug = None
                 self._early.clear()
             if self.cancelled and trace.error is not None and trace.error.kind == "cancelled":
