@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Callable
 
 from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import QToolBar
 
 from app.session.forward_pause import ForwardPause
 from app.session.session import SessionState
@@ -108,14 +110,37 @@ class ForwardDebugController(QObject):
             self.clear()
 
 
+def _toolbar_buttons(window, actions: list) -> list[QAction]:
+    """Toolbar twins of ``actions`` after Step, shown only while paused in forward (the toolbar keeps
+    its width on a laptop otherwise); the menu's actions keep their keys and stay listed."""
+    bar = window.findChild(QToolBar, "toolbar_main")
+    if bar is None or window.act_step not in bar.actions():
+        return []
+    after = bar.actions()[bar.actions().index(window.act_step) + 1]
+    twins = []
+    for action in actions:
+        twin = QAction(action.icon(), action.text().replace("&", ""), bar)
+        twin.setToolTip(action.toolTip())
+        twin.setStatusTip(action.statusTip())
+        twin.setObjectName(f"toolbar_{action.text().replace('&', '').replace(' ', '_').lower()}")
+        twin.triggered.connect(action.trigger)
+        twin.setVisible(False)
+        bar.insertAction(after, twin)
+        twins.append(twin)
+    return twins
+
+
 def install(window) -> ForwardDebugController:
     """Step Into / Step Out, Pause on Autograd Errors and Run to First NaN/Inf in the Run menu; Step
     reads "Step Over" while a debug run is paused in forward."""
     s = window.session
     window.act_step_into = make_action(window, "Step &Into", lambda: s.forward_step("into"), "F11",
-                                   "Paused in forward: go into the script's own function this line calls")
+                                       "Paused in forward: go into the script's own function this line calls",
+                                       "step_into")
     window.act_step_out = make_action(window, "Step O&ut", lambda: s.forward_step("out"), "Ctrl+F11",
-                                  "Paused in forward: run until this function returns, and pause in its caller")
+                                      "Paused in forward: run until this function returns, and pause in its caller",
+                                      "step_out")
+    bar_buttons = _toolbar_buttons(window, [window.act_step_into, window.act_step_out])
     window.act_pause_errors = make_action(window, "Pause on &Autograd Errors", s.set_pause_on_errors, None,
                                       "Debug runs pause in forward before an in-place op that would break "
                                       "backward (on a leaf that requires grad, or on a tensor saved for backward)",
@@ -140,6 +165,8 @@ def install(window) -> ForwardDebugController:
         window.act_step.setToolTip(f"{STEP_OVER_TIP if forward else STEP_TIP} (F10)")
         for action in (window.act_step_into, window.act_step_out):
             action.setEnabled(forward)
+        for button in bar_buttons:  # on the toolbar only while they do something
+            button.setVisible(forward)
 
     s.sig_state.connect(relabel)
     window.handle.sig_state.connect(relabel)

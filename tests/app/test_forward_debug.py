@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QToolBar
 
 from app.session.forward_pause import read_pause
 from app.session.session import SessionState
@@ -183,6 +184,27 @@ def test_pause_on_errors_and_run_to_first_nan(qtbot, debugging):
     assert window.forward_debug.strip.where == "Paused at the first NaN/Inf: <module> line 3"
     problems = window.problems.tree
     assert [problems.topLevelItem(0).text(c) for c in (0, 1)] == [f"NaN/Inf: {note}", "line 3"]
+
+
+def test_step_into_and_out_are_on_the_toolbar_only_while_paused_in_forward(qtbot, debugging):
+    window, sent, _runs = debugging
+    bar = window.findChild(QToolBar, "toolbar_main")
+    step = bar.actions().index(window.act_step)
+    assert [a.text() for a in bar.actions()[step + 1:step + 4]] == ["Step Into", "Step Out", "&Continue"]
+    into, out = bar.actions()[step + 1:step + 3]
+    assert not into.isVisible() and not out.isVisible()  # running, not paused
+    window.handle.sig_forward_paused.emit(_pause(1, 3, ["n1", "n2"], with_c=False, file=window.script_path))
+    assert into.isVisible() and out.isVisible()
+    assert into.toolTip() == "Paused in forward: go into the script's own function this line calls (F11)"
+    assert not into.icon().isNull() and not out.icon().isNull()
+    into.trigger()
+    assert sent == [("forward_step", {"kind": "into"})]
+    window.handle.sig_forward_paused.emit(_pause(2, 4, ["n0"], with_c=True, reason="step"))
+    out.trigger()
+    assert sent[1:] == [("forward_step", {"kind": "out"})]
+    window.handle.sig_forward_paused.emit(_pause(3, 4, [], with_c=True, reason="step"))
+    window.act_stop.trigger()
+    assert not into.isVisible() and not out.isVisible()
 
 
 def test_step_out_has_its_own_key_listed_with_the_others(qtbot, window):
