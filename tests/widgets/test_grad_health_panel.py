@@ -167,3 +167,44 @@ def test_the_window_shows_the_heatmap_beside_the_calls_and_a_click_selects_the_c
         assert heat.current == 2
     finally:
         w.handle.close()
+
+
+@pytest.mark.qt_log_ignore("This plugin does not support raise")  # the tooltip window, offscreen
+def test_a_skipped_gradscaler_step_is_marked_above_its_column_and_listed(qtbot):
+    # call 1's gradients hold inf: its norms are inf and the GradScaler skipped the step after it
+    calls = [_call(i, {"fc1": n, "fc2": 2 * n}) for i, n in enumerate([1.0, float("inf"), 0.5])]
+    steps = [{"kind": "scaler.step", "after_call": i, "line": 20, "optimizer": "SGD", "scale": s, "skipped": i == 1,
+              "scale_after": a} for i, (s, a) in enumerate([(65536.0, 65536.0), (65536.0, 32768.0), (32768.0, 32768.0)])]
+    p = GradHealthPanel()
+    qtbot.addWidget(p)
+    p.resize(360, 320)
+    p.set_trace(Trace(calls=calls, call_count=3, grad_events=steps))
+    p.show()
+    qtbot.waitExposed(p)
+    heat = p.heatmap
+    assert heat.skips == {1: p.health.skipped[0]}
+    skipped = "call #1: GradScaler step skipped: inf/NaN in gradients, scale 65536 → 32768"
+    assert p.flag_texts() == ["no vanishing or exploding gradients", skipped]
+    # inf has no place on the log scale: grey like nan, and the bar says so
+    assert heat.cell_color(0, 1).name() == "#9e9e9e" and heat.cell_color(0, 0).name() != "#9e9e9e"
+    assert heat.bar_caption() == "‖grad‖, log scale · grey: inf · amber: step skipped"
+    assert heat.cell_tip(0, 1) == ("fc1 · call #1: ‖grad‖ inf\n"
+                                   "GradScaler step skipped: inf/NaN in gradients, scale 65536 → 32768")
+    assert heat.skip_tip(1) == skipped and heat.skip_tip(0) == ""
+    # the amber band is painted above column 1 only, under the call numbers
+    image = heat.grab().toImage()
+
+    def band(col):
+        r = heat.cell_rect(0, col)
+        return image.pixelColor(QPoint(int(r.center().x()), int(r.top()) - 3)).name()
+
+    assert band(1) == "#f0a000" and band(0) == band(2) == heat.palette().window().color().name()
+    # its line in the list picks the call
+    with qtbot.waitSignal(p.sig_call_selected) as blocker:
+        rect = p.flags.visualItemRect(p.flags.item(1))
+        qtbot.mouseClick(p.flags.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    assert blocker.args == [1]
+    # the list's first line picks nothing
+    with qtbot.assertNotEmitted(p.sig_call_selected):
+        rect = p.flags.visualItemRect(p.flags.item(0))
+        qtbot.mouseClick(p.flags.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())

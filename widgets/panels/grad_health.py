@@ -1,7 +1,10 @@
 """Gradient health beside the Calls list: a module × call heatmap of gradient norms on a log colour
 scale, its colour bar, and the vanishing / exploding flags under it (``core.model.grad_health``).
 
-Rows go from the input to the loss, columns are calls; a click on a column picks that call.
+Rows go from the input to the loss, columns are calls; a click on a column picks that call. A norm
+that is not finite (inf or nan) has no place on the scale: its cell is grey and hatched. A call whose
+``GradScaler.step`` was skipped (inf/NaN in the gradients) has an amber band above its column and a
+line in the list under the flags.
 """
 
 from __future__ import annotations
@@ -10,14 +13,19 @@ import math
 
 from PySide6.QtCore import QEvent, QPointF, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QFontMetrics, QLinearGradient, QMouseEvent, QPainter, QPen
-from PySide6.QtWidgets import QLabel, QListWidget, QSizePolicy, QStackedWidget, QToolTip, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (QLabel, QListWidget, QListWidgetItem, QSizePolicy, QStackedWidget, QToolTip,
+                               QVBoxLayout, QWidget)
 
-from core.model.grad_health import Flag, GradHealth, grad_health
+from core.model.grad_health import Flag, GradHealth, ScalerStep, grad_health
 from core.model.trace import Trace
 
 # viridis, sampled: dark violet for the smallest norm, yellow for the largest
 STOPS = [QColor("#440154"), QColor("#3b528b"), QColor("#21918c"), QColor("#5ec962"), QColor("#fde725")]
-NAN_COLOR = QColor("#9e9e9e")  # a norm that is nan has no place on the scale: grey, hatched
+NAN_COLOR = QColor("#9e9e9e")  # a norm that is inf or nan has no place on the scale: grey, hatched
+SKIP_COLOR = QColor("#f0a000")  # amber: the GradScaler step after this call was skipped
+SKIP_BAND = 6  # its band above the column, under the call numbers
+SKIP_TEXT = QColor("#9a5b00")  # the skipped step's line in the list, amber dark enough to read
+SKIP_TEXT_DARK = QColor("#e3b341")  # the same on a dark theme
 FLAG_COLORS = {"exploding": QColor("#ff3b30"), "vanishing": QColor("#00c8ff")}
 EMPTY_TEXT = "No gradient norms in this trace"
 
@@ -60,6 +68,7 @@ class GradHeatmap(QWidget):
         super().__init__(parent)
         self.health: GradHealth | None = None
         self.current: int | None = None  # the column of the call shown
+        self.skips: dict[int, ScalerStep] = {}  # column -> the skipped GradScaler step after its call
         self.setMouseTracking(True)
         self.setMinimumHeight(90)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
@@ -67,6 +76,8 @@ class GradHeatmap(QWidget):
     def set_health(self, health: GradHealth | None) -> None:
         self.health = health
         self.current = None
+        calls = health.matrix.calls if health else []
+        self.skips = {calls.index(s.call): s for s in (health.skipped if health else []) if s.call in calls}
         self.updateGeometry()
         self.update()
 
@@ -78,7 +89,10 @@ class GradHeatmap(QWidget):
 
     def sizeHint(self) -> QSize:
         rows = len(self.health.matrix.modules) if self.health else 3
-        return QSize(220, min(600, self.HEAD + self.BAR + 8 + rows * self.ROW_MAX))
+        return QSize(220, min(600, self._head() + self.BAR + 8 + rows * self.ROW_MAX))
+
+    def _head(self) -> int:
+        return self.HEAD + (SKIP_BAND if self.skips else 0)
 
     # geometry
     def _names_width(self) -> int:
@@ -89,9 +103,10 @@ class GradHeatmap(QWidget):
     def grid_rect(self) -> QRectF:
         m = self.health.matrix
         left = self._names_width()
-        height = self.height() - self.HEAD - self.BAR - 4
+        head = self._head()
+        height = self.height() - head - self.BAR - 4
         row = min(self.ROW_MAX, height / max(1, len(m.modules)))
-        return QRectF(left, self.HEAD, self.width() - left - 4, row * len(m.modules))
+        return QRectF(left, head, self.width() - left - 4, row * len(m.modules))
 
     def cell_rect(self, row: int, col: int) -> QRectF:
         g = self.grid_rect()
@@ -118,14 +133,21 @@ class GradHeatmap(QWidget):
         if value is None:
             return None
         shade = m.shade(value)
-        return NAN_COLOR if shade is None else shade_color(shade)
+        return NAN_COLOR if shade is None or math.isinf(value) else shade_color(shade)
 
     def cell_tip(self, row: int, col: int) -> str:
         m = self.health.matrix
         module, call = m.modules[row], m.calls[col]
         lines = [f"{module} · call #{call}: ‖grad‖ {norm_text(m.values[row][col])}"]
         lines += [f.text for f in self.health.flags if f.module == module and col in flagged_cells(f, m.calls)]
+        if col in self.skips:
+            lines.append(f"GradScaler {self.skips[col].note}")
         return "\n".join(lines)
+
+    def skip_tip(self, col: int) -> str:
+        """Above a column: the skipped step after its call, if there was one."""
+        step = self.skips.get(col)
+        return f"call #{self.health.matrix.calls[col]}: GradScaler {step.note}" if step else ""
 
     # drawing and events
     def paintEvent(self, event) -> None:
@@ -166,6 +188,9 @@ class GradHeatmap(QWidget):
                 break
             p.drawText(QRectF(g.left() + j * width, 0, max(width, 30), self.HEAD),
                        Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, f"#{m.calls[j]}")
+        for col in self.skips:
+            r = self.cell_rect(0, col)
+            p.fillRect(QRectF(r.left() + 1, g.top() - SKIP_BAND, r.width() - 2, SKIP_BAND - 2), SKIP_COLOR)
         for flag in self.health.flags:
             cols = flagged_cells(flag, m.calls)
             row = m.modules.index(flag.module)
@@ -193,10 +218,17 @@ class GradHeatmap(QWidget):
         below = QRectF(rect.left(), rect.bottom() + 1, rect.width(), self.fontMetrics().height())
         lo, hi = self.bar_labels()
         p.drawText(below, Qt.AlignmentFlag.AlignLeft, lo)
-        nan = any(v is not None and math.isnan(v) for r in self.health.matrix.values for v in r)
         p.drawText(below, Qt.AlignmentFlag.AlignRight, hi)
         below.translate(0, self.fontMetrics().height())
-        p.drawText(below, Qt.AlignmentFlag.AlignHCenter, "‖grad‖, log scale" + (" · grey: nan" if nan else ""))
+        p.drawText(below, Qt.AlignmentFlag.AlignHCenter, self.bar_caption())
+
+    def bar_caption(self) -> str:
+        """What the colour bar shows, and what grey and amber mean where the trace has them."""
+        values = [v for r in self.health.matrix.values for v in r if v is not None]
+        grey = [w for w, has in (("inf", any(math.isinf(v) for v in values)),
+                                 ("nan", any(math.isnan(v) for v in values))) if has]
+        return "‖grad‖, log scale" + (f" · grey: {', '.join(grey)}" if grey else "") + \
+            (" · amber: step skipped" if self.skips else "")
 
     def bar_labels(self) -> tuple[str, str]:
         """The smallest and the largest norm the colour bar spans."""
@@ -206,8 +238,9 @@ class GradHeatmap(QWidget):
     def event(self, e) -> bool:
         if e.type() == QEvent.Type.ToolTip:
             cell = self.cell_at(QPointF(e.pos()))
-            if cell is not None and cell[0] >= 0:
-                QToolTip.showText(e.globalPos(), self.cell_tip(*cell), self)
+            tip = "" if cell is None else self.cell_tip(*cell) if cell[0] >= 0 else self.skip_tip(cell[1])
+            if tip:
+                QToolTip.showText(e.globalPos(), tip, self)
             else:
                 QToolTip.hideText()
                 e.ignore()
@@ -230,6 +263,7 @@ class GradHealthPanel(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.health: GradHealth | None = None
+        self.flag_calls: list[int | None] = []  # the call each line of the list picks
         self.stack = QStackedWidget(self)
         self.empty = QLabel(EMPTY_TEXT, self)
         self.empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
@@ -269,16 +303,25 @@ class GradHealthPanel(QWidget):
                              f"{len(m.calls)} call{'s' if len(m.calls) != 1 else ''}")
         self.heatmap.set_health(health)
         self.flags.clear()
+        self.flag_calls = [flag.call for flag in health.flags]
         for flag in health.flags:
             self.flags.addItem(flag.text)
         if not health.flags:
             self.flags.addItem("no vanishing or exploding gradients")
+            self.flag_calls.append(None)
+        for step in health.skipped:
+            item = QListWidgetItem(f"call #{step.call}: GradScaler {step.note}" if step.call is not None
+                                   else f"GradScaler {step.note}")
+            dark = self.palette().base().color().lightness() < 128
+            item.setForeground(SKIP_TEXT_DARK if dark else SKIP_TEXT)
+            self.flags.addItem(item)
+            self.flag_calls.append(step.call)
         self.stack.setCurrentWidget(self.body)
 
     def _flag_clicked(self, item) -> None:
         row = self.flags.row(item)
-        if self.health is not None and row < len(self.health.flags):
-            self.sig_call_selected.emit(self.health.flags[row].call)
+        if self.health is not None and row < len(self.flag_calls) and self.flag_calls[row] is not None:
+            self.sig_call_selected.emit(self.flag_calls[row])
 
     def mark_call(self, index: int | None) -> None:
         """The call shown elsewhere (the Calls list, the graph): its column is framed."""
