@@ -62,8 +62,10 @@ def die_with_parent() -> None:
     os.environ[PARENT_ENV] = str(os.getpid())
 
 
-def torchrun_argv(script: str, nproc: int, out: str, device: str, mode: str, load: dict | None = None) -> list[str]:
+def torchrun_argv(script: str, nproc: int, out: str, device: str, mode: str, load: dict | None = None,
+                  nan_check: bool = False) -> list[str]:
     extra = ["--load", json.dumps(load)] if load else []  # how the file is opened: --weights, input shapes
+    extra += ["--nan-check"] if nan_check else []  # each rank checks its own ops and gradients
     return [sys.executable, "-c", TORCHRUN, "--standalone", f"--nproc_per_node={nproc}",
             "-m", "core.worker.ddp_rank", "--out", out, "--device", device, "--mode", mode, *extra, script]
 
@@ -121,7 +123,8 @@ def run_ranks(worker, cmd: dict):
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env[PARENT_ENV] = str(os.getpid())
-    argv = torchrun_argv(script, nproc, out, device, cmd.get("mode", "auto"), cmd.get("load"))
+    argv = torchrun_argv(script, nproc, out, device, cmd.get("mode", "auto"), cmd.get("load"),
+                         bool(cmd.get("nan_check")))
     proc = subprocess.Popen(argv, env=env, start_new_session=True)
     CHILD_GROUPS.add(proc.pid)
     try:

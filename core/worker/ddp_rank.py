@@ -5,7 +5,9 @@ core.worker.ddp_rank --out DIR SCRIPT``; a rank ends with the torchrun that star
 watched: a hook on each parameter records the gradient this rank computed *before* the
 all-reduce, and after each backward call the call's ``options["all_reduce"]`` holds, per
 parameter, that local gradient and the reduced one DDP wrote into ``.grad``, plus the ids of
-the ``AccumulateGrad`` nodes whose gradients the all-reduce touches.
+the ``AccumulateGrad`` nodes whose gradients the all-reduce touches. With ``--nan-check`` each rank
+runs the NaN/Inf check (``core.worker.capture.nan_check``) on its own ops and gradients, so each
+rank's trace names the first non-finite op and node that rank met.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import asdict, replace
 
 import torch
 
+from core.worker.capture.nan_check import NanCheck
 from core.worker.capture.recorder import Capture
 from core.worker.capture.values import values_of
 from core.worker.ddp import die_with_parent
@@ -106,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--mode", default="auto")
     parser.add_argument("--load", default=None, help="JSON: how to open the file (weights, input_shapes)")
+    parser.add_argument("--nan-check", action="store_true", help="check each op's output and each gradient")
     parser.add_argument("script")
     args = parser.parse_args(argv)
     die_with_parent()  # torchrun starts ranks in sessions of their own: one ending ends them
@@ -119,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     watch.install()
     capture = Capture(args.script, device=device, mode=args.mode, load=json.loads(args.load) if args.load else None)
     capture.call_hook = watch.call_hook(capture)
+    if args.nan_check:  # off, the capture pushes no check mode and hooks no node
+        capture.nan_check = NanCheck()
     trace = capture.run()
     trace = mark(trace, watch.per_call, rank, world, watch.backend)
     path = os.path.join(args.out, f"rank{rank}.json")

@@ -107,3 +107,31 @@ def test_ddp_model_file_with_weights(tmp_path):
     assert sorted(got) == ["module.0.bias", "module.0.weight", "module.1.bias", "module.1.weight"]
     for name, grad in got.items():
         assert torch.allclose(grad, (per_rank[0][name] + per_rank[1][name]) / 2, atol=1e-6), name
+
+
+NAN_ON_RANK_1 = (
+    "import torch, torch.distributed as dist, torch.nn as nn\n"
+    "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+    "dist.init_process_group('gloo')\nrank = dist.get_rank()\ntorch.manual_seed(0)\n"
+    "model = DDP(nn.Linear(3, 2))\nx = torch.randn(4, 3)\n"
+    "y = model(x).pow(2).mean()\n"
+    "loss = torch.log(y * (rank != 1))\n"  # line 9: log(0) on rank 1 only
+    "loss.backward()\ndist.destroy_process_group()\n")
+
+
+@pytest.mark.slow
+def test_the_nan_check_runs_on_every_rank(tmp_path):
+    script = write(tmp_path, "ddp_nan.py", NAN_ON_RANK_1)
+    events = []
+    result = run_capture(str(script), timeout=120, ddp={"nproc": 2, "rank": 1}, on_event=events.append,
+                         nan_check=True)
+    rank1 = result.trace
+    assert rank1.error is None, (rank1.error, result.output[-2000:])
+    (other,) = [e for e in events if e.get("type") == "rank_trace"]
+    rank0 = other.trace
+    found = rank1.nan_check["forward"]
+    assert (found["op"], found["line"], found["neginf"], found["numel"]) == ("log", 9, 1, 1)
+    assert rank1.nan_check["backward"]["name"] == "LogBackward0"
+    assert rank1.nan_check["backward"]["line"] == 9
+    # rank 0 took the log of a positive mean: nothing non-finite in its forward
+    assert rank0.nan_check is not None and rank0.nan_check["forward"] is None
