@@ -86,7 +86,11 @@ def _step(args) -> int:
         print(f"backprop-studio: {problem}", file=sys.stderr)
         return 2
     if args.at_line is not None:  # the graph alive before a line runs, not a backward call
-        return step_at_line(args, args.at_line, worker_options(args), load_options(args))
+        line = _breakpoint_line(script, args.at_line)
+        if isinstance(line, str):
+            print(f"backprop-studio step: --at-line {args.at_line}: {line}", file=sys.stderr)
+            return 2
+        return step_at_line(args, line, worker_options(args), load_options(args))
     steps: list[dict] = []
     info: dict = {}
 
@@ -234,8 +238,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--breakpoint", metavar="LINE",
                    help="step the first call made from this script line (instead of --call); in a notebook, "
                    "CELL:LINE (4:2 is cell 4, line 2) or the line of the whole script")
-    p.add_argument("--at-line", type=int, metavar="N",
-                   help="instead, run to the first time line N is about to run and show the graph alive there")
+    p.add_argument("--at-line", metavar="N",
+                   help="instead, run to the first time line N is about to run and show the graph alive there; "
+                   "in a notebook, CELL:LINE or the line of the whole script")
     p.add_argument("--json", metavar="OUT", help="write the steps, leaf grads and the call as JSON")
     add_run_options(p)
     add_worker_args(p)

@@ -322,6 +322,35 @@ def test_headless_step_at_line_writes_the_live_graph(tmp_path):
     assert "line 40 of script.py was never reached" in never.stderr
 
 
+@pytest.mark.slow
+def test_headless_step_at_a_notebook_cell_line(tmp_path):
+    cells = [{"cell_type": "markdown", "metadata": {}, "source": ["# the graph, cell by cell"]}] + [
+        {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": src} for src in (
+            ["import torch\n", "a = torch.tensor([1., 2.], requires_grad=True)"],
+            ["b = a * 2\n", "c = b + 1\n", "c.sum().backward()"])]
+    notebook = tmp_path / "lesson.ipynb"
+    notebook.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    out = tmp_path / "live.json"
+    root = Path(__file__).resolve().parents[3]
+
+    def step(*args):
+        return subprocess.run([sys.executable, str(root / "main.py"), "step", str(notebook), *args],
+                              capture_output=True, text=True, timeout=WAIT_S * 2, cwd=root)
+
+    done = step("--at-line", "3:2", "--json", str(out))  # cell 3, line 2: c = b + 1
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(out.read_text())
+    assert (doc["cell"], doc["cell_line"]) == (3, 2)
+    assert f"before cell 3, line 2 (script line {doc['line']}, <module>): 2 node(s), 2 live tensor(s)" in done.stdout
+    assert [n.name for n in call_from_dict(doc["call"]).nodes] == ["MulBackward0", "AccumulateGrad"]
+    # the same line of the whole script pauses at the same place
+    again = step("--at-line", str(doc["line"]))
+    assert again.returncode == 0 and "before cell 3, line 2" in again.stdout
+    missing = step("--at-line", "3:9")
+    assert missing.returncode == 2
+    assert "--at-line 3:9: the notebook has no code cell 3 with a line 9" in missing.stderr
+
+
 LOOP = """\
 import torch
 w = torch.tensor([1.0, -2.0], requires_grad=True)
