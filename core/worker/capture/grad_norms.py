@@ -16,6 +16,7 @@ after that call was stored and streamed, so they travel with the trace.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
@@ -194,17 +195,14 @@ class GradNorms:
     def _wrap_norm(self, original):
         @functools.wraps(original)
         def clip_grad_norm_(parameters, max_norm, norm_type=2.0, *args, **kwargs):
-            params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+            params = _tensors(parameters)
             total = original(params, max_norm, norm_type, *args, **kwargs)
-            try:
-                with torch._C.DisableTorchFunction(), untraced():
-                    coef = float(torch.clamp(max_norm / (total + CLIP_EPS), max=1.0))
-                    grads = [p.grad for p in params if p.grad is not None]
-                    after = _total_norm(grads, float(norm_type))
-                    self._event("clip_grad_norm_", max_norm=float(max_norm), norm_type=float(norm_type),
-                                total_norm=_num(float(total)), clip_coef=_num(coef), norm_after=_num(after), params=len(grads))
-            except Exception:  # a record must never break the script
-                log.debug("recording clip_grad_norm_ failed", exc_info=True)
+            with _recording("clip_grad_norm_"):
+                coef = float(torch.clamp(max_norm / (total + CLIP_EPS), max=1.0))
+                grads = _grads(params)
+                self._event("clip_grad_norm_", max_norm=float(max_norm), norm_type=float(norm_type),
+                            total_norm=_num(float(total)), clip_coef=_num(coef),
+                            norm_after=_num(_total_norm(grads, float(norm_type))), params=len(grads))
             return total
 
         return clip_grad_norm_
@@ -212,17 +210,14 @@ class GradNorms:
     def _wrap_value(self, original):
         @functools.wraps(original)
         def clip_grad_value_(parameters, clip_value, *args, **kwargs):
-            params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+            params = _tensors(parameters)
             with torch._C.DisableTorchFunction(), untraced():
-                before = _total_norm([p.grad for p in params if p.grad is not None], 2.0)
+                before = _total_norm(_grads(params), 2.0)
             result = original(params, clip_value, *args, **kwargs)
-            try:
-                with torch._C.DisableTorchFunction(), untraced():
-                    grads = [p.grad for p in params if p.grad is not None]
-                    self._event("clip_grad_value_", clip_value=float(clip_value), total_norm=_num(before),
-                                norm_after=_num(_total_norm(grads, 2.0)), params=len(grads))
-            except Exception:
-                log.debug("recording clip_grad_value_ failed", exc_info=True)
+            with _recording("clip_grad_value_"):
+                grads = _grads(params)
+                self._event("clip_grad_value_", clip_value=float(clip_value), total_norm=_num(before),
+                            norm_after=_num(_total_norm(grads, 2.0)), params=len(grads))
             return result
 
         return clip_grad_value_
@@ -230,17 +225,14 @@ class GradNorms:
     def _wrap_with_norm(self, original):
         @functools.wraps(original)
         def clip_grads_with_norm_(parameters, max_norm, total_norm, *args, **kwargs):
-            params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+            params = _tensors(parameters)
             result = original(params, max_norm, total_norm, *args, **kwargs)
-            try:
-                with torch._C.DisableTorchFunction(), untraced():
-                    total = torch.as_tensor(total_norm)
-                    coef = float(torch.clamp(max_norm / (total + CLIP_EPS), max=1.0))
-                    grads = [p.grad for p in params if p.grad is not None]
-                    self._event("clip_grads_with_norm_", max_norm=float(max_norm), total_norm=_num(float(total)),
-                                clip_coef=_num(coef), norm_after=_num(_total_norm(grads, 2.0)), params=len(grads))
-            except Exception:
-                log.debug("recording clip_grads_with_norm_ failed", exc_info=True)
+            with _recording("clip_grads_with_norm_"):
+                total = torch.as_tensor(total_norm)
+                coef = float(torch.clamp(max_norm / (total + CLIP_EPS), max=1.0))
+                grads = _grads(params)
+                self._event("clip_grads_with_norm_", max_norm=float(max_norm), total_norm=_num(float(total)),
+                            clip_coef=_num(coef), norm_after=_num(_total_norm(grads, 2.0)), params=len(grads))
             return result
 
         return clip_grads_with_norm_
@@ -248,14 +240,11 @@ class GradNorms:
     def _wrap_total(self, original):
         @functools.wraps(original)
         def get_total_norm(tensors, norm_type=2.0, *args, **kwargs):
-            tensors = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
+            tensors = _tensors(tensors)
             total = original(tensors, norm_type, *args, **kwargs)
-            try:
-                with torch._C.DisableTorchFunction(), untraced():
-                    self._event("get_total_norm", norm_type=float(norm_type), total_norm=_num(float(total)),
-                                tensors=len(tensors))
-            except Exception:
-                log.debug("recording get_total_norm failed", exc_info=True)
+            with _recording("get_total_norm"):
+                self._event("get_total_norm", norm_type=float(norm_type), total_norm=_num(float(total)),
+                            tensors=len(tensors))
             return total
 
         return get_total_norm
@@ -267,13 +256,10 @@ class GradNorms:
                 return original(scaler, optimizer, *args, **kwargs)
             # Noted before the step runs, so that the optimizer.step it makes follows it in the list.
             event = None
-            try:
-                with torch._C.DisableTorchFunction(), untraced():
-                    self._event("scaler.step", optimizer=type(optimizer).__name__, scale=_num(scaler.get_scale()),
-                                skipped=False, scale_after=None)
+            with _recording("a GradScaler step"):
+                self._event("scaler.step", optimizer=type(optimizer).__name__, scale=_num(scaler.get_scale()),
+                            skipped=False, scale_after=None)
                 event = self.events[-1]
-            except Exception:
-                log.debug("noting a GradScaler step failed", exc_info=True)
             try:
                 result = original(scaler, optimizer, *args, **kwargs)
             except BaseException:
@@ -281,13 +267,10 @@ class GradNorms:
                     self.events.remove(event)
                 raise
             if event is not None:
-                try:
-                    with torch._C.DisableTorchFunction(), untraced():
-                        found = scaler._per_optimizer_states[id(optimizer)]["found_inf_per_device"]
-                        event["skipped"] = bool(sum(float(v) for v in found.values()) > 0)
+                with _recording("a GradScaler step's inf check"):
+                    found = scaler._per_optimizer_states[id(optimizer)]["found_inf_per_device"]
+                    event["skipped"] = bool(sum(float(v) for v in found.values()) > 0)
                     self._scaled.setdefault(id(scaler), []).append(event)
-                except Exception:
-                    log.debug("reading a GradScaler step's inf check failed", exc_info=True)
             return result
 
         return step
@@ -297,13 +280,10 @@ class GradNorms:
         def update(scaler, *args, **kwargs):
             result = original(scaler, *args, **kwargs)
             waiting = self._scaled.pop(id(scaler), [])
-            try:
-                with torch._C.DisableTorchFunction(), untraced():
-                    scale = _num(scaler.get_scale())
+            with _recording("a GradScaler's new scale"):
+                scale = _num(scaler.get_scale())
                 for event in waiting:
                     event["scale_after"] = scale
-            except Exception:
-                log.debug("reading a GradScaler's new scale failed", exc_info=True)
             return result
 
         return update
@@ -318,28 +298,42 @@ class GradNorms:
         return zero_grad
 
     def _step_pre(self, opt, args, kwargs) -> None:
-        try:
-            with torch._C.DisableTorchFunction(), untraced():
-                named = [(self._known[p._cdata], p) for g in opt.param_groups for p in g["params"]
-                         if p._cdata in self._known]
-                self._steps[id(opt)] = ([n for n, _ in named], [p for _, p in named],
-                                        torch._foreach_mul([p.detach() for _, p in named], 1.0) if named else [])
-        except Exception:
-            log.debug("noting parameters before a step failed", exc_info=True)
+        with _recording("the parameters before a step"):
+            named = [(self._known[p._cdata], p) for g in opt.param_groups for p in g["params"]
+                     if p._cdata in self._known]
+            self._steps[id(opt)] = ([n for n, _ in named], [p for _, p in named],
+                                    torch._foreach_mul([p.detach() for _, p in named], 1.0) if named else [])
 
     def _step_post(self, opt, args, kwargs) -> None:
         names, params, old = self._steps.pop(id(opt), ([], [], []))
-        try:
-            with torch._C.DisableTorchFunction(), untraced():
-                now = [p.detach() for p in params]
-                if old:
-                    torch._foreach_sub_(old, now)  # the copies become -Δ, with no new memory
-                delta, size = _norms(old), _norms(now)
+        with _recording("an optimizer step"):
+            now = [p.detach() for p in params]
+            if old:
+                torch._foreach_sub_(old, now)  # the copies become -Δ, with no new memory
+            delta, size = _norms(old), _norms(now)
             d_mod, p_mod = _modules(names, delta), _modules(names, size)
             update = {m: _ratio(d_mod[m], p_mod[m]) for m in d_mod}
             self._event("optimizer.step", optimizer=type(opt).__name__, update=update)
-        except Exception:
-            log.debug("recording an optimizer step failed", exc_info=True)
+
+
+@contextlib.contextmanager
+def _recording(what: str):
+    """Around the reads of a record: outside the capture (no torch function mode, no name tracer),
+    and never raising, since a record must never break the script."""
+    try:
+        with torch._C.DisableTorchFunction(), untraced():
+            yield
+    except Exception:
+        log.debug("recording %s failed", what, exc_info=True)
+
+
+def _tensors(x) -> list:
+    """Clipping's ``parameters`` argument (a tensor, or an iterable of them) as a list."""
+    return [x] if isinstance(x, torch.Tensor) else list(x)
+
+
+def _grads(params: list) -> list:
+    return [p.grad for p in params if p.grad is not None]
 
 
 def _total_norm(grads: list, norm_type: float) -> float:
