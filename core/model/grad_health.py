@@ -26,6 +26,35 @@ GROW_CALLS = 3
 GROW_FACTOR = 10.0
 
 
+def module_of(name: str) -> str:
+    """The module a parameter's norm is counted under: ``"fc1"`` for ``"fc1.weight"``; a plain
+    tensor (``"w"``) is a row of its own."""
+    return name.rsplit(".", 1)[0] if "." in name else name
+
+
+def as_norm(x: float | None):
+    """A norm as the trace writes it: a number, or "nan" / "inf" (JSON has neither)."""
+    if x is None or math.isfinite(x):
+        return x
+    return "nan" if math.isnan(x) else "inf"
+
+
+def norm_ratio(a: float, b: float):
+    """‖grad‖ / ‖param‖ (or ‖Δparam‖ / ‖param‖) as the trace writes it; None where ‖param‖ is 0 or not finite."""
+    return as_norm(a / b) if b > 0 and math.isfinite(b) else None
+
+
+def module_norms(names: list[str], norms: list[float]) -> dict[str, float]:
+    """Per module, in the order its first parameter comes, the norm over its parameters: sqrt of
+    the sum of their squared norms, summed in ``names``' order (so the same floats give the same
+    bits, which lets the wire leave them out: ``core.protocol.norm_pack``)."""
+    squares: dict[str, float] = {}
+    for name, n in zip(names, norms):
+        m = module_of(name)
+        squares[m] = squares.get(m, 0.0) + n * n
+    return {m: math.sqrt(s) for m, s in squares.items()}
+
+
 def _float(v) -> float | None:
     """A recorded norm as a float: numbers as they are, "inf" / "nan" as floats, null as None."""
     if v is None:

@@ -21,6 +21,7 @@ from core.protocol.column_pack import (bulk_ok, ints_in, packed_unsigned, row_ma
                                        unpack_bools, unpack_floats, unpack_ints, unpack_mask, unpack_present)
 from core.protocol.columns import (COLUMNS_VERSION, MAGIC, NESTED, NONE_TYPE, ROOTS, SHARED, SHARED_SOURCES, blocked,
                                    spec_of, top_list, under)
+from core.protocol.norm_pack import NormPackError, unpack_grad_norms
 
 class ColumnReader:
     """Rebuilds a Trace or CallInfo from the lines of ``encode_lines``, fed one at a time.
@@ -114,6 +115,16 @@ class ColumnReader:
                 self.fail(path, "the packed numbers do not match their lengths")
             payload, kind = split(values, lens), "vals"
             self._typed[path] = "floats"
+        elif kind == "norms":
+            if not isinstance(payload, list):
+                self.fail(path, "expected a list of packed gradient norms")
+            rows = []
+            for i, row in enumerate(payload):
+                try:
+                    rows.append(None if row is None else unpack_grad_norms(row))
+                except NormPackError as exc:
+                    self.fail(self._name(path, i), str(exc))
+            payload, kind = rows, "vals"
         elif kind == "text":
             if not isinstance(payload, str):
                 self.fail(path, "expected the column's strings as one text")

@@ -30,10 +30,11 @@ from typing import Iterator
 from core.model.trace import (CallInfo, Edge, ErrorInfo, GradInfo, MemorySample, NodeInfo, Saved, Stale, StorageInfo,
                               TensorInfo, Trace, Values, paused_gc)
 from core.protocol.column_pack import column_hint, pack_column, pack_ints, pack_mask
+from core.protocol.norm_pack import pack_grad_norms
 
 MAGIC = "backprop-studio-columns"
-COLUMNS_VERSION = 4  # 2: leaf gradients as rows of their tensors' grads, float32 floats in 4 bytes; 3: row blocks;
-# 4: strings and integers with gaps, lists of strings and booleans packed
+COLUMNS_VERSION = 5  # 2: leaf gradients as rows of their tensors' grads, float32 floats in 4 bytes; 3: row blocks;
+# 4: strings and integers with gaps, lists of strings and booleans packed; 5: gradient norms packed
 
 # A call's nodes, tensors and storages (and a trace's own tensors, storages, memory) travel in
 # blocks of this many rows, each block's columns followed by its ``done``: the reader builds
@@ -135,6 +136,9 @@ def _table(cls, objs: list, path: str, seen: dict) -> Iterator[list]:
             if name in defaults and n and col.count(defaults[name]) == n \
                     and set(map(type, col)) == {type(defaults[name])}:
                 continue  # every row has the default: the reader fills it in
+            if cls is CallInfo and name == "grad_norms":
+                yield norms_column(p, col)
+                continue
             yield pack_column(p, col, column_hint(cls, name))
             continue
         kind, sub = how
@@ -179,6 +183,15 @@ def _table(cls, objs: list, path: str, seen: dict) -> Iterator[list]:
             flat = list(chain.from_iterable(lists))
             yield [p + "#items", "mask", pack_mask(flat)]
             yield from _table(sub, list(filter(None, flat)), p + "#items", seen)
+
+
+def norms_column(path: str, col: list) -> list:
+    """Calls' gradient norms as ``norms`` (each row packed, ``core.protocol.norm_pack``, or None),
+    or as JSON where one does not pack exactly."""
+    packed = [None if v is None else pack_grad_norms(v) for v in col]
+    if any(p is None and v is not None for p, v in zip(packed, col)):
+        return [path, "vals", col]
+    return [path, "norms", packed]
 
 
 def top_list(kind: str | None, parent) -> bool:

@@ -19,33 +19,17 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import math
 import sys
 from typing import Callable
 
 import torch
 
+from core.model.grad_health import as_norm, module_norms, module_of, norm_ratio
 from core.worker.capture.names import untraced
 
 log = logging.getLogger(__name__)
 
 CLIP_EPS = 1e-6  # torch's clip_grad_norm_: max_norm / (total + 1e-6)
-
-
-def module_of(name: str) -> str:
-    """``"fc1"`` for ``"fc1.weight"``; a plain tensor (``"w"``) is a row of its own."""
-    return name.rsplit(".", 1)[0] if "." in name else name
-
-
-def _num(x: float | None):
-    """A norm as the trace writes it: a number, or "nan" / "inf" (JSON has neither)."""
-    if x is None or math.isfinite(x):
-        return x
-    return "nan" if math.isnan(x) else "inf"
-
-
-def _ratio(a: float, b: float):
-    return _num(a / b) if b > 0 and math.isfinite(b) else None
 
 
 def _norms(tensors: list, ord=2.0) -> list[float]:
@@ -57,19 +41,6 @@ def _norms(tensors: list, ord=2.0) -> list[float]:
         return torch.stack(torch._foreach_norm(tensors, ord)).tolist()
     except Exception:  # sparse grads, mixed devices or dtypes
         return [float(torch.linalg.vector_norm(t.to_dense() if t.is_sparse else t, ord)) for t in tensors]
-
-
-def _total(norms: list[float]) -> float:
-    return math.sqrt(sum(n * n for n in norms))
-
-
-def _modules(names: list[str], norms: list[float]) -> dict[str, float]:
-    """Per module, the norm over its parameters: sqrt of the sum of their squared norms."""
-    squares: dict[str, float] = {}
-    for name, n in zip(names, norms):
-        m = module_of(name)
-        squares[m] = squares.get(m, 0.0) + n * n
-    return {m: math.sqrt(s) for m, s in squares.items()}
 
 
 class GradNorms:
@@ -140,13 +111,13 @@ class GradNorms:
         added = dict(zip([i for i, _, _ in summed], _norms([g.detach() - h for _, g, h in summed]))) if summed else {}
         params = {}
         for i, (name, _, _, _) in enumerate(rows):
-            entry = {"module": module_of(name), "grad": _num(grad_n[i]), "param": _num(param_n[i]),
-                     "ratio": _ratio(grad_n[i], param_n[i])}
+            entry = {"module": module_of(name), "grad": as_norm(grad_n[i]), "param": as_norm(param_n[i]),
+                     "ratio": norm_ratio(grad_n[i], param_n[i])}
             if i in added:
-                entry["added"] = _num(added[i])
+                entry["added"] = as_norm(added[i])
             params[name] = entry
         order = [name for name, _, _, _ in rows]
-        return {"params": params, "modules": {m: _num(n) for m, n in _modules(order, grad_n).items()}}
+        return {"params": params, "modules": {m: as_norm(n) for m, n in module_norms(order, grad_n).items()}}
 
     # -- clipping and optimizers ----------------------------------------------------------------
     def install(self) -> None:
@@ -201,8 +172,8 @@ class GradNorms:
                 coef = float(torch.clamp(max_norm / (total + CLIP_EPS), max=1.0))
                 grads = _grads(params)
                 self._event("clip_grad_norm_", max_norm=float(max_norm), norm_type=float(norm_type),
-                            total_norm=_num(float(total)), clip_coef=_num(coef),
-                            norm_after=_num(_total_norm(grads, float(norm_type))), params=len(grads))
+                            total_norm=as_norm(float(total)), clip_coef=as_norm(coef),
+                            norm_after=as_norm(_total_norm(grads, float(norm_type))), params=len(grads))
             return total
 
         return clip_grad_norm_
@@ -216,8 +187,8 @@ class GradNorms:
             result = original(params, clip_value, *args, **kwargs)
             with _recording("clip_grad_value_"):
                 grads = _grads(params)
-                self._event("clip_grad_value_", clip_value=float(clip_value), total_norm=_num(before),
-                            norm_after=_num(_total_norm(grads, 2.0)), params=len(grads))
+                self._event("clip_grad_value_", clip_value=float(clip_value), total_norm=as_norm(before),
+                            norm_after=as_norm(_total_norm(grads, 2.0)), params=len(grads))
             return result
 
         return clip_grad_value_
@@ -231,8 +202,8 @@ class GradNorms:
                 total = torch.as_tensor(total_norm)
                 coef = float(torch.clamp(max_norm / (total + CLIP_EPS), max=1.0))
                 grads = _grads(params)
-                self._event("clip_grads_with_norm_", max_norm=float(max_norm), total_norm=_num(float(total)),
-                            clip_coef=_num(coef), norm_after=_num(_total_norm(grads, 2.0)), params=len(grads))
+                self._event("clip_grads_with_norm_", max_norm=float(max_norm), total_norm=as_norm(float(total)),
+                            clip_coef=as_norm(coef), norm_after=as_norm(_total_norm(grads, 2.0)), params=len(grads))
             return result
 
         return clip_grads_with_norm_
@@ -243,7 +214,7 @@ class GradNorms:
             tensors = _tensors(tensors)
             total = original(tensors, norm_type, *args, **kwargs)
             with _recording("get_total_norm"):
-                self._event("get_total_norm", norm_type=float(norm_type), total_norm=_num(float(total)),
+                self._event("get_total_norm", norm_type=float(norm_type), total_norm=as_norm(float(total)),
                             tensors=len(tensors))
             return total
 
@@ -257,7 +228,7 @@ class GradNorms:
             # Noted before the step runs, so that the optimizer.step it makes follows it in the list.
             event = None
             with _recording("a GradScaler step"):
-                self._event("scaler.step", optimizer=type(optimizer).__name__, scale=_num(scaler.get_scale()),
+                self._event("scaler.step", optimizer=type(optimizer).__name__, scale=as_norm(scaler.get_scale()),
                             skipped=False, scale_after=None)
                 event = self.events[-1]
             try:
@@ -281,7 +252,7 @@ class GradNorms:
             result = original(scaler, *args, **kwargs)
             waiting = self._scaled.pop(id(scaler), [])
             with _recording("a GradScaler's new scale"):
-                scale = _num(scaler.get_scale())
+                scale = as_norm(scaler.get_scale())
                 for event in waiting:
                     event["scale_after"] = scale
             return result
@@ -311,8 +282,8 @@ class GradNorms:
             if old:
                 torch._foreach_sub_(old, now)  # the copies become -Δ, with no new memory
             delta, size = _norms(old), _norms(now)
-            d_mod, p_mod = _modules(names, delta), _modules(names, size)
-            update = {m: _ratio(d_mod[m], p_mod[m]) for m in d_mod}
+            d_mod, p_mod = module_norms(names, delta), module_norms(names, size)
+            update = {m: norm_ratio(d_mod[m], p_mod[m]) for m in d_mod}
             self._event("optimizer.step", optimizer=type(opt).__name__, update=update)
 
 
