@@ -284,36 +284,31 @@ def run_export(window, *, path, fmt=None, region="all", theme="print", title=Non
 def _export_steps(window, path: Path, theme: str, title: str | None, parent) -> list[Path]:
     stepper = window.stepper
     steps = list(stepper.steps)
-    frames_dir = path.with_name(path.stem + "-frames")
-    progress = QProgressDialog("Exporting step frames…", "Cancel", 0, len(steps), parent)
-    progress.setWindowModality(Qt.WindowModality.WindowModal)
-    progress.setMinimumDuration(400)
 
-    def on_progress(done: int, total: int) -> bool:
-        progress.setValue(done)
-        QCoreApplication.processEvents()
-        return not progress.wasCanceled()
+    def write(progress) -> list[Path]:
+        return export.export_frames(
+            stepper.call, steps, path.with_name(path.stem + "-frames"), theme=theme, title=title,
+            collapsed=window.graph.collapsed(), show_shapes=_checked(window, "act_shapes"),
+            show_saved=_checked(window, "act_saved"), progress=progress)
 
-    QApplication.setOverrideCursor(Qt.CursorShape.WaitCursor)
-    try:
-        paths = export.export_frames(
-            stepper.call, steps, frames_dir, theme=theme, title=title, collapsed=window.graph.collapsed(),
-            show_shapes=_checked(window, "act_shapes"), show_saved=_checked(window, "act_saved"),
-            progress=on_progress,
-        )
-        if progress.wasCanceled():
-            return paths
-        gif = export.export_gif(paths, path.with_suffix(".gif"))
-    finally:
-        QApplication.restoreOverrideCursor()
-        progress.close()
-        progress.deleteLater()
-    return paths + [gif]
+    return _frames_and_gif("step frames", len(steps), write, path.with_suffix(".gif"), parent)
 
 
 def _export_forward(window, path: Path, theme: str, title: str | None, parent) -> list[Path]:
-    total = len(forward_replay(window.call))
-    progress = QProgressDialog("Exporting forward replay frames…", "Cancel", 0, total, parent)
+    def write(progress) -> list[Path]:
+        return export_forward_frames(
+            window.call, path.with_name(path.stem + "-forward"), theme=theme, title=title,
+            collapsed=window.graph.collapsed(), show_shapes=_checked(window, "act_shapes"),
+            show_saved=_checked(window, "act_saved"), progress=progress)
+
+    return _frames_and_gif("forward replay frames", len(forward_replay(window.call)), write,
+                           path.with_name(path.stem + "-forward.gif"), parent)
+
+
+def _frames_and_gif(what: str, total: int, write, gif: Path, parent) -> list[Path]:
+    """``write(progress)``'s numbered frames under a progress dialog that can cancel them, then
+    their GIF (none when cancelled); the files written."""
+    progress = QProgressDialog(f"Exporting {what}…", "Cancel", 0, total, parent)
     progress.setWindowModality(Qt.WindowModality.WindowModal)
     progress.setMinimumDuration(400)
 
@@ -324,18 +319,15 @@ def _export_forward(window, path: Path, theme: str, title: str | None, parent) -
 
     QApplication.setOverrideCursor(Qt.CursorShape.WaitCursor)
     try:
-        paths = export_forward_frames(
-            window.call, path.with_name(path.stem + "-forward"), theme=theme, title=title,
-            collapsed=window.graph.collapsed(), show_shapes=_checked(window, "act_shapes"),
-            show_saved=_checked(window, "act_saved"), progress=on_progress)
+        paths = write(on_progress)
         if progress.wasCanceled():
             return paths
-        gif = export.export_gif(paths, path.with_name(path.stem + "-forward.gif"))
+        written = export.export_gif(paths, gif)
     finally:
         QApplication.restoreOverrideCursor()
         progress.close()
         progress.deleteLater()
-    return paths + [gif]
+    return paths + [written]
 
 
 def _checked(window, name: str) -> bool:
