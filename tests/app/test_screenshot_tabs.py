@@ -45,4 +45,5 @@ def test_show_gradients_puts_the_heatmap_in_the_screenshot(tmp_path):
                                  "--show", tab], capture_output=True, text=True, timeout=300, env=env, cwd=str(ROOT))
         assert result.returncode == 0, result.stderr
         counts[tab] = _yellow_pixels(out, 250)  # the Calls dock: 18 % of the 1400 px window
-    assert counts["calls"] == 0 and counts["gradients"] > 200
+    # the heatmap's yellow: call #6's three cells (call #7's inf and nan are grey), 174 sampled pixels
+    assert counts["calls"] == 0 and counts["gradients"] > 120
