@@ -13,6 +13,11 @@ run it there too (``--script bench/scripts/gpt2_small.py --device cuda``). On a 
 wall times swing several-fold; ``--in-process`` captures in this process with one torch thread
 and times its CPU seconds instead, which the neighbours disturb far less.
 
+``--run-to-nan``: through a fresh worker, the traced run with the check on against a debug run
+with Run to First NaN/Inf on a script that never makes one: the check runs in forward as in the
+traced run, and each backward call runs under the backward stepper node by node, looking for the
+first non-finite gradient, so this is what searching costs when there is nothing to find.
+
 ``--gpt2``: GPT-2 small (``transformers``' ``GPT2LMHeadModel(GPT2Config())``, random weights,
 nothing downloaded; a benchmark-only install) on a batch of 1 x 128 tokens, one forward and
 backward, run as plain ``python``, traced with the check off and traced with it on, each in a
@@ -36,6 +41,9 @@ sys.path.insert(0, str(ROOT))
 
 DEFAULT_SCRIPT = ROOT / "bench" / "scripts" / "residual_mlp.py"
 GPT2_SCRIPT = ROOT / "bench" / "scripts" / "gpt2_small.py"
+
+
+TO_NAN = {"lines": [], "pause_all": False, "skip_to": None, "pause_on_errors": False, "to_nan": True}
 
 
 def traced_seconds(script: Path, device: str, nan_check: bool) -> tuple[float, dict | None]:
@@ -100,6 +108,50 @@ def gpt2_case(repeat: int, device: str) -> int:
     return 0
 
 
+def to_nan_seconds(script: Path, device: str) -> tuple[float, int]:
+    """(capture seconds, pauses) of a debug run with Run to First NaN/Inf through a fresh worker; a
+    pause (the script made a non-finite value after all) is answered with Resume Without Pausing."""
+    import queue
+
+    from core.client.handle import WorkerClient
+
+    events: queue.Queue = queue.Queue()
+    client = WorkerClient(events.put, prestart=True)
+    client.memory_rate = 0
+    pauses = 0
+    try:
+        client.run(str(script), device=device, debug=TO_NAN, nan_check=True)
+        while True:
+            event = events.get(timeout=600)
+            if event.kind in ("forward_paused", "step_paused"):
+                pauses += 1
+                client.control("resume_all")
+            elif event.kind == "finished":
+                trace = event.result.trace
+                if trace.error is not None:
+                    raise SystemExit(f"{script.name} failed: {trace.error.type}: {trace.error.message}")
+                return trace.duration_s, pauses
+    finally:
+        client.close()
+
+
+def run_to_nan_case(script: Path, repeat: int, device: str) -> int:
+    checked, searched = [], []
+    for i in range(repeat):
+        checked.append(traced_seconds(script, device, True)[0])
+        seconds, pauses = to_nan_seconds(script, device)
+        searched.append(seconds)
+        if pauses:
+            print(f"  (the script made a non-finite value: paused {pauses} time(s), resumed at once)")
+        print(f"run {i + 1}: traced with the check {checked[-1]:.3f} s, Run to First NaN/Inf {searched[-1]:.3f} s",
+              flush=True)
+    for what, pick in (("fastest", min), ("median", statistics.median)):
+        a, b = pick(checked), pick(searched)
+        print(f"{script.name} on {device}, {what} of {repeat}: traced with the check {a:.3f} s, Run to First "
+              f"NaN/Inf {b:.3f} s, ratio {b / a:.2f}x")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--script", type=Path, default=DEFAULT_SCRIPT)
@@ -108,9 +160,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--in-process", action="store_true", help="CPU seconds of a capture in this process")
     parser.add_argument("--gpt2", action="store_true",
                         help="GPT-2 small, 1 x 128 tokens: plain python, traced, traced with the check")
+    parser.add_argument("--run-to-nan", action="store_true",
+                        help="the check's traced run against a debug run with Run to First NaN/Inf (none to find)")
     args = parser.parse_args(argv)
     if args.gpt2:
         return gpt2_case(args.repeat, args.device)
+    if args.run_to_nan:
+        return run_to_nan_case(args.script, args.repeat, args.device)
     timed = cpu_seconds if args.in_process else traced_seconds
     off, on = [], []
     found = None
