@@ -56,6 +56,7 @@ class GradNorms:
         self._known: dict[int, str] = {}  # tensor _cdata -> name, for the optimizer's parameters
         self._steps: dict[int, list] = {}  # id(optimizer) -> (names, params, values before the step)
         self._scaled: dict[int, list[dict]] = {}  # id(GradScaler) -> its step events waiting for update()
+        self._sizes: dict[int, tuple[int, float]] = {}  # parameter _cdata -> (its version, ‖param‖) after a step
         self._undo: list[Callable[[], None]] = []
 
     # -- backward calls --------------------------------------------------------------------------
@@ -106,7 +107,7 @@ class GradNorms:
             return None
         grads = [g for _, _, g, _ in rows]
         grad_n = _norms(grads)
-        param_n = _norms([p.detach() for _, p, _, _ in rows])
+        param_n = self._param_norms([p for _, p, _, _ in rows])
         summed = [(i, g, h) for i, (_, _, g, h) in enumerate(rows) if h is not None and h.shape == g.shape]
         added = dict(zip([i for i, _, _ in summed], _norms([g.detach() - h for _, g, h in summed]))) if summed else {}
         params = {}
@@ -118,6 +119,23 @@ class GradNorms:
             params[name] = entry
         order = [name for name, _, _, _ in rows]
         return {"params": params, "modules": {m: as_norm(n) for m, n in module_norms(order, grad_n).items()}}
+
+    def _param_norms(self, params: list) -> list[float]:
+        """‖param‖ of each, read again only where the parameter changed since the last optimizer
+        step measured it (a training loop's backward reads each norm that step left: one pass
+        over the parameters fewer per call)."""
+        known = self._sizes
+        out: list = [None] * len(params)
+        missing = []
+        for i, p in enumerate(params):
+            seen = known.get(p._cdata)
+            if seen is not None and seen[0] == p._version:
+                out[i] = seen[1]
+            else:
+                missing.append(i)
+        for i, n in zip(missing, _norms([params[i].detach() for i in missing])):
+            out[i] = n
+        return out
 
     # -- clipping and optimizers ----------------------------------------------------------------
     def install(self) -> None:
@@ -282,6 +300,7 @@ class GradNorms:
             if old:
                 torch._foreach_sub_(old, now)  # the copies become -Δ, with no new memory
             delta, size = _norms(old), _norms(now)
+            self._sizes.update((p._cdata, (p._version, n)) for p, n in zip(params, size))
             d_mod, p_mod = module_norms(names, delta), module_norms(names, size)
             update = {m: norm_ratio(d_mod[m], p_mod[m]) for m in d_mod}
             self._event("optimizer.step", optimizer=type(opt).__name__, update=update)

@@ -76,6 +76,31 @@ def test_param_norm_and_ratio_are_of_the_leaf_after_the_call(loop):
     assert entry["ratio"] == entry["grad"] / entry["param"]
 
 
+def test_a_parameter_changed_after_a_step_is_measured_again(tmp_path):
+    # A step measures each ‖param‖ and the next call reuses it; a change in place in between
+    # (a weight rescaled under no_grad) is seen by its version and read again.
+    path = _script(tmp_path, """\
+        import torch
+        torch.manual_seed(0)
+        lin = torch.nn.Linear(3, 2)
+        opt = torch.optim.SGD(lin.parameters(), lr=0.1)
+        x = torch.randn(5, 3)
+        seen = []
+        for step in range(3):
+            opt.zero_grad()
+            lin(x).pow(2).sum().backward()
+            seen.append({n: float(torch.linalg.vector_norm(p)) for n, p in lin.named_parameters()})
+            opt.step()
+            if step == 1:
+                with torch.no_grad():
+                    lin.weight.mul_(3.0)
+        """)
+    plain = runpy.run_path(str(path))
+    trace = capture_script(str(path))
+    assert [{n: e["param"] for n, e in c.grad_norms["params"].items()} for c in trace.calls] == [
+        {"lin.bias": s["bias"], "lin.weight": s["weight"]} for s in plain["seen"]]
+
+
 def test_clip_grad_norm_records_torchs_total_and_the_norm_after(loop):
     trace, plain = loop
     clips = [e for e in trace.grad_events if e["kind"] == "clip_grad_norm_"]
