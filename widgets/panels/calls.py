@@ -21,6 +21,7 @@ from core.model.grad_health import ScalerStep, event_brief, event_text, events_b
 from core.programs.notebook import where as line_where
 from core.model.trace import CallInfo, Trace
 from widgets.display_text import cut_line, cut_text
+from widgets.panels.grad_health import skip_text_color
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +156,7 @@ class _CallDelegate(QStyledItemDelegate):
         warn = index.data(WARN_ROLE)
         if warn:
             warn_rect = detail_rect.translated(0, height + 2)
-            painter.setPen(text if selected else QColor("#e3b341" if dark else "#9a5b00"))
+            painter.setPen(text if selected else skip_text_color(dark))
             painter.drawText(warn_rect, Qt.AlignmentFlag.AlignLeft,
                              painter.fontMetrics().elidedText(cut_line(warn, 1_000), elide, warn_rect.width()))
         painter.restore()

@@ -24,10 +24,13 @@ STOPS = [QColor("#440154"), QColor("#3b528b"), QColor("#21918c"), QColor("#5ec96
 NAN_COLOR = QColor("#9e9e9e")  # a norm that is inf or nan has no place on the scale: grey, hatched
 SKIP_COLOR = QColor("#f0a000")  # amber: the GradScaler step after this call was skipped
 SKIP_BAND = 6  # its band above the column, under the call numbers
-SKIP_TEXT = QColor("#9a5b00")  # the skipped step's line in the list, amber dark enough to read
-SKIP_TEXT_DARK = QColor("#e3b341")  # the same on a dark theme
 FLAG_COLORS = {"exploding": QColor("#ff3b30"), "vanishing": QColor("#00c8ff")}
 EMPTY_TEXT = "No gradient norms in this trace"
+
+
+def skip_text_color(dark: bool) -> QColor:
+    """The amber of a skipped step's words, dark enough to read on the theme (the Calls list's too)."""
+    return QColor("#e3b341" if dark else "#9a5b00")
 
 
 def shade_color(shade: float) -> QColor:
@@ -313,7 +316,7 @@ class GradHealthPanel(QWidget):
             item = QListWidgetItem(f"call #{step.call}: GradScaler {step.note}" if step.call is not None
                                    else f"GradScaler {step.note}")
             dark = self.palette().base().color().lightness() < 128
-            item.setForeground(SKIP_TEXT_DARK if dark else SKIP_TEXT)
+            item.setForeground(skip_text_color(dark))
             self.flags.addItem(item)
             self.flag_calls.append(step.call)
         self.stack.setCurrentWidget(self.body)
