@@ -188,6 +188,13 @@ def test_a_skipped_gradscaler_step_is_marked_above_its_column_and_listed(qtbot):
     # inf has no place on the log scale: grey like nan, and the bar says so
     assert heat.cell_color(0, 1).name() == "#9e9e9e" and heat.cell_color(0, 0).name() != "#9e9e9e"
     assert heat.bar_caption() == "‖grad‖, log scale · grey: inf · amber: step skipped"
+    # in a narrow dock the caption takes two lines, each whole; a wide one keeps it on one
+    for width, count in ((200, 2), (800, 1)):
+        heat.resize(width, heat.height())
+        lines = heat.caption_lines()
+        assert len(lines) == count and " · ".join(lines) == heat.bar_caption()
+        assert all(heat.fontMetrics().horizontalAdvance(line) <= width - 4 for line in lines)
+    heat.resize(360, heat.height())
     assert heat.cell_tip(0, 1) == ("fc1 · call #1: ‖grad‖ inf\n"
                                    "GradScaler step skipped: inf/NaN in gradients, scale 65536 → 32768")
     assert heat.skip_tip(1) == skipped and heat.skip_tip(0) == ""

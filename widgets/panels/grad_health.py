@@ -65,7 +65,7 @@ class GradHeatmap(QWidget):
 
     ROW_MAX = 22
     HEAD = 16  # call numbers above the cells
-    BAR = 44  # colour bar, its range and what it shows, below
+    BAR = 44  # colour bar, its range and a line of what it shows, below
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -92,7 +92,7 @@ class GradHeatmap(QWidget):
 
     def sizeHint(self) -> QSize:
         rows = len(self.health.matrix.modules) if self.health else 3
-        return QSize(220, min(600, self._head() + self.BAR + 8 + rows * self.ROW_MAX))
+        return QSize(220, min(600, self._head() + self._bar_height() + 8 + rows * self.ROW_MAX))
 
     def _head(self) -> int:
         return self.HEAD + (SKIP_BAND if self.skips else 0)
@@ -107,7 +107,7 @@ class GradHeatmap(QWidget):
         m = self.health.matrix
         left = self._names_width()
         head = self._head()
-        height = self.height() - head - self.BAR - 4
+        height = self.height() - head - self._bar_height() - 4
         row = min(self.ROW_MAX, height / max(1, len(m.modules)))
         return QRectF(left, head, self.width() - left - 4, row * len(m.modules))
 
@@ -222,8 +222,25 @@ class GradHeatmap(QWidget):
         lo, hi = self.bar_labels()
         p.drawText(below, Qt.AlignmentFlag.AlignLeft, lo)
         p.drawText(below, Qt.AlignmentFlag.AlignRight, hi)
-        below.translate(0, self.fontMetrics().height())
-        p.drawText(below, Qt.AlignmentFlag.AlignHCenter, self.bar_caption())
+        for line in self.caption_lines():
+            below = QRectF(0, below.top() + self.fontMetrics().height(), self.width(), below.height())
+            p.drawText(below, Qt.AlignmentFlag.AlignHCenter, line)
+
+    def caption_lines(self) -> list[str]:
+        """The caption cut at its " · " into lines as wide as the widget (a narrow dock takes two or three)."""
+        fm, room = self.fontMetrics(), max(1, self.width() - 4)
+        lines: list[str] = []
+        for part in self.bar_caption().split(" · "):
+            if lines and fm.horizontalAdvance(f"{lines[-1]} · {part}") <= room:
+                lines[-1] = f"{lines[-1]} · {part}"
+            else:
+                lines.append(part)
+        return lines
+
+    def _bar_height(self) -> int:
+        """The colour bar, its range and its caption's lines, below the cells."""
+        lines = len(self.caption_lines()) if self.health is not None and self.health.matrix.calls else 1
+        return self.BAR + (lines - 1) * self.fontMetrics().height()
 
     def bar_caption(self) -> str:
         """What the colour bar shows, and what grey and amber mean where the trace has them."""
